@@ -1,0 +1,109 @@
+#include "tl/ast.h"
+
+namespace qattn::tl {
+
+Expr Expr::number(double v, bool is_int, SrcLoc l) {
+  Expr e;
+  e.kind = Kind::Number;
+  e.value = v;
+  e.is_int = is_int;
+  e.loc = l;
+  return e;
+}
+Expr Expr::ident(std::string n, SrcLoc l) {
+  Expr e;
+  e.kind = Kind::Name;
+  e.name = std::move(n);
+  e.loc = l;
+  return e;
+}
+Expr Expr::unary(std::string op, Expr a, SrcLoc l) {
+  Expr e;
+  e.kind = Kind::Unary;
+  e.op = std::move(op);
+  e.args.push_back(std::move(a));
+  e.loc = l;
+  return e;
+}
+Expr Expr::binary(std::string op, Expr a, Expr b, SrcLoc l) {
+  Expr e;
+  e.kind = Kind::Binary;
+  e.op = std::move(op);
+  e.args.push_back(std::move(a));
+  e.args.push_back(std::move(b));
+  e.loc = l;
+  return e;
+}
+Expr Expr::call(std::string fn, std::vector<Expr> args, SrcLoc l) {
+  Expr e;
+  e.kind = Kind::Call;
+  e.name = std::move(fn);
+  e.args = std::move(args);
+  e.loc = l;
+  return e;
+}
+
+bool operator==(const Expr& a, const Expr& b) {
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case Expr::Kind::Number: return a.value == b.value && a.is_int == b.is_int;
+    case Expr::Kind::Name: return a.name == b.name;
+    case Expr::Kind::Unary:
+    case Expr::Kind::Binary:
+      if (a.op != b.op) return false;
+      break;
+    case Expr::Kind::Call:
+      if (a.name != b.name) return false;
+      break;
+  }
+  return a.args == b.args;
+}
+
+const char* to_string(Space s) {
+  switch (s) {
+    case Space::Global: return "global";
+    case Space::Shared: return "shared";
+    case Space::Register: return "register";
+  }
+  return "?";
+}
+
+const char* to_string(DType t) {
+  switch (t) {
+    case DType::F32: return "fp32";
+    case DType::F16: return "fp16";
+    case DType::BF16: return "bf16";
+    case DType::F8E4M3: return "fp8_e4m3";
+    case DType::F8E5M2: return "fp8_e5m2";
+  }
+  return "?";
+}
+
+const char* to_string(MaskSpec::Kind k) {
+  switch (k) {
+    case MaskSpec::Kind::None: return "none";
+    case MaskSpec::Kind::Bounds: return "bounds";
+    case MaskSpec::Kind::Causal: return "causal";
+    case MaskSpec::Kind::CausalTopLeft: return "causal_top_left";
+    case MaskSpec::Kind::Window: return "window";
+  }
+  return "?";
+}
+
+std::optional<Space> parse_space(const std::string& s) {
+  if (s == "global") return Space::Global;
+  if (s == "shared") return Space::Shared;
+  if (s == "register") return Space::Register;
+  return std::nullopt;
+}
+
+std::optional<DType> parse_dtype(const std::string& s) {
+  if (s == "fp32") return DType::F32;
+  if (s == "fp16") return DType::F16;
+  if (s == "bf16") return DType::BF16;
+  if (s == "fp8_e4m3") return DType::F8E4M3;
+  if (s == "fp8_e5m2") return DType::F8E5M2;
+  return std::nullopt;
+}
+
+}  // namespace qattn::tl

@@ -1,0 +1,169 @@
+// The TL abstract syntax tree. One Program per file; statements in source order, loop bodies
+// nested. Value semantics throughout (copyable), so passes can rewrite programs freely.
+// The grammar and the meaning of every node are in docs/tl.md.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/diag.h"
+
+namespace qattn::tl {
+
+using support::SrcLoc;
+
+// ---- expressions ---------------------------------------------------------------------------
+// Integer index/dimension expressions and scalar float expressions share one tree.
+struct Expr {
+  enum class Kind {
+    Number,  // literal: value (integral literals have is_int = true)
+    Name,    // identifier: name (dim, const, grid/loop/let variable, builtin scalar, tensor)
+    Unary,   // op = "-" ; args[0]
+    Binary,  // op in + - * / % ; args[0], args[1]   ('/' on integers is floor division)
+    Call,    // name in cdiv, min, max ; args
+  };
+  Kind kind = Kind::Number;
+  double value = 0;
+  bool is_int = true;
+  std::string name;  // Name / Call
+  std::string op;    // Unary / Binary
+  std::vector<Expr> args;
+  SrcLoc loc;
+
+  static Expr number(double v, bool is_int, SrcLoc l = {});
+  static Expr ident(std::string n, SrcLoc l = {});
+  static Expr unary(std::string op, Expr a, SrcLoc l = {});
+  static Expr binary(std::string op, Expr a, Expr b, SrcLoc l = {});
+  static Expr call(std::string fn, std::vector<Expr> args, SrcLoc l = {});
+};
+
+bool operator==(const Expr& a, const Expr& b);  // structural, ignores locations
+inline bool operator!=(const Expr& a, const Expr& b) { return !(a == b); }
+
+// ---- enums ---------------------------------------------------------------------------------
+enum class Space { Global, Shared, Register };
+enum class DType { F32, F16, BF16, F8E4M3, F8E5M2 };
+
+const char* to_string(Space s);  // "global", "shared", "register"
+const char* to_string(DType t);  // "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"
+std::optional<Space> parse_space(const std::string& s);
+std::optional<DType> parse_dtype(const std::string& s);
+
+// A mask as written after `with` in `Kernel ... with mask M` and `Compute Mask S at [..] with M`.
+struct MaskSpec {
+  enum class Kind { None, Bounds, Causal, CausalTopLeft, Window };
+  Kind kind = Kind::None;
+  Expr left, right;  // Window only: keys in [i+off-left, i+off+right], off = seqlen_k - seqlen_q
+  SrcLoc loc;
+};
+const char* to_string(MaskSpec::Kind k);  // "none", "bounds", "causal", "causal_top_left", "window"
+
+// Schedule attributes in braces after a statement: `{async, stages: 2}`. Parsed and printed for
+// every statement; the checker says which are understood (see docs/tl.md, "Schedule attributes").
+struct Attr {
+  std::string key;
+  std::optional<Expr> value;  // `async` has none; `stages: 2` has one
+  SrcLoc loc;
+};
+
+// A GEMM / arithmetic operand: a tensor name or a scalar expression, optionally transposed (^T).
+struct Operand {
+  Expr expr;
+  bool transposed = false;
+  SrcLoc loc;
+};
+
+// ---- statements ----------------------------------------------------------------------------
+struct Stmt;
+
+struct KernelStmt {  // Kernel NAME [with mask M]
+  std::string name;
+  MaskSpec mask;
+};
+struct DimStmt {  // Dim a, b = 128, c      (problem dimensions; optionally fixed)
+  struct Item { std::string name; std::optional<Expr> value; SrcLoc loc; };
+  std::vector<Item> items;
+};
+struct ConstStmt {  // Const BM = 128, BN = 64  (tile parameters, compile-time)
+  struct Item { std::string name; Expr value; SrcLoc loc; };
+  std::vector<Item> items;
+};
+struct GridStmt {  // Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch
+  struct Item { std::string var; Expr extent; SrcLoc loc; };
+  std::vector<Item> items;
+};
+struct LetStmt {  // Let kv_head = head / (heads_q / heads_kv)
+  std::string name;
+  Expr value;
+};
+struct AllocateStmt {
+  // Allocate NAME in SPACE (shape) [DTYPE] [with offset [e, ...]] [init VALUE]
+  std::string name;
+  Space space = Space::Register;
+  std::vector<Expr> shape;
+  std::optional<DType> dtype;        // printed always by the printer (defaults in docs/tl.md)
+  std::vector<Expr> offset;          // global only: indices of the leading (batch, head) dims
+  std::optional<Expr> init;          // register only
+};
+struct CopyStmt {
+  // Copy NAME [(tile shape) in coordinate [c, ...]] from SPACE to SPACE
+  std::string name;
+  std::vector<Expr> tile;    // empty: the whole buffer
+  std::vector<Expr> coord;   // tile coordinate, in units of the tile shape
+  Space from = Space::Global;
+  Space to = Space::Shared;
+};
+struct ComputeStmt {
+  // Compute OP operands [and get NAME | and accumulate NAME] [at [r, c]] [with MASK]
+  std::string op;  // canonical spelling: GEMM Add Subtract Multiply Divide Max Exp Exp2 Log Log2
+                   // Convert RowMax RowSum Rescale Normalize Mask
+  std::vector<Operand> operands;
+  enum class Result { InPlace, Get, Accumulate };
+  Result result = Result::InPlace;
+  std::string target;         // for Get / Accumulate
+  SrcLoc target_loc;
+  std::vector<Expr> at;       // Mask only: tile coordinate of the score tile
+  MaskSpec mask;              // Mask only
+};
+struct ReshapeStmt {
+  // Reshape NAME from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)
+  std::string name;
+  std::vector<std::string> from, to;  // layout tuples as written
+};
+struct ForStmt {  // for VAR = LO: HI  ... end
+  std::string var;
+  Expr lo, hi;
+  std::vector<Stmt> body;
+  SrcLoc end_loc;
+};
+struct CommentStmt {  // a whole-line comment, text without the leading '#'
+  std::string text;
+};
+struct BlankStmt {};  // one or more blank lines (kept for readable printing)
+
+struct Stmt {
+  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank };
+  Kind kind = Kind::Blank;
+  SrcLoc loc;                     // location of the statement's first token
+  std::vector<Attr> attrs;        // schedule attributes `{...}`
+  std::string trailing_comment;   // `# ...` after the statement, without '#'
+  // Exactly one of these is meaningful, chosen by kind (kept as plain members for simplicity).
+  KernelStmt kernel;
+  DimStmt dim;
+  ConstStmt cnst;
+  GridStmt grid;
+  LetStmt let;
+  AllocateStmt alloc;
+  CopyStmt copy;
+  ComputeStmt compute;
+  ReshapeStmt reshape;
+  ForStmt loop;
+  CommentStmt comment;
+};
+
+struct Program {
+  std::string file;
+  std::vector<Stmt> stmts;
+};
+
+}  // namespace qattn::tl
