@@ -122,6 +122,7 @@ struct ComputeStmt {
   Result result = Result::InPlace;
   std::string target;         // for Get / Accumulate
   SrcLoc target_loc;
+  std::optional<DType> target_dtype;  // Get only: `and get P16 fp16` (none: fp32, the default)
   std::vector<Expr> at;       // Mask only: tile coordinate of the score tile
   MaskSpec mask;              // Mask only
 };
@@ -135,6 +136,7 @@ struct ForStmt {  // for VAR = LO: HI  ... end
   Expr lo, hi;
   std::vector<Stmt> body;
   SrcLoc end_loc;
+  std::string end_comment;    // trailing `# ...` on the `end` line, without '#'
 };
 struct CommentStmt {  // a whole-line comment, text without the leading '#'
   std::string text;
