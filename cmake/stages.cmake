@@ -13,6 +13,7 @@ if(TARGET qattn_spec)
   target_link_libraries(qattn_tl PUBLIC qattn_spec)
 endif()
 qattn_stage(hw qattn_tl qattn_support)
+include(${CMAKE_SOURCE_DIR}/cmake/embed.cmake)  # data/gpus.json -> qattn_hw, links ${CMAKE_DL_LIBS}
 qattn_stage(plan qattn_tl qattn_support)
 set(QATTN_STAGE_LIBS qattn_tl qattn_support)
 foreach(lib qattn_plan qattn_hw qattn_spec)

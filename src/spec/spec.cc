@@ -1,0 +1,290 @@
+// AttentionSpec basics: enum names, derived values, name helpers and the target-independent
+// checks (SPEC02xx). JSON is in spec_json.cc, presets in presets.cc, CLI flags in flags.cc.
+#include "spec/spec.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+namespace qattn::spec {
+
+// ---- enums --------------------------------------------------------------------------------
+const char* to_string(DType t) {
+  switch (t) {
+    case DType::FP16: return "fp16";
+    case DType::BF16: return "bf16";
+    case DType::FP8_E4M3: return "fp8_e4m3";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(std::string_view s) {
+  std::string k = name_key(s);
+  if (k == "fp16" || k == "f16" || k == "half" || k == "float16") return DType::FP16;
+  if (k == "bf16" || k == "bfloat16") return DType::BF16;
+  if (k == "fp8e4m3" || k == "e4m3" || k == "fp8" || k == "f8e4m3") return DType::FP8_E4M3;
+  return std::nullopt;
+}
+
+int dtype_bytes(DType t) { return t == DType::FP8_E4M3 ? 1 : 2; }
+
+const char* to_string(Mask::Kind k) {
+  switch (k) {
+    case Mask::Kind::None: return "none";
+    case Mask::Kind::Causal: return "causal";
+    case Mask::Kind::Window: return "window";
+  }
+  return "?";
+}
+
+const char* to_string(Mask::Align a) {
+  return a == Mask::Align::TopLeft ? "top_left" : "bottom_right";
+}
+
+std::string describe(const Mask& m) {
+  switch (m.kind) {
+    case Mask::Kind::None: return "none";
+    case Mask::Kind::Causal: return m.align == Mask::Align::TopLeft ? "causal (top-left)" : "causal";
+    case Mask::Kind::Window:
+      return "window(" + std::to_string(m.window_left) + "," + std::to_string(m.window_right) + ")";
+  }
+  return "?";
+}
+
+const char* to_string(Layout l) { return l == Layout::BHSD ? "bhsd" : "bshd"; }
+
+std::optional<Layout> parse_layout(std::string_view s) {
+  std::string k = name_key(s);
+  if (k == "bshd") return Layout::BSHD;
+  if (k == "bhsd") return Layout::BHSD;
+  return std::nullopt;
+}
+
+// ---- derived values -----------------------------------------------------------------------
+double effective_softmax_scale(const AttentionSpec& s) {
+  if (s.softmax_scale) return *s.softmax_scale;
+  return s.head_dim_qk > 0 ? 1.0 / std::sqrt(double(s.head_dim_qk)) : 0.0;
+}
+
+int group_size(const AttentionSpec& s) { return s.heads_kv > 0 ? s.heads_q / s.heads_kv : 0; }
+
+std::string variant_name(const AttentionSpec& s) {
+  if (s.head_dim_qk != s.head_dim_v) return "MLA";
+  if (s.heads_kv == s.heads_q) return "MHA";
+  if (s.heads_kv == 1) return "MQA";
+  return "GQA";
+}
+
+std::string summary(const AttentionSpec& s) {
+  std::string out = s.name.empty() ? std::string("<unnamed>") : s.name;
+  out += ": " + variant_name(s) + " " + std::to_string(s.heads_q) + "/" + std::to_string(s.heads_kv) +
+         " heads, d ";
+  out += std::to_string(s.head_dim_qk);
+  if (s.head_dim_v != s.head_dim_qk) out += "/" + std::to_string(s.head_dim_v);
+  out += std::string(", ") + to_string(s.dtype) + ", " + describe(s.mask) + ", " + to_string(s.layout);
+  if (!s.gpu.empty()) out += ", gpu " + s.gpu;
+  return out;
+}
+
+const std::vector<int>& supported_head_dims() {
+  static const std::vector<int> dims{32, 64, 96, 128, 192, 256};
+  return dims;
+}
+
+// ---- name helpers -------------------------------------------------------------------------
+std::string name_key(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '-' || c == '_' || c == ' ') continue;
+    out += char(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+static int edit_distance(const std::string& a, const std::string& b) {
+  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = int(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = int(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      int sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string closest_name(std::string_view s, const std::vector<std::string>& candidates) {
+  std::string key = name_key(s);
+  std::string best;
+  int best_d = 1 << 30;
+  for (const auto& c : candidates) {
+    int d = edit_distance(key, name_key(c));
+    if (d < best_d) best_d = d, best = c;
+  }
+  // Close enough to be a typo: at most a third of the name, and at least one edit allowed.
+  int limit = std::max<int>(1, int(key.size()) / 3);
+  return best_d <= limit ? best : std::string();
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+SrcLoc SourceMap::at(const std::string& pointer) const {
+  auto it = where.find(pointer);
+  return it == where.end() ? SrcLoc{} : it->second;
+}
+
+// ---- validation ---------------------------------------------------------------------------
+namespace {
+
+std::string dims_list() {
+  std::vector<std::string> v;
+  for (int d : supported_head_dims()) v.push_back(std::to_string(d));
+  return join(v);
+}
+
+// The divisors of heads_q, and the one nearest to `kv`.
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+void check_head_dim(const char* field, int d, DiagSink& diags, const SourceMap* where) {
+  const auto& ok = supported_head_dims();
+  if (std::find(ok.begin(), ok.end(), d) != ok.end()) return;
+  SrcLoc loc = where ? where->at(std::string("/") + field) : SrcLoc{};
+  // Nearest supported dim at or above d: zero-padding the head dim keeps results exact.
+  int up = 0;
+  for (int s : ok)
+    if (s >= d) { up = s; break; }
+  std::string hint;
+  if (!up) hint = "split the head into supported sizes";
+  else if (std::string(field) == "head_dim_qk")
+    hint = "pad Q and K with zeros to " + std::to_string(up) + " and set softmax_scale to 1/sqrt(" +
+           std::to_string(d) + "); the scores are unchanged";
+  else
+    hint = "pad V with zeros to " + std::to_string(up) + " and drop the extra output columns";
+  diags.error("SPEC0203", loc,
+              std::string(field) + " = " + std::to_string(d) + " is not supported; supported head dims: " +
+                  dims_list(),
+              hint);
+}
+
+}  // namespace
+
+bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
+  int before = diags.error_count();
+  auto at = [&](const char* ptr) { return where ? where->at(ptr) : SrcLoc{}; };
+
+  // Heads.
+  bool heads_ok = true;
+  if (s.heads_q <= 0) {
+    diags.error("SPEC0201", at("/heads_q"), "heads_q = " + std::to_string(s.heads_q) + " must be positive",
+                "set heads_q to the model's number of query heads (num_attention_heads)");
+    heads_ok = false;
+  }
+  if (s.heads_kv <= 0) {
+    diags.error("SPEC0201", at("/heads_kv"),
+                "heads_kv = " + std::to_string(s.heads_kv) + " must be positive",
+                "set heads_kv to the model's number of key/value heads (num_key_value_heads); "
+                "heads_kv = heads_q is MHA, 1 is MQA");
+    heads_ok = false;
+  }
+  if (heads_ok && s.heads_q % s.heads_kv != 0) {
+    std::vector<int> divs = divisors(s.heads_q);
+    int best = 1 << 30;
+    for (int d : divs) best = std::min(best, std::abs(d - s.heads_kv));
+    std::vector<std::string> nearest;  // one, or two on a tie (6 for 32 heads: 4 or 8)
+    for (int d : divs)
+      if (std::abs(d - s.heads_kv) == best) nearest.push_back(std::to_string(d));
+    std::vector<std::string> dv;
+    for (int d : divs) dv.push_back(std::to_string(d));
+    diags.error("SPEC0202", at("/heads_kv"),
+                "heads_q = " + std::to_string(s.heads_q) + " is not a multiple of heads_kv = " +
+                    std::to_string(s.heads_kv) + ": every KV head must serve the same number of query heads",
+                "use heads_kv = " + join(nearest, " or ") + " (nearest divisor of " +
+                    std::to_string(s.heads_q) + "; valid: " + join(dv) + ")");
+  }
+
+  // Head dims.
+  check_head_dim("head_dim_qk", s.head_dim_qk, diags, where);
+  check_head_dim("head_dim_v", s.head_dim_v, diags, where);
+  if (s.head_dim_v > s.head_dim_qk) {
+    diags.error("SPEC0204", at("/head_dim_v"),
+                "head_dim_v = " + std::to_string(s.head_dim_v) + " is larger than head_dim_qk = " +
+                    std::to_string(s.head_dim_qk) + "; supported: head_dim_qk == head_dim_v, or "
+                    "head_dim_qk > head_dim_v (MLA prefill, e.g. 192/128)",
+                "swap the two if they were reversed, or pad head_dim_qk with zeros");
+  }
+
+  // Mask.
+  if (s.mask.kind == Mask::Kind::Window) {
+    if (s.mask.window_left < 0 || s.mask.window_right < 0) {
+      diags.error("SPEC0205", at("/mask"),
+                  "window sizes must be >= 0, got left = " + std::to_string(s.mask.window_left) +
+                      ", right = " + std::to_string(s.mask.window_right),
+                  "use right = 0 for causal sliding-window attention; for no limit on a side use "
+                  "mask \"causal\" or \"none\"");
+    }
+    if (s.mask.align == Mask::Align::TopLeft) {
+      diags.error("SPEC0206", at("/mask"),
+                  "window masks are always bottom-right aligned; align \"top_left\" is only for causal",
+                  "remove \"align\" from the window mask");
+    }
+  }
+
+  // Softmax scale.
+  if (s.softmax_scale && !(std::isfinite(*s.softmax_scale) && *s.softmax_scale > 0)) {
+    diags.error("SPEC0207", at("/softmax_scale"),
+                "softmax_scale = " + std::to_string(*s.softmax_scale) + " must be a finite number > 0",
+                "omit softmax_scale to use 1/sqrt(head_dim_qk)");
+  }
+
+  // FP8 descale flags.
+  if (s.dtype != DType::FP8_E4M3 && s.fp8.any()) {
+    diags.error("SPEC0208", at("/fp8"),
+                std::string("fp8 descale factors are set but dtype is ") + to_string(s.dtype),
+                "remove \"fp8\" or set \"dtype\": \"fp8_e4m3\"");
+  }
+
+  // Problem size.
+  if (s.problem) {
+    const ProblemSize& p = *s.problem;
+    if (p.batch <= 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0) {
+      diags.error("SPEC0209", at("/problem"),
+                  "problem sizes must be positive, got batch = " + std::to_string(p.batch) +
+                      ", seqlen_q = " + std::to_string(p.seqlen_q) + ", seqlen_k = " + std::to_string(p.seqlen_k),
+                  "e.g. \"problem\": {\"batch\": 4, \"seqlen\": 4096}");
+    } else {
+      // Bottom-right aligned causal/window masks leave the first rows without any key when
+      // seqlen_q > seqlen_k (row i sees keys up to i + seqlen_k - seqlen_q + right).
+      int right = s.mask.kind == Mask::Kind::Window ? s.mask.window_right : 0;
+      long empty = s.mask.kind == Mask::Kind::None || s.mask.align == Mask::Align::TopLeft
+                       ? 0
+                       : long(p.seqlen_q) - p.seqlen_k - right;
+      if (empty > 0) {
+        diags.warning("SPEC0210", at("/problem"),
+                      "seqlen_q = " + std::to_string(p.seqlen_q) + " > seqlen_k = " + std::to_string(p.seqlen_k) +
+                          " with a bottom-right aligned mask: the first " + std::to_string(empty) +
+                          " query rows see no key (their output is 0 and their lse -inf)",
+                      s.mask.kind == Mask::Kind::Causal
+                          ? "use \"align\": \"top_left\" if row 0 should see key 0"
+                          : "make seqlen_k >= seqlen_q");
+      }
+    }
+  }
+  return diags.error_count() == before;
+}
+
+}  // namespace qattn::spec
