@@ -49,6 +49,10 @@ std::optional<int64_t> eval_int(const Expr& e, const Env& env, support::DiagSink
       if (e.args.size() != 1) return std::nullopt;
       auto a = eval_int(e.args[0], env, diags);
       if (!a) return std::nullopt;
+      if (*a == std::numeric_limits<int64_t>::min()) {
+        fail(diags, e, "integer overflow", "index and shape expressions must stay within 64-bit integers");
+        return std::nullopt;
+      }
       return -*a;
     }
     case Expr::Kind::Binary: {
@@ -56,12 +60,23 @@ std::optional<int64_t> eval_int(const Expr& e, const Env& env, support::DiagSink
       auto a = eval_int(e.args[0], env, diags);
       auto b = eval_int(e.args[1], env, diags);
       if (!a || !b) return std::nullopt;
-      if (e.op == "+") return *a + *b;
-      if (e.op == "-") return *a - *b;
-      if (e.op == "*") return *a * *b;
+      int64_t r = 0;
+      bool overflow = false;
+      if (e.op == "+") overflow = __builtin_add_overflow(*a, *b, &r);
+      if (e.op == "-") overflow = __builtin_sub_overflow(*a, *b, &r);
+      if (e.op == "*") overflow = __builtin_mul_overflow(*a, *b, &r);
+      if (overflow) {
+        fail(diags, e, "integer overflow", "index and shape expressions must stay within 64-bit integers");
+        return std::nullopt;
+      }
+      if (e.op == "+" || e.op == "-" || e.op == "*") return r;
       if (e.op == "/" || e.op == "%") {
         if (*b == 0) {
           fail(diags, e, "division by zero", "check the divisor (e.g. heads_q / heads_kv needs heads_kv >= 1)");
+          return std::nullopt;
+        }
+        if (*a == std::numeric_limits<int64_t>::min() && *b == -1) {
+          fail(diags, e, "integer overflow", "index and shape expressions must stay within 64-bit integers");
           return std::nullopt;
         }
         if (e.op == "/") return floor_div(*a, *b);
@@ -84,6 +99,10 @@ std::optional<int64_t> eval_int(const Expr& e, const Env& env, support::DiagSink
         }
         if (v[1] == 0) {
           fail(diags, e, "division by zero in cdiv", "");
+          return std::nullopt;
+        }
+        if (v[0] == std::numeric_limits<int64_t>::min() || (v[1] == -1 && v[0] == std::numeric_limits<int64_t>::max())) {
+          fail(diags, e, "integer overflow in cdiv", "");
           return std::nullopt;
         }
         return -floor_div(-v[0], v[1]);

@@ -1,0 +1,365 @@
+// TL interpreter, part 1: the entry point, the program header (Dims, Consts, Grid, Kernel mask),
+// the global tensors and the problem they describe, the grid loop, and the verdict against the
+// reference (FP64: relative error; Storage: FlashAttention's rule against a naive low-precision
+// attention).
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "tl/interp_impl.h"
+#include "tl/numerics.h"
+
+namespace qattn::tl {
+namespace interp {
+namespace {
+
+const char* kGlobals[] = {"Q", "K", "V", "O", "LSE"};
+
+bool is_global_name(const std::string& n) {
+  for (const char* g : kGlobals)
+    if (n == g) return true;
+  return false;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+std::string fmt(double x) {
+  std::ostringstream os;
+  os.precision(3);
+  os << std::scientific << x;
+  return os.str();
+}
+
+}  // namespace
+
+bool Machine::error(const char* code, SrcLoc loc, std::string msg, std::string hint) {
+  diags_.error(code, loc, std::move(msg), std::move(hint));
+  return false;
+}
+
+double Machine::rnd(DType t, double x) const {
+  return cfg_.precision == Precision::Storage ? round_to(t, x) : x;
+}
+
+bool Machine::setup_header(const Program& p) {
+  bool ok = true;
+  const Stmt* kernel = nullptr;
+  for (const auto& s : p.stmts)
+    if (s.kind == Stmt::Kind::Kernel && !kernel) kernel = &s;
+  if (kernel) {
+    kernel_loc_ = kernel->loc;
+    if (!kernel->kernel.name.empty()) kernel_name_ = kernel->kernel.name;
+  }
+  // Dims, with values from the program (fixed) or the configuration.
+  std::vector<std::string> missing;
+  SrcLoc missing_loc;
+  for (const auto& s : p.stmts) {
+    if (s.kind != Stmt::Kind::Dim) continue;
+    for (const auto& it : s.dim.items) {
+      if (header_env_.ints.count(it.name)) continue;  // declared twice: the checker reports it
+      auto given = cfg_.dims.find(it.name);
+      int64_t v = 0;
+      if (it.value) {
+        auto fixed = eval_int(*it.value, header_env_, &diags_);
+        if (!fixed) { ok = false; continue; }
+        v = *fixed;
+        if (given != cfg_.dims.end() && given->second != v) {
+          ok = error("TL0904", it.loc,
+                     "Dim " + it.name + " is fixed to " + std::to_string(v) + " but the run gives " +
+                         std::to_string(given->second),
+                     "leave " + it.name + " out of --dims or give it the value " + std::to_string(v));
+          continue;
+        }
+      } else if (given != cfg_.dims.end()) {
+        v = given->second;
+      } else {
+        if (missing.empty()) missing_loc = it.loc;
+        missing.push_back(it.name);
+        continue;
+      }
+      if (v < 0 || v > (int64_t(1) << 30)) {
+        ok = error("TL0904", it.loc, "Dim " + it.name + " = " + std::to_string(v) + " is out of range",
+                   "problem dimensions are between 0 and 2^30");
+        continue;
+      }
+      header_env_.ints[it.name] = v;
+    }
+  }
+  if (!missing.empty()) {
+    std::string names, example;
+    for (const auto& m : missing) {
+      names += (names.empty() ? "" : ", ") + m;
+      example += (example.empty() ? "" : ",") + m + "=VALUE";
+    }
+    ok = error("TL0904", missing_loc, "no value for Dim " + names, "give the problem sizes with --dims " + example);
+  }
+  for (const auto& [name, v] : cfg_.dims) {
+    bool declared = false;
+    for (const auto& s : p.stmts)
+      if (s.kind == Stmt::Kind::Dim)
+        for (const auto& it : s.dim.items) declared = declared || it.name == name;
+    if (!declared)
+      ok = error("TL0904", {}, "the run gives '" + name + "', which the program does not declare as a Dim",
+                 "remove it from --dims or check its spelling");
+  }
+  if (!ok) return false;
+  // Consts in source order.
+  for (const auto& s : p.stmts) {
+    if (s.kind != Stmt::Kind::Const) continue;
+    for (const auto& it : s.cnst.items) {
+      auto v = eval_int(it.value, header_env_, &diags_);
+      if (!v) return false;
+      header_env_.ints[it.name] = *v;
+    }
+  }
+  // Grid extents.
+  for (const auto& s : p.stmts) {
+    if (s.kind != Stmt::Kind::Grid) continue;
+    for (const auto& it : s.grid.items) {
+      auto v = eval_int(it.extent, header_env_, &diags_);
+      if (!v) return false;
+      if (*v < 0) return error("TL0901", it.loc, "Grid " + it.var + " has a negative extent " + std::to_string(*v));
+      grid_.push_back({it.var, *v});
+    }
+  }
+  // The kernel's mask: the reference's contract.
+  if (kernel) {
+    const MaskSpec& m = kernel->kernel.mask;
+    switch (m.kind) {
+      case MaskSpec::Kind::None:
+      case MaskSpec::Kind::Bounds: prob_.mask = spec::MaskKind::None; break;
+      case MaskSpec::Kind::Causal: prob_.mask = spec::MaskKind::Causal; break;
+      case MaskSpec::Kind::CausalTopLeft: prob_.mask = spec::MaskKind::CausalTopLeft; break;
+      case MaskSpec::Kind::Window: {
+        prob_.mask = spec::MaskKind::Window;
+        auto l = eval_int(m.left, header_env_, &diags_);
+        auto r = eval_int(m.right, header_env_, &diags_);
+        if (!l || !r) return false;
+        if (*l < -(int64_t(1) << 31) || *l > (int64_t(1) << 31) || *r < -(int64_t(1) << 31) || *r > (int64_t(1) << 31))
+          return error("TL0901", m.loc.line ? m.loc : kernel->loc, "window bound out of range");
+        prob_.window_left = *l;
+        prob_.window_right = *r;
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+bool Machine::setup_globals(const Program& p) {
+  for (const auto& s : p.stmts) {
+    if (s.kind != Stmt::Kind::Allocate || s.alloc.space != Space::Global) continue;
+    const auto& a = s.alloc;
+    if (!is_global_name(a.name))
+      return error("TL0901", s.loc, "unknown global tensor '" + a.name + "'",
+                   "the kernel's arguments are Q, K, V, O and LSE");
+    if (globals_.count(a.name)) continue;  // duplicate: the checker reports it
+    Global g;
+    g.name = a.name;
+    g.loc = s.loc;
+    g.output = a.name == "O" || a.name == "LSE";
+    g.dtype = a.dtype.value_or(a.name == "LSE" ? DType::F32 : DType::F16);
+    size_t rank = a.name == "LSE" ? 1 : 2;
+    if (a.shape.size() != rank)
+      return error("TL0901", s.loc,
+                   "global " + a.name + " must have " + (rank == 1 ? "1 dimension (seqlen_q)" : "2 dimensions (rows, cols)") +
+                       ", found " + std::to_string(a.shape.size()));
+    for (const auto& e : a.shape) {
+      auto v = eval_int(e, header_env_, &diags_);
+      if (!v) return false;
+      if (*v < 1 || *v > (int64_t(1) << 30))
+        return error("TL0901", e.loc, "global " + a.name + " has a dimension of size " + std::to_string(*v));
+      g.view.push_back(*v);
+    }
+    globals_[a.name] = std::move(g);
+  }
+  for (const char* n : {"Q", "K", "V", "O"})
+    if (!globals_.count(n))
+      return error("TL0901", kernel_loc_, std::string("the program does not allocate ") + n + " in global",
+                   "the kernel's arguments Q, K, V and O are declared with `Allocate NAME in global (rows, cols) DTYPE with offset [b, h]`");
+  Global &q = globals_["Q"], &k = globals_["K"], &v = globals_["V"], &o = globals_["O"];
+  auto get = [&](const char* n, int64_t dflt) {
+    auto it = header_env_.ints.find(n);
+    return it == header_env_.ints.end() ? dflt : it->second;
+  };
+  prob_.batch = get("batch", 1);
+  prob_.heads_q = get("heads_q", get("heads", 1));
+  prob_.heads_kv = get("heads_kv", prob_.heads_q);
+  prob_.seqlen_q = q.view[0];
+  prob_.d_qk = q.view[1];
+  prob_.seqlen_k = k.view[0];
+  prob_.d_v = v.view[1];
+  auto mismatch = [&](const Global& g, const std::vector<int64_t>& want, const char* what) {
+    return error("TL0901", g.loc,
+                 "global " + g.name + " is " + shape_str(g.view) + " but " + what + " make it " + shape_str(want),
+                 "Q (seqlen_q, d_qk), K (seqlen_k, d_qk), V (seqlen_k, d_v), O (seqlen_q, d_v), LSE (seqlen_q)");
+  };
+  if (k.view[1] != prob_.d_qk) return mismatch(k, {prob_.seqlen_k, prob_.d_qk}, "Q's columns");
+  if (v.view[0] != prob_.seqlen_k) return mismatch(v, {prob_.seqlen_k, prob_.d_v}, "K's rows");
+  if (o.view != std::vector<int64_t>{prob_.seqlen_q, prob_.d_v}) return mismatch(o, {prob_.seqlen_q, prob_.d_v}, "Q's rows and V's columns");
+  if (auto it = globals_.find("LSE"); it != globals_.end() && it->second.view[0] != prob_.seqlen_q)
+    return mismatch(it->second, {prob_.seqlen_q}, "Q's rows");
+  prob_.softmax_scale = cfg_.softmax_scale.value_or(1.0 / std::sqrt(double(prob_.d_qk)));
+  if (auto why = spec::validate(prob_); !why.empty()) return error("TL0901", kernel_loc_, "bad problem: " + why);
+  if (prob_.flops_madd() > kMaxReferenceMadds)
+    return error("TL0902", kernel_loc_,
+                 "problem too large for the interpreter: " + fmt(prob_.flops_madd()) + " multiply-adds (limit " +
+                     fmt(kMaxReferenceMadds) + ")",
+                 "run with smaller --dims (the interpreter checks the algorithm; small ragged sizes suffice)");
+  double total = 0;
+  for (auto& [name, g] : globals_) {
+    g.heads = (name == "K" || name == "V") ? prob_.heads_kv : prob_.heads_q;
+    total += double(prob_.batch) * double(g.heads) * double(g.view_elems());
+  }
+  if (total > double(kMaxGlobalElems))
+    return error("TL0902", kernel_loc_, "problem too large for the interpreter: " + fmt(total) + " tensor elements",
+                 "run with smaller --dims");
+  env_.scalars["softmax_scale"] = prob_.softmax_scale;
+  return true;
+}
+
+void Machine::make_inputs() {
+  auto in = spec::random_inputs(prob_, cfg_.seed);
+  std::vector<double>* src[] = {&in.q, &in.k, &in.v};
+  const char* names[] = {"Q", "K", "V"};
+  for (int i = 0; i < 3; ++i) {
+    Global& g = globals_[names[i]];
+    g.data = std::move(*src[i]);
+    for (double& x : g.data) x = rnd(g.dtype, x);
+  }
+  for (auto& [name, g] : globals_) {
+    if (!g.output) continue;
+    size_t n = size_t(prob_.batch * g.heads * g.view_elems());
+    g.data.assign(n, std::numeric_limits<double>::quiet_NaN());  // poison
+    g.written.assign(n, 0);
+  }
+}
+
+bool Machine::setup(const Program& p) {
+  if (!setup_header(p)) return false;
+  if (!setup_globals(p)) return false;
+  make_inputs();
+  return true;
+}
+
+bool Machine::run_grid(const Program& p) {
+  std::vector<int64_t> idx(grid_.size(), 0);
+  for (const auto& g : grid_)
+    if (g.extent == 0) return true;  // an empty grid launches nothing
+  Env base = header_env_;
+  base.scalars = env_.scalars;
+  while (true) {
+    slots_.clear();
+    frames_.clear();
+    env_ = base;
+    for (size_t i = 0; i < grid_.size(); ++i) env_.ints[grid_[i].name] = idx[i];
+    if (!count(kStmtCost, kernel_loc_)) return false;
+    if (!exec_block(p.stmts, true)) return false;
+    ++blocks_;
+    size_t d = 0;
+    for (; d < idx.size(); ++d) {
+      if (++idx[d] < grid_[d].extent) break;
+      idx[d] = 0;
+    }
+    if (d == idx.size()) return true;
+  }
+}
+
+RunResult Machine::verdict(const Program& p) {
+  RunResult r;
+  r.ran = true;
+  r.blocks = blocks_;
+  const Global& q = globals_["Q"];
+  const Global& k = globals_["K"];
+  const Global& v = globals_["V"];
+  const Global& o = globals_["O"];
+  const Global* lse = globals_.count("LSE") ? &globals_["LSE"] : nullptr;
+  auto ref = spec::reference_attention(prob_, q.data, k.data, v.data);
+  // Written elements only; the rest are counted.
+  auto pick = [&](const Global& g, const std::vector<double>& want, std::vector<double>& got_w, std::vector<double>& want_w) {
+    for (size_t i = 0; i < g.data.size(); ++i) {
+      if (!g.written[i]) { ++r.unwritten; continue; }
+      got_w.push_back(g.data[i]);
+      want_w.push_back(want[i]);
+    }
+  };
+  std::vector<double> og, orf, lg, lrf;
+  pick(o, ref.o, og, orf);
+  r.max_abs_err = spec::max_abs_diff(og, orf);
+  r.rel_err = spec::rel_frobenius(og, orf);
+  if (lse) {
+    pick(*lse, ref.lse, lg, lrf);
+    r.lse_max_abs_err = spec::max_abs_diff(lg, lrf);
+  }
+  std::ostringstream sum;
+  sum << kernel_name_ << ": batch=" << prob_.batch << " heads_q=" << prob_.heads_q << " heads_kv=" << prob_.heads_kv
+      << " seqlen_q=" << prob_.seqlen_q << " seqlen_k=" << prob_.seqlen_k << " d_qk=" << prob_.d_qk << " d_v=" << prob_.d_v
+      << " mask=" << spec::to_string(prob_.mask);
+  if (prob_.mask == spec::MaskKind::Window) sum << "(" << prob_.window_left << ", " << prob_.window_right << ")";
+  sum << " scale=" << prob_.softmax_scale << " seed=" << cfg_.seed << " blocks=" << blocks_ << "\n";
+  bool ok_o, ok_lse = true;
+  if (cfg_.precision == Precision::FP64) {
+    r.tolerance = 1e-6;
+    r.lse_tolerance = 1e-6;
+    ok_o = r.rel_err <= r.tolerance;
+    if (lse) ok_lse = r.lse_max_abs_err <= r.lse_tolerance;
+    sum << "precision fp64: O rel_err=" << fmt(r.rel_err) << " (max_abs_err=" << fmt(r.max_abs_err)
+        << "), bound " << fmt(r.tolerance);
+  } else {
+    // FlashAttention's rule: within twice the error of a naive attention in the same precision.
+    DType pd = v.dtype, od = o.dtype;
+    auto naive = spec::naive_attention_lowp(
+        prob_, q.data, k.data, v.data, [pd](double x) { return round_to(pd, x); },
+        [od](double x) { return round_to(od, x); });
+    double naive_err = spec::max_abs_diff(naive.o, ref.o);
+    bool fp8 = pd == DType::F8E4M3 || pd == DType::F8E5M2 || od == DType::F8E4M3 || od == DType::F8E5M2;
+    double atol = fp8 ? 1e-3 : 1e-5;
+    r.tolerance = 2 * naive_err + atol;
+    ok_o = r.max_abs_err <= r.tolerance;
+    if (lse) {
+      r.lse_tolerance = 2 * spec::max_abs_diff(naive.lse, ref.lse) + 1e-5;
+      ok_lse = r.lse_max_abs_err <= r.lse_tolerance;
+    }
+    sum << "precision storage (P " << to_string(pd) << ", O " << to_string(od) << "): O max_abs_err="
+        << fmt(r.max_abs_err) << " (rel_err=" << fmt(r.rel_err) << "), bound " << fmt(r.tolerance) << " = 2 * naive "
+        << fmt(naive_err) << " + " << fmt(atol);
+  }
+  if (lse) sum << "; LSE max_abs_err=" << fmt(r.lse_max_abs_err) << ", bound " << fmt(r.lse_tolerance);
+  if (r.unwritten) sum << "; " << r.unwritten << " output elements never written";
+  r.passed = ok_o && ok_lse && r.unwritten == 0;
+  r.summary = sum.str();
+  if (!r.passed) {
+    std::string why;
+    if (r.unwritten) why = std::to_string(r.unwritten) + " output elements were never written";
+    if (!ok_o)
+      why += (why.empty() ? "" : "; ") + std::string("O differs from the reference: ") +
+             (cfg_.precision == Precision::FP64 ? "rel_err " + fmt(r.rel_err) : "max_abs_err " + fmt(r.max_abs_err)) +
+             " > " + fmt(r.tolerance);
+    if (!ok_lse)
+      why += (why.empty() ? "" : "; ") + std::string("LSE differs from the reference: max_abs_err ") +
+             fmt(r.lse_max_abs_err) + " > " + fmt(r.lse_tolerance);
+    diags_.error("TL0801", kernel_loc_, why,
+                 r.unwritten ? "every element of O (and LSE) must be copied to global by some block: check the "
+                               "Grid extents and the final Copy"
+                             : "run with --precision fp64 to separate algorithm bugs from precision loss");
+  }
+  return r;
+}
+
+}  // namespace interp
+
+RunResult run(const Program& p, const RunConfig& cfg, support::DiagSink& diags) {
+  interp::Machine m(cfg, diags);
+  RunResult r;
+  if (!m.setup(p) || !m.run_grid(p)) {
+    r.summary = "not run: see the diagnostics";
+    return r;
+  }
+  return m.verdict(p);
+}
+
+}  // namespace qattn::tl

@@ -1,0 +1,289 @@
+// TL interpreter, part 3: the Compute statement. Every op computes its values in fp64 and stores
+// them through store_result, which rounds to the destination's dtype in Storage mode.
+// -inf rules (docs/tl.md): -inf - -inf = -inf and -inf + inf = -inf, so a masked value stays
+// masked; Max and RowMax propagate NaN (an uninitialised register poisons what reads it).
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "tl/interp_impl.h"
+
+namespace qattn::tl::interp {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+double nan_max(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return kNaN;
+  return a > b ? a : b;
+}
+double plus(double a, double b) { return a + b; }
+
+enum class Bin { Add, Sub, Mul, Div, Max };
+
+double apply(Bin op, double a, double b) {
+  switch (op) {
+    case Bin::Add:
+      if (std::isinf(a) && std::isinf(b) && a != b) return -kInf;  // -inf + inf = -inf
+      return a + b;
+    case Bin::Sub:
+      if (a == -kInf && b == -kInf) return -kInf;  // -inf - -inf = -inf
+      return a - b;
+    case Bin::Mul: return a * b;
+    case Bin::Div: return a / b;
+    case Bin::Max: return nan_max(a, b);
+  }
+  return kNaN;
+}
+
+}  // namespace
+
+bool Machine::store_result(const Stmt& s, Buffer* x, const std::vector<int64_t>& shape, std::vector<double> vals,
+                           double (*acc)(double, double)) {
+  const auto& c = s.compute;
+  SrcLoc tloc = c.target_loc.line ? c.target_loc : s.loc;
+  switch (c.result) {
+    case ComputeStmt::Result::InPlace: {
+      if (!x || x->shape != shape)
+        return error("TL0901", s.loc, c.op + " has no in-place form here",
+                     "write `and get NAME` (or `and accumulate NAME`) to name the result");
+      for (size_t i = 0; i < vals.size(); ++i) x->data[i] = rnd(x->dtype, vals[i]);
+      return true;
+    }
+    case ComputeStmt::Result::Get: {
+      if (c.target.empty()) return error("TL0901", s.loc, "`and get` without a name");
+      Buffer b;
+      b.shape = shape;
+      b.dtype = c.target_dtype.value_or(DType::F32);  // `and get P16 fp16`
+      for (double& v : vals) v = rnd(b.dtype, v);
+      b.data = std::move(vals);
+      bind_buffer(c.target, kRegister, std::move(b));
+      return true;
+    }
+    case ComputeStmt::Result::Accumulate: {
+      if (!acc)
+        return error("TL0903", s.loc, "`and accumulate` is not defined for " + c.op,
+                     "accumulate works with GEMM (+=), RowSum (+=) and RowMax (max)");
+      auto it = slots_.find(c.target);
+      if (it == slots_.end() || !it->second.buf[kRegister])
+        return error("TL0901", tloc, "accumulator '" + c.target + "' has no register buffer here",
+                     "allocate it in register (with init) before accumulating into it");
+      Buffer& t = *it->second.buf[kRegister];
+      if (t.shape != shape)
+        return error("TL0901", tloc,
+                     "accumulator '" + c.target + "' is " + shape_str(t.shape) + " but " + c.op + " produces " + shape_str(shape));
+      for (size_t i = 0; i < vals.size(); ++i) t.data[i] = rnd(t.dtype, acc(t.data[i], vals[i]));
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Machine::exec_compute(const Stmt& s) {
+  const auto& op = s.compute.op;
+  for (size_t i = 0; i < s.compute.operands.size(); ++i)
+    if (s.compute.operands[i].transposed && op != "GEMM")
+      return error("TL0901", s.compute.operands[i].loc.line ? s.compute.operands[i].loc : s.loc,
+                   "^T on an operand of " + op, "^T is only meaningful on GEMM operands");
+  if (op == "GEMM") return compute_gemm(s);
+  if (op == "Add" || op == "Subtract" || op == "Multiply" || op == "Divide" || op == "Max") return compute_binary(s);
+  if (op == "Exp" || op == "Exp2" || op == "Log" || op == "Log2" || op == "Convert") return compute_unary(s);
+  if (op == "RowMax" || op == "RowSum") return compute_reduce(s);
+  if (op == "Rescale" || op == "Normalize") return compute_rowwise(s);
+  if (op == "Mask") return compute_mask(s);
+  return error("TL0903", s.loc, "unknown Compute op '" + op + "'");
+}
+
+
+bool Machine::compute_gemm(const Stmt& s) {
+  const auto& c = s.compute;
+  if (c.operands.size() != 2) return error("TL0901", s.loc, "GEMM takes 2 operands, found " + std::to_string(c.operands.size()));
+  Buffer* a = operand_tensor(c.operands[0], s, "the first operand");
+  if (!a) return false;
+  Buffer* b = operand_tensor(c.operands[1], s, "the second operand");
+  if (!b) return false;
+  if (a->shape.size() != 2 || b->shape.size() != 2)
+    return error("TL0901", s.loc, "GEMM operands must be 2-D tiles, found " + shape_str(a->shape) + " and " + shape_str(b->shape));
+  bool ta = c.operands[0].transposed, tb = c.operands[1].transposed;
+  int64_t m = ta ? a->cols() : a->rows(), ka = ta ? a->rows() : a->cols();
+  int64_t kb = tb ? b->cols() : b->rows(), n = tb ? b->rows() : b->cols();
+  if (ka != kb) {
+    auto nm = [&](int i) { return c.operands[i].expr.name + (c.operands[i].transposed ? "^T" : ""); };
+    return error("TL0901", s.loc,
+                 "GEMM operand shapes disagree: " + nm(0) + " is (" + std::to_string(m) + ", " + std::to_string(ka) + ") and " +
+                     nm(1) + " is (" + std::to_string(kb) + ", " + std::to_string(n) + ")",
+                 "the inner dimensions must agree; transposes are written explicitly (Q, K^T)");
+  }
+  if (c.result == ComputeStmt::Result::InPlace)
+    return error("TL0901", s.loc, "GEMM needs `and get C` or `and accumulate C`");
+  if (!count(double(m) * double(n) * double(ka), s.loc)) return false;
+  std::vector<double> vals(size_t(m * n), 0.0);
+  const double* ad = a->data.data();
+  const double* bd = b->data.data();
+  int64_t ac = a->cols(), bc = b->cols();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t t = 0; t < ka; ++t) {
+      double av = ta ? ad[t * ac + i] : ad[i * ac + t];
+      double* row = vals.data() + i * n;
+      if (tb) {
+        for (int64_t j = 0; j < n; ++j) row[j] += av * bd[j * bc + t];
+      } else {
+        const double* brow = bd + t * bc;
+        for (int64_t j = 0; j < n; ++j) row[j] += av * brow[j];
+      }
+    }
+  return store_result(s, nullptr, {m, n}, std::move(vals), plus);
+}
+
+bool Machine::compute_binary(const Stmt& s) {
+  const auto& c = s.compute;
+  if (c.operands.size() != 2)
+    return error("TL0901", s.loc, c.op + " takes 2 operands, found " + std::to_string(c.operands.size()));
+  Bin op = c.op == "Add" ? Bin::Add : c.op == "Subtract" ? Bin::Sub : c.op == "Multiply" ? Bin::Mul
+         : c.op == "Divide" ? Bin::Div : Bin::Max;
+  Buffer* x = operand_tensor(c.operands[0], s, "the first operand");
+  if (!x) return false;
+  std::vector<double> vals(x->data.size());
+  if (!count(double(vals.size()), s.loc)) return false;
+  if (is_tensor(c.operands[1])) {
+    Buffer* y = tensor(c.operands[1].expr.name);
+    if (y->shape == x->shape) {
+      for (size_t i = 0; i < vals.size(); ++i) vals[i] = apply(op, x->data[i], y->data[i]);
+    } else if (x->shape.size() == 2 && y->shape.size() == 1 && y->shape[0] == x->rows()) {
+      int64_t cols = x->cols();
+      for (size_t i = 0; i < vals.size(); ++i) vals[i] = apply(op, x->data[i], y->data[i / size_t(cols)]);
+    } else {
+      return error("TL0901", s.loc,
+                   c.op + " shapes disagree: " + c.operands[0].expr.name + " is " + shape_str(x->shape) + " and " +
+                       c.operands[1].expr.name + " is " + shape_str(y->shape),
+                   "the second operand must have the first's shape, be a row vector with one value per row, or be a scalar");
+    }
+  } else {
+    auto y = ev_scalar(c.operands[1].expr);
+    if (!y) return false;
+    for (size_t i = 0; i < vals.size(); ++i) vals[i] = apply(op, x->data[i], *y);
+  }
+  return store_result(s, x, x->shape, std::move(vals), nullptr);
+}
+
+bool Machine::compute_unary(const Stmt& s) {
+  const auto& c = s.compute;
+  if (c.operands.size() != 1)
+    return error("TL0901", s.loc, c.op + " takes 1 operand, found " + std::to_string(c.operands.size()));
+  Buffer* x = operand_tensor(c.operands[0], s, "the operand");
+  if (!x) return false;
+  if (!count(double(x->data.size()), s.loc)) return false;
+  std::vector<double> vals(x->data);
+  if (c.op == "Exp") for (double& v : vals) v = std::exp(v);
+  else if (c.op == "Exp2") for (double& v : vals) v = std::exp2(v);
+  else if (c.op == "Log") for (double& v : vals) v = std::log(v);
+  else if (c.op == "Log2") for (double& v : vals) v = std::log2(v);
+  // Convert: the values are unchanged; the store rounds them to the destination's dtype.
+  return store_result(s, x, x->shape, std::move(vals), nullptr);
+}
+
+bool Machine::compute_reduce(const Stmt& s) {
+  const auto& c = s.compute;
+  if (c.operands.size() != 1)
+    return error("TL0901", s.loc, c.op + " takes 1 operand, found " + std::to_string(c.operands.size()));
+  Buffer* x = operand_tensor(c.operands[0], s, "the operand");
+  if (!x) return false;
+  if (x->shape.size() != 2)
+    return error("TL0901", s.loc, c.op + " reduces the rows of a 2-D tile; '" + c.operands[0].expr.name + "' is " + shape_str(x->shape));
+  if (c.result == ComputeStmt::Result::InPlace)
+    return error("TL0901", s.loc, c.op + " needs `and get NAME` or `and accumulate NAME`");
+  if (!count(double(x->data.size()), s.loc)) return false;
+  bool is_max = c.op == "RowMax";
+  int64_t rows = x->rows(), cols = x->cols();
+  std::vector<double> vals(size_t(rows), is_max ? -kInf : 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      double v = x->data[size_t(i * cols + j)];
+      vals[i] = is_max ? nan_max(vals[i], v) : vals[i] + v;
+    }
+  return store_result(s, nullptr, {rows}, std::move(vals), is_max ? nan_max : plus);
+}
+
+bool Machine::compute_rowwise(const Stmt& s) {
+  const auto& c = s.compute;
+  if (c.operands.size() != 2)
+    return error("TL0901", s.loc, c.op + " takes 2 operands, found " + std::to_string(c.operands.size()));
+  Buffer* x = operand_tensor(c.operands[0], s, "the first operand");
+  if (!x) return false;
+  int64_t rows = x->rows(), cols = x->cols();
+  std::vector<double> f(static_cast<size_t>(rows));  // per-row factor (Rescale) or divisor (Normalize)
+  if (is_tensor(c.operands[1])) {
+    Buffer* a = tensor(c.operands[1].expr.name);
+    if (a->shape != std::vector<int64_t>{rows})
+      return error("TL0901", s.loc,
+                   c.op + " needs a row vector of " + std::to_string(rows) + " values; '" + c.operands[1].expr.name +
+                       "' is " + shape_str(a->shape));
+    f = a->data;
+  } else {
+    auto v = ev_scalar(c.operands[1].expr);
+    if (!v) return false;
+    f.assign(size_t(rows), *v);
+  }
+  if (!count(double(x->data.size()), s.loc)) return false;
+  bool norm = c.op == "Normalize";
+  std::vector<double> vals(x->data.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      size_t k = size_t(i * cols + j);
+      if (norm) vals[k] = f[i] == 0 ? 0.0 : x->data[k] / f[i];  // l = 0: every key masked, row 0
+      else vals[k] = x->data[k] * f[i];
+    }
+  return store_result(s, x, x->shape, std::move(vals), nullptr);
+}
+
+bool Machine::compute_mask(const Stmt& s) {
+  const auto& c = s.compute;
+  if (c.operands.size() != 1)
+    return error("TL0901", s.loc, "Mask takes 1 operand (the score tile), found " + std::to_string(c.operands.size()));
+  Buffer* x = operand_tensor(c.operands[0], s, "the operand");
+  if (!x) return false;
+  if (x->shape.size() != 2)
+    return error("TL0901", s.loc, "Mask needs a 2-D score tile; '" + c.operands[0].expr.name + "' is " + shape_str(x->shape));
+  if (c.at.size() != 2)
+    return error("TL0901", s.loc, "Mask needs the tile coordinate of the scores: `at [row_tile, col_tile]`");
+  auto r = ev_int(c.at[0]);
+  auto k = ev_int(c.at[1]);
+  if (!r || !k) return false;
+  const int64_t lim = int64_t(1) << 31;
+  if (*r < -lim || *r > lim || *k < -lim || *k > lim)
+    return error("TL0901", s.loc, "Mask tile coordinate out of range");
+  spec::AttentionProblem mp = prob_;
+  switch (c.mask.kind) {
+    case MaskSpec::Kind::None:
+    case MaskSpec::Kind::Bounds: mp.mask = spec::MaskKind::None; break;
+    case MaskSpec::Kind::Causal: mp.mask = spec::MaskKind::Causal; break;
+    case MaskSpec::Kind::CausalTopLeft: mp.mask = spec::MaskKind::CausalTopLeft; break;
+    case MaskSpec::Kind::Window: {
+      mp.mask = spec::MaskKind::Window;
+      auto wl = ev_int(c.mask.left);
+      auto wr = ev_int(c.mask.right);
+      if (!wl || !wr) return false;
+      if (std::llabs(*wl) > lim || std::llabs(*wr) > lim) return error("TL0901", s.loc, "window bound out of range");
+      mp.window_left = *wl;
+      mp.window_right = *wr;
+      break;
+    }
+  }
+  if (!count(double(x->data.size()), s.loc)) return false;
+  int64_t rows = x->rows(), cols = x->cols();
+  int64_t q0 = *r * rows, k0 = *k * cols;
+  std::vector<double> vals(x->data);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      if (!mp.visible(q0 + i, k0 + j)) vals[size_t(i * cols + j)] = -kInf;  // visible() includes bounds
+  return store_result(s, x, x->shape, std::move(vals), nullptr);
+}
+
+}  // namespace qattn::tl::interp

@@ -1,0 +1,125 @@
+// Internal state of the TL interpreter (not part of the public API): buffers, global tensors,
+// scopes and the Machine that executes statements. Split over interp.cc (setup, grid, verdict),
+// interp_exec.cc (Allocate, Copy, Let, for) and interp_compute.cc (Compute).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "spec/reference.h"
+#include "support/diag.h"
+#include "tl/ast.h"
+#include "tl/eval.h"
+#include "tl/interp.h"
+
+namespace qattn::tl::interp {
+
+// A shared or register buffer: a 1-D or 2-D array of values already rounded to dtype.
+struct Buffer {
+  std::vector<int64_t> shape;
+  DType dtype = DType::F32;
+  std::vector<double> data;
+  int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
+  int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
+};
+
+// One kernel argument (Q, K, V, O, LSE), all (batch, head) matrices.
+struct Global {
+  std::string name;
+  DType dtype = DType::F32;
+  bool output = false;
+  int64_t heads = 1;                // heads_q or heads_kv
+  std::vector<int64_t> view;        // one (batch, head) matrix: (rows, cols) or (rows)
+  std::vector<double> data;         // (batch, heads, view...)
+  std::vector<uint8_t> written;     // outputs only
+  SrcLoc loc;                       // its Allocate
+  int64_t view_elems() const { return view.size() == 2 ? view[0] * view[1] : view[0]; }
+};
+
+// This block's view of a Global: the element offset of its (batch, head) matrix.
+struct View {
+  Global* g = nullptr;
+  int64_t base = 0;
+};
+
+constexpr int kShared = 0, kRegister = 1;
+
+// The buffers of one tensor name.
+struct Slot {
+  std::optional<View> global;
+  std::array<std::optional<Buffer>, 2> buf;  // kShared, kRegister
+};
+
+// Undo log of one loop-body iteration: names (re)bound in the body are restored at its end.
+struct Frame {
+  struct IntUndo { std::string name; std::optional<int64_t> old; };
+  struct BufUndo { std::string name; int level; std::optional<Buffer> old; };
+  std::vector<IntUndo> ints;
+  std::vector<BufUndo> bufs;
+  std::set<std::pair<std::string, int>> recorded;
+};
+
+class Machine {
+ public:
+  Machine(const RunConfig& cfg, support::DiagSink& diags) : cfg_(cfg), diags_(diags) {}
+  bool setup(const Program& p);          // header, problem, global tensors, inputs
+  bool run_grid(const Program& p);       // every grid point
+  RunResult verdict(const Program& p);   // compare with the reference
+
+ private:
+  // ---- interp.cc ----
+  bool setup_header(const Program& p);
+  bool setup_globals(const Program& p);
+  void make_inputs();
+  // ---- interp_exec.cc ----
+  bool exec_block(const std::vector<Stmt>& body, bool top);
+  bool exec_let(const Stmt& s);
+  bool exec_allocate(const Stmt& s);
+  bool exec_copy(const Stmt& s);
+  bool exec_reshape(const Stmt& s);
+  bool exec_for(const Stmt& s);
+  void bind_int(const std::string& name, int64_t v);
+  void bind_buffer(const std::string& name, int level, Buffer b);
+  bool count(double work, SrcLoc loc);  // adds to the work budget; false (TL0902) when exceeded
+  // ---- interp_compute.cc ----
+  bool exec_compute(const Stmt& s);
+  bool compute_gemm(const Stmt& s);
+  bool compute_binary(const Stmt& s);
+  bool compute_unary(const Stmt& s);
+  bool compute_reduce(const Stmt& s);
+  bool compute_rowwise(const Stmt& s);  // Rescale, Normalize
+  bool compute_mask(const Stmt& s);
+  // Stores `vals` (shape `shape`) as the result of s: in place into x, into a new register tensor
+  // (and get), or added/maxed into an existing one (and accumulate, `acc` combines old and new).
+  bool store_result(const Stmt& s, Buffer* x, const std::vector<int64_t>& shape, std::vector<double> vals,
+                    double (*acc)(double, double));
+  // ---- helpers ----
+  Buffer* tensor(const std::string& name);            // register, else shared; nullptr if none
+  Buffer* operand_tensor(const Operand& o, const Stmt& s, const char* what);  // reports TL0901
+  bool is_tensor(const Operand& o);
+  std::optional<int64_t> ev_int(const Expr& e);
+  std::optional<double> ev_scalar(const Expr& e);
+  double rnd(DType t, double x) const;
+  bool error(const char* code, SrcLoc loc, std::string msg, std::string hint = {});
+
+  const RunConfig& cfg_;
+  support::DiagSink& diags_;
+  Env env_;                   // header names + this block's grid, let and loop variables
+  Env header_env_;            // dims and consts only
+  spec::AttentionProblem prob_;
+  struct GridVar { std::string name; int64_t extent; };
+  std::vector<GridVar> grid_;
+  std::map<std::string, Global> globals_;
+  std::map<std::string, Slot> slots_;
+  std::vector<Frame> frames_;
+  double work_ = 0;
+  int64_t blocks_ = 0;
+  SrcLoc kernel_loc_;
+  std::string kernel_name_ = "kernel";
+};
+
+}  // namespace qattn::tl::interp
