@@ -1,0 +1,184 @@
+// Internals of the TL checker shared by checker.cc (driver, scopes, names, data flow, loops, header
+// statements, whole-program facts), checker_memory.cc (Allocate, Copy), checker_shapes.cc (Compute:
+// GEMM / element-wise / reductions / Mask, Reshape, layouts), checker_ranges.cc (abstract execution
+// over sample dims: TL0601-TL0604) and checker_util.cc (formatting, Reporter).
+// Not part of the public API; see checker.h.
+#pragma once
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "support/diag.h"
+#include "tl/ast.h"
+#include "tl/checker.h"
+
+namespace qattn::tl::detail {
+
+std::string fmt_expr(const Expr& e);
+std::string fmt_shape(const std::vector<Expr>& s);  // "(BM, d)"
+bool same_shape(const std::vector<Expr>& a, const std::vector<Expr>& b);
+const char* layout_name(Layout l);  // "MMA_C", "MMA_A", "operand", "unknown"
+bool is_builtin_scalar(const std::string& n);  // softmax_scale, log2e, ln2, inf
+size_t edit_distance(const std::string& a, const std::string& b);
+std::string line_of(SrcLoc l);
+std::string example_global(const std::string& name);  // "Allocate K in global (seqlen_k, d) ..."
+int space_index(Space s);           // 0 global, 1 shared, 2 register
+SrcLoc pick(SrcLoc a, SrcLoc b);    // a when it has a line, else b
+
+// Forwards errors to a DiagSink, reporting each (code, line, col) once: loop bodies may be walked
+// twice and the range analysis runs the same statement many times.
+class Reporter {
+ public:
+  explicit Reporter(support::DiagSink& d) : d_(d) {}
+  // Structural errors are deduplicated by (code, location, message); with by_location (the range
+  // pass, whose messages name the sample) by (code, location) only.
+  void error(const std::string& code, SrcLoc loc, const std::string& msg, const std::string& hint,
+             bool by_location = false);
+  int errors() const { return count_; }
+
+ private:
+  support::DiagSink& d_;
+  std::set<std::tuple<std::string, int, int, std::string>> seen_;
+  int count_ = 0;
+};
+
+enum class SymKind { Dim, Const, Grid, Let, LoopVar, Tensor };
+const char* sym_kind_name(SymKind k);
+
+// Which names an integer expression may use.
+enum class Ctx {
+  Static,  // Dims and Consts only (shapes, Const/Dim values, Grid extents, Kernel mask)
+  Index,   // any integer name (coordinates, offsets, loop bounds, Let values, Mask at)
+  Scalar,  // integer names, numbers and builtin scalars (Compute scalar operands, init)
+};
+
+struct Buffer {
+  bool exists = false;
+  std::vector<Expr> shape;
+  std::optional<DType> dtype;  // nullopt: not written in the program (documented defaults apply)
+  SrcLoc decl;
+  int frame = 0;                 // scope frame that owns it
+  int loop_depth = 0;            // loop nesting depth at its declaration
+  bool by_allocate = false;      // Allocate (vs `and get`)
+  bool defined = false;          // must-be-written (init, Copy, get, ...)
+  bool written_since_decl = false;  // fully written after its Allocate (init does not count)
+  bool carried_reported = false;    // TL0304 already reported for this declaration
+  bool undef_reported = false;      // TL0305 already reported (once per buffer)
+  Layout layout = Layout::Unknown;
+  std::string loop_header;       // "for j = 0: cdiv(seqlen_k, BN)" enclosing the declaration
+  std::string decl_text;         // the Allocate as written, for hints
+};
+
+struct TensorState {
+  Buffer lv[3];  // indexed by space_index
+  bool any() const { return lv[0].exists || lv[1].exists || lv[2].exists; }
+};
+
+struct Symbol {
+  SymKind kind = SymKind::Dim;
+  SrcLoc decl;
+  int frame = 0;
+};
+
+// A name whose scope ended (declared inside a loop body); used for better TL0301 hints.
+struct Gone {
+  SrcLoc decl;
+  std::string loop_header;
+  bool carried_reported = false;
+  int level = -1;  // buffer level (space_index) for tensors; -1 for other names
+};
+
+struct LoopCtx {
+  std::string header;             // "for j = LO: HI"
+  std::string var;
+  std::set<std::string> written;     // register tensors fully written so far in this iteration
+  std::set<std::string> read_first;  // register tensors read before written in this iteration
+};
+
+class Walker {
+ public:
+  Walker(const Program& p, Reporter& r, CheckInfo& info) : prog_(p), rep_(r), info_(info) {}
+  void run();
+  std::set<const Stmt*> poisoned;  // statements with structural errors; the range pass skips them
+
+  // ---- checker.cc, checker_memory.cc ----
+ private:
+  void walk_body(const std::vector<Stmt>& body);
+  void stmt(const Stmt& s);
+  void kernel_stmt(const Stmt& s);
+  void dim_stmt(const Stmt& s);
+  void const_stmt(const Stmt& s);
+  void grid_stmt(const Stmt& s);
+  void let_stmt(const Stmt& s);
+  void allocate_stmt(const Stmt& s);
+  void copy_stmt(const Stmt& s);
+  void for_stmt(const Stmt& s);
+  void attrs(const Stmt& s);
+  void finish();
+
+  void error(const Stmt& s, const std::string& code, SrcLoc loc, const std::string& msg,
+             const std::string& hint);
+  bool check_expr(const Expr& e, Ctx ctx, const Stmt& s, int depth = 0);
+  bool declare_name(const std::string& name, SymKind kind, SrcLoc loc, const Stmt& s);
+  void push_frame();
+  void pop_frame();
+  std::string suggest(const std::string& name) const;
+  void report_undeclared(const std::string& name, SrcLoc loc, const Stmt& s, const std::string& what,
+                         const std::string& hint_override = {});
+  // A missing buffer of an existing tensor whose buffer at that level went out of scope (declared in
+  // a loop body): reports TL0301 (or nothing when TL0304 already covers it). True when handled.
+  bool explain_gone_buffer(const std::string& name, Space sp, SrcLoc at, const Stmt& s);
+
+ public:  // used by the shape checks
+  TensorState* tensor(const std::string& name);
+  Buffer* buffer(const std::string& name, Space sp);
+  // Data flow: a read of (name, space) at this statement; reports TL0305 / TL0304.
+  void read(const std::string& name, Space sp, SrcLoc at, const Stmt& s);
+  void write_full(const std::string& name, Space sp);
+  Buffer& declare_buffer(const std::string& name, Space sp, SrcLoc loc, bool by_allocate);
+
+  // ---- checker_shapes.cc ----
+  void compute_stmt(const Stmt& s);
+  void reshape_stmt(const Stmt& s);
+
+ private:
+  struct Opnd;  // a resolved Compute operand (checker_shapes.cc)
+  bool resolve_tensor_operand(const Operand& o, const Stmt& s, bool gemm, Opnd& out);
+  bool resolve_operand(const Operand& o, const Stmt& s, Opnd& out);
+  void gemm(const Stmt& s);
+  void elementwise(const Stmt& s);
+  void unary(const Stmt& s);
+  void reduce(const Stmt& s);
+  void rowop(const Stmt& s);
+  void mask(const Stmt& s);
+  void put_result(const Stmt& s, const std::vector<Expr>& shape, Layout layout, const char* code,
+                  std::optional<DType> default_dtype);
+
+  const Program& prog_;
+  Reporter& rep_;
+  CheckInfo& info_;
+  std::map<std::string, Symbol> syms_;
+  std::map<std::string, TensorState> tensors_;
+  std::map<std::string, Gone> gone_;
+  struct Frame {
+    std::vector<std::string> names;                   // non-tensor symbols
+    std::vector<std::pair<std::string, int>> bufs;    // tensor buffers (name, level)
+  };
+  std::vector<Frame> frames_;
+  std::vector<LoopCtx> loops_;
+  const Stmt* kernel_ = nullptr;
+  bool seen_non_header_ = false;
+  std::map<std::string, SrcLoc> global_alloc_;  // first global Allocate per name
+  std::set<std::string> stored_to_global_;
+  std::vector<const Stmt*> masks_;               // Compute Mask statements
+  int walks_ = 0;                                // loop-body walks (bounded)
+};
+
+// ---- checker_ranges.cc ----
+void check_ranges(const Program& p, const CheckOptions& opts, const std::set<const Stmt*>& poisoned,
+                  Reporter& rep);
+
+}  // namespace qattn::tl::detail

@@ -1,0 +1,256 @@
+// The TL checker's memory statements: Allocate (declarations per memory level, global views:
+// TL0302, TL0403, TL0405, TL0406) and Copy (levels, tiles against buffers and global layouts, global
+// inputs/outputs, data flow: TL0303, TL0305, TL0402-TL0404, TL0406). Input: one statement plus the
+// walker's state; output: diagnostics and the updated buffers.
+#include "tl/checker_internal.h"
+
+namespace qattn::tl::detail {
+namespace {
+
+const char* kGlobalNames[] = {"Q", "K", "V", "O", "LSE"};
+
+}  // namespace
+
+void Walker::allocate_stmt(const Stmt& s) {
+  const AllocateStmt& a = s.alloc;
+  if (a.name.empty()) {
+    error(s, "TL0306", s.loc, "Allocate without a name", "write `Allocate NAME in SPACE (shape) DTYPE`");
+    return;
+  }
+  if (is_builtin_scalar(a.name)) {
+    error(s, "TL0302", s.loc, "'" + a.name + "' is a builtin and cannot name a tensor", "choose another name");
+    return;
+  }
+  auto sym = syms_.find(a.name);
+  if (sym != syms_.end() && sym->second.kind != SymKind::Tensor) {
+    error(s, "TL0302", s.loc,
+          "'" + a.name + "' is already declared as " + sym_kind_name(sym->second.kind) + " at line " +
+              line_of(sym->second.decl),
+          "choose another name for the tensor");
+    return;
+  }
+  if (Buffer* old = buffer(a.name, a.space)) {
+    error(s, "TL0302", s.loc,
+          "'" + a.name + "' already has a " + to_string(a.space) + " buffer (line " + line_of(old->decl) + ")",
+          "a tensor has at most one buffer per memory level: remove this Allocate or use another name");
+    return;
+  }
+  bool shape_ok = true;
+  for (const auto& e : a.shape) shape_ok = check_expr(e, Ctx::Static, s) && shape_ok;
+  std::string decl_text = "Allocate " + a.name + " in " + to_string(a.space) + " " + fmt_shape(a.shape) +
+                          (a.dtype ? std::string(" ") + to_string(*a.dtype) : std::string()) +
+                          (a.init ? " init " + fmt_expr(*a.init) : std::string());
+
+  if (a.space == Space::Global) {
+    bool known = false;
+    for (const char* g : kGlobalNames) known = known || a.name == g;
+    if (!known) {
+      error(s, "TL0406", s.loc, "'" + a.name + "' is not a kernel argument; global tensors are Q, K, V, O and LSE",
+            "keep intermediate values in shared or register memory (`Allocate " + a.name + " in shared ...`)");
+    }
+    if (!loops_.empty()) {
+      error(s, "TL0406", s.loc, "global tensor allocated inside a loop", "allocate global views at the top of the program");
+    }
+    if (known) {
+      bool is_lse = a.name == "LSE";
+      std::string rows = (a.name == "K" || a.name == "V") ? "seqlen_k" : "seqlen_q";
+      bool ok = is_lse ? a.shape.size() == 1 : a.shape.size() == 2;
+      if (ok) ok = a.shape[0].kind == Expr::Kind::Name && a.shape[0].name == rows;
+      if (!ok) {
+        error(s, "TL0406", s.loc,
+              "global " + a.name + " has shape " + fmt_shape(a.shape) + "; expected " +
+                  (is_lse ? "(seqlen_q)" : "(" + rows + ", HEAD_DIM)"),
+              "write `" + example_global(a.name) + "` (one row per token; the head dim is a Dim)");
+      }
+      if (is_lse && a.dtype && *a.dtype != DType::F32) {
+        error(s, "TL0406", s.loc, "LSE is fp32, found " + std::string(to_string(*a.dtype)), "write `" + example_global("LSE") + "`");
+      }
+      if (a.offset.size() != 2) {
+        error(s, "TL0406", s.loc,
+              "global " + a.name + " needs an offset of 2 indices [batch, head], found " + std::to_string(a.offset.size()),
+              "write `" + example_global(a.name) + "`");
+      }
+    }
+    for (const auto& e : a.offset) check_expr(e, Ctx::Index, s);
+    if (a.init) error(s, "TL0403", s.loc, "`init` on a global tensor", "only register tensors take `init`; remove it");
+  } else {
+    if (!a.offset.empty()) {
+      error(s, "TL0406", s.loc, "`with offset` on a " + std::string(to_string(a.space)) + " buffer",
+            "only global views take an offset; remove it");
+    }
+    if (a.shape.empty() || a.shape.size() > 2) {
+      error(s, "TL0405", s.loc,
+            std::string(to_string(a.space)) + " tensors are 2-D tiles or 1-D row vectors; '" + a.name + "' has shape " +
+                fmt_shape(a.shape),
+            "write a shape like (BM, d) or (BM)");
+    }
+    if (a.init && a.space != Space::Register) {
+      error(s, "TL0403", s.loc, "`init` on a shared buffer", "only register tensors take `init`; fill shared buffers with Copy");
+    }
+    if (a.init) check_expr(*a.init, Ctx::Scalar, s);
+  }
+
+  Buffer& b = declare_buffer(a.name, a.space, s.loc, true);
+  b.shape = a.shape;
+  b.dtype = a.dtype;
+  if (!b.dtype) {  // the documented defaults: register fp32, shared and global fp16 (LSE fp32)
+    b.dtype = a.space == Space::Register || (a.space == Space::Global && a.name == "LSE") ? DType::F32 : DType::F16;
+  }
+  b.decl_text = decl_text;
+  if (a.space == Space::Global) {
+    b.defined = a.name == "Q" || a.name == "K" || a.name == "V";
+    if (!global_alloc_.count(a.name)) global_alloc_[a.name] = s.loc;
+  } else if (a.space == Space::Register) {
+    b.defined = a.init.has_value();
+  }
+  (void)shape_ok;
+  TensorInfo& ti = info_.tensors[a.name];
+  DType dt = b.dtype.value_or(DType::F16);
+  if (a.space == Space::Global) {
+    ti.in_global = true, ti.global_shape = a.shape, ti.global_dtype = dt;
+  } else if (a.space == Space::Shared) {
+    ti.in_shared = true, ti.shared_shape = a.shape, ti.shared_dtype = dt;
+  } else {
+    ti.in_register = true, ti.register_shape = a.shape, ti.register_dtype = dt;
+  }
+}
+
+void Walker::copy_stmt(const Stmt& s) {
+  const CopyStmt& c = s.copy;
+  auto sym = syms_.find(c.name);
+  if (sym == syms_.end()) {
+    report_undeclared(c.name, s.loc, s, "tensor");
+    return;
+  }
+  if (sym->second.kind != SymKind::Tensor) {
+    error(s, "TL0306", s.loc, "'" + c.name + "' is " + sym_kind_name(sym->second.kind) + ", not a tensor",
+          "Copy moves the buffers of a tensor declared by Allocate");
+    return;
+  }
+  if (c.to == Space::Global) {  // an attempted store counts for "never stored" (TL0406)
+    stored_to_global_.insert(c.name);
+  }
+  for (const auto& e : c.tile) check_expr(e, Ctx::Static, s);
+  for (const auto& e : c.coord) check_expr(e, Ctx::Index, s);
+  const std::string route = std::string(to_string(c.from)) + " to " + to_string(c.to);
+  if (c.from == c.to) {
+    error(s, "TL0403", s.loc, "Copy from " + route + ": source and destination are the same level",
+          "Copy moves data between levels: global->shared, shared->register, register->shared, register/shared->global");
+    return;
+  }
+  if (c.from == Space::Global && c.to == Space::Register) {
+    error(s, "TL0403", s.loc, "Copy from global to register is not supported: register tiles are loaded from shared memory",
+          "stage it through shared: `Copy " + c.name + " (...) in coordinate [...] from global to shared`, then `Copy " +
+              c.name + " from shared to register`");
+    return;
+  }
+  bool global = c.from == Space::Global || c.to == Space::Global;
+  Space local = c.from == Space::Global ? c.to : c.from;
+  Buffer* g = global ? buffer(c.name, Space::Global) : nullptr;
+  if (global && !g) {
+    std::string later;
+    for (const auto& st : prog_.stmts) {
+      if (st.kind == Stmt::Kind::Allocate && st.alloc.name == c.name && st.alloc.space == Space::Global) {
+        later = fmt_shape(st.alloc.shape);
+        break;
+      }
+    }
+    error(s, "TL0303", s.loc, "Copy of '" + c.name + "' " + (c.from == Space::Global ? "from" : "to") +
+                                  " global before its global Allocate",
+          later.empty() ? "add `" + example_global(c.name) + "` at the top of the program"
+                        : "move `Allocate " + c.name + " in global " + later + " ...` above this Copy (to the top of the program)");
+    if (c.to != Space::Global) write_full(c.name, c.to);  // no cascade of TL0305 on the destination
+    return;
+  }
+  bool ok = true;
+  auto need = [&](Space sp) -> Buffer* {
+    Buffer* b = buffer(c.name, sp);
+    if (!b && sp != Space::Global && explain_gone_buffer(c.name, sp, s.loc, s)) {
+      ok = false;
+    } else if (!b && sp != Space::Global) {
+      error(s, "TL0403", s.loc, "'" + c.name + "' has no " + to_string(sp) + " buffer for this Copy",
+            "add `Allocate " + c.name + " in " + to_string(sp) + " " +
+                (c.tile.empty() ? std::string("(...)") : fmt_shape(c.tile)) +
+                (sp == Space::Shared ? " fp16" : " fp32") + "` before this Copy");
+      ok = false;
+    }
+    return b;
+  };
+  Buffer* src = need(c.from);
+  Buffer* dst = need(c.to);
+  if (global) {
+    bool input = c.name == "Q" || c.name == "K" || c.name == "V";
+    if (c.to == Space::Global && input) {
+      error(s, "TL0406", s.loc, "'" + c.name + "' is a kernel input; it is never written", "only O and LSE are stored to global");
+      ok = false;
+    }
+    if (c.from == Space::Global && !input) {
+      error(s, "TL0406", s.loc, "'" + c.name + "' is a kernel output; it is never read from global",
+            "keep the running value in registers (e.g. `Allocate O in register (BM, d) fp32 init 0`)");
+      ok = false;
+    }
+  }
+  if (!ok || !src || !dst) {
+    poisoned.insert(&s);
+    if (dst && c.to != Space::Global) write_full(c.name, c.to);
+    return;
+  }
+  Buffer* lb = global ? buffer(c.name, local) : dst;
+  if (global) {
+    if (c.tile.empty()) {
+      error(s, "TL0404", s.loc, "a Copy " + std::string(c.from == Space::Global ? "from" : "to") + " global names its tile",
+            "write `Copy " + c.name + " " + fmt_shape(lb->shape) + " in coordinate [...] from " + route + "`");
+    } else if (c.tile.size() != g->shape.size() || c.coord.size() != c.tile.size()) {
+      error(s, "TL0404", s.loc,
+            "tile " + fmt_shape(c.tile) + " with " + std::to_string(c.coord.size()) + " coordinates does not match global '" +
+                c.name + "' " + fmt_shape(g->shape),
+            "give one tile extent and one coordinate per global dimension: `Copy " + c.name + " " + fmt_shape(lb->shape) +
+                " in coordinate [...] from " + route + "`");
+    } else if (c.tile.size() == 2 && g->shape.size() == 2 && c.tile[0] == g->shape[1] && !(c.tile[1] == g->shape[1]) &&
+               !(c.tile[0] == g->shape[0])) {
+      std::vector<Expr> fixed = {c.tile[1], c.tile[0]};
+      error(s, "TL0402", s.loc,
+            "tile " + fmt_shape(c.tile) + " reads '" + c.name + "' transposed: global " + c.name + " is laid out " +
+                fmt_shape(g->shape) + " (one row per token)",
+            "copy `" + c.name + " " + fmt_shape(fixed) + "` into a " + fmt_shape(fixed) + " buffer and state the transpose in the GEMM (`" +
+                c.name + "^T`)");
+    } else if (!same_shape(c.tile, lb->shape)) {
+      bool transposed = c.tile.size() == 2 && lb->shape.size() == 2 && c.tile[0] == lb->shape[1] && c.tile[1] == lb->shape[0];
+      if (transposed) {
+        error(s, "TL0402", s.loc,
+              "tile " + fmt_shape(c.tile) + " is the transpose of " + c.name + "'s " + to_string(local) + " buffer " +
+                  fmt_shape(lb->shape) + "; buffers keep the global tensor's row-major layout",
+              "allocate `" + c.name + " in " + to_string(local) + " " + fmt_shape(c.tile) + "` and write the transpose in the GEMM (`" +
+                  c.name + "^T`)");
+      } else {
+        error(s, "TL0404", s.loc,
+              "tile " + fmt_shape(c.tile) + " differs from " + c.name + "'s " + to_string(local) + " buffer " + fmt_shape(lb->shape),
+              "copy a " + fmt_shape(lb->shape) + " tile, or allocate the buffer as " + fmt_shape(c.tile));
+      }
+    }
+  } else {
+    const std::vector<Expr>& want = c.tile.empty() ? src->shape : c.tile;
+    if (!c.tile.empty() && c.coord.size() != c.tile.size()) {
+      error(s, "TL0404", s.loc, "tile " + fmt_shape(c.tile) + " needs " + std::to_string(c.tile.size()) + " coordinates",
+            "write `in coordinate [r, c]`, or copy the whole buffer: `Copy " + c.name + " from " + route + "`");
+    } else if (!same_shape(want, dst->shape)) {
+      bool transposed = want.size() == 2 && dst->shape.size() == 2 && want[0] == dst->shape[1] && want[1] == dst->shape[0];
+      error(s, transposed ? "TL0402" : "TL0404", s.loc,
+            std::string(c.tile.empty() ? "source buffer " : "tile ") + fmt_shape(want) +
+                (transposed ? " is the transpose of " : " differs from ") + c.name + "'s " + to_string(c.to) + " buffer " +
+                fmt_shape(dst->shape),
+            transposed ? "buffers keep the global row-major layout: allocate `" + c.name + " in " + to_string(c.to) + " " +
+                             fmt_shape(want) + "` and write the transpose in the GEMM (`" + c.name + "^T`)"
+                       : "give both buffers the same shape " + fmt_shape(want));
+    }
+  }
+  if (!(c.from == Space::Global)) read(c.name, c.from, s.loc, s);
+  write_full(c.name, c.to);
+  if (c.to == Space::Register) {
+    if (Buffer* r = buffer(c.name, Space::Register)) r->layout = Layout::Operand;
+  }
+  if (c.to == Space::Global) info_.tensors[c.name].written_to_global = true;
+}
+
+
+}  // namespace qattn::tl::detail
