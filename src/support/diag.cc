@@ -18,7 +18,7 @@ void DiagSink::warning(std::string code, SrcLoc loc, std::string message, std::s
 
 std::string render(const Diagnostic& d) {
   std::string out;
-  out += d.file.empty() ? std::string("<input>") : d.file;
+  out += d.file.empty() ? std::string("qattn") : d.file;
   if (d.loc.line > 0) {
     out += ":" + std::to_string(d.loc.line);
     if (d.loc.col > 0) out += ":" + std::to_string(d.loc.col);

@@ -1,0 +1,66 @@
+/* qattn C API: launch a generated attention kernel on device pointers.
+ *
+ * A kernel built by `qattn generate` is a shared library exporting the functions below. All
+ * structs are plain C (no STL across the boundary); strides are in elements, not bytes, so both
+ * BSHD and BHSD layouts (and any other strided view) are described by the same struct.
+ *
+ *   O[b, h, i, :] = softmax(mask(softmax_scale * Q[b, h, i, :] K[b, h / (heads_q / heads_kv), :, :]^T))
+ *                   V[b, h / (heads_q / heads_kv), :, :]
+ *   LSE[b, h, i]  = log sum_j exp(softmax_scale * Q K^T)[i, j]   (when lse != NULL and the kernel
+ *                                                                  was generated with return_lse)
+ */
+#ifndef QATTN_QATTN_H_
+#define QATTN_QATTN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QATTN_ABI_VERSION 1
+
+typedef struct qattn_fwd_params {
+  int32_t abi_version;   /* must be QATTN_ABI_VERSION */
+  const void* q;         /* (batch, seqlen_q, heads_q, d_qk) elements of the kernel's dtype, any strides */
+  const void* k;         /* (batch, seqlen_k, heads_kv, d_qk) */
+  const void* v;         /* (batch, seqlen_k, heads_kv, d_v) */
+  void* o;               /* (batch, seqlen_q, heads_q, d_v): fp16/bf16 (bf16 for fp8 kernels) */
+  float* lse;            /* (batch, heads_q, seqlen_q) contiguous, or NULL */
+  int64_t q_batch_stride, q_row_stride, q_head_stride;  /* the last dim is contiguous */
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+  int32_t batch, heads_q, heads_kv;
+  int32_t seqlen_q, seqlen_k;
+  int32_t d_qk, d_v;     /* must equal the kernel's compiled head dims */
+  float softmax_scale;
+  const float* descale_q; /* fp8 kernels: per-tensor descale factors on the device, or NULL (1.0) */
+  const float* descale_k;
+  const float* descale_v;
+} qattn_fwd_params;
+
+typedef enum qattn_status {
+  QATTN_OK = 0,
+  QATTN_ERR_ABI = 1,          /* abi_version mismatch */
+  QATTN_ERR_SHAPE = 2,        /* head dims differ from the compiled kernel, non-positive sizes,
+                                 heads_q not a multiple of heads_kv */
+  QATTN_ERR_ALIGNMENT = 3,    /* pointers or strides not aligned to 16 bytes */
+  QATTN_ERR_LAUNCH = 4,       /* the CUDA launch failed (see qattn_last_error) */
+  QATTN_ERR_ARCH = 5          /* the device is not the architecture the kernel was built for */
+} qattn_status;
+
+/* Launches the forward kernel on `stream` (a cudaStream_t; NULL for the default stream). */
+int qattn_fwd(const qattn_fwd_params* params, void* stream);
+
+/* A human-readable description of the last error of this thread (never NULL). */
+const char* qattn_last_error(void);
+
+/* What the library was generated for: a JSON object with spec, arch, tiles and TL source hash. */
+const char* qattn_kernel_info(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QATTN_QATTN_H_ */

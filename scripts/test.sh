@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every test of qattn: installs dependencies, builds, runs the unit/golden/must-fail suites,
+# runs them again under AddressSanitizer + UndefinedBehaviorSanitizer, and fuzzes the TL parser and
+# checker for QATTN_FUZZ_SECONDS (default 120). QATTN_QUICK=1 skips the sanitizer and fuzz stages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+echo "== build + tests (RelWithDebInfo) =="
+bash scripts/build.sh
+ctest --test-dir build --output-on-failure -j2
+
+if [ "${QATTN_QUICK:-0}" = "1" ]; then exit 0; fi
+
+echo "== tests under ASan + UBSan =="
+QATTN_BUILD_DIR=build-asan QATTN_BUILD_TYPE=Debug bash scripts/build.sh -DQATTN_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2
+
+echo "== fuzzing the TL parser + checker for ${QATTN_FUZZ_SECONDS:-120} s =="
+CC=clang CXX=clang++ QATTN_BUILD_DIR=build-fuzz QATTN_BUILD_TYPE=Debug \
+  bash scripts/build.sh -DQATTN_FUZZ=ON -DQATTN_TESTS=OFF
+work=$(mktemp -d)
+cp tests/fuzz/corpus/* "$work"/
+./build-fuzz/tests/fuzz/fuzz_tl -max_total_time="${QATTN_FUZZ_SECONDS:-120}" -timeout=10 -rss_limit_mb=2048 \
+  -dict=tests/fuzz/tl.dict -print_final_stats=1 -artifact_prefix="$work/" "$work" 2>&1 | tail -n 12
+rm -rf "$work"
+echo "fuzz: no crash in ${QATTN_FUZZ_SECONDS:-120} s"

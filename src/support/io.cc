@@ -1,0 +1,101 @@
+#include "support/io.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <system_error>
+
+namespace qattn::support {
+namespace fs = std::filesystem;
+
+std::optional<std::string> read_file(const fs::path& path, DiagSink& diags) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    diags.error("IO0001", {}, "cannot read '" + path.string() + "': it is a directory", "pass a file");
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    diags.error("IO0001", {}, "cannot read '" + path.string() + "': " + std::strerror(errno),
+                "check the path and its permissions");
+    return std::nullopt;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+namespace {
+
+fs::path temp_name(const fs::path& path) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  return path.parent_path() / ("." + path.filename().string() + ".tmp" + std::to_string(rng() % 1000000007));
+}
+
+bool write_raw(const fs::path& path, const std::string& content, DiagSink& diags) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    diags.error("IO0002", {}, "cannot write '" + path.string() + "': " + std::strerror(errno),
+                "check that the folder is writable");
+    return false;
+  }
+  out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  out.close();
+  if (!out) {
+    diags.error("IO0002", {}, "writing '" + path.string() + "' failed", "check free disk space");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool write_file_atomic(const fs::path& path, const std::string& content, DiagSink& diags) {
+  ArtifactSet set;
+  set.stage(path, content);
+  return set.commit(diags);
+}
+
+void ArtifactSet::stage(fs::path path, std::string content) {
+  paths_.push_back(std::move(path));
+  contents_.push_back(std::move(content));
+}
+
+bool ArtifactSet::commit(DiagSink& diags) {
+  std::vector<fs::path> temps;
+  auto cleanup = [&] {
+    std::error_code ec;
+    for (const auto& t : temps) fs::remove(t, ec);
+  };
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    std::error_code ec;
+    const auto parent = paths_[i].parent_path();
+    if (!parent.empty()) fs::create_directories(parent, ec);
+    if (ec) {
+      diags.error("IO0002", {}, "cannot create folder '" + parent.string() + "': " + ec.message(),
+                  "check that the output path is writable");
+      cleanup();
+      return false;
+    }
+    auto tmp = temp_name(paths_[i]);
+    temps.push_back(tmp);
+    if (!write_raw(tmp, contents_[i], diags)) {
+      cleanup();
+      return false;
+    }
+  }
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    std::error_code ec;
+    fs::rename(temps[i], paths_[i], ec);
+    if (ec) {
+      diags.error("IO0002", {}, "cannot move '" + paths_[i].string() + "' into place: " + ec.message(), "");
+      cleanup();
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace qattn::support

@@ -1,0 +1,34 @@
+// File input/output for the CLI and the pipeline. Reads report a diagnostic instead of throwing;
+// writes are atomic (a temporary file renamed into place), so an interrupted or failed run never
+// leaves a half-written artifact behind.
+#pragma once
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/diag.h"
+
+namespace qattn::support {
+
+// Reads a whole file. On failure reports IO0001 (with the OS reason) and returns nullopt.
+std::optional<std::string> read_file(const std::filesystem::path& path, DiagSink& diags);
+
+// Writes `content` to `path` atomically (creating parent folders). Reports IO0002 on failure.
+bool write_file_atomic(const std::filesystem::path& path, const std::string& content, DiagSink& diags);
+
+// A set of files written all-or-nothing: stage() collects, commit() writes every file to a
+// temporary name first and renames them into place only when all writes succeeded; on failure
+// the temporaries are removed and nothing in the destination changes.
+class ArtifactSet {
+ public:
+  void stage(std::filesystem::path path, std::string content);
+  bool commit(DiagSink& diags);
+  const std::vector<std::filesystem::path>& paths() const { return paths_; }
+
+ private:
+  std::vector<std::filesystem::path> paths_;
+  std::vector<std::string> contents_;
+};
+
+}  // namespace qattn::support
