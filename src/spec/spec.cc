@@ -164,6 +164,15 @@ void check_head_dim(const char* field, int d, DiagSink& diags, const SourceMap* 
   const auto& ok = supported_head_dims();
   if (std::find(ok.begin(), ok.end(), d) != ok.end()) return;
   SrcLoc loc = where ? where->at(std::string("/") + field) : SrcLoc{};
+  // Other multiples of 32 up to 512 are accepted: the planner's resource model decides whether a
+  // tile fits the target (and explains when none does); they have no tuned rules-table row.
+  if (d > 0 && d <= 512 && d % 32 == 0) {
+    diags.warning("SPEC0211", loc,
+                  std::string(field) + " = " + std::to_string(d) + " is not one of the tuned head dims (" +
+                      dims_list() + ")",
+                  "the planner picks tiles from its resource model; check `qattn plan --candidates`");
+    return;
+  }
   // Nearest supported dim at or above d: zero-padding the head dim keeps results exact.
   int up = 0;
   for (int s : ok)

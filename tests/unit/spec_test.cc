@@ -134,7 +134,12 @@ TEST(specValidate, HeadDims) {
   EXPECT_TRUE(contains(x->message, "80"));
   EXPECT_TRUE(contains(x->message, "32, 64, 96, 128, 192, 256")) << x->message;
   EXPECT_TRUE(contains(x->hint, "96")) << x->hint;
+  // Untuned multiples of 32 up to 512 pass with a warning (the planner decides what fits).
   s.head_dim_qk = s.head_dim_v = 512;
+  DiagSink w;
+  EXPECT_TRUE(validate(s, w)) << w.render();
+  EXPECT_NE(find(w, "SPEC0211"), nullptr);
+  s.head_dim_qk = s.head_dim_v = 544;
   EXPECT_FALSE(validate(s, d));
   // MLA: d_qk > d_v is fine, d_v > d_qk is not.
   s = base();

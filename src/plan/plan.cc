@@ -1,0 +1,190 @@
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "hw/target.h"
+#include "plan/rules.h"
+#include "plan/sketch.h"
+#include "tl/checker.h"
+#include "tl/parser.h"
+
+namespace qattn::plan {
+
+int Problem::bytes() const {
+  switch (dtype) {
+    case tl::DType::F32: return 4;
+    case tl::DType::F16:
+    case tl::DType::BF16: return 2;
+    default: return 1;
+  }
+}
+
+Problem make_problem(const spec::AttentionSpec& s) {
+  Problem p;
+  p.name = s.name;
+  p.heads_q = s.heads_q;
+  p.heads_kv = s.heads_kv;
+  p.d_qk = s.head_dim_qk;
+  p.d_v = s.head_dim_v;
+  switch (s.dtype) {
+    case spec::DType::FP16: p.dtype = p.out_dtype = tl::DType::F16; break;
+    case spec::DType::BF16: p.dtype = p.out_dtype = tl::DType::BF16; break;
+    case spec::DType::FP8_E4M3:
+      p.dtype = tl::DType::F8E4M3;
+      p.out_dtype = tl::DType::BF16;  // FlashAttention-3 convention: fp8 in, bf16 out
+      break;
+  }
+  switch (s.mask.kind) {
+    case spec::Mask::Kind::None: p.mask = tl::MaskSpec::Kind::None; break;
+    case spec::Mask::Kind::Causal:
+      p.mask = s.mask.align == spec::Mask::Align::TopLeft ? tl::MaskSpec::Kind::CausalTopLeft : tl::MaskSpec::Kind::Causal;
+      break;
+    case spec::Mask::Kind::Window:
+      p.mask = tl::MaskSpec::Kind::Window;
+      p.window_left = s.mask.window_left;
+      p.window_right = s.mask.window_right;
+      break;
+  }
+  p.return_lse = s.return_lse;
+  return p;
+}
+
+Target make_target(const hw::GpuFacts& g) {
+  Target t;
+  t.name = g.name;
+  t.sm = g.sm;
+  t.sm_count = g.sm_count;
+  t.smem_per_sm = g.smem_per_sm;
+  t.smem_per_block = g.smem_per_block_optin;
+  t.regs_per_sm = g.regs_per_sm;
+  t.regs_per_thread = g.regs_per_thread_max;
+  t.cp_async = g.features.cp_async;
+  t.wgmma = g.features.wgmma;
+  t.tma = g.features.tma;
+  t.fp8 = g.features.fp8;
+  t.bf16 = g.features.bf16;
+  return t;
+}
+
+namespace {
+
+std::string kb(int64_t b) { return std::to_string((b + 1023) / 1024) + " KB"; }
+
+std::string report_markdown(const Plan& p) {
+  std::ostringstream os;
+  os << "# Plan: " << p.problem.name << " on " << p.target.name << " (sm" << p.target.sm << ")\n\n";
+  os << "Chosen tiles: BM=" << p.tiles.bm << ", BN=" << p.tiles.bn << ", warps=" << p.tiles.warps
+     << ", K/V stages=" << p.tiles.stages << "\n\nReason: " << p.tiles.reason << "\n\n";
+  os << "Budget: shared memory " << kb(p.budget.smem_bytes) << " of " << kb(p.target.smem_per_block)
+     << " per block; about " << p.budget.regs_per_thread << " registers per consumer thread; "
+     << p.budget.blocks_per_sm << " block(s) per SM.\n\n";
+  os << "## Feasible candidates (" << p.candidates.size() << ", best first by the model)\n\n";
+  os << "| BM | BN | warps | stages | smem | regs | blocks/SM | score |\n|---|---|---|---|---|---|---|---|\n";
+  size_t shown = 0;
+  for (const auto& c : p.candidates) {
+    if (++shown > 24) break;
+    os << "| " << c.tiles.bm << " | " << c.tiles.bn << " | " << c.tiles.warps << " | " << c.tiles.stages << " | "
+       << kb(c.budget.smem_bytes) << " | " << c.budget.regs_per_thread << " | " << c.budget.blocks_per_sm << " | "
+       << static_cast<int64_t>(c.score) << " |\n";
+  }
+  if (p.candidates.size() > 24) os << "\n(" << p.candidates.size() - 24 << " more; `qattn plan --candidates`)\n";
+  return os.str();
+}
+
+}  // namespace
+
+std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
+                              const PlanOptions& opts) {
+  Plan plan;
+  plan.problem = make_problem(s);
+  plan.target = make_target(g);
+  const Problem& p = plan.problem;
+  const Target& t = plan.target;
+
+  if (!hw::validate_for_gpu(s, g, diags)) return std::nullopt;
+  plan.candidates = enumerate_candidates(p, t);
+
+  auto rule = rule_for(p, t);
+  TileConfig tiles;
+  if (rule) {
+    tiles = *rule;
+  } else if (!plan.candidates.empty()) {
+    tiles = plan.candidates.front().tiles;
+    tiles.reason = "no rules-table row for this head dim; best feasible candidate of the resource model";
+  }
+  const bool overridden = opts.bm || opts.bn || opts.warps || opts.stages;
+  if (opts.bm) tiles.bm = opts.bm;
+  if (opts.bn) tiles.bn = opts.bn;
+  if (opts.warps) tiles.warps = opts.warps;
+  if (opts.stages) tiles.stages = opts.stages;
+  if (overridden) tiles.reason = "set by the user (--tiles)";
+
+  Budget budget = estimate(p, t, tiles);
+  if (!budget.fits && overridden) {
+    diags.error("PLAN0102", {}, "tiles BM=" + std::to_string(tiles.bm) + " BN=" + std::to_string(tiles.bn) + " warps=" +
+                                    std::to_string(tiles.warps) + " stages=" + std::to_string(tiles.stages) +
+                                    " do not fit " + t.name + ": " + budget.why_not,
+                "drop the override, or choose one of `qattn plan --candidates`");
+    return std::nullopt;
+  }
+  if (!budget.fits) {
+    if (plan.candidates.empty()) {
+      Budget smallest = estimate(p, t, smallest_candidate(p, t));
+      diags.error("PLAN0101", {}, "no tile configuration fits " + t.name + " for head dims " + std::to_string(p.d_qk) +
+                                      "/" + std::to_string(p.d_v) + " in " + tl::to_string(p.dtype) +
+                                      ": even the smallest (BM=64, BN=16): " +
+                                      (smallest.why_not.empty() ? std::string("does not fit") : smallest.why_not),
+                  "use a smaller head dim, a narrower dtype, or a GPU with more shared memory / registers (see `qattn gpus`)");
+      return std::nullopt;
+    }
+    std::string why = budget.why_not;
+    tiles = plan.candidates.front().tiles;
+    tiles.reason = "the rules-table row does not fit (" + why + "); best feasible candidate of the resource model";
+    budget = plan.candidates.front().budget;
+  }
+  plan.tiles = tiles;
+  plan.budget = budget;
+
+  // Stage 1a and 1b, then verify what the rules engine wrote exactly as an LLM's answer would be.
+  plan.sketch = sketch_text(p, t);
+  plan.code = code_text(p, t, tiles);
+  support::DiagSink inner("code.tl");
+  auto sketch_prog = tl::parse(plan.sketch, inner, "sketch.tl");
+  auto code_prog = tl::parse(plan.code, inner, "code.tl");
+  if (!inner.has_errors()) tl::check(code_prog, inner);
+  if (!inner.has_errors()) refines(sketch_prog, code_prog, inner);
+  if (inner.has_errors()) {
+    for (const auto& d : inner.all()) diags.add(d);
+    diags.error("PLAN0901", {}, "internal error: the rules engine wrote TL that fails verification",
+                "please report this with the spec (qattn spec show ...) and the GPU");
+    return std::nullopt;
+  }
+  plan.report = report_markdown(plan);
+  return plan;
+}
+
+Verification verify(const Plan& plan, support::DiagSink& diags) {
+  Verification v;
+  const Problem& p = plan.problem;
+  const int group = std::max(1, p.heads_q / std::max(1, p.heads_kv));
+  const int64_t heads_kv = p.heads_kv == 1 ? 1 : 2;
+  v.dims = {{"batch", 2},
+            {"heads_kv", heads_kv},
+            {"heads_q", heads_kv * std::min(group, 2)},
+            {"seqlen_q", plan.tiles.bm + 9},
+            {"seqlen_k", plan.tiles.bn + 23}};
+  support::DiagSink inner("code.tl");
+  auto prog = tl::parse(plan.code, inner, "code.tl");
+  tl::RunConfig cfg;
+  cfg.dims = v.dims;
+  cfg.precision = tl::Precision::FP64;
+  v.fp64 = tl::run(prog, cfg, inner);
+  cfg.precision = tl::Precision::Storage;
+  cfg.seed = 2;
+  v.storage = tl::run(prog, cfg, inner);
+  for (const auto& d : inner.all()) diags.add(d);
+  return v;
+}
+
+}  // namespace qattn::plan

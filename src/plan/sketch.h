@@ -1,0 +1,26 @@
+// Stages 1a and 1b on the built-in rules.
+//   sketch_text: spec -> TL sketch (statements only: no Allocate, tiles, coordinates, Reshape)
+//   code_text:   sketch + target + tiles -> TL code (the parameterised program)
+// Both come from one statement list (tl_text.cc), so the code refines the sketch by
+// construction; plan::refines() checks that property for any pair (LLM output included).
+#pragma once
+#include <string>
+
+#include "plan/problem.h"
+#include "support/diag.h"
+#include "tl/ast.h"
+
+namespace qattn::plan {
+
+std::string sketch_text(const Problem& p, const Target& t);
+std::string code_text(const Problem& p, const Target& t, const TileConfig& tiles);
+
+// The kernel name used in TL ("flash_fwd_llama3_8b").
+std::string kernel_name(const Problem& p);
+
+// True when `code` keeps every statement of `sketch` in order (same statement kinds, ops, tensor
+// names and operands), adding only parameters, Allocate, Reshape and header statements.
+// Reports PLAN0201 at the first sketch statement the code drops or changes.
+bool refines(const tl::Program& sketch, const tl::Program& code, support::DiagSink& diags);
+
+}  // namespace qattn::plan

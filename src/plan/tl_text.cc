@@ -1,0 +1,182 @@
+// The rules engine's TL writer. One statement list serves both stages: without tiles it writes the
+// sketch (stage 1a), with tiles the TL code (stage 1b). The algorithm is FlashAttention-2's forward
+// pass with the softmax in the exp2 domain:
+//   S = Q K^T * (softmax_scale * log2e); mask; m_new = max(m, rowmax S); alpha = 2^(m - m_new);
+//   P = 2^(S - m_new); l = alpha l + rowsum P; O = alpha O + P V;  at the end O /= l and
+//   LSE = (m + log2 l) * ln2.
+#include <cctype>
+#include <optional>
+
+#include "plan/sketch.h"
+
+namespace qattn::plan {
+namespace {
+
+class Writer {
+ public:
+  explicit Writer(const TileConfig* tiles) : tiles_(tiles) {}
+  bool params() const { return tiles_ != nullptr; }
+  void line(const std::string& s) { out_ += std::string(depth_ * 2, ' ') + s + "\n"; }
+  void comment(const std::string& s) { line("#" + s); }
+  void blank() { out_ += "\n"; }
+  void indent() { ++depth_; }
+  void dedent() { --depth_; }
+  // `base` always; `param` only in TL code.
+  void stmt(const std::string& base, const std::string& param = {}) { line(params() ? base + param : base); }
+  std::string text() const { return out_; }
+
+ private:
+  const TileConfig* tiles_;
+  std::string out_;
+  int depth_ = 0;
+};
+
+const char* dtype_name(tl::DType t) { return tl::to_string(t); }
+
+std::string mask_text(const Problem& p) {
+  using K = tl::MaskSpec::Kind;
+  switch (p.mask) {
+    case K::None: return "none";
+    case K::Bounds: return "bounds";
+    case K::Causal: return "causal";
+    case K::CausalTopLeft: return "causal_top_left";
+    case K::Window: {
+      // An unbounded side is written as a bound no sequence reaches.
+      auto side = [](int64_t v) { return v < 0 ? std::string("seqlen_k") : std::to_string(v); };
+      return "window(" + side(p.window_left) + ", " + side(p.window_right) + ")";
+    }
+  }
+  return "none";
+}
+
+// The per-tile mask: bounds for unmasked kernels (ragged last tile), the kernel's mask otherwise.
+std::string tile_mask_text(const Problem& p) {
+  return p.mask == tl::MaskSpec::Kind::None ? "bounds" : mask_text(p);
+}
+
+// Loop bounds: whole K/V tiles that the mask hides are skipped by the bounds themselves.
+std::string loop_lo(const Problem& p) {
+  if (p.mask == tl::MaskSpec::Kind::Window && p.window_left >= 0)
+    return "max(0, (m_block * BM + seqlen_k - seqlen_q - " + std::to_string(p.window_left) + ") / BN)";
+  return "0";
+}
+std::string loop_hi(const Problem& p) {
+  using K = tl::MaskSpec::Kind;
+  const std::string all = "cdiv(seqlen_k, BN)";
+  switch (p.mask) {
+    case K::Causal: return "min(" + all + ", cdiv((m_block + 1) * BM + seqlen_k - seqlen_q, BN))";
+    case K::CausalTopLeft: return "min(" + all + ", cdiv((m_block + 1) * BM, BN))";
+    case K::Window:
+      if (p.window_right >= 0)
+        return "min(" + all + ", cdiv((m_block + 1) * BM + seqlen_k - seqlen_q + " + std::to_string(p.window_right) +
+               ", BN))";
+      return all;
+    default: return all;
+  }
+}
+
+std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
+  Writer w(tiles);
+  const bool smem_operands = t.sm >= 90;  // wgmma reads Q, K, V from shared memory
+  const bool same_d = p.d_qk == p.d_v;
+  const std::string dqk = same_d ? "d" : "d_qk";
+  const std::string dv = same_d ? "d" : "d_v";
+  const std::string st = dtype_name(p.dtype);
+  const std::string out = dtype_name(p.out_dtype);
+
+  if (w.params()) {
+    w.comment(" TL code (stage 1b): " + p.name + " for sm" + std::to_string(t.sm) + " (" + t.name + ")");
+    w.comment(" tiles: " + tiles->reason);
+  } else {
+    w.comment(" TL sketch (stage 1a): " + p.name);
+    w.comment(" statements only: stage 1b adds Allocate, tile shapes, coordinates, loop bounds and Reshape");
+  }
+  w.line("Kernel " + kernel_name(p) + " with mask " + mask_text(p));
+  if (w.params()) {
+    std::string dims = "Dim batch, heads_q, heads_kv, seqlen_q, seqlen_k, ";
+    dims += same_d ? "d = " + std::to_string(p.d_qk)
+                   : "d_qk = " + std::to_string(p.d_qk) + ", d_v = " + std::to_string(p.d_v);
+    w.line(dims);
+    w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) +
+           ", WARPS = " + std::to_string(tiles->warps) + ", STAGES = " + std::to_string(tiles->stages));
+    w.line("Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch");
+    w.comment(p.heads_q == p.heads_kv ? " MHA: every query head has its own kv head"
+                                      : " " + std::string(p.heads_kv == 1 ? "MQA" : "GQA") + ": " +
+                                            std::to_string(p.heads_q / std::max(p.heads_kv, 1)) +
+                                            " query heads share one kv head");
+    w.line("Let kv_head = head / (heads_q / heads_kv)");
+    w.blank();
+    w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + " with offset [b, head]");
+    w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]");
+    w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]");
+    w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + " with offset [b, head]");
+    if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32 with offset [b, head]");
+    w.line("Allocate Q in shared (BM, " + dqk + ") " + st);
+    w.line("Allocate K in shared (BN, " + dqk + ") " + st);
+    w.line("Allocate V in shared (BN, " + dv + ") " + st);
+    if (!smem_operands) {
+      w.line("Allocate Q in register (BM, " + dqk + ") " + st);
+      w.line("Allocate K in register (BN, " + dqk + ") " + st);
+      w.line("Allocate V in register (BN, " + dv + ") " + st);
+    }
+    w.line("Allocate O in register (BM, " + dv + ") fp32 init 0");
+    w.line("Allocate m in register (BM) fp32 init -inf");
+    w.line("Allocate l in register (BM) fp32 init 0");
+    if (p.return_lse) w.line("Allocate LSE in register (BM) fp32");
+    w.blank();
+  }
+  // Copy NAME [tile in coordinate [..]] from A to B — the tile part only in TL code.
+  auto copy = [&](const std::string& name, const std::string& tile_coord, const char* from, const char* to) {
+    w.line("Copy " + name + (w.params() && !tile_coord.empty() ? " " + tile_coord : "") + " from " + from + " to " + to);
+  };
+  copy("Q", "(BM, " + dqk + ") in coordinate [m_block, 0]", "global", "shared");
+  if (!smem_operands) copy("Q", "", "shared", "register");
+  w.line(w.params() ? "for j = " + loop_lo(p) + ": " + loop_hi(p) : "for j = 0: N");
+  w.indent();
+  copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared");
+  if (!smem_operands) copy("K", "", "shared", "register");
+  w.line("Compute GEMM Q, K^T and get S");
+  w.line("Compute Multiply S, softmax_scale * log2e");
+  w.line("Compute Mask S" + std::string(w.params() ? " at [m_block, j]" : "") + " with " + tile_mask_text(p));
+  w.line("Compute RowMax S and get m_tile");
+  w.line("Compute Max m, m_tile and get m_new");
+  w.line("Compute Subtract m, m_new and get alpha");
+  w.line("Compute Exp2 alpha");
+  w.line("Compute Subtract S, m_new and get P");
+  w.line("Compute Exp2 P");
+  w.line("Compute RowSum P and get l_tile");
+  w.line("Compute Rescale l, alpha");
+  w.line("Compute Add l, l_tile");
+  w.line("Compute Rescale O, alpha");
+  w.line("Compute Convert P and get Pc " + st);
+  if (w.params()) w.line("Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
+  copy("V", "(BN, " + dv + ") in coordinate [j, 0]", "global", "shared");
+  if (!smem_operands) copy("V", "", "shared", "register");
+  w.line("Compute GEMM Pc, V and accumulate O");
+  w.line("Compute Max m, m_new");
+  w.dedent();
+  w.line("end");
+  if (p.return_lse) {
+    w.line("Compute Log2 l and get LSE");
+    w.line("Compute Add LSE, m");
+    w.line("Compute Multiply LSE, ln2");
+  }
+  w.line("Compute Normalize O, l");
+  copy("O", "(BM, " + dv + ") in coordinate [m_block, 0]", "register", "global");
+  if (p.return_lse) copy("LSE", "(BM) in coordinate [m_block]", "register", "global");
+  return w.text();
+}
+
+}  // namespace
+
+std::string kernel_name(const Problem& p) {
+  std::string n = "flash_fwd_";
+  for (char c : p.name) n += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(static_cast<unsigned char>(c))) : '_';
+  if (p.name.empty()) n += "kernel";
+  return n;
+}
+
+std::string sketch_text(const Problem& p, const Target& t) { return text(p, t, nullptr); }
+std::string code_text(const Problem& p, const Target& t, const TileConfig& tiles) { return text(p, t, &tiles); }
+
+}  // namespace qattn::plan

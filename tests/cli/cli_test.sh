@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# End-to-end tests of the `qattn` command: exit codes, diagnostics with codes and locations, and
+# no half-written artifacts when a request is refused. Usage: cli_test.sh path/to/qattn
+set -uo pipefail
+Q=$1
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+# expect NAME RC PATTERN -- CMD...: CMD exits with RC and its output matches PATTERN
+expect() {
+  local name=$1 rc=$2 pat=$3; shift 4
+  local out; out=$("$@" 2>&1); local got=$?
+  if [ "$got" -eq "$rc" ] && grep -qE -- "$pat" <<<"$out"; then ok "$name"; else bad "$name (rc $got, want $rc /$pat/)"; echo "$out" | head -20; fi
+}
+
+expect "plan writes four verified files" 0 "wrote" -- $Q plan --preset llama3-8b --gpu a100 --out "$T/ok"
+for f in spec.json sketch.tl code.tl plan.md; do [ -s "$T/ok/$f" ] && ok "artifact $f" || bad "artifact $f missing"; done
+expect "code.tl passes the checker" 0 "ok" -- $Q tl check "$T/ok/code.tl"
+expect "code.tl is canonical" 0 "" -- $Q tl fmt --check "$T/ok/code.tl"
+expect "code.tl interprets to the reference (fp64)" 0 "^PASS" -- $Q tl run "$T/ok/code.tl" --dims batch=2,heads_q=4,heads_kv=2,seqlen_q=150,seqlen_k=201 --precision fp64
+expect "code.tl interprets to the reference (storage)" 0 "^PASS" -- $Q tl run "$T/ok/code.tl" --dims batch=1,heads_q=2,heads_kv=1,seqlen_q=77,seqlen_k=140
+expect "sketch prints" 0 "Compute GEMM Q, K\^T and get S" -- $Q sketch --preset deepseek-v3-mla-prefill --gpu h100
+
+expect "fp8 on A100 refused" 1 "SPEC0231" -- $Q plan --preset llama2-7b --dtype fp8_e4m3 --gpu a100 --out "$T/fp8"
+[ ! -e "$T/fp8" ] && ok "fp8 on A100 wrote nothing" || bad "fp8 on A100 left files"
+expect "head dim 512 on T4 refused" 1 "PLAN0101.*shared memory" -- $Q plan --preset llama2-7b --dtype fp16 --head-dim 512 --gpu t4 --out "$T/d512"
+[ ! -e "$T/d512" ] && ok "head dim 512 wrote nothing" || bad "head dim 512 left files"
+expect "bf16 on T4 names fp16" 1 "SPEC0230.*fp16" -- $Q plan --preset llama2-7b --gpu t4 --out "$T/t4"
+expect "unknown preset" 1 "SPEC0110" -- $Q plan --preset llama9 --gpu h100
+expect "unknown gpu" 1 "HW0201" -- $Q plan --preset llama2-7b --gpu h900
+expect "tiles that do not fit" 1 "PLAN0102" -- $Q plan --preset gemma-7b --gpu a100 --tiles 128,256,4,2
+
+printf 'Kernel k with mask none\nDim batch, heads_q, heads_kv, seqlen_q, seqlen_k, d\nCopy Q (64, d) in coordinate [0, 0] from global to shared\n' > "$T/bad.tl"
+expect "bad TL: code and location" 1 "bad.tl:3:[0-9]+: error TL03" -- $Q tl check "$T/bad.tl"
+printf 'Kernel k with mask none\nfor j = 0: 4\n  Copy Q from\n' > "$T/syntax.tl"
+expect "syntax errors: several reported" 1 "syntax.tl:3:.*TL02" -- $Q tl check "$T/syntax.tl"
+expect "fmt refuses broken TL" 1 "not formatted" -- $Q tl fmt "$T/syntax.tl"
+expect "missing file" 1 "IO0001" -- $Q tl check "$T/nope.tl"
+expect "bad --dims is a usage error" 2 "CLI0001" -- $Q tl run "$T/ok/code.tl" --dims seqlen_q
+expect "missing dims named" 1 "TL0904" -- $Q tl run "$T/ok/code.tl" --dims batch=1
+expect "no subcommand is a usage error" 2 "" -- $Q
+expect "presets list" 0 "llama3-8b" -- $Q presets
+expect "gpus list" 0 "H100" -- $Q gpus
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
