@@ -551,7 +551,8 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file)
 std::optional<Expr> parse_expr(std::string_view text, support::DiagSink& diags) {
   LexedLine L = lex_line(text, 1, diags);
   if (!L.ok) return std::nullopt;
-  LineParser p(L.toks, diags, {});
+  const std::string file;  // outlives the parser, which keeps a reference
+  LineParser p(L.toks, diags, file);
   Expr e;
   if (!p.expression(e) || !p.finish()) return std::nullopt;
   return e;
