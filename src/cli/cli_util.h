@@ -14,7 +14,7 @@ class App;
 
 namespace qattn::cli {
 
-// Exit codes of every subcommand (docs/cli.md).
+// Exit codes of every subcommand (README.md).
 enum Exit : int { kOk = 0, kFailed = 1, kUsage = 2 };
 
 // The process exit status, set by the subcommand that ran.

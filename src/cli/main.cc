@@ -1,4 +1,4 @@
-// The `qattn` command. Subcommands are registered by src/cli/cli_*.cc; see docs/cli.md.
+// The `qattn` command. Subcommands are registered by src/cli/cli_*.cc; see README.md ("The command line").
 #include <CLI/CLI.hpp>
 #include <iostream>
 
