@@ -8,13 +8,17 @@ bash scripts/setup.sh
 
 echo "== build + tests (RelWithDebInfo) =="
 bash scripts/build.sh
-ctest --test-dir build --output-on-failure -j2
+ctest --test-dir build --output-on-failure -j2 | tee build/ctest.log
+# The plain closing line CI reads, from ctest's "N% tests passed, F tests failed out of T".
+summary() { sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+)/\2 \1/p' "$1" | tail -1 |
+            awk '{ printf "%d passed, %d failed\n", $1 - $2, $2 }'; }
 
-if [ "${QATTN_QUICK:-0}" = "1" ]; then exit 0; fi
+if [ "${QATTN_QUICK:-0}" = "1" ]; then summary build/ctest.log; exit 0; fi
 
 echo "== tests under ASan + UBSan =="
 QATTN_BUILD_DIR=build-asan QATTN_BUILD_TYPE=Debug bash scripts/build.sh -DQATTN_SANITIZE=ON
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2 |
+  tee build-asan/ctest.log
 
 echo "== fuzzing the TL parser + checker for ${QATTN_FUZZ_SECONDS:-120} s =="
 CC=clang CXX=clang++ QATTN_BUILD_DIR=build-fuzz QATTN_BUILD_TYPE=Debug \
@@ -25,3 +29,6 @@ cp tests/fuzz/corpus/* "$work"/
   -dict=tests/fuzz/tl.dict -print_final_stats=1 -artifact_prefix="$work/" "$work" 2>&1 | tail -n 12
 rm -rf "$work"
 echo "fuzz: no crash in ${QATTN_FUZZ_SECONDS:-120} s"
+echo "== summary =="
+echo -n "sanitizers: "; summary build-asan/ctest.log
+summary build/ctest.log
