@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "qattn 0.1.0");
   qattn::cli::register_tl_commands(app);
   qattn::cli::register_plan_commands(app);
+  qattn::cli::register_generate_commands(app);
   qattn::cli::register_spec_commands(app);
   try {
     app.parse(argc, argv);

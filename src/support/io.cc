@@ -1,6 +1,7 @@
 #include "support/io.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -98,4 +99,11 @@ bool ArtifactSet::commit(DiagSink& diags) {
   return true;
 }
 
+}  // namespace qattn::support
+
+namespace qattn::support {
+std::filesystem::path source_dir() {
+  if (const char* v = std::getenv("QATTN_HOME"); v && *v) return v;
+  return QATTN_SOURCE_DIR;
+}
 }  // namespace qattn::support

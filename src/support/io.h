@@ -32,3 +32,9 @@ class ArtifactSet {
 };
 
 }  // namespace qattn::support
+
+namespace qattn::support {
+// The qattn source tree (device runtime headers, include/, tests/gpu): $QATTN_HOME when set (for a
+// binary moved to another machine), else the tree it was built from.
+std::filesystem::path source_dir();
+}  // namespace qattn::support

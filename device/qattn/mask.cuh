@@ -1,0 +1,67 @@
+// qattn device runtime: the TL `Compute Mask S at [r, c] with M` on a score tile.
+// The tile's element (i, k) is query row0 + i against key col0 + k (row0 = r * rows(S),
+// col0 = c * cols(S)); keys the mask hides become -inf. With off = seqlen_k - seqlen_q:
+//   bounds           k < seqlen_k (and k >= 0)
+//   causal           also k <= q + off   (bottom-right aligned)
+//   causal_top_left  also k <= q
+//   window(L, R)     also q + off - L <= k <= q + off + R
+// Query rows past seqlen_q are not masked (TL: computed, never stored).
+// On a tile that the mask leaves whole, masking is the identity: tile_needs_mask() says so from
+// the tile's corners (one uniform branch per tile), and apply_mask() skips such tiles.
+#pragma once
+#include <cute/tensor.hpp>
+
+#include "qattn/layout.cuh"
+
+namespace qattn {
+using namespace cute;
+
+enum class MaskKind { Bounds, Causal, CausalTopLeft, Window };
+
+struct MaskArgs {
+  int seqlen_q, seqlen_k;
+  int left = 0, right = 0;  // Window only
+};
+
+template <MaskKind K>
+__device__ __forceinline__ bool key_visible(int q, int k, MaskArgs const& a) {
+  const int off = a.seqlen_k - a.seqlen_q;
+  bool ok = k >= 0 && k < a.seqlen_k;
+  if constexpr (K == MaskKind::Causal) ok = ok && k <= q + off;
+  if constexpr (K == MaskKind::CausalTopLeft) ok = ok && k <= q;
+  if constexpr (K == MaskKind::Window) ok = ok && k >= q + off - a.left && k <= q + off + a.right;
+  return ok;
+}
+
+// True when some key of the (ROWS, COLS) tile at (row0, col0) is hidden from some query row.
+template <MaskKind K>
+__device__ __forceinline__ bool tile_needs_mask(int row0, int col0, int rows, int cols, MaskArgs const& a) {
+  const int off = a.seqlen_k - a.seqlen_q;
+  const int last_col = col0 + cols - 1, last_row = row0 + rows - 1;
+  bool need = col0 < 0 || last_col >= a.seqlen_k;
+  if constexpr (K == MaskKind::Causal) need = need || last_col > row0 + off;
+  if constexpr (K == MaskKind::CausalTopLeft) need = need || last_col > row0;
+  if constexpr (K == MaskKind::Window) need = need || last_col > row0 + off + a.right || col0 < last_row + off - a.left;
+  return need;
+}
+
+// Masks the (M, N) accumulator tile `s` (MMA, MMA_M, MMA_N) at element origin (row0, col0); `tid`
+// picks this thread's coordinates through the TiledMMA.
+template <MaskKind K, int M, int N, class TiledMma, class SEngine, class SLayout>
+__device__ __forceinline__ void apply_mask(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int row0, int col0,
+                                           MaskArgs const& a, int tid) {
+  auto sr = rows_view(s);
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
+  auto cr = rows_view(c);
+  if (!tile_needs_mask<K>(row0, col0, M, N, a)) return;
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(sr); ++i) {
+    const int q = row0 + get<0>(cr(i, 0));
+    CUTE_UNROLL
+    for (int k = 0; k < size<1>(sr); ++k) {
+      if (!key_visible<K>(q, col0 + get<1>(cr(i, k)), a)) sr(i, k) = -INFINITY;
+    }
+  }
+}
+
+}  // namespace qattn

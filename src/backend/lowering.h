@@ -1,0 +1,196 @@
+// Internals of stage 2 (not part of the public API; see translate.h).
+//   analyze.cc      the pre-pass: header facts, tensor roles, GEMM operand sources, the K/V
+//                   pipeline schedule, shared-memory plan; every unsupported form -> XL diagnostic
+//   emit_kernel.cc  the kernel body, statement by statement (`// TL n:` blocks)
+//   emit_ops.cc     the Compute / Reshape lowerings (element-wise, rows, GEMM, Mask, epilogue)
+//   emit_host.cc    the preamble (types, tile constants, architecture choices) and the C ABI
+//   expr.cc         TL expressions -> C++ expressions
+#pragma once
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/arch.h"
+#include "backend/translate.h"
+#include "tl/checker.h"
+
+namespace qattn::backend::detail {
+
+// Indented C++ text.
+class Writer {
+ public:
+  void line(const std::string& s = {}) {
+    if (s.empty()) {
+      out_ << "\n";
+      return;
+    }
+    out_ << std::string(indent_ * 2, ' ') << s << "\n";
+  }
+  void open(const std::string& s) { line(s); ++indent_; }
+  void close(const std::string& s = "}") { --indent_; line(s); }
+  std::string str() const { return out_.str(); }
+  int indent() const { return indent_; }
+
+ private:
+  std::ostringstream out_;
+  int indent_ = 0;
+};
+
+// How a register tensor lives in the kernel.
+enum class RegKind {
+  None,      // not (yet) materialised
+  Tile,      // 2-D tile in the accumulator layout of the tiled MMA: (MMA, MMA_M, MMA_N)
+  Rows,      // 1-D row vector: one value per tile row this thread owns
+  OperandA,  // A-operand fragment (MMA, MMA_M, MMA_K): a Reshape result or a resident copy
+  Streamed,  // GEMM operand whose fragments are loaded from shared memory inside the GEMM
+};
+
+struct RegTensor {
+  RegKind kind = RegKind::None;
+  std::string var;      // C++ name
+  std::string family;   // accumulator family letter(s) for naming: "S", "O"
+  tl::DType dtype = tl::DType::F32;
+  int rows = 0, cols = 0;
+  std::string cols_expr;      // C++ constant expression of the column extent
+  std::string pending_scale;  // a positive factor not yet multiplied in ("" = none)
+};
+
+// How a GEMM reads its operands.
+struct GemmPlan {
+  enum class A { Streamed, Resident, Register } a = A::Streamed;
+  std::string a_name, b_name, c_name;
+  bool b_kmajor = true;   // B^T written (K stored (N, K)): ldmatrix; else V^T view / fp8 transpose
+  bool accumulate = false;
+  std::string descale;    // fp8: product of the operands' descales ("" = none)
+};
+
+// The K/V pipeline of the main loop (see docs/translation.md, "Overlap").
+struct Schedule {
+  bool pipelined = false;
+  std::string why_not;           // when not pipelined: the reason, printed in the kernel
+  std::string x, y;              // first and second streamed tensor (K, V)
+  size_t x_copy = 0, y_copy = 0; // body indices of their global->shared Copy
+  size_t a_pos = 0;              // before body[a_pos]: wait for X(j), barrier, issue
+  size_t b_pos = 0;              // after body[b_pos] (1 stage) / before it (>= 2 stages)
+  long prologue_after = -1;      // top-level index after which the prologue is emitted
+};
+
+struct SharedBuf {
+  std::string name;
+  int rows = 0, cols = 0;
+  std::string rows_expr, cols_expr;
+  tl::DType dtype = tl::DType::F16;
+  bool staged = false;   // STAGES buffers (pipelined copies)
+  bool vt = false;       // fp8 V^T buffer (cols x rows)
+  int64_t bytes = 0;
+};
+
+class Lowering {
+ public:
+  Lowering(const tl::Program& p, const tl::CheckInfo& info, const plan::Target& t, support::DiagSink& d)
+      : prog_(p), info_(info), target_(t), diags_(d) {}
+  bool analyze();            // analyze.cc
+  Translation emit();        // emit_host.cc (drives emit_kernel.cc)
+
+ private:
+  friend struct ExprPrinter;
+  // ---- analyze.cc
+  bool analyze_header();
+  bool analyze_tensors();
+  bool analyze_gemms();
+  bool analyze_statements(const std::vector<tl::Stmt>& body, int depth);
+  void analyze_schedule();
+  bool analyze_smem();
+  std::optional<int64_t> eval(const tl::Expr& e, support::SrcLoc where, const std::string& what);
+  bool is_positive_scalar(const tl::Expr& e) const;
+  void collect_names(const tl::Expr& e, std::set<std::string>& out) const;
+
+  // ---- expr.cc
+  std::string cpp_int(const tl::Expr& e) const;
+  std::string cpp_float(const tl::Expr& e) const;
+  std::string ident(const std::string& tl_name) const;  // TL scalar name -> C++ identifier
+
+  // ---- emit_kernel.cc
+  void emit_kernel(Writer& w);
+  void emit_stmt(Writer& w, const tl::Stmt& s, bool in_loop, size_t index);
+  void emit_loop(Writer& w, const tl::Stmt& s);
+  void emit_allocate(Writer& w, const tl::Stmt& s);
+  void emit_copy(Writer& w, const tl::Stmt& s, bool in_loop, size_t index);
+  void emit_prologue(Writer& w);
+  void emit_wait_for(Writer& w, const std::string& tensor);
+  void ensure_ready(Writer& w, const std::string& tensor);
+  std::string g2s_call(const std::string& tensor, const std::string& tile_row, const std::string& stage) const;
+  std::string stage_view(const std::string& tensor, const std::string& stage) const;
+  void comment_stmt(Writer& w, const tl::Stmt& s, const std::string& note = {});
+
+  // ---- emit_ops.cc
+  void emit_compute(Writer& w, const tl::Stmt& s);
+  void emit_gemm(Writer& w, const tl::Stmt& s);
+  void emit_reshape(Writer& w, const tl::Stmt& s);
+  void emit_mask(Writer& w, const tl::Stmt& s);
+  void emit_store(Writer& w, const tl::Stmt& s);
+  void materialize(Writer& w, RegTensor& t);
+  RegTensor& target_of(Writer& w, const tl::ComputeStmt& c, const RegTensor& like, tl::DType dt);
+  std::string operand_name(const tl::Operand& o) const;
+  RegTensor* reg(const std::string& name);
+
+  // ---- emit_host.cc
+  void emit_preamble(Writer& w);
+  void emit_abi(Writer& w);
+  std::string info_json() const;
+
+  // inputs
+  const tl::Program& prog_;
+  const tl::CheckInfo& info_;
+  plan::Target target_;
+  support::DiagSink& diags_;
+
+  // header facts
+  ArchSpec arch_;
+  std::string tl_kernel_name_, kernel_name_;
+  tl::MaskSpec mask_;
+  std::map<std::string, int64_t> env_;                  // fixed Dims and Consts
+  std::vector<std::pair<std::string, int64_t>> consts_; // in order
+  std::vector<std::pair<std::string, int64_t>> fixed_dims_;
+  std::map<std::string, std::string> runtime_dims_;     // TL dim -> params field ("seqlen_q")
+  std::vector<std::pair<std::string, tl::Expr>> grid_;  // var, extent
+  std::set<std::string> scalar_names_;                  // every TL integer name (for collisions)
+  const tl::Stmt* kernel_stmt_ = nullptr;
+  const tl::Stmt* dim_stmt_ = nullptr;
+  const tl::Stmt* const_stmt_ = nullptr;
+  const tl::Stmt* grid_stmt_ = nullptr;
+  const tl::Stmt* loop_ = nullptr;
+  size_t loop_index_ = 0;
+  int tile_m_ = 0, warps_ = 4, stages_ = 1, threads_ = 128;
+  std::string tile_m_expr_, warps_expr_ = "4", stages_expr_ = "1";
+  tl::DType elem_ = tl::DType::F16, out_ = tl::DType::F16;
+  int d_qk_ = 0, d_v_ = 0;
+  std::string q_cols_expr_, v_cols_expr_;
+  bool has_lse_ = false;
+
+  // tensors
+  std::map<std::string, SharedBuf> shared_;
+  std::vector<std::string> shared_order_;
+  std::map<std::string, RegTensor> regs_;               // current state during emission
+  std::map<const tl::Stmt*, GemmPlan> gemms_;
+  std::set<std::string> resident_a_;                    // A operands kept in registers
+  std::map<std::string, std::string> reshape_family_;   // reshaped tensor -> family of its GEMM
+  std::map<std::string, std::string> acc_descale_;      // accumulate target -> fp8 descale factor
+  Schedule sched_;
+  int64_t smem_bytes_ = 0, smem_stage_bytes_ = 0;
+  std::string vt_buffer_;                               // fp8: V^T shared buffer name ("" = none)
+
+  // emission state
+  std::vector<std::string> pending_groups_;             // committed cp.async groups, oldest first
+  std::set<std::string> body_unwaited_;                 // fallback schedule: copies not waited for
+  std::set<std::string> loop_created_;                  // register tensors whose scope is the loop body
+  bool prologue_done_ = false;
+  bool in_loop_ = false;
+  std::string loop_var_;
+  int tmp_counter_ = 0;
+};
+
+}  // namespace qattn::backend::detail

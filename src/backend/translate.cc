@@ -1,0 +1,47 @@
+// Stage 2 driver: check -> analyze -> emit (see translate.h and lowering.h).
+#include "backend/translate.h"
+
+#include "backend/lowering.h"
+#include "tl/parser.h"
+
+namespace qattn::backend {
+
+std::vector<std::string> common_nvcc_flags() {
+  return {"-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DNDEBUG", "--use_fast_math"};
+}
+
+std::optional<Translation> translate(const tl::Program& code, const plan::Target& target, support::DiagSink& diags) {
+  tl::CheckInfo info;
+  support::DiagSink check_diags(diags.file());
+  const bool ok = tl::check(code, check_diags, {}, info);
+  for (const auto& d : check_diags.all()) diags.add(d);
+  if (!ok) {
+    diags.error("XL0001", {}, "the TL program does not pass the checker; nothing was translated",
+                "fix the TL errors above (`qattn tl check`)");
+    return std::nullopt;
+  }
+  detail::Lowering lowering(code, info, target, diags);
+  const int before = diags.error_count();
+  if (!lowering.analyze()) {
+    if (diags.error_count() == before) diags.error("XL0301", {}, "the program cannot be lowered", "");
+    return std::nullopt;
+  }
+  Translation t = lowering.emit();
+  if (diags.error_count() != before) return std::nullopt;
+  return t;
+}
+
+std::optional<Translation> translate_text(std::string_view tl_text, const plan::Target& target, support::DiagSink& diags,
+                                          const std::string& file) {
+  if (!file.empty() && diags.file().empty()) diags.set_file(file);
+  support::DiagSink parse_diags(diags.file());
+  tl::Program p = tl::parse(tl_text, parse_diags, file);
+  for (const auto& d : parse_diags.all()) diags.add(d);
+  if (parse_diags.has_errors()) {
+    diags.error("XL0001", {}, "the TL program does not parse; nothing was translated", "fix the TL errors above");
+    return std::nullopt;
+  }
+  return translate(p, target, diags);
+}
+
+}  // namespace qattn::backend

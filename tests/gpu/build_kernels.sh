@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the GPU test/benchmark kernels: for each config, stage 1 writes the TL code, stage 2
+# translates it, nvcc builds a shared library exporting the C ABI (include/qattn/qattn.h).
+#
+#   tests/gpu/build_kernels.sh OUT_DIR [--run-sm 90] [--bin BUILD_DIR] [--cutlass INCLUDE_DIR] [-j N] [--only REGEX]
+#
+#   OUT_DIR/<name>.tl .cu .so .log   (the .log has nvcc's -Xptxas -v: registers and spills)
+#   OUT_DIR/ptxas.txt                one line per kernel: registers, spill bytes
+#
+# --run-sm 90 builds machine code for the GPU that will run the tests (an H100 is sm_90): the
+# kernel's own architecture (compute_80, compute_75, compute_89) is kept as the PTX target, so the
+# sm80 lowering runs on Hopper (an sm_80 cubin would not load there). Default: the translator's
+# -gencode (the planned GPU). CUTLASS headers: --cutlass, $CUTLASS_INCLUDE, <repo>/.cutlass/include,
+# or the nvidia-cutlass Python package.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT=""; RUN_SM=""; BIN="$ROOT/build"; CUTLASS="${CUTLASS_INCLUDE:-}"; JOBS="$(nproc)"; ONLY=""
+NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --run-sm) RUN_SM="$2"; shift 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
+    --cutlass) CUTLASS="$2"; shift 2 ;;
+    -j) JOBS="$2"; shift 2 ;;
+    --only) ONLY="$2"; shift 2 ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+    *) if [ -z "$OUT" ]; then OUT="$1"; shift; else echo "unexpected argument $1" >&2; exit 2; fi ;;
+  esac
+done
+[ -n "$OUT" ] || { echo "usage: $0 OUT_DIR [--run-sm 90] [--bin BUILD_DIR] [--cutlass DIR] [-j N]" >&2; exit 2; }
+if [ -z "$CUTLASS" ]; then
+  if [ -d "$ROOT/.cutlass/include/cute" ]; then CUTLASS="$ROOT/.cutlass/include"
+  else CUTLASS="$(python3 -c 'import cutlass_library;print(cutlass_library.source_path+"/include")' 2>/dev/null || true)"; fi
+fi
+[ -d "$CUTLASS/cute" ] || { echo "CUTLASS/CuTe headers not found (--cutlass DIR)" >&2; exit 1; }
+QATTN="$BIN/qattn"; XLATE="$BIN/qattn_translate"
+[ -x "$QATTN" ] && [ -x "$XLATE" ] || { echo "build qattn and qattn_translate first (ninja -C $BIN qattn qattn_translate)" >&2; exit 1; }
+mkdir -p "$OUT"
+
+# name | planned GPU | qattn plan flags
+CONFIGS=(
+  "sm80_d128_causal|a100|--preset llama2-7b"
+  "sm80_d128_none_lse|a100|--preset llama2-7b --mask none --lse true"
+  "sm80_d64_causal|a100|--preset llama3.2-1b"
+  "sm80_d64_none|a100|--preset llama3.2-1b --mask none"
+  "sm80_d64_none_fp16|a100|--preset bert-large --dtype fp16"
+  "sm80_d128_topleft_lse|a100|--preset llama2-7b --mask causal_top_left --lse true"
+  "sm80_d128_window|a100|--preset mistral-7b --window 256,0"
+  "sm80_mla_causal_lse|a100|--preset deepseek-v3-mla-prefill --lse true"
+  "sm80_d128_bm64_causal|a100|--preset llama2-7b --tiles 64,64,4,1"
+  "sm75_d64_none|t4|--preset bert-large --dtype fp16"
+  "sm75_d64_causal|t4|--preset bert-large --dtype fp16 --mask causal"
+  "sm75_d128_none|t4|--preset llama2-7b --dtype fp16 --mask none"
+  "sm75_d128_bm128_none|t4|--preset llama2-7b --dtype fp16 --mask none --tiles 128,64,4,1"
+  "sm75_d64_bm64_none|t4|--preset bert-large --dtype fp16 --tiles 64,64,4,1"
+  "sm75_d128_causal|t4|--preset llama2-7b --dtype fp16"
+  "sm89_fp8_d128_causal|l40s|--preset llama2-7b --dtype fp8_e4m3"
+  "sm89_fp8_d128_none|l40s|--preset llama3-8b --dtype fp8_e4m3 --mask none"
+)
+
+build_one() {
+  local name="$1" gpu="$2" flags="$3"
+  local tl="$OUT/$name.tl" cu="$OUT/$name.cu" so="$OUT/$name.so" log="$OUT/$name.log"
+  # shellcheck disable=SC2086
+  "$QATTN" plan --gpu "$gpu" --print $flags > "$tl" 2> "$log" || { echo "$name: qattn plan failed (see $log)"; return 1; }
+  "$XLATE" "$tl" --gpu "$gpu" -o "$cu" 2>> "$log" || { echo "$name: translation failed (see $log)"; return 1; }
+  local gencode
+  gencode="$("$XLATE" "$tl" --gpu "$gpu" --flags)"
+  if [ -n "$RUN_SM" ]; then
+    local virt
+    virt="$(echo "$gencode" | grep -o 'arch=compute_[0-9a-z]*' | head -1 | cut -d_ -f2)"
+    gencode="$(echo "$gencode" | sed 's/-gencode=[^ ]*//g') -gencode=arch=compute_${virt},code=sm_${RUN_SM} -gencode=arch=compute_${virt},code=compute_${virt}"
+  fi
+  # shellcheck disable=SC2086
+  if ! "$NVCC" $gencode -Xptxas -v -Xcompiler -fPIC -shared -I"$ROOT/device" -I"$ROOT/include" -I"$CUTLASS" \
+       "$cu" -o "$so" >> "$log" 2>&1; then
+    echo "$name: nvcc failed (see $log)"; return 1
+  fi
+  local regs spill
+  regs="$(grep -o 'Used [0-9]* registers' "$log" | tail -1 | grep -o '[0-9]*')"
+  spill="$(grep -o '[0-9]* bytes spill stores' "$log" | tail -1 | grep -o '^[0-9]*')"
+  echo "$name: ok, $regs registers, ${spill:-0} bytes spill stores"
+}
+
+pids=(); names=()
+for c in "${CONFIGS[@]}"; do
+  IFS='|' read -r name gpu flags <<< "$c"
+  if [ -n "$ONLY" ] && ! [[ "$name" =~ $ONLY ]]; then continue; fi
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
+  ( build_one "$name" "$gpu" "$flags" > "$OUT/$name.status" 2>&1 ) &
+  pids+=($!); names+=("$name")
+done
+rc=0
+for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc=1; done
+: > "$OUT/ptxas.txt"
+for n in "${names[@]}"; do cat "$OUT/$n.status" | tee -a "$OUT/ptxas.txt"; grep -q ": ok" "$OUT/$n.status" || rc=1; done
+exit $rc

@@ -1,0 +1,132 @@
+// Stage 2 output compiles: a small representative set of generated kernels is built with nvcc
+// (-cubin, no GPU needed) and the PTX is checked for the instructions the architecture lowering
+// promises: mma.sync m16n8k16 + cp.async (sm80), m16n8k8 without cp.async (sm75), m16n8k32 e4m3
+// (sm89). ptxas's register and spill counts are printed. Skipped (GTEST_SKIP, with the reason) when
+// nvcc or the CUTLASS/CuTe headers are missing. About a minute per kernel on two cores; the three
+// compile in parallel.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <regex>
+#include <sstream>
+
+#include "backend/translate.h"
+#include "hw/gpu.h"
+#include "plan/plan.h"
+#include "spec/spec.h"
+
+namespace qattn::backend {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string run(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) {
+    *rc = -1;
+    return out;
+  }
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  *rc = pclose(f);
+  return out;
+}
+
+std::string find_nvcc() {
+  if (const char* e = std::getenv("NVCC"); e && fs::exists(e)) return e;
+  int rc = 0;
+  std::string p = run("command -v nvcc", &rc);
+  while (!p.empty() && (p.back() == '\n' || p.back() == '\r')) p.pop_back();
+  if (rc == 0 && !p.empty() && fs::exists(p)) return p;
+  if (fs::exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
+  return "";
+}
+
+std::string find_cutlass() {
+  if (const char* e = std::getenv("CUTLASS_INCLUDE"); e && fs::exists(fs::path(e) / "cute" / "tensor.hpp")) return e;
+  fs::path local = fs::path(QATTN_SOURCE_DIR) / ".cutlass" / "include";
+  if (fs::exists(local / "cute" / "tensor.hpp")) return local.string();
+  int rc = 0;
+  std::string p = run("python3 -c \"import cutlass_library;print(cutlass_library.source_path+'/include')\"", &rc);
+  while (!p.empty() && (p.back() == '\n' || p.back() == '\r')) p.pop_back();
+  if (rc == 0 && fs::exists(fs::path(p) / "cute" / "tensor.hpp")) return p;
+  return "";
+}
+
+struct Kernel {
+  std::string name, preset, gpu;
+  std::map<std::string, std::string> flags;
+  std::vector<std::string> ptx_has, ptx_lacks;
+};
+
+struct Built {
+  int rc = 0;
+  std::string log, ptx;
+};
+
+Built build(const Kernel& k, const std::string& nvcc, const std::string& cutlass, const fs::path& dir) {
+  Built b;
+  support::DiagSink d;
+  spec::AttentionSpec s = *spec::find_preset(k.preset);
+  auto flags = k.flags;
+  flags["gpu"] = k.gpu;
+  if (!spec::apply_flags(s, flags, d)) return {1, d.render(), ""};
+  const hw::GpuFacts* g = hw::find_gpu(k.gpu);
+  auto p = plan::make_plan(s, *g, d);
+  if (!p) return {1, d.render(), ""};
+  auto t = translate_text(p->code, plan::make_target(*g), d);
+  if (!t) return {1, d.render(), ""};
+  const fs::path cu = dir / (k.name + ".cu");
+  std::ofstream(cu) << t->cuda_source;
+  std::string cmd = nvcc;
+  for (const auto& f : t->nvcc_flags) cmd += " " + f;
+  cmd += " -Xptxas -v -cubin --keep --keep-dir " + dir.string() + " -I" + (fs::path(QATTN_SOURCE_DIR) / "device").string() +
+         " -I" + (fs::path(QATTN_SOURCE_DIR) / "include").string() + " -I" + cutlass + " -o " +
+         (dir / (k.name + ".cubin")).string() + " " + cu.string();
+  b.log = run(cmd, &b.rc);
+  std::ifstream f(dir / (k.name + ".ptx"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  b.ptx = ss.str();
+  return b;
+}
+
+TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
+  const std::string nvcc = find_nvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "nvcc not found (set NVCC or install the CUDA toolkit): generated kernels not compiled";
+  const std::string cutlass = find_cutlass();
+  if (cutlass.empty())
+    GTEST_SKIP() << "CUTLASS/CuTe headers not found (set CUTLASS_INCLUDE, or pip install nvidia-cutlass==4.2.0.0): "
+                    "generated kernels not compiled";
+  const std::vector<Kernel> kernels = {
+      {"sm80_bf16_d128_causal_gqa", "llama3-8b", "a100", {}, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "cp.async.cg.shared.global", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"}, {}},
+      {"sm75_fp16_d64", "bert-large", "t4", {{"dtype", "fp16"}}, {"mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16"}, {"cp.async"}},
+      {"sm89_fp8_d128_causal", "llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}, {"mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "cp.async.cg.shared.global", "cvt.rn.satfinite.e4m3x2.f32"}, {}},
+  };
+  const fs::path dir = fs::temp_directory_path() / ("qattn_emit_compile_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<std::future<Built>> jobs;
+  for (const auto& k : kernels) jobs.push_back(std::async(std::launch::async, build, k, nvcc, cutlass, dir));
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    Built b = jobs[i].get();
+    const Kernel& k = kernels[i];
+    ASSERT_EQ(b.rc, 0) << k.name << ":\n" << b.log;
+    for (const auto& s : k.ptx_has) EXPECT_NE(b.ptx.find(s), std::string::npos) << k.name << ": PTX lacks " << s;
+    for (const auto& s : k.ptx_lacks) EXPECT_EQ(b.ptx.find(s), std::string::npos) << k.name << ": PTX has " << s;
+    std::smatch m;
+    std::string regs = std::regex_search(b.log, m, std::regex(R"(Used (\d+) registers)")) ? m[1].str() : "?";
+    std::string spill = std::regex_search(b.log, m, std::regex(R"((\d+) bytes spill stores)")) ? m[1].str() : "?";
+    std::printf("[ ptxas    ] %s: %s registers, %s bytes spill stores\n", k.name.c_str(), regs.c_str(), spill.c_str());
+    EXPECT_NE(regs, "?") << b.log;
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace qattn::backend

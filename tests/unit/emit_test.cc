@@ -1,0 +1,273 @@
+// Stage 2 (src/backend) on the CPU: the translator's output for the planner's TL, checked as text.
+//  - tests/emit/*.tl: golden inputs; `# gpu: NAME` picks the target, every `# expect: TEXT` must
+//    occur in the .cu (or in the nvcc flags), `# expect-not: TEXT` must not, `# expect-error: XLnnnn`
+//    must be reported (and then no source is produced).
+//  - presets x GPUs: every plan translates; the MMA and copy atoms match the architecture; every TL
+//    statement is named by a `// TL <line>:` comment; the tile constants come from the TL.
+//  - the TL is the source of truth: other BM/BN in the TL text give other constants, and deleting
+//    `Compute Rescale O, alpha` deletes the rescale (the kernel then computes what the TL says).
+// Compilation with nvcc is in emit_compile_test.cc.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "backend/translate.h"
+#include "hw/gpu.h"
+#include "plan/plan.h"
+#include "spec/spec.h"
+#include "tl/parser.h"
+
+namespace qattn::backend {
+namespace {
+
+namespace fs = std::filesystem;
+
+plan::Target target(const std::string& gpu) {
+  const hw::GpuFacts* g = hw::find_gpu(gpu);
+  EXPECT_NE(g, nullptr) << gpu;
+  return g ? plan::make_target(*g) : plan::Target{};
+}
+
+std::string join_flags(const Translation& t) {
+  std::string s;
+  for (const auto& f : t.nvcc_flags) s += f + " ";
+  return s;
+}
+
+bool has(const support::DiagSink& d, const std::string& code) {
+  for (const auto& x : d.all())
+    if (x.code == code) return true;
+  return false;
+}
+
+// The planner's TL code for a preset on a GPU, with optional spec overrides.
+std::string plan_code(const std::string& preset, const std::string& gpu, std::map<std::string, std::string> flags = {}) {
+  support::DiagSink d;
+  spec::AttentionSpec s = *spec::find_preset(preset);
+  flags["gpu"] = gpu;
+  EXPECT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
+  auto p = plan::make_plan(s, *hw::find_gpu(gpu), d);
+  EXPECT_TRUE(p.has_value()) << preset << " on " << gpu << "\n" << d.render();
+  return p ? p->code : std::string();
+}
+
+std::optional<Translation> xlate(const std::string& code, const std::string& gpu, support::DiagSink& d) {
+  return translate_text(code, target(gpu), d, "test.tl");
+}
+
+// ---- golden files ----------------------------------------------------------------------------------
+class GoldenEmit : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenEmit, Matches) {
+  std::ifstream f(GetParam());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  std::string gpu = "a100";
+  std::vector<std::string> expect, expect_not, errors;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    auto take = [&](const std::string& key, std::vector<std::string>* out) {
+      if (line.rfind(key, 0) != 0) return false;
+      std::string v = line.substr(key.size());
+      while (!v.empty() && (v.back() == '\r' || v.back() == ' ')) v.pop_back();
+      if (out) out->push_back(v);
+      else gpu = v;
+      return true;
+    };
+    take("# gpu: ", nullptr) || take("# expect: ", &expect) || take("# expect-not: ", &expect_not) ||
+        take("# expect-error: ", &errors);
+  }
+  ASSERT_FALSE(expect.empty() && errors.empty()) << GetParam() << ": no expectations";
+  support::DiagSink d;
+  auto t = xlate(text, gpu, d);
+  if (!errors.empty()) {
+    EXPECT_FALSE(t.has_value()) << GetParam();
+    for (const auto& e : errors) EXPECT_TRUE(has(d, e)) << GetParam() << ": expected " << e << ", got:\n" << d.render();
+    return;
+  }
+  ASSERT_TRUE(t.has_value()) << GetParam() << "\n" << d.render();
+  const std::string all = t->cuda_source + "\n" + join_flags(*t);
+  for (const auto& e : expect) EXPECT_NE(all.find(e), std::string::npos) << GetParam() << ": missing `" << e << "`";
+  for (const auto& e : expect_not) EXPECT_EQ(all.find(e), std::string::npos) << GetParam() << ": unexpected `" << e << "`";
+}
+
+std::vector<std::string> golden_files() {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(fs::path(QATTN_SOURCE_DIR) / "tests" / "emit"))
+    if (e.path().extension() == ".tl") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, GoldenEmit, ::testing::ValuesIn(golden_files()), [](const auto& info) {
+  std::string n = fs::path(info.param).stem().string();
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+});
+
+// ---- presets x GPUs --------------------------------------------------------------------------------
+struct Case {
+  std::string preset, gpu;
+  std::map<std::string, std::string> flags;
+  std::string mma, copy_g2s, reshape;
+};
+
+TEST(Emit, PresetsTranslateForEachArchitecture) {
+  const std::vector<Case> cases = {
+      {"llama2-7b", "a100", {}, "SM80_16x8x16_F32BF16BF16F32_TN", "true>()", "acc_to_a_m16n8k16"},
+      {"llama3-8b", "a100", {{"mask", "none"}}, "SM80_16x8x16_F32BF16BF16F32_TN", "true>()", "acc_to_a_m16n8k16"},
+      {"starcoder-15b", "a100", {{"dtype", "fp16"}}, "SM80_16x8x16_F32F16F16F32_TN", "true>()", "acc_to_a_m16n8k16"},
+      {"bert-large", "a100", {}, "SM80_16x8x16_F32BF16BF16F32_TN", "true>()", "acc_to_a_m16n8k16"},
+      {"deepseek-v3-mla-prefill", "a100", {{"lse", "true"}}, "SM80_16x8x16_F32BF16BF16F32_TN", "true>()", "acc_to_a_m16n8k16"},
+      {"mistral-7b", "a100", {}, "SM80_16x8x16_F32BF16BF16F32_TN", "true>()", "acc_to_a_m16n8k16"},
+      {"llama3.2-1b", "a100", {{"mask", "causal_top_left"}}, "SM80_16x8x16_F32BF16BF16F32_TN", "true>()", "acc_to_a_m16n8k16"},
+      {"bert-large", "t4", {{"dtype", "fp16"}}, "SM75_16x8x8_F32F16F16F32_TN", "false>()", "acc_to_a_m16n8k8"},
+      {"llama2-7b", "t4", {{"dtype", "fp16"}}, "SM75_16x8x8_F32F16F16F32_TN", "false>()", "acc_to_a_m16n8k8"},
+      {"llama3-8b", "l40s", {{"dtype", "fp16"}}, "SM80_16x8x16_F32F16F16F32_TN", "true>()", "acc_to_a_m16n8k16"},
+      {"llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}, "SM89_16x8x32_F32E4M3E4M3F32_TN", "true>()", "acc_to_a_m16n8k32"},
+      {"llama3-8b", "l40s", {{"dtype", "fp8_e4m3"}, {"mask", "none"}}, "SM89_16x8x32_F32E4M3E4M3F32_TN", "true>()", "acc_to_a_m16n8k32"},
+  };
+  for (const auto& c : cases) {
+    const std::string what = c.preset + " on " + c.gpu;
+    const std::string code = plan_code(c.preset, c.gpu, c.flags);
+    support::DiagSink d;
+    auto t = xlate(code, c.gpu, d);
+    ASSERT_TRUE(t.has_value()) << what << "\n" << d.render() << "\n" << code;
+    const std::string& cu = t->cuda_source;
+    EXPECT_NE(cu.find(c.mma), std::string::npos) << what;
+    EXPECT_NE(cu.find("qattn::make_g2s_copy<Element, kThreads, "), std::string::npos) << what;
+    EXPECT_NE(cu.find(c.copy_g2s), std::string::npos) << what;
+    EXPECT_NE(cu.find(c.reshape), std::string::npos) << what;
+    EXPECT_NE(cu.find("SM75_U32x4_LDSM_N"), std::string::npos) << what;
+    EXPECT_NE(cu.find("int qattn_fwd(const qattn_fwd_params* params, void* stream)"), std::string::npos) << what;
+    EXPECT_NE(cu.find("qattn_kernel_info"), std::string::npos) << what;
+    EXPECT_NE(cu.find("qattn_last_error"), std::string::npos) << what;
+    EXPECT_NE(cu.find("__launch_bounds__(kThreads, kMinBlocksPerSm) " + t->kernel_name + "("), std::string::npos) << what;
+    // every TL statement is named
+    support::DiagSink pd;
+    tl::Program p = tl::parse(code, pd);
+    std::function<void(const std::vector<tl::Stmt>&)> visit = [&](const std::vector<tl::Stmt>& body) {
+      for (const auto& s : body) {
+        if (s.kind == tl::Stmt::Kind::Comment || s.kind == tl::Stmt::Kind::Blank) continue;
+        EXPECT_NE(cu.find("// TL " + std::to_string(s.loc.line) + ":"), std::string::npos)
+            << what << ": no block for TL line " << s.loc.line;
+        if (s.kind == tl::Stmt::Kind::For) visit(s.loop.body);
+      }
+    };
+    visit(p.stmts);
+    // the tile constants are the TL's
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(code, m, std::regex(R"(Const BM = (\d+), BN = (\d+), WARPS = (\d+), STAGES = (\d+))"))) << code;
+    EXPECT_NE(cu.find("constexpr int BM = " + m[1].str() + ";"), std::string::npos) << what;
+    EXPECT_NE(cu.find("constexpr int BN = " + m[2].str() + ";"), std::string::npos) << what;
+    EXPECT_NE(cu.find("constexpr int WARPS = " + m[3].str() + ";"), std::string::npos) << what;
+    EXPECT_EQ(t->threads, 32 * std::stoi(m[3].str())) << what;
+    EXPECT_GT(t->smem_bytes, 0) << what;
+  }
+}
+
+// ---- the TL is the source of truth ---------------------------------------------------------------
+TEST(Emit, TileConstantsFollowTheTl) {
+  const std::string code = plan_code("llama2-7b", "a100");
+  const std::string edited = std::regex_replace(code, std::regex("Const BM = 128, BN = 64, WARPS = 4, STAGES = 1"),
+                                                "Const BM = 64, BN = 32, WARPS = 4, STAGES = 2");
+  ASSERT_NE(code, edited);
+  support::DiagSink d1, d2;
+  auto a = xlate(code, "a100", d1), b = xlate(edited, "a100", d2);
+  ASSERT_TRUE(a && b) << d1.render() << d2.render();
+  EXPECT_NE(b->cuda_source.find("constexpr int BM = 64;"), std::string::npos);
+  EXPECT_NE(b->cuda_source.find("constexpr int BN = 32;"), std::string::npos);
+  EXPECT_NE(b->cuda_source.find("constexpr int STAGES = 2;"), std::string::npos);
+  EXPECT_NE(b->cuda_source.find("Shape<Int<BM>, Int<BN>>"), std::string::npos);
+  // two stages: the next K and V tiles are issued at the first wait of an iteration
+  EXPECT_NE(b->cuda_source.find("qattn::wait<1>();"), std::string::npos);
+  EXPECT_NE(b->cuda_source.find("const int stage = (j - lo_j) % STAGES;"), std::string::npos);
+  EXPECT_NE(a->smem_bytes, b->smem_bytes);
+  EXPECT_NE(a->cuda_source, b->cuda_source);
+}
+
+TEST(Emit, DeletingTheRescaleOfODeletesItFromTheKernel) {
+  const std::string code = plan_code("llama2-7b", "a100");
+  ASSERT_NE(code.find("Compute Rescale O, alpha\n"), std::string::npos);
+  std::string edited = code;
+  edited.erase(edited.find("  Compute Rescale O, alpha\n"), std::string("  Compute Rescale O, alpha\n").size());
+  support::DiagSink d1, d2;
+  auto a = xlate(code, "a100", d1), b = xlate(edited, "a100", d2);
+  ASSERT_TRUE(a && b) << d1.render() << d2.render();
+  EXPECT_NE(a->cuda_source.find("qattn::rescale(tOrO, ralpha);"), std::string::npos);
+  EXPECT_EQ(b->cuda_source.find("qattn::rescale(tOrO"), std::string::npos);
+  EXPECT_EQ(b->cuda_source.find("Rescale O"), std::string::npos);
+  EXPECT_NE(b->cuda_source.find("qattn::rescale(rl, ralpha);"), std::string::npos);  // l still rescaled
+}
+
+TEST(Emit, ChangedMaskChangesTheMaskCall) {
+  const std::string code = plan_code("llama2-7b", "a100", {{"mask", "causal_top_left"}});
+  support::DiagSink d;
+  auto t = xlate(code, "a100", d);
+  ASSERT_TRUE(t) << d.render();
+  EXPECT_NE(t->cuda_source.find("qattn::MaskKind::CausalTopLeft"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("hi_j = qattn::imin(qattn::cdiv(seqlen_k, BN), qattn::cdiv((m_block + 1) * BM, BN))"),
+            std::string::npos);
+}
+
+TEST(Emit, InfoJsonDescribesTheKernel) {
+  support::DiagSink d;
+  auto t = xlate(plan_code("mistral-7b", "a100", {{"window", "256,0"}, {"lse", "true"}}), "a100", d);
+  ASSERT_TRUE(t) << d.render();
+  EXPECT_NE(t->info_json.find("\"arch\": \"sm80\""), std::string::npos) << t->info_json;
+  EXPECT_NE(t->info_json.find("\"window\": [256, 0]"), std::string::npos) << t->info_json;
+  EXPECT_NE(t->info_json.find("\"lse\": true"), std::string::npos) << t->info_json;
+  EXPECT_NE(t->cuda_source.find(t->info_json), std::string::npos);
+}
+
+// ---- diagnostics -----------------------------------------------------------------------------------
+TEST(Emit, ProgramsThatFailTheCheckerAreNotTranslated) {
+  std::string code = plan_code("llama2-7b", "a100");
+  code.erase(code.find("  Reshape Pc"), code.find('\n', code.find("  Reshape Pc")) - code.find("  Reshape Pc") + 1);
+  support::DiagSink d;
+  EXPECT_FALSE(xlate(code, "a100", d));
+  EXPECT_TRUE(has(d, "TL0501")) << d.render();
+  EXPECT_TRUE(has(d, "XL0001")) << d.render();
+}
+
+TEST(Emit, UnsupportedFormsGetXlDiagnostics) {
+  support::DiagSink d1;
+  EXPECT_FALSE(xlate(plan_code("llama2-7b", "a100"), "t4", d1));  // bf16 on Turing
+  EXPECT_TRUE(has(d1, "XL0102")) << d1.render();
+  support::DiagSink d2;
+  EXPECT_FALSE(xlate(plan_code("llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}), "a100", d2));  // fp8 on Ampere
+  EXPECT_TRUE(has(d2, "XL0102")) << d2.render();
+  // a schedule attribute the lowering does not know
+  std::string code = plan_code("llama2-7b", "a100");
+  code.replace(code.find("Compute GEMM Q, K^T and get S"), std::string("Compute GEMM Q, K^T and get S").size(),
+               "Compute GEMM Q, K^T and get S {async}");
+  support::DiagSink d3;
+  EXPECT_FALSE(xlate(code, "a100", d3));
+  EXPECT_FALSE(d3.all().empty());
+  // nested loop
+  std::string nested = plan_code("llama2-7b", "a100");
+  const std::string gemm2 = "  Compute GEMM Pc, V and accumulate O\n";
+  nested.replace(nested.find(gemm2), gemm2.size(), "  for t = 0: 1\n    Compute Max m, m_new\n  end\n" + gemm2);
+  support::DiagSink d4;
+  EXPECT_FALSE(xlate(nested, "a100", d4));
+  EXPECT_TRUE(has(d4, "XL0302")) << d4.render();
+  // every diagnostic has a line or is program-wide, and a hint where the user can act
+  for (const auto& x : d4.all())
+    if (x.code == "XL0302") EXPECT_GT(x.loc.line, 0);
+}
+
+TEST(Emit, GarbageNeverCrashes) {
+  for (const char* text : {"", "Kernel k", "Kernel k with mask causal\nfor j = 0: 1\nend\n", "\x01\x02", "Copy Q from a to b"}) {
+    support::DiagSink d;
+    EXPECT_FALSE(xlate(text, "a100", d));
+    EXPECT_TRUE(d.has_errors());
+  }
+}
+
+}  // namespace
+}  // namespace qattn::backend

@@ -1,0 +1,74 @@
+// qattn_translate: a small test tool for stage 2 until `qattn generate` exists.
+//   qattn_translate code.tl --gpu a100 [-o k.cu] [--flags] [--info]
+// Reads TL code (a file, or - for stdin), translates it for the GPU (a name or alias of
+// data/gpus.json: a100, h100, t4, l40s, ...) and writes the .cu to -o or stdout. --flags prints the
+// nvcc flags (one line) instead; --info prints qattn_kernel_info()'s JSON. Diagnostics go to
+// stderr; the exit status is 1 when the program cannot be translated, 2 on a usage error.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "backend/translate.h"
+#include "hw/gpu.h"
+#include "plan/plan.h"
+#include "support/io.h"
+
+int main(int argc, char** argv) {
+  std::string in, out, gpu = "a100";
+  bool flags = false, info = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--gpu" && i + 1 < argc) gpu = argv[++i];
+    else if (a == "-o" && i + 1 < argc) out = argv[++i];
+    else if (a == "--flags") flags = true;
+    else if (a == "--info") info = true;
+    else if (a == "-h" || a == "--help") {
+      std::puts("usage: qattn_translate CODE.tl|- [--gpu NAME] [-o OUT.cu] [--flags] [--info]");
+      return 0;
+    } else if (in.empty()) in = a;
+    else {
+      std::fprintf(stderr, "qattn_translate: unexpected argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (in.empty()) {
+    std::fprintf(stderr, "usage: qattn_translate CODE.tl|- [--gpu NAME] [-o OUT.cu] [--flags] [--info]\n");
+    return 2;
+  }
+  qattn::support::DiagSink diags(in == "-" ? "<stdin>" : in);
+  std::string text;
+  if (in == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), {});
+  } else {
+    auto t = qattn::support::read_file(in, diags);
+    if (!t) {
+      std::fputs(diags.render().c_str(), stderr);
+      return 1;
+    }
+    text = *t;
+  }
+  const qattn::hw::GpuFacts* g = qattn::hw::find_gpu(gpu, diags);
+  if (!g) {
+    std::fputs(diags.render().c_str(), stderr);
+    return 1;
+  }
+  auto tr = qattn::backend::translate_text(text, qattn::plan::make_target(*g), diags, in);
+  std::fputs(diags.render().c_str(), stderr);
+  if (!tr) return 1;
+  if (flags || info) {
+    if (flags) {
+      std::string f;
+      for (const auto& x : tr->nvcc_flags) f += (f.empty() ? "" : " ") + x;
+      std::puts(f.c_str());
+    }
+    if (info) std::puts(tr->info_json.c_str());
+    return 0;
+  }
+  if (out.empty()) {
+    std::fputs(tr->cuda_source.c_str(), stdout);
+    return 0;
+  }
+  return qattn::support::write_file_atomic(out, tr->cuda_source, diags) ? 0 : (std::fputs(diags.render().c_str(), stderr), 1);
+}
