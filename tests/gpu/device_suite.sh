@@ -25,8 +25,8 @@ python3 "$ROOT/tests/gpu/verify.py" $K > "$OUT/verify.log" 2>&1 || status=1
 grep -E "FAIL|passed" "$OUT/verify.log" | tail -15
 echo "== 3. compute-sanitizer =="
 nvcc -std=c++17 -I"$ROOT/include" "$ROOT/tests/gpu/sanitize_main.cu" -o /tmp/sanitize_main -ldl || status=1
-for lib in sm80_d128_causal sm80_mla_causal_lse sm75_d64_none; do
-  for tool in memcheck racecheck; do
+for lib in sm80_d128_causal sm80_mla_causal_lse sm80_d128_window sm75_d64_none sm75_d128_causal; do
+  for tool in memcheck racecheck synccheck; do
     if compute-sanitizer --tool $tool --error-exitcode 9 /tmp/sanitize_main $K/$lib.so > /tmp/san.log 2>&1; then
       echo "sanitizer $tool $lib: clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors' /tmp/san.log | head -1))"
     else

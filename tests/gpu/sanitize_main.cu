@@ -2,6 +2,7 @@
 // once on a small ragged GQA problem with random inputs, and checks the status and every output
 // element for NaN (outputs are poisoned first). Usage: sanitize_main LIB.so
 // Build: nvcc -std=c++17 -I include tests/gpu/sanitize_main.cu -o sanitize_main -ldl
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 

@@ -11,7 +11,9 @@ fp64 attention with the kernel's mask. Verdict (FlashAttention's rule): max |O -
 2 * max |O_naive - ref| + atol, where O_naive is a naive same-precision implementation (S and the
 softmax in fp32, probabilities rounded to V's dtype, P V rounded to O's dtype); atol = 1e-5 * max(1,
 max |ref|) (1e-3 for fp8). LSE likewise against an fp32 naive LSE. Also checks the C ABI's error
-statuses. Prints a table; exits 1 if anything fails.
+statuses. Kernels named neg_* were built from deliberately broken TL (build_kernels.sh): they must
+compute wrong answers (the translator must not repair the TL). Prints a table; exits 1 if anything
+fails.
 """
 import argparse
 import glob
@@ -194,6 +196,16 @@ def main():
             continue
         i = kern.info
         desc = f"{i['arch']} {i['dtype']} d{i['d_qk']}/{i['d_v']} {i['mask']}{' lse' if i['lse'] else ''}"
+        if name.startswith("neg_"):
+            wrong = 0
+            for case in CASES:
+                ok, msg, _ = run_case(kern, case, gen)
+                wrong += 0 if ok else 1
+            ok = wrong > 0
+            rows.append((name, "broken TL -> wrong kernel", ok, f"{wrong}/{len(CASES)} cases wrong"))
+            failures += 0 if ok else 1
+            print(f"{name}: {desc} (from broken TL)", flush=True)
+            continue
         for case in CASES:
             ok, msg, _ = run_case(kern, case, gen)
             b, hq, hkv, sq, sk, layout = case
