@@ -516,9 +516,9 @@ void Lowering::analyze_schedule() {
   collect_names(loop_->loop.hi, needed);
   for (size_t ci : copies)
     for (const auto& e : body[ci].copy.coord) collect_names(e, needed);
-  std::set<std::string> bound(runtime_dims_.size() ? std::set<std::string>{} : std::set<std::string>{});
-  for (const auto& [n, f] : runtime_dims_) bound.insert(n), (void)f;
-  for (const auto& [n, v] : env_) bound.insert(n), (void)v;
+  std::set<std::string> bound;
+  for (const auto& [n, f] : runtime_dims_) bound.insert(n);
+  for (const auto& [n, v] : env_) bound.insert(n);
   long after = -1;
   for (size_t i = 0; i < loop_index_; ++i) {
     const auto& st = prog_.stmts[i];

@@ -128,5 +128,27 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
   fs::remove_all(dir, ec);
 }
 
+// The layout algebra of the device runtime (tests/emit/host_layout_check.cc), on the host.
+TEST(EmitCompile, DeviceRuntimeLayoutsOnTheHost) {
+  const std::string nvcc = find_nvcc();
+  const std::string cutlass = find_cutlass();
+  if (nvcc.empty() || cutlass.empty()) GTEST_SKIP() << "nvcc or the CUTLASS/CuTe headers not found: layout check skipped";
+  const fs::path cuda_include = fs::path(nvcc).parent_path().parent_path() / "include";
+  const fs::path dir = fs::temp_directory_path() / ("qattn_layout_check_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string exe = (dir / "host_layout_check").string();
+  int rc = 0;
+  std::string log = run("c++ -std=c++17 -O1 -w -I" + cutlass + " -I" + (cuda_include / "cccl").string() + " -I" +
+                            cuda_include.string() + " -I" + (fs::path(QATTN_SOURCE_DIR) / "device").string() + " " +
+                            (fs::path(QATTN_SOURCE_DIR) / "tests" / "emit" / "host_layout_check.cc").string() + " -o " + exe,
+                        &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = run(exe, &rc);
+  EXPECT_EQ(rc, 0) << log;
+  std::printf("%s", log.c_str());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 }  // namespace
 }  // namespace qattn::backend

@@ -1,0 +1,88 @@
+// Host-side check of the device runtime's layout algebra (built and run by emit_compile_test with
+// the host compiler and the CuTe headers; no GPU). For every architecture lowering:
+//  1. the TL Reshape: the accumulator fragment re-viewed by acc_to_a_* holds, at each A-operand
+//     position (m, k), the accumulator element (m, k) (sm89: (m, fp8_key_of_logical(k)), the key
+//     order V^T is stored in);
+//  2. acc_rowcol: mode 0 of the row view walks rows (one row per index, all columns of it);
+//  3. the GEMM loops of gemm.cuh: ldmatrix block c of a retiled fragment covers exactly MMA k-blocks
+//     R*c .. R*c+R-1.
+// Prints one line per check and exits non-zero on any mismatch.
+#include <cstdio>
+#include <set>
+
+#include <cute/tensor.hpp>
+
+#include "qattn/layout.cuh"
+
+using namespace cute;
+
+template <class Atom, int TK, class Reshape>
+int check_reshape(const char* name, Reshape reshape, bool permuted) {
+  using TiledMma = TiledMMA<MMA_Atom<Atom>, Layout<Shape<_4, _1, _1>>, Tile<_64, _16, Int<TK>>>;
+  TiledMma mma;
+  int bad = 0;
+  for (int t = 0; t < 128; ++t) {
+    auto thr = mma.get_slice(t);
+    auto cC = thr.partition_C(make_identity_tensor(Shape<_128, _64>{}));
+    auto cA = thr.partition_A(make_identity_tensor(Shape<_128, _64>{}));
+    auto cCa = make_tensor(cC.data(), reshape(cC.layout()));
+    if (size(cCa) != size(cA)) return 1000;
+    for (int i = 0; i < size(cA); ++i) {
+      int k = get<1>(cA(i));
+      if (permuted) k = qattn::fp8_key_of_logical(k);
+      if (get<0>(cA(i)) != get<0>(cCa(i)) || k != get<1>(cCa(i))) ++bad;
+    }
+    auto rc = make_tensor(cC.data(), qattn::acc_rowcol(cC.layout()));
+    for (int r = 0; r < size<0>(rc); ++r)
+      for (int c = 0; c < size<1>(rc); ++c)
+        if (get<0>(rc(r, c)) != get<0>(rc(r, 0))) ++bad;
+  }
+  std::printf("reshape %s: %d mismatches\n", name, bad);
+  return bad;
+}
+
+template <class Atom, int TK, class T, class CopyA, class CopyB, int M, int N, int K>
+int check_k_blocks(const char* name) {
+  using TiledMma = TiledMMA<MMA_Atom<Atom>, Layout<Shape<_4, _1, _1>>, Tile<_64, _16, Int<TK>>>;
+  TiledMma mma;
+  int bad = 0;
+  auto sA = make_tensor(make_gmem_ptr(static_cast<T*>(nullptr)), make_layout(Shape<Int<M>, Int<K>>{}, GenRowMajor{}));
+  auto sB = make_tensor(make_gmem_ptr(static_cast<T*>(nullptr)), make_layout(Shape<Int<N>, Int<K>>{}, GenRowMajor{}));
+  for (int t = 0; t < 128; ++t) {
+    auto thr = mma.get_slice(t);
+    auto fA = thr.partition_fragment_A(sA);
+    auto fB = thr.partition_fragment_B(sB);
+    auto vA = make_tiled_copy_A(Copy_Atom<CopyA, T>{}, mma).get_thread_slice(t).retile_D(fA);
+    auto vB = make_tiled_copy_B(Copy_Atom<CopyB, T>{}, mma).get_thread_slice(t).retile_D(fB);
+    auto same = [&](auto& frag, auto& view) {
+      const int km = size<2>(frag), kc = size<2>(view);
+      if (km % kc) return 1;
+      int b = 0;
+      for (int c = 0; c < kc; ++c) {
+        std::set<long> a, m;
+        for (int i = 0; i < size(view(_, _, c)); ++i) a.insert(long(&view(_, _, c)(i) - &frag(0)));
+        for (int r = 0; r < km / kc; ++r)
+          for (int i = 0; i < size(frag(_, _, c * (km / kc) + r)); ++i) m.insert(long(&frag(_, _, c * (km / kc) + r)(i) - &frag(0)));
+        if (a != m) ++b;
+      }
+      return b;
+    };
+    bad += same(fA, vA) + same(fB, vB);
+  }
+  std::printf("k-blocks %s: %d mismatches\n", name, bad);
+  return bad;
+}
+
+int main() {
+  int bad = 0;
+  bad += check_reshape<SM80_16x8x16_F32BF16BF16F32_TN, 16>("sm80 m16n8k16", [](auto l) { return qattn::acc_to_a_m16n8k16(l); }, false);
+  bad += check_reshape<SM75_16x8x8_F32F16F16F32_TN, 16>("sm75 m16n8k8", [](auto l) { return qattn::acc_to_a_m16n8k8(l); }, false);
+  bad += check_reshape<SM89_16x8x32_F32E4M3E4M3F32_TN, 32>("sm89 m16n8k32", [](auto l) { return qattn::acc_to_a_m16n8k32(l); }, true);
+  bad += check_k_blocks<SM80_16x8x16_F32BF16BF16F32_TN, 16, bfloat16_t, SM75_U32x4_LDSM_N, SM75_U32x4_LDSM_N, 128, 64, 128>("sm80 Q K^T");
+  bad += check_k_blocks<SM80_16x8x16_F32BF16BF16F32_TN, 16, bfloat16_t, SM75_U32x4_LDSM_N, SM75_U16x8_LDSM_T, 128, 128, 64>("sm80 P V");
+  bad += check_k_blocks<SM75_16x8x8_F32F16F16F32_TN, 16, half_t, SM75_U32x4_LDSM_N, SM75_U32x4_LDSM_N, 64, 64, 128>("sm75 Q K^T");
+  bad += check_k_blocks<SM75_16x8x8_F32F16F16F32_TN, 16, half_t, SM75_U32x4_LDSM_N, SM75_U16x8_LDSM_T, 64, 128, 64>("sm75 P V");
+  bad += check_k_blocks<SM89_16x8x32_F32E4M3E4M3F32_TN, 32, float_e4m3_t, SM75_U32x4_LDSM_N, SM75_U32x4_LDSM_N, 128, 64, 128>("sm89 Q K^T");
+  bad += check_k_blocks<SM89_16x8x32_F32E4M3E4M3F32_TN, 32, float_e4m3_t, SM75_U32x4_LDSM_N, SM75_U32x4_LDSM_N, 128, 128, 64>("sm89 P V^T");
+  return bad != 0;
+}
