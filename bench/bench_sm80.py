@@ -5,7 +5,8 @@
                                 [--heads 32] [--reps 1] [--out bench/results]
 
 KERNEL_DIR holds the libraries of tests/gpu/build_kernels.sh; the kernel for each (head dim, causal)
-row is found through qattn_kernel_info() (bf16, sm80, no LSE preferred). Shapes: batch * seqlen =
+row is found through qattn_kernel_info() among the files --match selects (bf16, sm80, no LSE
+preferred). Shapes: batch * seqlen =
 --tokens, heads_q = heads_kv = --heads, BSHD. Timing: triton.testing.do_bench median (ms). FLOPs =
 4 * batch * heads * seqlen^2 * d (halved for causal). Each config is checked against SDPA once before
 it is timed. Writes <out>/<date>-<gpu>/results.csv (impl,config,hq,hkv,d_qk,d_v,dtype,causal,seqlen,
@@ -43,9 +44,11 @@ except ImportError:  # fallback: CUDA events, median of 50
         return sorted(ts)[len(ts) // 2]
 
 
-def find_kernels(kdir):
+def find_kernels(kdir, match):
     found = {}
     for path in sorted(glob.glob(os.path.join(kdir, "*.so"))):
+        if not re.search(match, os.path.basename(path)):  # e.g. neg_* (broken TL), other tile choices
+            continue
         k = Kernel(path)
         i = k.info
         if i["arch"] != "sm80" or i["dtype"] != "bf16" or i["d_qk"] != i["d_v"] or i["mask"] not in ("causal", "none"):
@@ -64,8 +67,10 @@ def main():
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--no-cudnn", action="store_true")
+    ap.add_argument("--match", default=r"^sm80_d(64|128)_(causal|none)(_lse)?\.so$",
+                    help="regex on the library file names to benchmark (default: the planner's sm80 configs)")
     args = ap.parse_args()
-    kernels = find_kernels(args.kernel_dir)
+    kernels = find_kernels(args.kernel_dir, args.match)
     if not kernels:
         print(f"no sm80 bf16 kernels in {args.kernel_dir}", file=sys.stderr)
         return 1

@@ -104,8 +104,8 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
     GTEST_SKIP() << "CUTLASS/CuTe headers not found (set CUTLASS_INCLUDE, or pip install nvidia-cutlass==4.2.0.0): "
                     "generated kernels not compiled";
   const std::vector<Kernel> kernels = {
-      {"sm80_bf16_d128_causal_gqa", "llama3-8b", "a100", {}, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "cp.async.cg.shared.global", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"}, {}},
-      {"sm75_fp16_d64", "bert-large", "t4", {{"dtype", "fp16"}}, {"mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16"}, {"cp.async"}},
+      {"sm80_bf16_d128_causal_gqa", "llama3-8b", "a100", {}, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "cp.async.cg.shared.global", "ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16"}, {}},
+      {"sm75_fp16_d64", "bert-large", "t4", {{"dtype", "fp16"}}, {"mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.x4.m8n8.shared.b16"}, {"cp.async"}},
       {"sm89_fp8_d128_causal", "llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}, {"mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "cp.async.cg.shared.global", "cvt.rn.satfinite.e4m3x2.f32"}, {}},
   };
   const fs::path dir = fs::temp_directory_path() / ("qattn_emit_compile_" + std::to_string(::getpid()));
