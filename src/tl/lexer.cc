@@ -13,17 +13,6 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_ident_char(char c) { return is_ident_start(c) || is_digit(c); }
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
 
-void report(support::DiagSink& diags, const std::string& file, const char* code, support::SrcLoc loc,
-            std::string msg, std::string hint) {
-  support::Diagnostic d;
-  d.code = code;
-  d.file = file.empty() ? diags.file() : file;
-  d.loc = loc;
-  d.message = std::move(msg);
-  d.hint = std::move(hint);
-  diags.add(std::move(d));
-}
-
 std::string char_name(unsigned char c) {
   if (c >= 0x21 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "'";
   char buf[16];
@@ -189,6 +178,17 @@ LexedLine lex_line(std::string_view line, int line_no, support::DiagSink& diags,
   end.loc = loc_at(out.has_comment ? comment_pos : line.size());
   out.toks.push_back(end);
   return out;
+}
+
+void report(support::DiagSink& diags, const std::string& file, const char* code, support::SrcLoc loc,
+            std::string msg, std::string hint) {
+  support::Diagnostic d;
+  d.code = code;
+  d.file = file.empty() ? diags.file() : file;
+  d.loc = loc;
+  d.message = std::move(msg);
+  d.hint = std::move(hint);
+  diags.add(std::move(d));
 }
 
 }  // namespace qattn::tl

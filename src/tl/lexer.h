@@ -52,6 +52,10 @@ struct LexedLine {
 };
 
 // Lexes one line. `file` is recorded in diagnostics (empty: the sink's file).
+// Reports an error diagnostic for `file` (the sink's file when empty); shared by lexer and parser.
+void report(support::DiagSink& diags, const std::string& file, const char* code, support::SrcLoc loc,
+            std::string msg, std::string hint);
+
 LexedLine lex_line(std::string_view line, int line_no, support::DiagSink& diags, const std::string& file = {});
 
 // A token as it should appear in a message: 'with', '(' or "end of line".

@@ -40,17 +40,6 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
-void report(support::DiagSink& diags, const std::string& file, const char* code, support::SrcLoc loc,
-            std::string msg, std::string hint) {
-  support::Diagnostic d;
-  d.code = code;
-  d.file = file.empty() ? diags.file() : file;
-  d.loc = loc;
-  d.message = std::move(msg);
-  d.hint = std::move(hint);
-  diags.add(std::move(d));
-}
-
 // Parses the tokens of one line. Every method returns false after the first error of the line
 // (which is reported once); callers propagate the false.
 class LineParser {
