@@ -15,5 +15,5 @@ OUT=artifacts/$PRESET-$GPU
 echo "== qattn generate --preset $PRESET --gpu $GPU --out $OUT =="
 ./build/qattn generate --preset "$PRESET" --gpu "$GPU" --out "$OUT"
 echo "== the TL code once more through the interpreter: qattn tl run $OUT/code.tl =="
-./build/qattn tl run "$OUT/code.tl" --dims batch=2,heads_q=4,heads_kv=2,seqlen_q=300,seqlen_k=333 --precision fp64
+./build/qattn tl run "$OUT/code.tl" --dims batch=2,heads_q=4,heads_kv=2,seqlen_q=200,seqlen_k=257 --precision fp64
 echo "== done: $OUT holds spec.json, sketch.tl, code.tl, plan.md, kernel.cu, libqattn_kernel.so, build.log =="
