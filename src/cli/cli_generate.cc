@@ -28,6 +28,7 @@ struct GenerateArgs {
   std::string out;
   bool no_cache = false;
   bool no_gpu = false;
+  bool no_verify = false;
 };
 
 int cmd_generate(const GenerateArgs& a) {
@@ -113,6 +114,10 @@ int cmd_generate(const GenerateArgs& a) {
     std::cerr << "[4/4] no GPU (" << why << "): stopped after compiling\n";
     return kOk;
   }
+  if (a.no_verify) {
+    std::cerr << "[4/4] --no-verify: built for " << local->name << ", not verified or timed\n";
+    return kOk;
+  }
   if (local_sm < plan->target.sm) {
     std::cerr << "[4/4] the local GPU (" << local->name << ") is older than the target sm" << plan->target.sm
               << ": stopped after compiling\n";
@@ -137,6 +142,8 @@ void register_generate_commands(CLI::App& app) {
   gen->add_option("--out", ga.out, "artifacts folder (default artifacts/<name>-<gpu>)");
   gen->add_flag("--no-cache", ga.no_cache, "rebuild even when the kernel cache has this kernel");
   gen->add_flag("--no-gpu", ga.no_gpu, "stop after compiling even when a GPU is present");
+  gen->add_flag("--no-verify", ga.no_verify,
+                "build native code for the local GPU too, but skip the GPU numerics and timing step");
   gen->callback([] { exit_status() = cmd_generate(ga); });
 }
 
