@@ -18,3 +18,4 @@
 #include "qattn/layout.cuh"
 #include "qattn/mask.cuh"
 #include "qattn/softmax.cuh"
+#include "qattn/variant.cuh"

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define QATTN_ABI_VERSION 1
+#define QATTN_ABI_VERSION 2
 
 typedef struct qattn_fwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
@@ -38,6 +38,10 @@ typedef struct qattn_fwd_params {
   const float* descale_q; /* fp8 kernels: per-tensor descale factors on the device, or NULL (1.0) */
   const float* descale_k;
   const float* descale_v;
+  /* ABI 2: the auxiliary inputs of the kernel's Score/Mask declarations (ALiBi slopes, segment
+   * ids, a bias table, ...), contiguous row-major device arrays in the order qattn_kernel_info()'s
+   * "aux" list gives (name, dtype fp32 or int32, shape); NULL for kernels without any. */
+  const void* aux[4];
 } qattn_fwd_params;
 
 typedef enum qattn_status {
@@ -47,7 +51,8 @@ typedef enum qattn_status {
                                  heads_q not a multiple of heads_kv */
   QATTN_ERR_ALIGNMENT = 3,    /* pointers or strides not aligned to 16 bytes */
   QATTN_ERR_LAUNCH = 4,       /* the CUDA launch failed (see qattn_last_error) */
-  QATTN_ERR_ARCH = 5          /* the device is not the architecture the kernel was built for */
+  QATTN_ERR_ARCH = 5,         /* the device is not the architecture the kernel was built for */
+  QATTN_ERR_AUX = 6           /* an auxiliary input the kernel reads is NULL */
 } qattn_status;
 
 /* Launches the forward kernel on `stream` (a cudaStream_t; NULL for the default stream). */

@@ -84,7 +84,8 @@ bool Lowering::analyze_header() {
         }
         break;
       case tl::Stmt::Kind::Const:
-        const_stmt_ = &s;
+        if (!const_stmt_) const_stmt_ = &s;
+        const_stmts_.push_back(&s);
         for (const auto& it : s.cnst.items) {
           scalar_names_.insert(it.name);
           auto v = eval(it.value, it.loc, "Const " + it.name);
@@ -381,10 +382,15 @@ bool Lowering::analyze_gemms() {
 bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) {
   bool ok = true;
   for (const auto& s : body) {
-    if (!s.attrs.empty()) {
-      diags_.error("XL0301", s.attrs.front().loc, "schedule attribute `" + s.attrs.front().key + "` is not lowered",
+    for (const auto& a : s.attrs) {
+      if (a.key == "skip" && s.kind == tl::Stmt::Kind::For && a.value && a.value->kind == tl::Expr::Kind::Name) {
+        if (!analyze_skip(s, a.value->name)) ok = false;
+        continue;
+      }
+      diags_.error("XL0301", a.loc, "schedule attribute `" + a.key + "` is not lowered",
                    "remove the attribute: the translator chooses the copy/compute overlap itself");
       ok = false;
+      break;
     }
     switch (s.kind) {
       case tl::Stmt::Kind::Copy: {
@@ -432,8 +438,19 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
       case tl::Stmt::Kind::Allocate: {
         const auto& a = s.alloc;
         if (a.space == tl::Space::Global && a.name != "Q" && a.name != "K" && a.name != "V" && a.name != "O" && a.name != "LSE") {
-          diags_.error("XL0301", s.loc, "global tensor " + a.name + " has no ABI argument", "globals are Q, K, V, O and LSE");
-          ok = false;
+          const bool known = std::find(info_.aux.begin(), info_.aux.end(), a.name) != info_.aux.end();
+          if (!known || depth > 0) {
+            diags_.error("XL0301", s.loc, "global tensor " + a.name + " has no ABI argument",
+                         "globals are Q, K, V, O, LSE and up to 4 auxiliary fp32/int32 inputs of Score/Mask declarations");
+            ok = false;
+          } else {
+            AuxInfo ai;
+            ai.slot = int(aux_order_.size());
+            ai.is_int = a.dtype && *a.dtype == tl::DType::I32;
+            for (const auto& e : a.shape) ai.extents.push_back(cpp_int(e));
+            aux_[a.name] = ai;
+            aux_order_.push_back(a.name);
+          }
         }
         if (depth > 0 && a.space == tl::Space::Shared) {
           diags_.error("XL0301", s.loc, "a shared Allocate inside the loop is not lowered", "allocate shared tiles before the loop");
@@ -444,10 +461,49 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
       case tl::Stmt::Kind::For:
         if (!analyze_statements(s.loop.body, depth + 1)) ok = false;
         break;
+      case tl::Stmt::Kind::Variant:
+        if (depth > 0) {
+          diags_.error("XL0301", s.loc, "a declaration inside the loop is not lowered", "declare Score/Mask before the loop");
+          ok = false;
+        }
+        break;
       default: break;
     }
   }
   return ok;
+}
+
+// `{skip: NAME}` on the main loop: the tile pair is the one `Compute Mask S at [r, c] with NAME`
+// masks; S comes from a GEMM whose B operand (K^T) has a shared buffer of BN rows.
+bool Lowering::analyze_skip(const tl::Stmt& loop, const std::string& name) {
+  const tl::Stmt* mask = nullptr;
+  for (const auto& b : loop.loop.body)
+    if (b.kind == tl::Stmt::Kind::Compute && b.compute.op == "Mask" && b.compute.mask.kind == tl::MaskSpec::Kind::Named &&
+        b.compute.mask.name == name && b.compute.at.size() == 2)
+      mask = &b;
+  auto v = info_.variants.find(name);
+  const tl::Stmt* gemm = nullptr;
+  if (mask && mask->compute.operands.size() == 1)
+    for (const auto& b : loop.loop.body)
+      if (b.kind == tl::Stmt::Kind::Compute && b.compute.op == "GEMM" && b.compute.target == mask->compute.operands[0].expr.name &&
+          b.compute.operands.size() == 2 && b.compute.operands[1].transposed)
+        gemm = &b;
+  const tl::TensorInfo* bt = nullptr;
+  if (gemm) {
+    auto it = info_.tensors.find(gemm->compute.operands[1].expr.name);
+    if (it != info_.tensors.end() && it->second.in_shared && it->second.shared_shape.size() == 2) bt = &it->second;
+  }
+  if (!mask || !gemm || !bt || v == info_.variants.end() || !v->second.empty_when) {
+    diags_.error("XL0301", loop.loc, "`{skip: " + name + "}` is not lowered here",
+                 "the loop needs `Compute GEMM Q, K^T and get S` and `Compute Mask S at [m_block, j] with " + name +
+                     "`, and the Mask an `empty when` clause");
+    return false;
+  }
+  skip_mask_ = name;
+  skip_row_ = cpp_int(mask->compute.at[0]);
+  skip_col_ = cpp_int(mask->compute.at[1]);
+  skip_cols_ = cpp_int(bt->shared_shape[0]);
+  return true;
 }
 
 // The K/V pipeline. Recognised: a loop body with exactly two global->shared copies X, Y (tile row

@@ -50,6 +50,19 @@ std::string Lowering::info_json() const {
     j += "\"window\": [" + std::to_string(l.value_or(-1)) + ", " + std::to_string(r.value_or(-1)) + "], ";
   }
   j += "\"lse\": " + std::string(has_lse_ ? "true" : "false") + ", ";
+  std::string aux;
+  for (const auto& n : aux_order_) {
+    const AuxInfo& a = aux_.at(n);
+    std::string shape;
+    for (const auto& e : a.extents) shape += (shape.empty() ? "\"" : ", \"") + json_escape(e) + "\"";
+    aux += (aux.empty() ? "" : ", ") + std::string("{\"name\": \"") + n + "\", \"dtype\": \"" + (a.is_int ? "int32" : "fp32") +
+           "\", \"shape\": [" + shape + "]}";
+  }
+  j += "\"aux\": [" + aux + "], ";
+  std::string decls;
+  for (const auto& [n, v] : info_.variants)
+    decls += (decls.empty() ? "" : ", ") + std::string("\"") + n + "\": \"" + json_escape(tl::print_expr(v.expr)) + "\"";
+  j += "\"variants\": {" + decls + "}, ";
   j += "\"tiles\": {" + tiles + "}, ";
   j += "\"threads\": " + std::to_string(threads_) + ", ";
   j += "\"smem_bytes\": " + std::to_string(smem_bytes_) + ", ";
@@ -77,9 +90,9 @@ void Lowering::emit_preamble(Writer& w) {
     comment_stmt(w, *dim_stmt_, "batch, heads and sequence lengths are bound at launch");
     for (const auto& [n, v] : fixed_dims_) w.line("constexpr int " + ident(n) + " = " + std::to_string(v) + ";");
   }
-  if (const_stmt_) {
-    comment_stmt(w, *const_stmt_);
-    for (const auto& it : const_stmt_->cnst.items) w.line("constexpr int " + ident(it.name) + " = " + cpp_int(it.value) + ";");
+  for (const tl::Stmt* cs : const_stmts_) {
+    comment_stmt(w, *cs);
+    for (const auto& it : cs->cnst.items) w.line("constexpr int " + ident(it.name) + " = " + cpp_int(it.value) + ";");
   }
   w.line("constexpr int kWarps = " + warps_expr_ + ";" + (warps_expr_ == "4" ? "  // TL states no WARPS: 4 warps" : ""));
   w.line("constexpr int kThreads = kWarps * 32;");
@@ -164,6 +177,9 @@ void Lowering::emit_abi(Writer& w) {
   w.line("if (!(p.softmax_scale > 0.f) || p.softmax_scale == INFINITY)");
   w.line("  return fail(QATTN_ERR_SHAPE, \"softmax_scale %g must be positive and finite\", double(p.softmax_scale));");
   w.line("if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.o == nullptr) return fail(QATTN_ERR_SHAPE, \"q, k, v and o must not be NULL\");");
+  for (const auto& n : aux_order_)
+    w.line("if (p.aux[" + std::to_string(aux_.at(n).slot) + "] == nullptr) return fail(QATTN_ERR_AUX, \"aux[" +
+           std::to_string(aux_.at(n).slot) + "] (" + n + ") must not be NULL\");");
   w.line("using qattn::host::aligned16;");
   w.line("using qattn::host::stride_aligned;");
   w.line("constexpr int eb = int(sizeof(Element)), ob = int(sizeof(ElementO));");

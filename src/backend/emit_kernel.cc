@@ -90,6 +90,7 @@ void Lowering::emit_stmt(Writer& w, const tl::Stmt& s, bool in_loop, size_t inde
     case tl::Stmt::Kind::Compute: emit_compute(w, s); return;
     case tl::Stmt::Kind::Reshape: emit_reshape(w, s); return;
     case tl::Stmt::Kind::For: emit_loop(w, s); return;
+    case tl::Stmt::Kind::Variant: emit_declaration(w, s); return;
   }
 }
 
@@ -100,6 +101,7 @@ void Lowering::emit_allocate(Writer& w, const tl::Stmt& s) {
     for (const auto& e : a.shape) r += (r.empty() ? "" : ", ") + tl::print_expr(e);
     return "(" + r + ")";
   }();
+  if (a.space == tl::Space::Global && aux_.count(a.name)) return emit_aux(w, s);
   if (a.space == tl::Space::Global) {
     comment_stmt(w, s);
     const std::string n = a.name;
@@ -246,6 +248,11 @@ void Lowering::emit_prologue(Writer& w) {
   const std::string v = ident(L.var);
   w.line("// TL " + std::to_string(loop_->loc.line) + ": the loop's bounds, needed here by the K/V prefetch");
   w.line("const int lo_" + v + " = " + cpp_int(L.lo) + ", hi_" + v + " = " + cpp_int(L.hi) + ";");
+  const bool skip = !emit_skip_lambda(w).empty();
+  if (skip)
+    w.line("const int first_" + v + " = (lo_" + v + " < hi_" + v + " && !visible_" + v + "(lo_" + v + ")) ? next_" + v + "(lo_" + v +
+           ") : lo_" + v + ";");
+  const std::string first = skip ? "first_" + v : "lo_" + v;
   if (!sched_.pipelined) return;
   for (const std::string& n : {sched_.x, sched_.y}) {
     const tl::Stmt& cs = L.body[n == sched_.x ? sched_.x_copy : sched_.y_copy];
@@ -258,17 +265,19 @@ void Lowering::emit_prologue(Writer& w) {
   }
   w.line("// pipeline prologue: the first " + (stages_ == 1 ? sched_.x + " tile" : std::to_string(stages_ - 1) + " K/V stage(s)"));
   if (stages_ == 1) {
-    w.line("if (lo_" + v + " < hi_" + v + ") copy_" + sched_.x + "(lo_" + v + ", 0);");
+    w.line("if (" + first + " < hi_" + v + ") copy_" + sched_.x + "(" + first + ", 0);");
     w.line("qattn::commit();");
     pending_groups_.push_back(sched_.x);
   } else {
+    if (skip) w.line("int pf_" + v + " = first_" + v + ";  // the visible tiles the prologue loads");
     for (int st = 0; st < stages_ - 1; ++st) {
-      const std::string it = "lo_" + v + " + " + std::to_string(st);
+      const std::string it = skip ? "pf_" + v : "lo_" + v + " + " + std::to_string(st);
       for (const std::string& n : {sched_.x, sched_.y}) {
         w.line("if (" + it + " < hi_" + v + ") copy_" + n + "(" + it + ", " + std::to_string(st) + ");");
         w.line("qattn::commit();");
         pending_groups_.push_back(n);
       }
+      if (skip && st + 1 < stages_ - 1) w.line("if (pf_" + v + " < hi_" + v + ") pf_" + v + " = next_" + v + "(pf_" + v + ");");
     }
   }
 }
@@ -287,12 +296,18 @@ void Lowering::emit_loop(Writer& w, const tl::Stmt& s) {
   }
   if (sched_.pipelined) pending_groups_.clear();  // the loop's first wait covers every older copy
   comment_stmt(w, s);
-  w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
+  const bool skip = !skip_mask_.empty();
+  if (skip)
+    w.open("for (int " + v + " = first_" + v + ", it_" + v + " = 0; " + v + " < hi_" + v + "; " + v + " = next_" + v + "(" + v +
+           "), ++it_" + v + ") {");
+  else
+    w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
   in_loop_ = true;
   const int S = stages_;
   const std::string x = sched_.x, y = sched_.y;
+  const std::string count = skip ? "it_" + v : "(" + v + " - lo_" + v + ")";
   if (sched_.pipelined && S > 1)
-    w.line("const int stage = (" + v + " - lo_" + v + ") % " + stages_expr_ + ";  // the K/V buffers of this iteration");
+    w.line("const int stage = " + count + " % " + stages_expr_ + ";  // the K/V buffers of this iteration");
   else if (sched_.pipelined)
     w.line("constexpr int stage = 0;  // STAGES = 1: one K and one V buffer");
   else
@@ -311,9 +326,17 @@ void Lowering::emit_loop(Writer& w, const tl::Stmt& s) {
         w.line("// pipeline: " + x + "(" + v + ") has landed; every warp is done with iteration " + v + " - 1, whose buffers are refilled");
         w.line("qattn::wait<" + std::to_string(2 * S - 3) + ">();");
         w.line("__syncthreads();");
-        const std::string ahead = v + " + " + std::to_string(S - 1);
+        std::string ahead = v + " + " + std::to_string(S - 1);
+        std::string ahead_stage = "(" + ahead + " - lo_" + v + ") % " + stages_expr_;
+        if (skip) {
+          w.line("int ahead_" + v + " = " + v + ";");
+          w.line("for (int t = 0; t < " + std::to_string(S - 1) + " && ahead_" + v + " < hi_" + v + "; ++t) ahead_" + v + " = next_" + v +
+                 "(ahead_" + v + ");");
+          ahead = "ahead_" + v;
+          ahead_stage = "(it_" + v + " + " + std::to_string(S - 1) + ") % " + stages_expr_;
+        }
         for (const std::string& n : {x, y}) {
-          w.line("if (" + ahead + " < hi_" + v + ") copy_" + n + "(" + ahead + ", (" + ahead + " - lo_" + v + ") % " + stages_expr_ + ");");
+          w.line("if (" + ahead + " < hi_" + v + ") copy_" + n + "(" + ahead + ", " + ahead_stage + ");");
           w.line("qattn::commit();");
         }
       }
@@ -329,7 +352,10 @@ void Lowering::emit_loop(Writer& w, const tl::Stmt& s) {
              " + 1) under the softmax and the next GEMM");
       w.line("qattn::wait<0>();");
       w.line("__syncthreads();");
-      w.line("if (" + v + " + 1 < hi_" + v + ") copy_" + x + "(" + v + " + 1, 0);");
+      if (skip)
+        w.line("{ const int nx = next_" + v + "(" + v + "); if (nx < hi_" + v + ") copy_" + x + "(nx, 0); }");
+      else
+        w.line("if (" + v + " + 1 < hi_" + v + ") copy_" + x + "(" + v + " + 1, 0);");
       w.line("qattn::commit();");
     }
   }

@@ -77,7 +77,9 @@ void Lowering::ensure_ready(Writer& w, const std::string& tensor) {
 void Lowering::emit_compute(Writer& w, const tl::Stmt& s) {
   const auto& c = s.compute;
   if (c.op == "GEMM") return emit_gemm(w, s);
+  if (c.op == "Mask" && c.mask.kind == tl::MaskSpec::Kind::Named) return emit_named_mask(w, s);
   if (c.op == "Mask") return emit_mask(w, s);
+  if (c.op == "Modify") return emit_modify(w, s);
   auto unsupported = [&](const std::string& why) {
     diags_.error("XL0301", s.loc, "`" + tl::print_stmt(s, 0) + "` is not lowered: " + why,
                  "element-wise ops take register tiles, row vectors and scalars; see docs/translation.md");

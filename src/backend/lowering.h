@@ -78,6 +78,14 @@ struct Schedule {
   long prologue_after = -1;      // top-level index after which the prologue is emitted
 };
 
+// An auxiliary global tensor (Score/Mask input): its ABI slot and C++ extents.
+struct AuxInfo {
+  int slot = 0;
+  bool is_int = false;
+  std::vector<std::string> extents;
+};
+enum class DeclType { Int, Float, Bool };
+
 struct SharedBuf {
   std::string name;
   int rows = 0, cols = 0;
@@ -102,6 +110,7 @@ class Lowering {
   bool analyze_tensors();
   bool analyze_gemms();
   bool analyze_statements(const std::vector<tl::Stmt>& body, int depth);
+  bool analyze_skip(const tl::Stmt& loop, const std::string& name);
   void analyze_schedule();
   bool analyze_smem();
   std::optional<int64_t> eval(const tl::Expr& e, support::SrcLoc where, const std::string& what);
@@ -137,6 +146,14 @@ class Lowering {
   std::string operand_name(const tl::Operand& o) const;
   RegTensor* reg(const std::string& name);
 
+  // ---- emit_variant.cc
+  std::string cpp_decl(const tl::Expr& e, DeclType& t) const;
+  void emit_aux(Writer& w, const tl::Stmt& s);
+  void emit_declaration(Writer& w, const tl::Stmt& s);
+  void emit_modify(Writer& w, const tl::Stmt& s);
+  void emit_named_mask(Writer& w, const tl::Stmt& s);
+  std::string emit_skip_lambda(Writer& w);
+
   // ---- emit_host.cc
   void emit_preamble(Writer& w);
   void emit_abi(Writer& w);
@@ -160,7 +177,8 @@ class Lowering {
   std::set<std::string> scalar_names_;                  // every TL integer name (for collisions)
   const tl::Stmt* kernel_stmt_ = nullptr;
   const tl::Stmt* dim_stmt_ = nullptr;
-  const tl::Stmt* const_stmt_ = nullptr;
+  const tl::Stmt* const_stmt_ = nullptr;               // the first Const statement (for locations)
+  std::vector<const tl::Stmt*> const_stmts_;            // every Const statement, in order
   const tl::Stmt* grid_stmt_ = nullptr;
   const tl::Stmt* loop_ = nullptr;
   size_t loop_index_ = 0;
@@ -182,6 +200,10 @@ class Lowering {
   Schedule sched_;
   int64_t smem_bytes_ = 0, smem_stage_bytes_ = 0;
   std::string vt_buffer_;                               // fp8: V^T shared buffer name ("" = none)
+  std::map<std::string, AuxInfo> aux_;                  // auxiliary globals by name
+  std::vector<std::string> aux_order_;                  // in ABI slot order
+  std::string skip_mask_;                               // the loop's {skip: NAME} ("" = none)
+  std::string skip_row_, skip_col_, skip_cols_;         // its tile: at [row, col], key-tile width
 
   // emission state
   std::vector<std::string> pending_groups_;             // committed cp.async groups, oldest first

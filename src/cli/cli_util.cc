@@ -37,8 +37,11 @@ std::optional<std::map<std::string, int64_t>> parse_dims(const std::string& text
 
 std::map<std::string, std::string> SpecArgs::given() const {
   std::map<std::string, std::string> out;
-  for (const auto& [k, v] : values)
-    if (!v.empty()) out[k] = v;
+  for (const auto& [k, v] : values) {
+    auto o = options.find(k);
+    // A boolean flag given without a value (`--alibi`) passes "" (true); score/mask-mod "" clears.
+    if (!v.empty() || (o != options.end() && o->second && o->second->count() > 0)) out[k] = v;
+  }
   return out;
 }
 
@@ -47,7 +50,9 @@ void add_spec_options(CLI::App* cmd, SpecArgs& args) {
   cmd->add_option("--spec", args.spec_file, "an AttentionSpec JSON file (docs/spec.md)");
   for (const auto& name : spec::flag_names()) {
     args.values[name];  // create the slot; std::map nodes are stable
-    cmd->add_option("--" + name, args.values[name], "override the spec's " + name + " (docs/spec.md)");
+    CLI::Option* o = cmd->add_option("--" + name, args.values[name], "override the spec's " + name + " (docs/spec.md)");
+    if (spec::flag_is_boolean(name)) o->expected(0, 1);
+    args.options[name] = o;
   }
 }
 

@@ -10,6 +10,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace qattn::cli {
@@ -33,6 +34,7 @@ struct SpecArgs {
   std::string preset;
   std::string spec_file;
   std::map<std::string, std::string> values;  // flag name -> value as typed
+  std::map<std::string, const CLI::Option*> options;  // flag name -> its option (boolean flags: no value = true)
   std::map<std::string, std::string> given() const;  // only the flags the user passed
 };
 void add_spec_options(CLI::App* cmd, SpecArgs& args);

@@ -6,6 +6,7 @@
 #include "hw/target.h"
 #include "plan/rules.h"
 #include "plan/sketch.h"
+#include "spec/variants.h"
 #include "tl/checker.h"
 #include "tl/parser.h"
 
@@ -47,6 +48,7 @@ Problem make_problem(const spec::AttentionSpec& s) {
       break;
   }
   p.return_lse = s.return_lse;
+  p.variants = s.variants;
   return p;
 }
 
@@ -70,6 +72,32 @@ Target make_target(const hw::GpuFacts& g) {
 namespace {
 
 std::string kb(int64_t b) { return std::to_string((b + 1023) / 1024) + " KB"; }
+
+// score_mod / mask_mod are TL text the spec library cannot read: parse each as a declaration
+// expression here, so a typo is reported against the spec field (PLAN0301), not as a broken program.
+bool check_custom_variants(const spec::AttentionSpec& s, support::DiagSink& diags) {
+  bool ok = true;
+  if (s.variants.any()) {
+    // Specs built in code (not through spec_from_cli) get the variant checks too (SPEC0212-0216).
+    support::DiagSink all;
+    spec::validate(s, all);
+    for (const auto& d : all.all())
+      if (d.severity == support::Severity::Error && d.code >= "SPEC0212" && d.code <= "SPEC0216") diags.add(d), ok = false;
+  }
+  for (const auto& [field, text] : {std::pair<const char*, const std::string&>{"score_mod", s.variants.score_mod},
+                                    std::pair<const char*, const std::string&>{"mask_mod", s.variants.mask_mod}}) {
+    if (text.empty()) continue;
+    support::DiagSink inner(field);
+    auto e = tl::parse_variant_expr(text, inner);
+    if (e && !inner.has_errors()) continue;
+    for (const auto& d : inner.all()) diags.add(d);
+    diags.error("PLAN0301", {}, std::string("the spec's ") + field + " is not a TL expression: " + text,
+                std::string(field) == "score_mod" ? "e.g. --score-mod 'score + 0.1 * (kv_idx - q_idx)' (docs/spec.md, Variants)"
+                                                  : "e.g. --mask-mod 'kv_idx <= q_idx + seqlen_k - seqlen_q' (docs/spec.md, Variants)");
+    ok = false;
+  }
+  return ok;
+}
 
 std::string report_markdown(const Plan& p) {
   std::ostringstream os;
@@ -103,6 +131,7 @@ std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& 
   const Target& t = plan.target;
 
   if (!hw::validate_for_gpu(s, g, diags)) return std::nullopt;
+  if (!check_custom_variants(s, diags)) return std::nullopt;
   plan.candidates = enumerate_candidates(p, t);
 
   auto rule = rule_for(p, t);
@@ -156,6 +185,14 @@ std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& 
   if (!inner.has_errors()) refines(sketch_prog, code_prog, inner);
   if (inner.has_errors()) {
     for (const auto& d : inner.all()) diags.add(d);
+    if (s.variants.custom()) {
+      // The rules engine's own statements are verified on every preset; a failure here is the
+      // user's expression (an unknown name, `score` in a mask, a predicate as a score, ...).
+      diags.error("PLAN0302", {}, "the spec's score_mod / mask_mod does not check as a TL declaration (see above)",
+                  "score_mod uses score, q_idx, kv_idx; mask_mod is a predicate over q_idx, kv_idx; both may use b, head, "
+                  "kv_head, the Dims (batch, heads_q, seqlen_q, seqlen_k, ...) and auxiliary tensors (docs/spec.md, Variants)");
+      return std::nullopt;
+    }
     diags.error("PLAN0901", {}, "internal error: the rules engine wrote TL that fails verification",
                 "please report this with the spec (qattn spec show ...) and the GPU");
     return std::nullopt;
@@ -174,10 +211,27 @@ Verification verify(const Plan& plan, support::DiagSink& diags) {
             {"heads_q", heads_kv * std::min(group, 2)},
             {"seqlen_q", plan.tiles.bm + 9},
             {"seqlen_k", plan.tiles.bn + 23}};
+  if (p.variants.document) {
+    // Packed sequences: queries and keys share the segment ids (random_aux gives equal rows for
+    // equal lengths), so both lengths are equal here, ragged for BM and BN, two or more K/V tiles.
+    const int64_t n = std::max<int64_t>(plan.tiles.bm + 9, plan.tiles.bn + 23);
+    v.dims["seqlen_q"] = v.dims["seqlen_k"] = n;
+  }
   support::DiagSink inner("code.tl");
   auto prog = tl::parse(plan.code, inner, "code.tl");
   tl::RunConfig cfg;
   cfg.dims = v.dims;
+  if (p.variants.any() && !p.variants.custom()) {
+    // The reference's variant from the spec's own C++ formulas (spec/variants.h), so the program's
+    // Score / Mask declarations are checked against an independent statement of the same thing.
+    // With a custom score_mod / mask_mod the interpreter evaluates the declarations themselves.
+    spec::AttentionProblem ap;
+    ap.seqlen_q = v.dims["seqlen_q"];
+    ap.seqlen_k = v.dims["seqlen_k"];
+    cfg.reference_variant = [vars = p.variants, ap](const spec::AuxMap& aux) {
+      return spec::reference_variant(vars, ap, aux).value_or(spec::ScoreVariant{});
+    };
+  }
   cfg.precision = tl::Precision::FP64;
   v.fp64 = tl::run(prog, cfg, inner);
   cfg.precision = tl::Precision::Storage;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "spec/spec.h"
 #include "tl/ast.h"
 
 namespace qattn::plan {
@@ -18,6 +19,7 @@ struct Problem {
   tl::MaskSpec::Kind mask = tl::MaskSpec::Kind::None;
   int64_t window_left = -1, window_right = -1;  // Window only; -1 = unbounded on that side
   bool return_lse = false;
+  spec::Variants variants;   // score modifications and extra masks (TL Score / Mask declarations)
   int bytes() const;         // bytes per element of the storage type
   bool causal_like() const { return mask == tl::MaskSpec::Kind::Causal || mask == tl::MaskSpec::Kind::CausalTopLeft; }
 };

@@ -1,6 +1,7 @@
 // plan::refines: does a TL code program keep its sketch? Stage 1b may add parameters (Dim, Const,
-// Grid, Let), Allocate, Reshape, tile shapes, coordinates, loop bounds and `at` clauses, and must
-// keep every sketch statement, in order, with the same operation, tensors and operands. This is
+// Grid, Let), Allocate, Reshape, tile shapes, coordinates, loop bounds, `at` clauses and schedule
+// attributes (`{skip: NAME}`), and must keep every sketch statement, in order, with the same
+// operation, tensors and operands; Score / Mask declarations with the same expression. This is
 // the check an LLM's stage-1b answer must pass before the checker even runs.
 #include "plan/sketch.h"
 #include "tl/printer.h"
@@ -36,10 +37,14 @@ std::string signature(const Stmt& s) {
         r += (i ? ", " : " ") + tl::print_expr(s.compute.operands[i].expr) + (s.compute.operands[i].transposed ? "^T" : "");
       if (s.compute.result == tl::ComputeStmt::Result::Get) r += " and get " + s.compute.target;
       if (s.compute.result == tl::ComputeStmt::Result::Accumulate) r += " and accumulate " + s.compute.target;
-      if (s.compute.op == "Mask") r += std::string(" with ") + tl::to_string(s.compute.mask.kind);
+      if (s.compute.op == "Mask" || s.compute.op == "Modify")
+        r += " with " + (s.compute.mask.kind == tl::MaskSpec::Kind::Named ? s.compute.mask.name
+                                                                           : std::string(tl::to_string(s.compute.mask.kind)));
       return r;
     }
     case Stmt::Kind::For: return "for " + s.loop.var;
+    case Stmt::Kind::Variant:  // the declaration itself; its tile clauses are schedule facts
+      return std::string(s.variant.is_mask ? "Mask " : "Score ") + s.variant.name + " = " + tl::print_expr(s.variant.expr);
     default: return "?";
   }
 }

@@ -4,10 +4,18 @@
 //   S = Q K^T * (softmax_scale * log2e); mask; m_new = max(m, rowmax S); alpha = 2^(m - m_new);
 //   P = 2^(S - m_new); l = alpha l + rowsum P; O = alpha O + P V;  at the end O /= l and
 //   LSE = (m + log2 l) * ln2.
+// Attention variants (spec Variants) add Score / Mask declarations, their auxiliary inputs, and
+// `Compute Modify` / `Compute Mask ... with NAME` statements; with a Score the scale splits into
+// softmax_scale, the Modify statements, then log2e (docs/planner.md, "Variants").
 #include <cctype>
+#include <charconv>
 #include <optional>
 
 #include "plan/sketch.h"
+#include "spec/variants.h"
+#include "tl/parser.h"
+#include "tl/printer.h"
+#include "tl/variant.h"
 
 namespace qattn::plan {
 namespace {
@@ -38,6 +46,7 @@ std::string mask_text(const Problem& p) {
   switch (p.mask) {
     case K::None: return "none";
     case K::Bounds: return "bounds";
+    case K::Named: return "none";  // not a kernel mask: variants are Problem::variants
     case K::Causal: return "causal";
     case K::CausalTopLeft: return "causal_top_left";
     case K::Window: {
@@ -75,6 +84,73 @@ std::string loop_hi(const Problem& p) {
   }
 }
 
+// ---- variants (docs/spec.md "Variants", docs/planner.md) ----------------------------------------
+// A real number as a TL float literal (shortest round-trip digits, always with '.' or an exponent).
+std::string number_text(double x) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  std::string out(buf, r.ptr);
+  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";
+  return out;
+}
+
+// A custom score_mod / mask_mod in canonical TL (as written when it does not parse: the parse of
+// the whole program then reports it; make_plan checks it first).
+std::string custom_text(const std::string& raw) {
+  support::DiagSink quiet;
+  auto e = tl::parse_variant_expr(raw, quiet);
+  return e && !quiet.has_errors() ? tl::print_expr(*e) : raw;
+}
+
+// The Score / Mask declarations, in application order (spec::score_order, spec::mask_order).
+// The built-in masks carry their tile clauses; a custom mask_mod gets the front end's derived ones.
+std::vector<std::string> declarations(const Problem& p) {
+  const spec::Variants& v = p.variants;
+  const std::string off = "seqlen_k - seqlen_q";
+  std::vector<std::string> out;
+  for (const auto& name : spec::score_order(v)) {
+    if (name == "alibi")
+      out.push_back("Score alibi = score - alibi_slopes[head] * abs(q_idx + " + off + " - kv_idx)");
+    else if (name == "relpos")
+      out.push_back("Score relpos = score + rel_bias[head, clamp(kv_idx - q_idx - seqlen_k + seqlen_q, -(NB / 2), "
+                    "NB / 2 - 1) + NB / 2]");
+    else if (name == "score_mod")
+      out.push_back("Score score_mod = " + custom_text(v.score_mod));
+    else if (name == "softcap")
+      out.push_back("Score softcap = " + number_text(*v.softcap) + " * tanh(score / " + number_text(*v.softcap) + ")");
+  }
+  for (const auto& name : spec::mask_order(v)) {
+    if (name == "prefix_lm") {
+      const std::string n = std::to_string(*v.prefix_lm);
+      out.push_back("Mask prefix_lm = kv_idx <= q_idx + " + off + " or kv_idx < " + n + " empty when kv_lo > q_hi + " +
+                    off + " and kv_lo >= " + n + " full when kv_hi <= q_lo + " + off + " or kv_hi < " + n);
+    } else if (name == "document") {
+      out.push_back(
+          "Mask document = seg_q[b, q_idx] == seg_k[b, kv_idx] empty when seg_q[b, q_hi] < seg_k[b, kv_lo] or "
+          "seg_k[b, kv_hi] < seg_q[b, q_lo] full when seg_q[b, q_lo] == seg_k[b, kv_hi] and seg_q[b, q_hi] == "
+          "seg_k[b, kv_lo]");
+    } else if (name == "mask_mod") {
+      out.push_back("Mask mask_mod = " + custom_text(v.mask_mod));
+    }
+  }
+  return out;
+}
+
+// The Mask whose `empty when` clause lets the key loop skip whole tiles (`{skip: NAME}`): document
+// (data-dependent, usually the most skipping), else prefix_lm, else a mask_mod whose clauses the
+// front end can derive. Empty when none has one.
+std::string skip_mask(const Problem& p) {
+  const spec::Variants& v = p.variants;
+  if (v.document) return "document";
+  if (v.prefix_lm) return "prefix_lm";
+  if (!v.mask_mod.empty()) {
+    support::DiagSink quiet;
+    auto e = tl::parse_variant_expr(v.mask_mod, quiet);
+    if (e && !quiet.has_errors() && tl::derive_clauses(*e)) return "mask_mod";
+  }
+  return "";
+}
+
 std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   Writer w(tiles);
   const bool smem_operands = t.sm >= 90;  // wgmma reads Q, K, V from shared memory
@@ -92,6 +168,13 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     w.comment(" statements only: stage 1b adds Allocate, tile shapes, coordinates, loop bounds and Reshape");
   }
   w.line("Kernel " + kernel_name(p) + " with mask " + mask_text(p));
+  const spec::Variants& var = p.variants;
+  const std::vector<std::string> decls = declarations(p);
+  const std::vector<spec::AuxInput> aux = spec::aux_inputs(var);
+  if (!w.params() && !decls.empty()) {
+    w.comment(" variants: " + spec::describe(var));
+    for (const auto& d : decls) w.line(d);
+  }
   if (w.params()) {
     std::string dims = "Dim batch, heads_q, heads_kv, seqlen_q, seqlen_k, ";
     dims += same_d ? "d = " + std::to_string(p.d_qk)
@@ -99,6 +182,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     w.line(dims);
     w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) +
            ", WARPS = " + std::to_string(tiles->warps) + ", STAGES = " + std::to_string(tiles->stages));
+    if (var.relative_bias) w.line("Const NB = " + std::to_string(*var.relative_bias));
     w.line("Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch");
     w.comment(p.heads_q == p.heads_kv ? " MHA: every query head has its own kv head"
                                       : " " + std::string(p.heads_kv == 1 ? "MQA" : "GQA") + ": " +
@@ -111,6 +195,16 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]");
     w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + " with offset [b, head]");
     if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32 with offset [b, head]");
+    if (!decls.empty()) {
+      w.comment(" variants: " + spec::describe(var) + " (docs/spec.md, Variants)");
+      for (size_t i = 0; i < aux.size(); ++i) {
+        std::string shape;
+        for (const auto& d : aux[i].shape) shape += (shape.empty() ? "" : ", ") + d;
+        w.comment(" aux[" + std::to_string(i) + "]: " + aux[i].meaning);
+        w.line("Allocate " + aux[i].name + " in global (" + shape + ") " + (aux[i].is_int ? "int32" : "fp32"));
+      }
+      for (const auto& d : decls) w.line(d);
+    }
     w.line("Allocate Q in shared (BM, " + dqk + ") " + st);
     w.line("Allocate K in shared (BN, " + dqk + ") " + st);
     w.line("Allocate V in shared (BN, " + dv + ") " + st);
@@ -131,13 +225,25 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   };
   copy("Q", "(BM, " + dqk + ") in coordinate [m_block, 0]", "global", "shared");
   if (!smem_operands) copy("Q", "", "shared", "register");
-  w.line(w.params() ? "for j = " + loop_lo(p) + ": " + loop_hi(p) : "for j = 0: N");
+  const std::string skip = skip_mask(p);
+  w.line(w.params() ? "for j = " + loop_lo(p) + ": " + loop_hi(p) + (skip.empty() ? "" : " {skip: " + skip + "}")
+                    : "for j = 0: N");
   w.indent();
   copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared");
   if (!smem_operands) copy("K", "", "shared", "register");
   w.line("Compute GEMM Q, K^T and get S");
-  w.line("Compute Multiply S, softmax_scale * log2e");
-  w.line("Compute Mask S" + std::string(w.params() ? " at [m_block, j]" : "") + " with " + tile_mask_text(p));
+  const std::string at = w.params() ? " at [m_block, j]" : "";
+  const std::vector<std::string> scores = spec::score_order(var);
+  if (scores.empty()) {
+    w.line("Compute Multiply S, softmax_scale * log2e");
+  } else {
+    // Score modifications see the natural-log score; the exp2-domain factor comes after them.
+    w.line("Compute Multiply S, softmax_scale");
+    for (const auto& name : scores) w.line("Compute Modify S" + at + " with " + name);
+    w.line("Compute Multiply S, log2e");
+  }
+  w.line("Compute Mask S" + at + " with " + tile_mask_text(p));
+  for (const auto& name : spec::mask_order(var)) w.line("Compute Mask S" + at + " with " + name);
   w.line("Compute RowMax S and get m_tile");
   w.line("Compute Max m, m_tile and get m_new");
   w.line("Compute Subtract m, m_new and get alpha");

@@ -9,8 +9,11 @@ namespace qattn::spec {
 
 namespace {
 
-const std::vector<std::string> kFlags{"name",   "dtype",         "mask", "window", "heads", "head-dim", "layout",
-                                      "softmax-scale", "lse", "gpu",  "batch",  "seqlen", "descale"};
+const std::vector<std::string> kFlags{"name",      "dtype",    "mask",          "window",   "heads",    "head-dim",
+                                      "layout",    "softmax-scale", "lse",    "gpu",      "batch",    "seqlen",
+                                      "descale",   "softcap",  "alibi",         "prefix-lm", "document", "relative-bias",
+                                      "score-mod", "mask-mod"};
+const std::vector<std::string> kBooleanFlags{"lse", "alibi", "document"};
 
 std::optional<int> parse_int(std::string_view s) {
   int v = 0;
@@ -47,9 +50,21 @@ std::string strip_dashes(const std::string& s) {
   return s.substr(i);
 }
 
+bool is_none(std::string_view s) {
+  std::string k = name_key(s);
+  return k == "none" || k == "off";
+}
+
 }  // namespace
 
 const std::vector<std::string>& flag_names() { return kFlags; }
+
+bool flag_is_boolean(std::string_view name) {
+  std::string k = name_key(strip_dashes(std::string(name)));
+  for (const auto& b : kBooleanFlags)
+    if (name_key(b) == k) return true;
+  return false;
+}
 
 bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& flags, DiagSink& diags) {
   int before = diags.error_count();
@@ -57,6 +72,7 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
     diags.error("SPEC0120", SrcLoc{}, "--" + flag + " " + value + ": invalid value", "expected " + expect);
   };
   bool window_set = false;
+  bool prefix_lm_set = false;
   std::optional<Mask::Kind> mask_kind;
   std::optional<Mask::Align> mask_align;
   for (const auto& [raw, value] : flags) {
@@ -137,6 +153,33 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
         }
       if (ok) s.fp8 = f;
       else bad(flag, value, "a subset of q,k,v (e.g. q,k,v), all, or none");
+    } else if (key == "softcap") {
+      if (is_none(value)) {
+        s.variants.softcap.reset();
+      } else {
+        char* end = nullptr;
+        double d = std::strtod(value.c_str(), &end);
+        if (value.empty() || end != value.c_str() + value.size()) bad(flag, value, "a number > 0 (e.g. 30), or none");
+        else s.variants.softcap = d;
+      }
+    } else if (key == "alibi" || key == "document") {
+      if (auto b = parse_bool(value)) (key == "alibi" ? s.variants.alibi : s.variants.document) = *b;
+      else bad(flag, value, "true or false (or no value: true)");
+    } else if (key == "prefixlm" || key == "relativebias") {
+      std::optional<int>& field = key == "prefixlm" ? s.variants.prefix_lm : s.variants.relative_bias;
+      if (is_none(value)) {
+        field.reset();
+      } else if (auto v = parse_int(value)) {
+        field = *v;
+        if (key == "prefixlm") prefix_lm_set = true;
+      } else {
+        bad(flag, value, key == "prefixlm" ? "the prefix length in keys (e.g. 64), or none"
+                                           : "an even number of buckets (e.g. 32), or none");
+      }
+    } else if (key == "scoremod") {
+      s.variants.score_mod = value;
+    } else if (key == "maskmod") {
+      s.variants.mask_mod = value;
     } else {
       std::string near = closest_name(flag, kFlags);
       diags.error("SPEC0121", SrcLoc{}, "unknown spec flag --" + flag,
@@ -158,6 +201,10 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
       if (s.mask.kind != Mask::Kind::Causal) s.mask.align = Mask::Align::BottomRight;
     }
   }
+  // Prefix-LM replaces a causal mask (it is causal outside the prefix): `--preset llama3-8b
+  // --prefix-lm 64` means what it says. An explicit --mask or --window is kept (validate() reports
+  // the conflict).
+  if (prefix_lm_set && !mask_kind && !window_set && s.mask.kind == Mask::Kind::Causal) s.mask = Mask{};
   return diags.error_count() == before;
 }
 
@@ -202,6 +249,9 @@ std::optional<AttentionSpec> spec_from_cli(const std::string& preset, const std:
     if (key == "softmaxscale") where.where.erase("/softmax_scale");
     if (key == "batch" || key == "seqlen") where.where.erase("/problem");
     if (key == "descale") where.where.erase("/fp8");
+    if (key == "prefixlm") where.where.erase("/mask");
+    for (const char* k : {"softcap", "alibi", "prefix_lm", "document", "relative_bias", "score_mod", "mask_mod"})
+      if (key == name_key(k)) where.where.erase(std::string("/variants/") + k), where.where.erase("/variants");
   }
   if (!validate(s, diags, have_where ? &where : nullptr)) return std::nullopt;
   return s;

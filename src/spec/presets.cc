@@ -47,6 +47,16 @@ std::vector<Preset> build() {
                    "bigcode/starcoder: n_embd 6144, n_head 48, multi_query true"));
   v.push_back(make("gemma-7b", 16, 16, 256, 256, kCausal, "Gemma 7B: MHA with head dim 256",
                    "google/gemma-7b: num_attention_heads 16, num_key_value_heads 16, head_dim 256"));
+  {
+    // Gemma 2: the attention logits are soft-capped at 50 (attn_logit_softcapping); every other
+    // layer also has a 4096-key sliding window (add --window 4096,0 for those). query_pre_attn_scalar
+    // 256 makes the softmax scale 1/sqrt(256), the default for head dim 256.
+    Preset p = make("gemma2-9b", 16, 8, 256, 256, kCausal, "Gemma 2 9B: GQA 16/8 with head dim 256, logit softcapping 50",
+                    "google/gemma-2-9b: num_attention_heads 16, num_key_value_heads 8, head_dim 256, "
+                    "attn_logit_softcapping 50.0, sliding_window 4096 (alternate layers), query_pre_attn_scalar 256");
+    p.spec.variants.softcap = 50.0;
+    v.push_back(p);
+  }
   v.push_back(make("phi3-mini", 32, 32, 96, 96, kCausal, "Phi-3 mini: MHA with head dim 96",
                    "microsoft/Phi-3-mini-4k-instruct: hidden_size 3072, num_attention_heads 32, "
                    "num_key_value_heads 32"));

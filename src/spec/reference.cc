@@ -12,8 +12,26 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 double f32(double x) { return static_cast<double>(static_cast<float>(x)); }
 
-// Visits every (batch, head, query) row: calls fn(qrow, krows, vrows, orow_index) with pointers to
-// the row of Q, the (seqlen_k, d_qk) block of K and the (seqlen_k, d_v) block of V.
+// splitmix64 over a counter seeded from (seed, stream): the generator behind every random input.
+struct SplitMix {
+  uint64_t state;
+  SplitMix(uint64_t seed, uint64_t stream) : state(seed * 0x9E3779B97F4A7C15ull ^ (stream + 1) * 0xD1B54A32D192ED03ull) {}
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1): 53 bits, never 0
+};
+
+// One (batch, head, query) row: its indices and its flat row number in O / LSE.
+struct Row {
+  int64_t b, h, i, row;
+};
+
+// Visits every (batch, head, query) row: calls fn(row, qrow, krows, vrows) with pointers to the
+// row of Q, the (seqlen_k, d_qk) block of K and the (seqlen_k, d_v) block of V.
 template <class Fn>
 void for_each_row(const AttentionProblem& p, const std::vector<double>& q, const std::vector<double>& k,
                   const std::vector<double>& v, Fn fn) {
@@ -24,9 +42,20 @@ void for_each_row(const AttentionProblem& p, const std::vector<double>& q, const
       const double* vb = v.data() + (b * p.heads_kv + hk) * p.seqlen_k * p.d_v;
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
         int64_t row = (b * p.heads_q + h) * p.seqlen_q + i;
-        fn(i, q.data() + row * p.d_qk, kb, vb, row);
+        fn(Row{b, h, i, row}, q.data() + row * p.d_qk, kb, vb);
       }
     }
+}
+
+// Whether key j is visible from row r: the problem's mask and the bounds, then the variant's keep().
+bool visible(const AttentionProblem& p, const ScoreVariant* var, const Row& r, int64_t j) {
+  if (!p.visible(r.i, j)) return false;
+  return !var || !var->keep || var->keep(r.b, r.h, r.i, j);
+}
+
+// The variant's score modification of s (identity without one).
+double modified(const ScoreVariant* var, const Row& r, int64_t j, double s) {
+  return var && var->score ? var->score(r.b, r.h, r.i, j, s) : s;
 }
 
 double dot(const double* a, const double* b, int64_t n) {
@@ -74,16 +103,61 @@ std::string validate(const AttentionProblem& p) {
   return {};
 }
 
+// ---- auxiliary tensors of variants ---------------------------------------------------------
+double AuxTensor::at(std::initializer_list<int64_t> idx) const {
+  if (idx.size() != shape.size() || shape.empty()) return std::numeric_limits<double>::quiet_NaN();
+  size_t off = 0, d = 0;
+  for (int64_t i : idx) {
+    const int64_t n = shape[d++];
+    if (n < 1) return std::numeric_limits<double>::quiet_NaN();
+    off = off * size_t(n) + size_t(std::clamp<int64_t>(i, 0, n - 1));
+  }
+  return off < data.size() ? data[off] : std::numeric_limits<double>::quiet_NaN();
+}
+
+AuxTensor random_aux(const std::vector<int64_t>& shape, bool is_int, uint64_t seed) {
+  AuxTensor t;
+  t.shape = shape;
+  t.is_int = is_int;
+  size_t n = shape.empty() ? 0 : 1;
+  for (int64_t e : shape) n *= size_t(std::max<int64_t>(e, 0));
+  if (!is_int) {
+    t.data = random_normal(n, seed, 7);
+    for (double& x : t.data) x = f32(x);  // an fp32 tensor holds fp32 values
+    return t;
+  }
+  // Packed-sequence ids, one row of the last dimension at a time: segments of random length in
+  // [1, max(1, len / 2)] (about four per row), numbered 0, 1, 2, ... Row r's generator depends on
+  // (seed, r) only, so rows of equal length agree across tensors made with one seed.
+  t.data.assign(n, 0.0);
+  const int64_t len = n ? shape.back() : 0;
+  const uint64_t longest = uint64_t(std::max<int64_t>(1, len / 2));
+  for (size_t r = 0; len > 0 && r < n / size_t(len); ++r) {
+    SplitMix rng(seed, 0x5E6000ull + r);
+    int64_t id = 0, left = 1 + int64_t(rng.next() % longest);
+    for (int64_t i = 0; i < len; ++i) {
+      if (left == 0) ++id, left = 1 + int64_t(rng.next() % longest);
+      t.data[r * size_t(len) + size_t(i)] = double(id);
+      --left;
+    }
+  }
+  return t;
+}
+
 AttentionResult reference_attention(const AttentionProblem& p, const std::vector<double>& q,
-                                    const std::vector<double>& k, const std::vector<double>& v) {
+                                    const std::vector<double>& k, const std::vector<double>& v,
+                                    const ScoreVariant* variant) {
   AttentionResult r;
   r.o.assign(p.o_size(), 0.0);
   r.lse.assign(p.lse_size(), kNegInf);
   std::vector<double> s(size_t(p.seqlen_k));
-  for_each_row(p, q, k, v, [&](int64_t i, const double* qr, const double* kb, const double* vb, int64_t row) {
+  for_each_row(p, q, k, v, [&](const Row& at, const double* qr, const double* kb, const double* vb) {
+    const int64_t row = at.row;
     double m = kNegInf;
     for (int64_t j = 0; j < p.seqlen_k; ++j) {
-      s[j] = p.visible(i, j) ? p.softmax_scale * dot(qr, kb + j * p.d_qk, p.d_qk) : kNegInf;
+      // The score modification applies to s = softmax_scale * q.k, before any masking.
+      s[j] = visible(p, variant, at, j) ? modified(variant, at, j, p.softmax_scale * dot(qr, kb + j * p.d_qk, p.d_qk))
+                                        : kNegInf;
       m = std::max(m, s[j]);
     }
     if (m == kNegInf) return;  // no visible key: O = 0, LSE = -inf
@@ -103,16 +177,20 @@ AttentionResult reference_attention(const AttentionProblem& p, const std::vector
 
 AttentionResult naive_attention_lowp(const AttentionProblem& p, const std::vector<double>& q,
                                      const std::vector<double>& k, const std::vector<double>& v,
-                                     const RoundFn& round_p, const RoundFn& round_o) {
+                                     const RoundFn& round_p, const RoundFn& round_o, const ScoreVariant* variant) {
   AttentionResult r;
   r.o.assign(p.o_size(), 0.0);
   r.lse.assign(p.lse_size(), kNegInf);
   std::vector<double> s(size_t(p.seqlen_k));
   std::vector<double> acc(size_t(p.d_v));
-  for_each_row(p, q, k, v, [&](int64_t i, const double* qr, const double* kb, const double* vb, int64_t row) {
+  for_each_row(p, q, k, v, [&](const Row& at, const double* qr, const double* kb, const double* vb) {
+    const int64_t row = at.row;
     double m = kNegInf;
     for (int64_t j = 0; j < p.seqlen_k; ++j) {
-      s[j] = p.visible(i, j) ? f32(f32(dot(qr, kb + j * p.d_qk, p.d_qk)) * p.softmax_scale) : kNegInf;
+      // The score modification runs in fp32: its input and its result are rounded to fp32.
+      s[j] = visible(p, variant, at, j)
+                 ? f32(modified(variant, at, j, f32(f32(dot(qr, kb + j * p.d_qk, p.d_qk)) * p.softmax_scale)))
+                 : kNegInf;
       m = std::max(m, s[j]);
     }
     if (m == kNegInf) return;
@@ -135,17 +213,8 @@ AttentionResult naive_attention_lowp(const AttentionProblem& p, const std::vecto
 }
 
 std::vector<double> random_normal(size_t n, uint64_t seed, uint64_t stream) {
-  // splitmix64 over a counter seeded from (seed, stream).
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull ^ (stream + 1) * 0xD1B54A32D192ED03ull;
-  auto next = [&state]() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  auto uniform = [&next]() {  // in (0, 1): 53 random bits, never 0
-    return (double(next() >> 11) + 0.5) * 0x1.0p-53;
-  };
+  SplitMix rng(seed, stream);
+  auto uniform = [&rng]() { return rng.uniform(); };
   std::vector<double> out(n);
   const double two_pi = 6.283185307179586476925;
   for (size_t i = 0; i < n; i += 2) {

@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,34 @@ struct AttentionProblem {
 // finite softmax_scale), otherwise a one-line reason.
 std::string validate(const AttentionProblem& p);
 
+// ---- attention variants (docs/spec.md "Variants", docs/tl.md "Score and Mask declarations") ----
+// Small auxiliary inputs of a variant (ALiBi slopes, segment ids, a bias table), row-major, held as
+// doubles (int32 tensors hold integral values). at() clamps every index into [0, extent - 1], the
+// TL's rule for auxiliary reads (rows past seqlen_q and keys past seqlen_k read the last entry).
+struct AuxTensor {
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+  bool is_int = false;
+  double at(std::initializer_list<int64_t> idx) const;
+};
+using AuxMap = std::map<std::string, AuxTensor>;
+
+// Deterministic random contents for an auxiliary tensor of `shape`: int32 tensors get packed-
+// sequence ids (per row of the last dimension: nondecreasing ids starting at 0, segment lengths
+// random; equal row lengths give equal rows for equal seeds, so seg_q and seg_k agree when
+// seqlen_q == seqlen_k); fp32 tensors get standard-normal values.
+AuxTensor random_aux(const std::vector<int64_t>& shape, bool is_int, uint64_t seed);
+
+// A score modification and an extra mask, applied by the reference at every element: with
+// s = softmax_scale * (q . k) in natural-log units, s' = score(b, h, q, k, s) (identity when empty),
+// then the key is hidden when keep(b, h, q, k) is false (every key kept when empty), on top of
+// AttentionProblem::mask and the bounds.
+struct ScoreVariant {
+  std::function<double(int64_t b, int64_t h, int64_t q, int64_t k, double s)> score;
+  std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)> keep;
+  bool empty() const { return !score && !keep; }
+};
+
 struct AttentionResult {
   std::vector<double> o;    // O, BHSD
   std::vector<double> lse;  // LSE per (batch, head, query); -inf for a row with no visible key
@@ -48,8 +78,10 @@ struct AttentionResult {
 
 // Exact attention in fp64. A row with no visible key gets O = 0 and LSE = -inf.
 // Precondition: validate(p) is empty and the inputs have the sizes above.
+// `variant` (may be null) adds a score modification and an extra mask.
 AttentionResult reference_attention(const AttentionProblem& p, const std::vector<double>& q,
-                                    const std::vector<double>& k, const std::vector<double>& v);
+                                    const std::vector<double>& k, const std::vector<double>& v,
+                                    const ScoreVariant* variant = nullptr);
 
 using RoundFn = std::function<double(double)>;
 
@@ -60,7 +92,8 @@ using RoundFn = std::function<double(double)>;
 // The inputs are used as given (they are already in the storage dtype).
 AttentionResult naive_attention_lowp(const AttentionProblem& p, const std::vector<double>& q,
                                      const std::vector<double>& k, const std::vector<double>& v,
-                                     const RoundFn& round_p, const RoundFn& round_o);
+                                     const RoundFn& round_p, const RoundFn& round_o,
+                                     const ScoreVariant* variant = nullptr);
 inline AttentionResult naive_attention_lowp(const AttentionProblem& p, const std::vector<double>& q,
                                             const std::vector<double>& k, const std::vector<double>& v,
                                             const RoundFn& round_fn) {

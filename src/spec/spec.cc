@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace qattn::spec {
@@ -52,6 +53,23 @@ std::string describe(const Mask& m) {
   return "?";
 }
 
+std::string describe(const Variants& v) {
+  std::vector<std::string> parts;
+  auto num = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return std::string(buf);
+  };
+  if (v.alibi) parts.push_back("alibi");
+  if (v.relative_bias) parts.push_back("relative bias " + std::to_string(*v.relative_bias) + " buckets");
+  if (!v.score_mod.empty()) parts.push_back("score_mod");
+  if (v.softcap) parts.push_back("softcap " + num(*v.softcap));
+  if (v.prefix_lm) parts.push_back("prefix-LM " + std::to_string(*v.prefix_lm));
+  if (v.document) parts.push_back("document");
+  if (!v.mask_mod.empty()) parts.push_back("mask_mod");
+  return join(parts);
+}
+
 const char* to_string(Layout l) { return l == Layout::BHSD ? "bhsd" : "bshd"; }
 
 std::optional<Layout> parse_layout(std::string_view s) {
@@ -82,7 +100,9 @@ std::string summary(const AttentionSpec& s) {
          " heads, d ";
   out += std::to_string(s.head_dim_qk);
   if (s.head_dim_v != s.head_dim_qk) out += "/" + std::to_string(s.head_dim_v);
-  out += std::string(", ") + to_string(s.dtype) + ", " + describe(s.mask) + ", " + to_string(s.layout);
+  out += std::string(", ") + to_string(s.dtype) + ", " + describe(s.mask);
+  if (s.variants.any()) out += ", " + describe(s.variants);
+  out += std::string(", ") + to_string(s.layout);
   if (!s.gpu.empty()) out += ", gpu " + s.gpu;
   return out;
 }
@@ -190,6 +210,53 @@ void check_head_dim(const char* field, int d, DiagSink& diags, const SourceMap* 
               hint);
 }
 
+// A TL expression carried as text (score_mod / mask_mod): the planner parses it (the spec library
+// does not depend on the TL); here only what would break a one-line TL statement is refused.
+void check_tl_text(const char* field, const std::string& text, DiagSink& diags, SrcLoc loc) {
+  if (text.empty()) return;
+  constexpr size_t kMax = 2000;
+  std::string bad;
+  if (text.size() > kMax) bad = "is " + std::to_string(text.size()) + " characters long (at most " + std::to_string(kMax) + ")";
+  for (char c : text)
+    if (bad.empty() && (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '#' || c == '{'))
+      bad = c == '#' ? "contains '#' (a TL comment)" : c == '{' ? "contains '{' (TL attributes)" : "contains a line break or control character";
+  if (bad.empty()) return;
+  diags.error("SPEC0215", loc, std::string(field) + " " + bad + ": it must be one TL expression on one line",
+              std::string(field) == "score_mod" ? "e.g. \"score_mod\": \"score + 0.1 * (kv_idx - q_idx)\" (docs/spec.md, Variants)"
+                                                : "e.g. \"mask_mod\": \"kv_idx <= q_idx + seqlen_k - seqlen_q\" (docs/spec.md, Variants)");
+}
+
+void check_variants(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
+  const Variants& v = s.variants;
+  auto at = [&](const char* key) {
+    if (!where) return SrcLoc{};
+    SrcLoc l = where->at(std::string("/variants/") + key);
+    return l.line ? l : where->at("/variants");
+  };
+  if (v.softcap && !(std::isfinite(*v.softcap) && *v.softcap > 0))
+    diags.error("SPEC0212", at("softcap"), "softcap = " + std::to_string(*v.softcap) + " must be a finite number > 0",
+                "logit softcapping computes c * tanh(s / c); Gemma 2 uses 50 (attention) and 30 (final logits)");
+  if (v.prefix_lm) {
+    if (*v.prefix_lm < 0)
+      diags.error("SPEC0213", at("prefix_lm"), "prefix_lm = " + std::to_string(*v.prefix_lm) + " must be >= 0",
+                  "the number of leading keys every query sees (bidirectional prefix); 0 is plain causal");
+    if (s.mask.kind != Mask::Kind::None)
+      diags.error("SPEC0213", at("prefix_lm"),
+                  std::string("prefix_lm needs mask \"none\", but the mask is ") + describe(s.mask) +
+                      ": prefix-LM is already causal outside the prefix",
+                  "remove the mask (\"mask\": \"none\", or --mask none)");
+  }
+  if (v.relative_bias && (*v.relative_bias < 2 || *v.relative_bias > 4096 || *v.relative_bias % 2 != 0))
+    diags.error("SPEC0214", at("relative_bias"),
+                "relative_bias = " + std::to_string(*v.relative_bias) + " buckets: must be even, from 2 to 4096",
+                "the table has NB entries per head for relative positions -NB/2 .. NB/2-1 (clamped), e.g. 32");
+  check_tl_text("score_mod", v.score_mod, diags, at("score_mod"));
+  check_tl_text("mask_mod", v.mask_mod, diags, at("mask_mod"));
+  if (v.any() && s.dtype == DType::FP8_E4M3)
+    diags.error("SPEC0216", at(""), "attention variants (" + describe(v) + ") are not supported with dtype fp8_e4m3",
+                "the fp8 code paths do not lower Score/Mask declarations yet; use fp16 or bf16");
+}
+
 }  // namespace
 
 bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
@@ -266,6 +333,8 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
                 std::string("fp8 descale factors are set but dtype is ") + to_string(s.dtype),
                 "remove \"fp8\" or set \"dtype\": \"fp8_e4m3\"");
   }
+
+  check_variants(s, diags, where);
 
   // Problem size.
   if (s.problem) {

@@ -67,6 +67,28 @@ struct ProblemSize {
   bool operator==(const ProblemSize&) const = default;
 };
 
+// Attention variants (docs/spec.md "Variants"): score modifications and extra masks on top of
+// `mask`, each lowered as a TL `Score` / `Mask` declaration. Score modifications apply to
+// s = softmax_scale * q.k in this order: alibi, relative_bias, score_mod, softcap; a key is
+// visible when `mask`, prefix_lm, document and mask_mod all keep it.
+struct Variants {
+  std::optional<double> softcap;      // s' = c * tanh(s / c)   (Gemma-2 / Grok logit softcapping), c > 0
+  bool alibi = false;                 // s' = s - slope[h] * |q + off - k|, slopes: aux (heads_q) fp32
+  std::optional<int> prefix_lm;       // P: keys k <= q + off or k < P visible (needs mask "none")
+  bool document = false;              // packed sequences: keys with seg_k[b, k] == seg_q[b, q] visible
+  std::optional<int> relative_bias;   // NB buckets (even): s' = s + table[h, clamp(k - q - off, -NB/2, NB/2-1) + NB/2]
+  std::string score_mod;              // a TL expression over score, q_idx, kv_idx, b, head, ... ("" none)
+  std::string mask_mod;               // a TL predicate over q_idx, kv_idx, b, head, ... ("" none)
+
+  bool any() const { return any_score() || any_mask(); }
+  bool any_score() const { return softcap || alibi || relative_bias || !score_mod.empty(); }
+  bool any_mask() const { return prefix_lm || document || !mask_mod.empty(); }
+  bool custom() const { return !score_mod.empty() || !mask_mod.empty(); }  // TL text the spec cannot evaluate
+  bool operator==(const Variants&) const = default;
+};
+// "softcap 30, alibi, prefix-LM 64, document, relative bias 32 buckets, score_mod, mask_mod"; "" when none.
+std::string describe(const Variants& v);
+
 struct AttentionSpec {
   std::string name;                     // free text; presets use their preset name
   int heads_q = 0;                      // query heads
@@ -76,6 +98,7 @@ struct AttentionSpec {
   DType dtype = DType::BF16;
   Fp8Scales fp8;                        // only with dtype fp8_e4m3
   Mask mask;
+  Variants variants;                    // score modifications and extra masks (none by default)
   std::optional<double> softmax_scale;  // absent: 1/sqrt(head_dim_qk)
   Layout layout = Layout::BSHD;
   bool return_lse = false;              // also write the row log-sum-exp (fp32, (batch, heads_q, seqlen_q))
@@ -134,11 +157,15 @@ const AttentionSpec* find_preset(std::string_view name, DiagSink& diags);
 // Override fields from command-line flags (keys without dashes): name, dtype, mask
 // (none|causal|causal_top_left|window), window ("L,R"; implies mask window), heads ("Q/KV" or "Q"),
 // head-dim ("D" or "QK/V"), layout, softmax-scale, lse (true/false), gpu, batch,
-// seqlen ("S" or "SQ/SK"), descale ("q,k,v" subset or "none"). Bad values: SPEC0120; unknown
-// flags: SPEC0121. Returns true when no error was reported.
+// seqlen ("S" or "SQ/SK"), descale ("q,k,v" subset or "none"), softcap (C or "none"), alibi,
+// prefix-lm (P or "none"), document, relative-bias (NB or "none"), score-mod / mask-mod (a TL
+// expression, "" clears). Boolean flags (lse, alibi, document) take true/false or no value (true).
+// Bad values: SPEC0120; unknown flags: SPEC0121. Returns true when no error was reported.
 bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& flags, DiagSink& diags);
 // The flag names apply_flags understands, in documentation order.
 const std::vector<std::string>& flag_names();
+// Whether a flag may be given without a value (`--alibi` means `--alibi true`).
+bool flag_is_boolean(std::string_view name);
 
 // The CLI's whole recipe: start from --preset or --spec FILE (SPEC0122 if both or neither), apply
 // the flag overrides, then validate(). Returns nullopt when any error was reported.

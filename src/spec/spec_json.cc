@@ -271,7 +271,7 @@ class Reader {
 
 const std::vector<std::string> kTopKeys{"name",  "preset",  "heads_q",       "heads_kv", "head_dim",
                                         "head_dim_qk", "head_dim_v", "dtype", "fp8", "mask",
-                                        "softmax_scale", "layout", "return_lse", "gpu", "problem"};
+                                        "variants", "softmax_scale", "layout", "return_lse", "gpu", "problem"};
 const std::vector<std::string> kDTypes{"fp16", "bf16", "fp8_e4m3"};
 const std::vector<std::string> kMaskStrings{"none", "causal", "causal_top_left"};
 const std::vector<std::string> kMaskKinds{"none", "causal", "window"};
@@ -357,6 +357,46 @@ void read_problem(Reader& r, const json& j, AttentionSpec& s) {
   s.problem = ps;
 }
 
+const std::vector<std::string> kVariantKeys{"softcap", "alibi",    "prefix_lm", "document",
+                                            "relative_bias", "score_mod", "mask_mod"};
+
+// "variants": {"softcap": 30, "alibi": true, "prefix_lm": 64, "document": true, "relative_bias": 32,
+//              "score_mod": "TL expression", "mask_mod": "TL predicate"}; null means absent for the
+// optional numbers. Ranges are checked by validate() (SPEC0212-0216).
+void read_variants(Reader& r, const json& j, AttentionSpec& s) {
+  const std::string p = "/variants";
+  if (!r.object(j, p, kVariantKeys, "variants")) return;
+  Variants v;
+  bool ok = true;
+  if (j.contains("softcap")) {
+    const json& c = j.at("softcap");
+    if (c.is_null()) v.softcap.reset();
+    else if (c.is_number()) v.softcap = c.get<double>();
+    else {
+      r.error("SPEC0105", p + "/softcap",
+              "expected a number or null, got " + std::string(c.type_name()) + " " + short_dump(c), "e.g. \"softcap\": 30");
+      ok = false;
+    }
+  }
+  auto opt_int = [&](const char* key, std::optional<int>& out) {
+    if (!j.contains(key)) return;
+    if (j.at(key).is_null()) {
+      out.reset();
+      return;
+    }
+    int x = 0;
+    if (r.get_int(j, key, p, x)) out = x;
+    else ok = false;
+  };
+  opt_int("prefix_lm", v.prefix_lm);
+  opt_int("relative_bias", v.relative_bias);
+  if (j.contains("alibi")) ok = r.get_bool(j, "alibi", p, v.alibi) && ok;
+  if (j.contains("document")) ok = r.get_bool(j, "document", p, v.document) && ok;
+  if (j.contains("score_mod")) ok = r.get_string(j, "score_mod", p, v.score_mod) && ok;
+  if (j.contains("mask_mod")) ok = r.get_string(j, "mask_mod", p, v.mask_mod) && ok;
+  if (ok) s.variants = v;
+}
+
 void read_fp8(Reader& r, const json& j, AttentionSpec& s) {
   const std::string p = "/fp8";
   if (!r.object(j, p, {"descale_q", "descale_k", "descale_v"}, "fp8")) return;
@@ -415,6 +455,7 @@ std::optional<AttentionSpec> read_spec(Reader& r, const json& j) {
   }
   if (j.contains("fp8")) read_fp8(r, j.at("fp8"), s);
   if (j.contains("mask")) read_mask(r, j.at("mask"), s);
+  if (j.contains("variants")) read_variants(r, j.at("variants"), s);
   if (j.contains("softmax_scale")) {
     const json& v = j.at("softmax_scale");
     if (v.is_null()) s.softmax_scale.reset();
@@ -509,6 +550,21 @@ std::string to_json(const AttentionSpec& s) {
     m["right"] = s.mask.window_right;
   }
   j["mask"] = m;
+  if (s.variants.any()) {
+    const Variants& v = s.variants;
+    ojson o;
+    if (v.softcap) {
+      if (std::isfinite(*v.softcap)) o["softcap"] = *v.softcap;
+      else o["softcap"] = nullptr;  // not representable; validate() rejects it anyway
+    }
+    if (v.alibi) o["alibi"] = true;
+    if (v.prefix_lm) o["prefix_lm"] = *v.prefix_lm;
+    if (v.document) o["document"] = true;
+    if (v.relative_bias) o["relative_bias"] = *v.relative_bias;
+    if (!v.score_mod.empty()) o["score_mod"] = v.score_mod;
+    if (!v.mask_mod.empty()) o["mask_mod"] = v.mask_mod;
+    j["variants"] = o;
+  }
   if (s.softmax_scale) {
     if (std::isfinite(*s.softmax_scale)) j["softmax_scale"] = *s.softmax_scale;
     else j["softmax_scale"] = nullptr;  // not representable in JSON; validate() rejects it anyway

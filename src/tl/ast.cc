@@ -43,6 +43,15 @@ Expr Expr::call(std::string fn, std::vector<Expr> args, SrcLoc l) {
   return e;
 }
 
+Expr Expr::index(std::string tensor, std::vector<Expr> idx, SrcLoc l) {
+  Expr e;
+  e.kind = Kind::Index;
+  e.name = std::move(tensor);
+  e.args = std::move(idx);
+  e.loc = l;
+  return e;
+}
+
 bool operator==(const Expr& a, const Expr& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
@@ -53,6 +62,7 @@ bool operator==(const Expr& a, const Expr& b) {
       if (a.op != b.op) return false;
       break;
     case Expr::Kind::Call:
+    case Expr::Kind::Index:
       if (a.name != b.name) return false;
       break;
   }
@@ -75,6 +85,7 @@ const char* to_string(DType t) {
     case DType::BF16: return "bf16";
     case DType::F8E4M3: return "fp8_e4m3";
     case DType::F8E5M2: return "fp8_e5m2";
+    case DType::I32: return "int32";
   }
   return "?";
 }
@@ -86,6 +97,7 @@ const char* to_string(MaskSpec::Kind k) {
     case MaskSpec::Kind::Causal: return "causal";
     case MaskSpec::Kind::CausalTopLeft: return "causal_top_left";
     case MaskSpec::Kind::Window: return "window";
+    case MaskSpec::Kind::Named: return "named";
   }
   return "?";
 }
@@ -103,6 +115,7 @@ std::optional<DType> parse_dtype(const std::string& s) {
   if (s == "bf16") return DType::BF16;
   if (s == "fp8_e4m3") return DType::F8E4M3;
   if (s == "fp8_e5m2") return DType::F8E5M2;
+  if (s == "int32") return DType::I32;
   return std::nullopt;
 }
 

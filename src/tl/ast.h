@@ -18,9 +18,11 @@ struct Expr {
   enum class Kind {
     Number,  // literal: value (integral literals have is_int = true)
     Name,    // identifier: name (dim, const, grid/loop/let variable, builtin scalar, tensor)
-    Unary,   // op = "-" ; args[0]
+    Unary,   // op = "-" or "not" ; args[0]
     Binary,  // op in + - * / % ; args[0], args[1]   ('/' on integers is floor division)
-    Call,    // name in cdiv, min, max ; args
+             // and, in Score/Mask declarations only: < <= > >= == != and or
+    Call,    // name in cdiv, min, max (and, in declarations: tanh exp exp2 log abs clamp floor)
+    Index,   // name[args]: an element of an auxiliary global tensor (declarations only)
   };
   Kind kind = Kind::Number;
   double value = 0;
@@ -35,6 +37,7 @@ struct Expr {
   static Expr unary(std::string op, Expr a, SrcLoc l = {});
   static Expr binary(std::string op, Expr a, Expr b, SrcLoc l = {});
   static Expr call(std::string fn, std::vector<Expr> args, SrcLoc l = {});
+  static Expr index(std::string tensor, std::vector<Expr> idx, SrcLoc l = {});
 };
 
 bool operator==(const Expr& a, const Expr& b);  // structural, ignores locations
@@ -42,21 +45,22 @@ inline bool operator!=(const Expr& a, const Expr& b) { return !(a == b); }
 
 // ---- enums ---------------------------------------------------------------------------------
 enum class Space { Global, Shared, Register };
-enum class DType { F32, F16, BF16, F8E4M3, F8E5M2 };
+enum class DType { F32, F16, BF16, F8E4M3, F8E5M2, I32 };  // I32: auxiliary tensors only
 
 const char* to_string(Space s);  // "global", "shared", "register"
-const char* to_string(DType t);  // "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"
+const char* to_string(DType t);  // "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int32"
 std::optional<Space> parse_space(const std::string& s);
 std::optional<DType> parse_dtype(const std::string& s);
 
 // A mask as written after `with` in `Kernel ... with mask M` and `Compute Mask S at [..] with M`.
 struct MaskSpec {
-  enum class Kind { None, Bounds, Causal, CausalTopLeft, Window };
+  enum class Kind { None, Bounds, Causal, CausalTopLeft, Window, Named };
   Kind kind = Kind::None;
   Expr left, right;  // Window only: keys in [i+off-left, i+off+right], off = seqlen_k - seqlen_q
+  std::string name;  // Named only (Compute statements): a `Mask NAME = ...` or `Score NAME = ...` declaration
   SrcLoc loc;
 };
-const char* to_string(MaskSpec::Kind k);  // "none", "bounds", "causal", "causal_top_left", "window"
+const char* to_string(MaskSpec::Kind k);  // "none", "bounds", "causal", "causal_top_left", "window", "named"
 
 // Schedule attributes in braces after a statement: `{async, stages: 2}`. Parsed and printed for
 // every statement; the checker says which are understood (see docs/tl.md, "Schedule attributes").
@@ -116,15 +120,27 @@ struct CopyStmt {
 struct ComputeStmt {
   // Compute OP operands [and get NAME | and accumulate NAME] [at [r, c]] [with MASK]
   std::string op;  // canonical spelling: GEMM Add Subtract Multiply Divide Max Exp Exp2 Log Log2
-                   // Convert RowMax RowSum Rescale Normalize Mask
+                   // Convert RowMax RowSum Rescale Normalize Mask Modify
   std::vector<Operand> operands;
   enum class Result { InPlace, Get, Accumulate };
   Result result = Result::InPlace;
   std::string target;         // for Get / Accumulate
   SrcLoc target_loc;
   std::optional<DType> target_dtype;  // Get only: `and get P16 fp16` (none: fp32, the default)
-  std::vector<Expr> at;       // Mask only: tile coordinate of the score tile
-  MaskSpec mask;              // Mask only
+  std::vector<Expr> at;       // Mask / Modify only: tile coordinate of the score tile
+  MaskSpec mask;              // Mask / Modify only (Modify: always Named)
+};
+// Score NAME = expr
+// Mask NAME = predicate [empty when predicate] [full when predicate]
+// A score modification (`score`, `q_idx`, `kv_idx` in scope) or a mask (`q_idx`, `kv_idx`; its
+// tile clauses see `q_lo`, `q_hi`, `kv_lo`, `kv_hi`), applied by `Compute Modify|Mask S at [r, c]
+// with NAME`. Clauses are promises about a whole tile pair; see docs/tl.md.
+struct VariantStmt {
+  bool is_mask = false;
+  std::string name;
+  Expr expr;
+  std::optional<Expr> empty_when, full_when;
+  bool derived = false;  // the clauses were derived by the front end (not printed)
 };
 struct ReshapeStmt {
   // Reshape NAME from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)
@@ -144,7 +160,7 @@ struct CommentStmt {  // a whole-line comment, text without the leading '#'
 struct BlankStmt {};  // one or more blank lines (kept for readable printing)
 
 struct Stmt {
-  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank };
+  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank, Variant };
   Kind kind = Kind::Blank;
   SrcLoc loc;                     // location of the statement's first token
   std::vector<Attr> attrs;        // schedule attributes `{...}`
@@ -161,6 +177,7 @@ struct Stmt {
   ReshapeStmt reshape;
   ForStmt loop;
   CommentStmt comment;
+  VariantStmt variant;
 };
 
 struct Program {

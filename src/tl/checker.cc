@@ -16,7 +16,8 @@ namespace {
 
 // Where a schedule attribute would be accepted. None is understood yet: the Hopper (sm90) schedule
 // will accept `async`, `stages`, ... here, depending on the statement and the target.
-bool attr_supported(const Stmt& /*s*/, const Attr& /*a*/) { return false; }
+// `skip` (on a loop, naming a Mask) is checked by check_skip.
+bool attr_supported(const Stmt& /*s*/, const Attr& a) { return a.key == "skip"; }
 
 }  // namespace
 
@@ -199,6 +200,10 @@ bool Walker::check_expr(const Expr& e, Ctx ctx, const Stmt& s, int depth) {
       bool b = check_expr(e.args[1], ctx, s, depth + 1);
       return a && b;
     }
+    case Expr::Kind::Index:
+      error(s, "TL0306", at, "'" + e.name + "[...]' reads an auxiliary tensor; only Score and Mask declarations may",
+            "move the read into a `Score` or `Mask` declaration");
+      return false;
     case Expr::Kind::Call: {
       bool ok = true;
       if (e.name == "cdiv") {
@@ -312,7 +317,10 @@ void Walker::write_full(const std::string& name, Space sp) {
 
 void Walker::attrs(const Stmt& s) {
   for (const auto& a : s.attrs) {
-    if (attr_supported(s, a)) continue;
+    if (attr_supported(s, a)) {
+      check_skip(s, a);
+      continue;
+    }
     rep_.error("TL0701", pick(a.loc, s.loc), "schedule attribute `" + a.key + "` is not supported for this target",
                "schedule attributes (async, stages, stage, role, warps, wait, release) are reserved for the sm90 (Hopper) "
                "schedule; remove `{" + a.key + (a.value ? ": ..." : "") + "}` from this line");
@@ -435,6 +443,7 @@ void Walker::stmt(const Stmt& s) {
     case Stmt::Kind::Compute: compute_stmt(s); break;
     case Stmt::Kind::Reshape: reshape_stmt(s); break;
     case Stmt::Kind::For: for_stmt(s); break;
+    case Stmt::Kind::Variant: variant_stmt(s); break;
   }
   if (s.kind != Stmt::Kind::Kernel) {
     if (!kernel_ && !seen_non_header_) {
@@ -464,7 +473,7 @@ void Walker::finish() {
   bool applied = false;
   for (const Stmt* m : masks_) {
     const MaskSpec& ms = m->compute.mask;
-    if (ms.kind == MaskSpec::Kind::None || ms.kind == MaskSpec::Kind::Bounds) continue;
+    if (ms.kind == MaskSpec::Kind::None || ms.kind == MaskSpec::Kind::Bounds || ms.kind == MaskSpec::Kind::Named) continue;
     bool same = ms.kind == km.kind &&
                 (ms.kind != MaskSpec::Kind::Window || (ms.left == km.left && ms.right == km.right));
     if (same) {

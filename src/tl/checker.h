@@ -40,6 +40,8 @@ struct CheckInfo {
   MaskSpec kernel_mask;
   std::vector<std::string> dims, consts, grid_vars, lets;
   std::map<std::string, TensorInfo> tensors;
+  std::map<std::string, VariantStmt> variants;  // Score / Mask declarations by name
+  std::vector<std::string> aux;                 // auxiliary global tensors, in declaration order
 };
 
 bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts = {});  // true when no errors

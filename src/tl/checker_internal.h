@@ -46,6 +46,7 @@ class Reporter {
 };
 
 enum class SymKind { Dim, Const, Grid, Let, LoopVar, Tensor };
+enum class VType_ { Num, Bool, Bad };  // declaration expressions (checker_variants.cc)
 const char* sym_kind_name(SymKind k);
 
 // Which names an integer expression may use.
@@ -139,6 +140,14 @@ class Walker {
   void read(const std::string& name, Space sp, SrcLoc at, const Stmt& s);
   void write_full(const std::string& name, Space sp);
   Buffer& declare_buffer(const std::string& name, Space sp, SrcLoc loc, bool by_allocate);
+
+  // ---- checker_variants.cc ----
+  void variant_stmt(const Stmt& s);
+  bool check_named(const Stmt& s, bool modify);
+  void modify(const Stmt& s);
+  void check_skip(const Stmt& s, const Attr& a);
+  bool is_aux(const std::string& name) const;
+  VType_ vexpr(const Expr& e, const Stmt& s, const std::vector<std::string>& locals, int depth);
 
   // ---- checker_shapes.cc ----
   void compute_stmt(const Stmt& s);

@@ -45,8 +45,19 @@ void Walker::allocate_stmt(const Stmt& s) {
     bool known = false;
     for (const char* g : kGlobalNames) known = known || a.name == g;
     if (!known) {
-      error(s, "TL0406", s.loc, "'" + a.name + "' is not a kernel argument; global tensors are Q, K, V, O and LSE",
-            "keep intermediate values in shared or register memory (`Allocate " + a.name + " in shared ...`)");
+      // An auxiliary input of Score / Mask declarations: full shape, fp32 or int32, no offset.
+      const bool dt_ok = a.dtype && (*a.dtype == DType::F32 || *a.dtype == DType::I32);
+      if (!dt_ok || !a.offset.empty() || a.shape.empty() || a.shape.size() > 2) {
+        error(s, "TL0406", s.loc,
+              "'" + a.name + "' is not a kernel argument (Q, K, V, O, LSE); an auxiliary global tensor is 1-D or 2-D, "
+              "fp32 or int32, with no offset",
+              "write e.g. `Allocate " + a.name + " in global (batch, seqlen_k) int32` for a Score/Mask input, or keep "
+              "intermediate values in shared or register memory");
+      } else if (info_.aux.size() >= 4) {
+        error(s, "TL0406", s.loc, "more than 4 auxiliary global tensors", "a kernel takes at most 4 (the C ABI's aux[4])");
+      } else {
+        info_.aux.push_back(a.name);
+      }
     }
     if (!loops_.empty()) {
       error(s, "TL0406", s.loc, "global tensor allocated inside a loop", "allocate global views at the top of the program");
@@ -98,7 +109,7 @@ void Walker::allocate_stmt(const Stmt& s) {
   }
   b.decl_text = decl_text;
   if (a.space == Space::Global) {
-    b.defined = a.name == "Q" || a.name == "K" || a.name == "V";
+    b.defined = a.name == "Q" || a.name == "K" || a.name == "V" || is_aux(a.name);
     if (!global_alloc_.count(a.name)) global_alloc_[a.name] = s.loc;
   } else if (a.space == Space::Register) {
     b.defined = a.init.has_value();

@@ -330,6 +330,7 @@ class RangeWalker {
           break;
         }
         case Stmt::Kind::Reshape:
+        case Stmt::Kind::Variant:
         case Stmt::Kind::Comment:
         case Stmt::Kind::Blank: break;
       }

@@ -37,7 +37,7 @@ const OpSpec kOps[] = {
     {"Exp", OpClass::Unary, 1},     {"Exp2", OpClass::Unary, 1},    {"Log", OpClass::Unary, 1},
     {"Log2", OpClass::Unary, 1},    {"Convert", OpClass::Convert, 1}, {"RowMax", OpClass::Reduce, 1},
     {"RowSum", OpClass::Reduce, 1}, {"Rescale", OpClass::RowOp, 2}, {"Normalize", OpClass::RowOp, 2},
-    {"Mask", OpClass::Mask, 1},
+    {"Mask", OpClass::Mask, 1},     {"Modify", OpClass::Mask, 1},
 };
 
 const OpSpec* find_op(const std::string& n) {
@@ -385,7 +385,9 @@ void Walker::rowop(const Stmt& s) {
 
 void Walker::mask(const Stmt& s) {
   const ComputeStmt& c = s.compute;
-  masks_.push_back(&s);
+  const bool modify = c.op == "Modify";
+  if (!check_named(s, modify)) return;
+  if (!modify) masks_.push_back(&s);
   if (c.mask.kind == MaskSpec::Kind::None) {
     error(s, "TL0409", pick(c.mask.loc, s.loc), "Compute Mask with mask none does nothing",
           "write the mask to apply (`with bounds`, `with causal`, ...) or remove the statement");
@@ -395,14 +397,14 @@ void Walker::mask(const Stmt& s) {
     check_expr(c.mask.right, Ctx::Static, s);
   }
   if (c.at.size() != 2) {
-    error(s, "TL0408", s.loc, "Compute Mask needs the score tile's coordinate: `at [r, c]` with 2 indices",
-          "write `Compute Mask S at [m_block, j] with ...`");
+    error(s, "TL0408", s.loc, "Compute " + c.op + " needs the score tile's coordinate: `at [r, c]` with 2 indices",
+          "write `Compute " + c.op + " S at [m_block, j] with ...`");
   }
   for (const auto& e : c.at) check_expr(e, Ctx::Index, s);
   Opnd x;
   if (!resolve_tensor_operand(c.operands[0], s, false, x)) return;
   if (x.shape.size() != 2) {
-    error(s, "TL0405", x.loc, "Mask applies to a 2-D score tile; '" + x.name + "' is " + fmt_shape(x.shape),
+    error(s, "TL0405", x.loc, c.op + " applies to a 2-D score tile; '" + x.name + "' is " + fmt_shape(x.shape),
           "mask the (BM, BN) score tile S");
   }
   read(x.name, Space::Register, x.loc, s);
@@ -454,15 +456,15 @@ void Walker::compute_stmt(const Stmt& s) {
     ok = false;
   }
   if (op->cls == OpClass::Mask && has_target) {
-    error(s, "TL0408", s.loc, "Mask works in place; it has no result", "remove `and ...`");
+    error(s, "TL0408", s.loc, c.op + " works in place; it has no result", "remove `and ...`");
     ok = false;
   }
   if (op->cls != OpClass::Mask && !c.at.empty()) {
-    error(s, "TL0408", s.loc, "`at [...]` is only for Compute Mask", "remove `at [...]`");
+    error(s, "TL0408", s.loc, "`at [...]` is only for Compute Mask and Modify", "remove `at [...]`");
     ok = false;
   }
   if (op->cls != OpClass::Mask && c.mask.kind != MaskSpec::Kind::None) {
-    error(s, "TL0408", s.loc, "`with MASK` is only for Compute Mask", "remove `with ...`");
+    error(s, "TL0408", s.loc, "`with MASK` is only for Compute Mask and Modify", "remove `with ...`");
     ok = false;
   }
   if (!ok) {

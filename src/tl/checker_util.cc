@@ -12,8 +12,14 @@ namespace qattn::tl::detail {
 namespace {
 
 int prec(const Expr& e) {
-  if (e.kind == Expr::Kind::Binary) return (e.op == "+" || e.op == "-") ? 1 : 2;
-  if (e.kind == Expr::Kind::Unary) return 3;
+  if (e.kind == Expr::Kind::Binary) {
+    if (e.op == "or") return -3;
+    if (e.op == "and") return -2;
+    if (e.op == "+" || e.op == "-") return 1;
+    if (e.op == "*" || e.op == "/" || e.op == "%") return 2;
+    return 0;
+  }
+  if (e.kind == Expr::Kind::Unary) return e.op == "not" ? -1 : 3;
   return 4;
 }
 
@@ -35,7 +41,7 @@ void fmt_into(const Expr& e, std::string& out, int depth) {
     }
     case Expr::Kind::Name: out += e.name; return;
     case Expr::Kind::Unary:
-      out += e.op.empty() ? "-" : e.op;
+      out += e.op.empty() ? "-" : e.op == "not" ? "not " : e.op;
       if (!e.args.empty()) {
         bool par = prec(e.args[0]) < 3;
         if (par) out += "(";
@@ -61,12 +67,13 @@ void fmt_into(const Expr& e, std::string& out, int depth) {
       return;
     }
     case Expr::Kind::Call:
-      out += e.name + "(";
+    case Expr::Kind::Index:
+      out += e.name + (e.kind == Expr::Kind::Call ? "(" : "[");
       for (size_t i = 0; i < e.args.size(); ++i) {
         if (i) out += ", ";
         fmt_into(e.args[i], out, depth + 1);
       }
-      out += ")";
+      out += e.kind == Expr::Kind::Call ? ")" : "]";
       return;
   }
 }

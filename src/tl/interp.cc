@@ -131,6 +131,7 @@ bool Machine::setup_header(const Program& p) {
     const MaskSpec& m = kernel->kernel.mask;
     switch (m.kind) {
       case MaskSpec::Kind::None:
+      case MaskSpec::Kind::Named:
       case MaskSpec::Kind::Bounds: prob_.mask = spec::MaskKind::None; break;
       case MaskSpec::Kind::Causal: prob_.mask = spec::MaskKind::Causal; break;
       case MaskSpec::Kind::CausalTopLeft: prob_.mask = spec::MaskKind::CausalTopLeft; break;
@@ -154,9 +155,7 @@ bool Machine::setup_globals(const Program& p) {
   for (const auto& s : p.stmts) {
     if (s.kind != Stmt::Kind::Allocate || s.alloc.space != Space::Global) continue;
     const auto& a = s.alloc;
-    if (!is_global_name(a.name))
-      return error("TL0901", s.loc, "unknown global tensor '" + a.name + "'",
-                   "the kernel's arguments are Q, K, V, O and LSE");
+    if (!is_global_name(a.name)) continue;  // an auxiliary input (setup_variants)
     if (globals_.count(a.name)) continue;  // duplicate: the checker reports it
     Global g;
     g.name = a.name;
@@ -242,6 +241,7 @@ void Machine::make_inputs() {
 bool Machine::setup(const Program& p) {
   if (!setup_header(p)) return false;
   if (!setup_globals(p)) return false;
+  if (!setup_variants(p)) return false;
   make_inputs();
   return true;
 }
@@ -278,7 +278,14 @@ RunResult Machine::verdict(const Program& p) {
   const Global& v = globals_["V"];
   const Global& o = globals_["O"];
   const Global* lse = globals_.count("LSE") ? &globals_["LSE"] : nullptr;
-  auto ref = spec::reference_attention(prob_, q.data, k.data, v.data);
+  const spec::ScoreVariant variant = cfg_.reference_variant ? cfg_.reference_variant(aux_) : declared_variant(p);
+  const spec::ScoreVariant* vp = variant.empty() ? nullptr : &variant;
+  auto ref = spec::reference_attention(prob_, q.data, k.data, v.data, vp);
+  if (*ref_failed_) {
+    r.ran = false;
+    r.summary = "not verified: a declaration could not be evaluated for the reference (see the diagnostics)";
+    return r;
+  }
   // Written elements only; the rest are counted.
   auto pick = [&](const Global& g, const std::vector<double>& want, std::vector<double>& got_w, std::vector<double>& want_w) {
     for (size_t i = 0; i < g.data.size(); ++i) {
@@ -314,7 +321,7 @@ RunResult Machine::verdict(const Program& p) {
     DType pd = v.dtype, od = o.dtype;
     auto naive = spec::naive_attention_lowp(
         prob_, q.data, k.data, v.data, [pd](double x) { return round_to(pd, x); },
-        [od](double x) { return round_to(od, x); });
+        [od](double x) { return round_to(od, x); }, vp);
     double naive_err = spec::max_abs_diff(naive.o, ref.o);
     bool fp8 = pd == DType::F8E4M3 || pd == DType::F8E5M2 || od == DType::F8E4M3 || od == DType::F8E5M2;
     double atol = fp8 ? 1e-3 : 1e-5;

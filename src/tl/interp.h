@@ -14,10 +14,12 @@
 //   TL0904 bad run configuration (a Dim without value, a --dims entry that conflicts or is unknown)
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 
+#include "spec/reference.h"
 #include "support/diag.h"
 #include "tl/ast.h"
 
@@ -32,6 +34,9 @@ struct RunConfig {
   Precision precision = Precision::Storage;
   uint64_t seed = 1;                    // random inputs
   std::optional<double> softmax_scale;  // default 1/sqrt(d_qk)
+  // The reference's score modification / extra mask, given the auxiliary tensors the run made.
+  // Empty: the program's own Score / Mask declarations, evaluated per element (docs/tl.md).
+  std::function<spec::ScoreVariant(const spec::AuxMap&)> reference_variant;
 };
 
 struct RunResult {

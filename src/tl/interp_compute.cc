@@ -97,7 +97,9 @@ bool Machine::exec_compute(const Stmt& s) {
   if (op == "Exp" || op == "Exp2" || op == "Log" || op == "Log2" || op == "Convert") return compute_unary(s);
   if (op == "RowMax" || op == "RowSum") return compute_reduce(s);
   if (op == "Rescale" || op == "Normalize") return compute_rowwise(s);
+  if (op == "Mask" && s.compute.mask.kind == MaskSpec::Kind::Named) return compute_named_mask(s);
   if (op == "Mask") return compute_mask(s);
+  if (op == "Modify") return compute_modify(s);
   return error("TL0903", s.loc, "unknown Compute op '" + op + "'");
 }
 
@@ -262,6 +264,7 @@ bool Machine::compute_mask(const Stmt& s) {
   spec::AttentionProblem mp = prob_;
   switch (c.mask.kind) {
     case MaskSpec::Kind::None:
+    case MaskSpec::Kind::Named:
     case MaskSpec::Kind::Bounds: mp.mask = spec::MaskKind::None; break;
     case MaskSpec::Kind::Causal: mp.mask = spec::MaskKind::Causal; break;
     case MaskSpec::Kind::CausalTopLeft: mp.mask = spec::MaskKind::CausalTopLeft; break;

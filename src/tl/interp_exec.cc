@@ -93,6 +93,7 @@ bool Machine::exec_block(const std::vector<Stmt>& body, bool top) {
                        "move the statement to the top of the program");
         break;
       case Stmt::Kind::Comment:
+      case Stmt::Kind::Variant:
       case Stmt::Kind::Blank: break;
       case Stmt::Kind::Let: {
         auto v = ev_int(s.let.value);
@@ -120,7 +121,9 @@ bool Machine::exec_for(const Stmt& s) {
     if (!count(kIterCost, s.loc)) return false;
     frames_.emplace_back();
     bind_int(l.var, j);
-    bool ok = exec_block(l.body, false);
+    bool skip = false;
+    bool ok = skip_iteration(s, skip);
+    if (ok && !skip) ok = exec_block(l.body, false);
     // Restore the names bound in this iteration (reverse order).
     Frame f = std::move(frames_.back());
     frames_.pop_back();
@@ -140,6 +143,7 @@ bool Machine::exec_allocate(const Stmt& s) {
     if (!frames_.empty())
       return error("TL0903", s.loc, "a global Allocate inside a loop is not supported",
                    "allocate the kernel's arguments at the top of the program");
+    if (aux_.count(a.name)) return true;  // an auxiliary input: read by declarations only
     auto git = globals_.find(a.name);
     if (git == globals_.end()) return error("TL0901", s.loc, "unknown global tensor '" + a.name + "'");
     Global& g = git->second;

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,8 +16,11 @@
 #include "tl/ast.h"
 #include "tl/eval.h"
 #include "tl/interp.h"
+#include "tl/variant.h"
 
 namespace qattn::tl::interp {
+
+bool is_kernel_arg(const std::string& n);  // Q, K, V, O, LSE
 
 // A shared or register buffer: a 1-D or 2-D array of values already rounded to dtype.
 struct Buffer {
@@ -93,6 +97,16 @@ class Machine {
   bool compute_reduce(const Stmt& s);
   bool compute_rowwise(const Stmt& s);  // Rescale, Normalize
   bool compute_mask(const Stmt& s);
+  // ---- interp_variant.cc ----
+  bool setup_variants(const Program& p);
+  std::optional<double> aux_read(const std::string& name, const std::vector<int64_t>& idx) const;
+  std::optional<double> eval_decl(const Expr& e, const Env& env, std::map<std::string, VValue> locals);
+  std::optional<int> tile_class(const VariantStmt& m, int64_t q_lo, int64_t q_hi, int64_t kv_lo, int64_t kv_hi);
+  Buffer* score_tile(const Stmt& s, int64_t& q0, int64_t& k0);
+  bool compute_modify(const Stmt& s);
+  bool compute_named_mask(const Stmt& s);
+  bool skip_iteration(const Stmt& loop, bool& skip);
+  spec::ScoreVariant declared_variant(const Program& p);
   // Stores `vals` (shape `shape`) as the result of s: in place into x, into a new register tensor
   // (and get), or added/maxed into an existing one (and accumulate, `acc` combines old and new).
   bool store_result(const Stmt& s, Buffer* x, const std::vector<int64_t>& shape, std::vector<double> vals,
@@ -119,6 +133,11 @@ class Machine {
   double work_ = 0;
   int64_t blocks_ = 0;
   SrcLoc kernel_loc_;
+  spec::AuxMap aux_;                                      // auxiliary global tensors
+  std::map<std::string, const VariantStmt*> variants_;    // Score / Mask declarations
+  std::vector<const VariantStmt*> decls_;                 // in program order
+  std::map<std::pair<int64_t, int64_t>, Env> ref_envs_;   // reference: names per (batch, head)
+  std::shared_ptr<bool> ref_failed_ = std::make_shared<bool>(false);
   std::string kernel_name_ = "kernel";
 };
 

@@ -137,6 +137,19 @@ LexedLine lex_line(std::string_view line, int line_no, support::DiagSink& diags,
       i = end;
       continue;
     }
+    if (c == '<' || c == '>' || (c == '=' && i + 1 < line.size() && line[i + 1] == '=') || c == '!') {
+      const bool eq = i + 1 < line.size() && line[i + 1] == '=';
+      if (c == '!' && !eq) {
+        report(diags, file, "TL0101", loc_at(i), "expected '=' after '!'", "'not equal' is written !=, negation `not`");
+        out.ok = false;
+        break;
+      }
+      Tok ck = c == '<' ? (eq ? Tok::LessEq : Tok::Less) : c == '>' ? (eq ? Tok::GreaterEq : Tok::Greater)
+             : c == '=' ? Tok::EqEq : Tok::NotEq;
+      push(ck, i, eq ? 2 : 1);
+      i += eq ? 2 : 1;
+      continue;
+    }
     Tok k = Tok::End;
     switch (c) {
       case ',': k = Tok::Comma; break;
@@ -165,7 +178,7 @@ LexedLine lex_line(std::string_view line, int line_no, support::DiagSink& diags,
         break;
       default:
         report(diags, file, "TL0101", loc_at(i), "unexpected character " + char_name(static_cast<unsigned char>(c)),
-               "TL uses names, numbers, , = : ( ) [ ] { } + - * / % ^T and # comments");
+               "TL uses names, numbers, , = : ( ) [ ] { } + - * / % ^T < <= > >= == != and # comments");
         out.ok = false;
         break;
     }

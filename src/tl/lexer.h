@@ -33,6 +33,12 @@ enum class Tok {
   Slash,       // /
   Percent,     // %
   TransposeT,  // ^T
+  Less,        // <     (comparisons: Score/Mask declarations only)
+  LessEq,      // <=
+  Greater,     // >
+  GreaterEq,   // >=
+  EqEq,        // ==
+  NotEq,       // !=
   End,         // end of the line (a comment, if any, is not a token)
 };
 

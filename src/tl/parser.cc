@@ -2,6 +2,7 @@
 // LineParser parses the tokens of one line; parse() strings lines together, tracks the `for`
 // blocks on an explicit stack (no recursion over loop depth) and attaches comments and blanks.
 #include "tl/parser.h"
+#include "tl/variant.h"
 
 #include <algorithm>
 #include <climits>
@@ -18,13 +19,13 @@ constexpr int kMaxErrors = 100;
 
 constexpr const char* kOps[] = {"GEMM", "Add",  "Subtract", "Multiply", "Divide",  "Max",
                                 "Exp",  "Exp2", "Log",      "Log2",     "Convert", "RowMax",
-                                "RowSum", "Rescale", "Normalize", "Mask"};
+                                "RowSum", "Rescale", "Normalize", "Mask", "Modify"};
 constexpr const char* kOpsHint =
     "Compute ops are GEMM, Add, Subtract, Multiply, Divide, Max, Exp, Exp2, Log, Log2, Convert, "
-    "RowMax, RowSum, Rescale, Normalize, Mask";
+    "RowMax, RowSum, Rescale, Normalize, Mask, Modify";
 constexpr const char* kStmtHint =
-    "a line starts with Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, for or end";
-constexpr const char* kDTypeHint = "dtypes are fp32, fp16, bf16, fp8_e4m3, fp8_e5m2";
+    "a line starts with Kernel, Dim, Const, Grid, Let, Allocate, Score, Mask, Copy, Compute, Reshape, for or end";
+constexpr const char* kDTypeHint = "dtypes are fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 (and int32 for auxiliary global tensors)";
 constexpr const char* kSpaceHint = "memory spaces are global, shared, register";
 constexpr const char* kMaskHint = "masks are none, bounds, causal, causal_top_left, window(L, R)";
 constexpr const char* kExprHint = "an expression is a number, a name, f(a, b), (e), -e, or e + e, e * e, ...";
@@ -154,6 +155,15 @@ class LineParser {
       std::string n(t.text);
       support::SrcLoc loc = t.loc;
       ++pos_;
+      if (decl_ && peek().kind == Tok::LBracket) {
+        std::vector<Expr> args;
+        int d = 0;
+        if (!expr_list(Tok::LBracket, "[", Tok::RBracket, "]", args, d, level + 1, "to close the index of '" + n + "'"))
+          return false;
+        out = Expr::index(std::move(n), std::move(args), loc);
+        depth = d + 1;
+        return true;
+      }
       if (peek().kind != Tok::LParen) {
         out = Expr::ident(std::move(n), loc);
         return true;
@@ -168,7 +178,7 @@ class LineParser {
     }
     if (t.kind == Tok::LParen) {
       ++pos_;
-      if (!expr(out, depth, level + 1)) return false;
+      if (decl_ ? !predicate(out, level + 1) : !expr(out, depth, level + 1)) return false;
       return expect(Tok::RParen, ")", "to close the parenthesis", kExprHint);
     }
     if (t.kind == Tok::Minus) return expected("an expression ('-' applies to a number, name or (...) only)", kExprHint);
@@ -191,6 +201,59 @@ class LineParser {
   bool expression(Expr& out) {
     int d = 0;
     return expr(out, d, 1);
+  }
+  // Predicates of Score/Mask declarations: or_expr = and_expr {"or" and_expr};
+  // and_expr = not_expr {"and" not_expr}; not_expr = "not" not_expr | cmp;
+  // cmp = expr [("<" | "<=" | ">" | ">=" | "==" | "!=") expr]. Parentheses in `expr` may hold a
+  // predicate again (`(a < b or c)`), so a whole predicate is also an `expr` here.
+  bool predicate(Expr& out, int level) {
+    if (level > kMaxExprDepth)
+      return fail("TL0206", peek().loc, "predicate nested more than 64 levels deep", "simplify the predicate");
+    if (!conjunction(out, level)) return false;
+    while (peek().kind == Tok::Name && iequals(peek().text, "or")) {
+      support::SrcLoc loc = peek().loc;
+      ++pos_;
+      Expr rhs;
+      if (!conjunction(rhs, level + 1)) return false;
+      out = Expr::binary("or", std::move(out), std::move(rhs), loc);
+    }
+    return true;
+  }
+  bool conjunction(Expr& out, int level) {
+    if (!negation(out, level)) return false;
+    while (peek().kind == Tok::Name && iequals(peek().text, "and")) {
+      support::SrcLoc loc = peek().loc;
+      ++pos_;
+      Expr rhs;
+      if (!negation(rhs, level + 1)) return false;
+      out = Expr::binary("and", std::move(out), std::move(rhs), loc);
+    }
+    return true;
+  }
+  bool negation(Expr& out, int level) {
+    if (peek().kind == Tok::Name && iequals(peek().text, "not")) {
+      support::SrcLoc loc = peek().loc;
+      ++pos_;
+      Expr arg;
+      if (level > kMaxExprDepth || !negation(arg, level + 1))
+        return level > kMaxExprDepth ? fail("TL0206", loc, "predicate nested too deeply", "simplify the predicate") : false;
+      out = Expr::unary("not", std::move(arg), loc);
+      return true;
+    }
+    int d = 0;
+    if (!expr(out, d, level)) return false;
+    static const std::pair<Tok, const char*> kCmp[] = {{Tok::Less, "<"},      {Tok::LessEq, "<="}, {Tok::Greater, ">"},
+                                                       {Tok::GreaterEq, ">="}, {Tok::EqEq, "=="},   {Tok::NotEq, "!="}};
+    for (const auto& [tk, op] : kCmp) {
+      if (peek().kind != tk) continue;
+      support::SrcLoc loc = peek().loc;
+      ++pos_;
+      Expr rhs;
+      if (!expr(rhs, d, level)) return false;
+      out = Expr::binary(op, std::move(out), std::move(rhs), loc);
+      break;
+    }
+    return true;
   }
   bool shape(std::vector<Expr>& out, const std::string& context, const char* hint) {
     if (peek().kind != Tok::LParen) return expected("a shape '(rows, cols)' " + context, hint);
@@ -220,7 +283,7 @@ class LineParser {
     ++pos_;
     return true;
   }
-  bool mask(MaskSpec& m) {
+  bool mask(MaskSpec& m, bool allow_named = false) {
     const Token& t = peek();
     m.loc = t.loc;
     if (t.kind != Tok::Name) return expected("a mask", kMaskHint);
@@ -230,6 +293,7 @@ class LineParser {
     else if (k == "causal") m.kind = MaskSpec::Kind::Causal;
     else if (k == "causal_top_left") m.kind = MaskSpec::Kind::CausalTopLeft;
     else if (k == "window") m.kind = MaskSpec::Kind::Window;
+    else if (allow_named) m.kind = MaskSpec::Kind::Named, m.name = std::string(t.text);
     else return fail("TL0210", t.loc, "unknown mask " + describe(t), kMaskHint);
     ++pos_;
     if (m.kind != MaskSpec::Kind::Window) return true;
@@ -367,8 +431,36 @@ class LineParser {
       }
     }
     if (accept_kw("at") && !index(s.at, "after 'at'", hint)) return false;
-    if (accept_kw("with") && !mask(s.mask)) return false;
+    if (accept_kw("with") && !mask(s.mask, true)) return false;
     return true;
+  }
+  bool declaration_expr(Expr& out) {
+    decl_ = true;
+    bool ok = predicate(out, 1);
+    decl_ = false;
+    return ok;
+  }
+  bool variant(VariantStmt& s, bool is_mask) {
+    const char* hint = is_mask ? "Mask NAME = predicate [empty when predicate] [full when predicate]"
+                               : "Score NAME = expression (over score, q_idx, kv_idx, ...)";
+    s.is_mask = is_mask;
+    if (!name(s.name, nullptr, std::string("a name after '") + (is_mask ? "Mask" : "Score") + "'", hint) ||
+        !expect(Tok::Assign, "=", "after the name", hint))
+      return false;
+    decl_ = true;
+    bool ok = predicate(s.expr, 1);
+    if (ok && is_mask && accept_kw("empty")) {
+      Expr e;
+      ok = expect_kw("when", "after 'empty'", hint) && predicate(e, 1);
+      if (ok) s.empty_when = std::move(e);
+    }
+    if (ok && is_mask && accept_kw("full")) {
+      Expr e;
+      ok = expect_kw("when", "after 'full'", hint) && predicate(e, 1);
+      if (ok) s.full_when = std::move(e);
+    }
+    decl_ = false;
+    return ok;
   }
   bool layout(std::vector<std::string>& out, const char* context, const char* hint) {
     if (!expect(Tok::LParen, "(", context, hint)) return false;
@@ -414,6 +506,8 @@ class LineParser {
     else if (k == "compute") s.kind = K::Compute, ok = compute(s.compute);
     else if (k == "reshape") s.kind = K::Reshape, ok = reshape(s.reshape);
     else if (k == "for") s.kind = K::For, ok = for_header(s.loop);
+    else if (k == "score") s.kind = K::Variant, ok = variant(s.variant, false);
+    else if (k == "mask") s.kind = K::Variant, ok = variant(s.variant, true);
     else return fail("TL0202", t.loc, "unknown statement " + describe(t), kStmtHint);
     return ok && attrs(s.attrs) && finish();
   }
@@ -424,6 +518,7 @@ class LineParser {
   const std::string& file_;
   size_t pos_ = 0;
   bool failed_ = false;
+  bool decl_ = false;  // inside a Score/Mask declaration: T[i, j] reads and predicates allowed
 };
 
 struct Frame {
@@ -534,6 +629,7 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file)
         report(diags, file, "TL0203", f.stmt.loc, "'for' without a matching 'end'",
                "close the loop body with a line holding 'end'");
   while (!stack.empty()) close();
+  complete_clauses(prog);
   return prog;
 }
 
@@ -544,6 +640,16 @@ std::optional<Expr> parse_expr(std::string_view text, support::DiagSink& diags) 
   LineParser p(L.toks, diags, file);
   Expr e;
   if (!p.expression(e) || !p.finish()) return std::nullopt;
+  return e;
+}
+
+std::optional<Expr> parse_variant_expr(std::string_view text, support::DiagSink& diags) {
+  LexedLine L = lex_line(text, 1, diags);
+  if (!L.ok) return std::nullopt;
+  const std::string file;
+  LineParser p(L.toks, diags, file);
+  Expr e;
+  if (!p.declaration_expr(e) || !p.finish()) return std::nullopt;
   return e;
 }
 

@@ -37,4 +37,8 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file 
 // Parses one expression (the whole text; `expr` of the EBNF). For tools and tests.
 std::optional<Expr> parse_expr(std::string_view text, support::DiagSink& diags);
 
+// Parses the expression of a Score or Mask declaration (predicates, `T[i, j]` reads): for the
+// planner, which writes declarations from a spec's score_mod / mask_mod strings.
+std::optional<Expr> parse_variant_expr(std::string_view text, support::DiagSink& diags);
+
 }  // namespace qattn::tl

@@ -20,14 +20,21 @@ std::string number(double v, bool is_int) {
   return s;
 }
 
-// Precedence: 1 additive, 2 multiplicative, 3 unary (and negative literals), 4 atoms.
+// Precedence: -3 or, -2 and, -1 not, 0 comparisons, 1 additive, 2 multiplicative, 3 unary minus
+// (and negative literals), 4 atoms.
 int prec(const Expr& e) {
   switch (e.kind) {
     case Expr::Kind::Number: return std::signbit(e.value) ? 3 : 4;
     case Expr::Kind::Name:
-    case Expr::Kind::Call: return 4;
-    case Expr::Kind::Unary: return 3;
-    case Expr::Kind::Binary: return (e.op == "+" || e.op == "-") ? 1 : 2;
+    case Expr::Kind::Call:
+    case Expr::Kind::Index: return 4;
+    case Expr::Kind::Unary: return e.op == "not" ? -1 : 3;
+    case Expr::Kind::Binary:
+      if (e.op == "or") return -3;
+      if (e.op == "and") return -2;
+      if (e.op == "+" || e.op == "-") return 1;
+      if (e.op == "*" || e.op == "/" || e.op == "%") return 2;
+      return 0;  // comparisons (not associative)
   }
   return 4;
 }
@@ -55,13 +62,27 @@ void emit(const Expr& e, std::string& out) {
       }
       out += ')';
       return;
+    case Expr::Kind::Index:
+      out += e.name;
+      out += '[';
+      for (size_t i = 0; i < e.args.size(); ++i) {
+        if (i) out += ", ";
+        emit(e.args[i], out);
+      }
+      out += ']';
+      return;
     case Expr::Kind::Unary:
+      if (e.op == "not") {
+        out += "not ";
+        emit_paren(arg(0), prec(arg(0)) < -1, out);
+        return;
+      }
       out += e.op;
       emit_paren(arg(0), prec(arg(0)) < 4, out);
       return;
     case Expr::Kind::Binary: {
       int p = prec(e);
-      emit_paren(arg(0), prec(arg(0)) < p, out);
+      emit_paren(arg(0), prec(arg(0)) < p || (p == 0 && prec(arg(0)) == 0), out);
       out += ' ';
       out += e.op;
       out += ' ';
@@ -91,6 +112,7 @@ std::string join(const std::vector<std::string>& v) {
 
 std::string mask(const MaskSpec& m) {
   std::string out = to_string(m.kind);
+  if (m.kind == MaskSpec::Kind::Named) return m.name;
   if (m.kind == MaskSpec::Kind::Window) out += "(" + print_expr(m.left) + ", " + print_expr(m.right) + ")";
   return out;
 }
@@ -164,6 +186,13 @@ std::string head(const Stmt& s) {
       return "for " + s.loop.var + " = " + print_expr(s.loop.lo) + ": " + print_expr(s.loop.hi);
     case Stmt::Kind::Comment: return comment(s.comment.text);
     case Stmt::Kind::Blank: return "";
+    case Stmt::Kind::Variant: {
+      const auto& v = s.variant;
+      out = std::string(v.is_mask ? "Mask " : "Score ") + v.name + " = " + print_expr(v.expr);
+      if (!v.derived && v.empty_when) out += " empty when " + print_expr(*v.empty_when);
+      if (!v.derived && v.full_when) out += " full when " + print_expr(*v.full_when);
+      return out;
+    }
   }
   return "";
 }

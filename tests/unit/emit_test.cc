@@ -225,6 +225,34 @@ TEST(Emit, InfoJsonDescribesTheKernel) {
   EXPECT_NE(t->cuda_source.find(t->info_json), std::string::npos);
 }
 
+// Variants: the declarations become lambdas, Modify / named Mask calls follow the TL, the skip
+// walks visible tiles, aux inputs are ABI slots listed in the info JSON, and the TL decides.
+TEST(Emit, VariantsLowerStatementByStatement) {
+  const std::string code = plan_code("llama3-8b", "a100", {{"document", "true"}, {"softcap", "30"}, {"alibi", "true"}});
+  support::DiagSink d;
+  auto t = xlate(code, "a100", d);
+  ASSERT_TRUE(t) << d.render();
+  const std::string& cu = t->cuda_source;
+  for (const char* want : {"auto score_softcap = [&](float score, int q_idx, int kv_idx) -> float",
+                           "auto mask_document = [&](int q_idx, int kv_idx) -> bool", "auto empty_document = ",
+                           "auto full_document = ", "qattn::apply_score<BM, BN>(tiled_mma, tSrS, (m_block) * BM, (j) * BN, score_softcap, tid);",
+                           "qattn::apply_keep<BM, BN>(tiled_mma, tSrS, row0, col0, p.seqlen_k, full, mask_document, tid);",
+                           "for (int j = first_j, it_j = 0; j < hi_j; j = next_j(j), ++it_j)", "static_cast<const int*>(p.aux[",
+                           "QATTN_ERR_AUX"})
+    EXPECT_NE(cu.find(want), std::string::npos) << want;
+  EXPECT_NE(t->info_json.find("{\"name\": \"seg_q\", \"dtype\": \"int32\", \"shape\": [\"batch\", \"seqlen_q\"]}"), std::string::npos)
+      << t->info_json;
+  // the TL decides: no Modify statement, no apply_score; no skip attribute, a plain loop
+  std::string edited = code;
+  edited.erase(edited.find("  Compute Modify S at [m_block, j] with softcap\n"), std::string("  Compute Modify S at [m_block, j] with softcap\n").size());
+  edited.erase(edited.find(" {skip: document}"), std::string(" {skip: document}").size());
+  support::DiagSink d2;
+  auto t2 = xlate(edited, "a100", d2);
+  ASSERT_TRUE(t2) << d2.render();
+  EXPECT_EQ(t2->cuda_source.find("apply_score<BM, BN>(tiled_mma, tSrS, (m_block) * BM, (j) * BN, score_softcap"), std::string::npos);
+  EXPECT_NE(t2->cuda_source.find("for (int j = lo_j; j < hi_j; ++j)"), std::string::npos);
+}
+
 // ---- diagnostics -----------------------------------------------------------------------------------
 TEST(Emit, ProgramsThatFailTheCheckerAreNotTranslated) {
   std::string code = plan_code("llama2-7b", "a100");

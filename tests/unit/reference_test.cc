@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
+#include <tuple>
 
 #include "spec/reference.h"
 
@@ -207,6 +209,155 @@ TEST(Reference, ErrorMeasures) {
   EXPECT_EQ(max_abs_diff({std::nan("")}, {0}), kInf);
   EXPECT_NEAR(rel_frobenius({3, 4}, {0, 0}), 5, 1e-15);
   EXPECT_NEAR(rel_frobenius({1, 1}, {1, 2}), 1 / std::sqrt(5.0), 1e-15);
+}
+
+}  // namespace
+}  // namespace qattn::spec
+
+// ---- attention variants: auxiliary tensors, ScoreVariant in the reference and the lowp model ----
+namespace qattn::spec {
+namespace {
+
+TEST(ReferenceAux, AtClampsEveryIndex) {
+  AuxTensor t;
+  t.shape = {2, 3};
+  t.data = {0, 1, 2, 10, 11, 12};
+  EXPECT_EQ(t.at({0, 0}), 0);
+  EXPECT_EQ(t.at({1, 2}), 12);
+  EXPECT_EQ(t.at({0, 7}), 2);    // past the last column: the last entry of the row
+  EXPECT_EQ(t.at({5, -3}), 10);  // past the last row, before the first column
+  EXPECT_EQ(t.at({-1, 1}), 1);
+  EXPECT_TRUE(std::isnan(t.at({0})));  // wrong rank: NaN, never a crash
+  AuxTensor v;
+  v.shape = {4};
+  v.data = {1, 2, 3, 4};
+  EXPECT_EQ(v.at({9}), 4);
+  EXPECT_EQ(v.at({-9}), 1);
+  EXPECT_TRUE(std::isnan(AuxTensor{}.at({0})));
+}
+
+TEST(ReferenceAux, RandomAuxIsDeterministicSortedAndShared) {
+  auto a = random_aux({3, 200}, true, 11);
+  auto b = random_aux({3, 200}, true, 11);
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_TRUE(a.is_int);
+  ASSERT_EQ(a.data.size(), 600u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(a.at({r, 0}), 0);  // ids start at 0 on every row
+    int segments = 1;
+    for (int i = 1; i < 200; ++i) {
+      double d = a.at({r, i}) - a.at({r, i - 1});
+      EXPECT_TRUE(d == 0 || d == 1) << "row " << r << " col " << i;  // nondecreasing, consecutive
+      segments += d == 1;
+      EXPECT_EQ(a.at({r, i}), std::floor(a.at({r, i})));
+    }
+    EXPECT_GE(segments, 2) << r;  // segments are at most half a row long
+  }
+  EXPECT_NE(std::vector<double>(a.data.begin(), a.data.begin() + 200),
+            std::vector<double>(a.data.begin() + 200, a.data.begin() + 400));  // rows differ
+  // seg_q and seg_k made with one seed agree where their row lengths do.
+  auto q = random_aux({3, 200}, true, 5), k = random_aux({3, 200}, true, 5);
+  EXPECT_EQ(q.data, k.data);
+  EXPECT_NE(random_aux({3, 200}, true, 6).data, q.data);
+  // fp32 tensors: deterministic standard normals that are fp32 values.
+  auto f = random_aux({4, 32}, false, 3);
+  EXPECT_FALSE(f.is_int);
+  ASSERT_EQ(f.data.size(), 128u);
+  EXPECT_EQ(f.data, random_aux({4, 32}, false, 3).data);
+  EXPECT_NE(f.data, random_aux({4, 32}, false, 4).data);
+  for (double x : f.data) EXPECT_EQ(x, double(float(x)));
+  // Known values pin the generator (splitmix64 + Box-Muller only: the same on every platform).
+  EXPECT_EQ(random_aux({1, 16}, true, 1).data,
+            (std::vector<double>{0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3}));
+  auto pinned = random_aux({3}, false, 1).data;
+  ASSERT_EQ(pinned.size(), 3u);
+  EXPECT_EQ(float(pinned[0]), -0.37381795f);
+  EXPECT_EQ(float(pinned[1]), 0.0909867212f);
+  EXPECT_EQ(float(pinned[2]), -0.340724319f);
+}
+
+TEST(ReferenceVariant, SoftcapByHand) {
+  // One query, two keys, d = 1, scale 1: scores 3 and -1; softcap 2 gives 2 tanh(1.5) and 2 tanh(-0.5).
+  AttentionProblem p;
+  p.seqlen_k = 2;
+  p.d_qk = p.d_v = 1;
+  ScoreVariant var;
+  var.score = [](int64_t, int64_t, int64_t, int64_t, double s) { return 2.0 * std::tanh(s / 2.0); };
+  auto r = reference_attention(p, {1.0}, {3.0, -1.0}, {10.0, 20.0}, &var);
+  double a = std::exp(2 * std::tanh(1.5)), b = std::exp(2 * std::tanh(-0.5));
+  EXPECT_NEAR(r.o[0], (10 * a + 20 * b) / (a + b), 1e-12);
+  EXPECT_NEAR(r.lse[0], std::log(a + b), 1e-12);
+  // The score sees s = softmax_scale * q.k (natural-log units).
+  p.softmax_scale = 0.5;
+  std::vector<double> seen;
+  ScoreVariant spy;
+  spy.score = [&seen](int64_t, int64_t, int64_t, int64_t, double s) { seen.push_back(s); return s; };
+  reference_attention(p, {1.0}, {3.0, -1.0}, {10.0, 20.0}, &spy);
+  EXPECT_EQ(seen, (std::vector<double>{1.5, -0.5}));
+}
+
+TEST(ReferenceVariant, KeepHidesKeysOnTopOfTheMask) {
+  auto p = tiny(MaskKind::Causal);
+  auto in = random_inputs(p, 12);
+  // keep = "even keys only", written as a mask on top of causal, equals the reference of a problem
+  // whose odd keys have been replaced by keys with a score of -inf: check against a direct formula.
+  ScoreVariant var;
+  var.keep = [](int64_t, int64_t, int64_t, int64_t k) { return k % 2 == 0; };
+  auto r = reference_attention(p, in.q, in.k, in.v, &var);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        int64_t row = (b * p.heads_q + h) * p.seqlen_q + i, hk = p.kv_head(h);
+        std::vector<double> o(size_t(p.d_v), 0.0);
+        double z = 0;
+        for (int64_t j = 0; j < p.seqlen_k; j += 2) {
+          if (!p.visible(i, j)) continue;
+          double s = 0;
+          for (int64_t c = 0; c < p.d_qk; ++c)
+            s += in.q[row * p.d_qk + c] * in.k[((b * p.heads_kv + hk) * p.seqlen_k + j) * p.d_qk + c];
+          double w = std::exp(p.softmax_scale * s);
+          z += w;
+          for (int64_t c = 0; c < p.d_v; ++c) o[c] += w * in.v[((b * p.heads_kv + hk) * p.seqlen_k + j) * p.d_v + c];
+        }
+        if (z == 0) {
+          EXPECT_EQ(r.lse[row], -kInf) << row;  // no visible key: O = 0, LSE = -inf
+          for (int64_t c = 0; c < p.d_v; ++c) EXPECT_EQ(r.o[row * p.d_v + c], 0.0);
+          continue;
+        }
+        EXPECT_NEAR(r.lse[row], std::log(z), 1e-12);
+        for (int64_t c = 0; c < p.d_v; ++c) EXPECT_NEAR(r.o[row * p.d_v + c], o[c] / z, 1e-12);
+      }
+}
+
+TEST(ReferenceVariant, ReceivesBatchHeadQueryKey) {
+  auto p = tiny(MaskKind::None);
+  auto in = random_inputs(p, 1);
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> seen;
+  ScoreVariant var;
+  var.keep = [&seen](int64_t b, int64_t h, int64_t q, int64_t k) {
+    seen.insert({b, h, q, k});
+    return true;
+  };
+  auto plain = reference_attention(p, in.q, in.k, in.v);
+  auto r = reference_attention(p, in.q, in.k, in.v, &var);
+  EXPECT_EQ(r.o, plain.o);  // keep-all changes nothing
+  EXPECT_EQ(seen.size(), size_t(p.batch * p.heads_q * p.seqlen_q * p.seqlen_k));
+  EXPECT_TRUE(seen.count({1, 3, 4, 6}));
+}
+
+TEST(ReferenceVariant, LowpModelAppliesTheScoreInFp32) {
+  auto p = tiny(MaskKind::Causal);
+  auto in = random_inputs(p, 8);
+  ScoreVariant var;
+  var.score = [](int64_t, int64_t h, int64_t q, int64_t k, double s) { return 5.0 * std::tanh(s / 5.0) - 0.1 * h; };
+  var.keep = [](int64_t b, int64_t, int64_t q, int64_t k) { return (k + b) % 3 != 0; };
+  auto ref = reference_attention(p, in.q, in.k, in.v, &var);
+  auto same = naive_attention_lowp(p, in.q, in.k, in.v, [](double x) { return x; }, [](double x) { return x; }, &var);
+  EXPECT_LT(max_abs_diff(same.o, ref.o), 1e-5);
+  EXPECT_GT(max_abs_diff(same.o, ref.o), 0.0);  // fp32 rounding of the softmax and of the score
+  for (size_t i = 0; i < ref.lse.size(); ++i) EXPECT_EQ(std::isinf(ref.lse[i]), std::isinf(same.lse[i])) << i;
+  auto plain = naive_attention_lowp(p, in.q, in.k, in.v, [](double x) { return x; });
+  EXPECT_GT(max_abs_diff(plain.o, same.o), 1e-3);  // the variant is applied
 }
 
 }  // namespace

@@ -1,0 +1,76 @@
+"""The C ABI of a generated kernel library (include/qattn/qattn.h), in ctypes: the ONE Python copy.
+
+Everything that calls a generated .so from Python (this package, tests/gpu/qattn_lib.py and through
+it tests/gpu/verify.py, time_kernel.py and bench/bench_sm80.py) uses the struct below, so a change of
+the C header is an edit here. Torch-free: tensors are any objects with data_ptr(), stride() and
+shape (torch tensors in (batch, seqlen, heads, dim) views whose last dimension is contiguous).
+"""
+import ctypes
+import json
+
+# Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
+QATTN_ABI_VERSION = 2
+
+STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX"}
+
+
+class Params(ctypes.Structure):
+    """qattn_fwd_params, field for field."""
+    _fields_ = [
+        ("abi_version", ctypes.c_int32),
+        ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("q_batch_stride", ctypes.c_int64), ("q_row_stride", ctypes.c_int64), ("q_head_stride", ctypes.c_int64),
+        ("k_batch_stride", ctypes.c_int64), ("k_row_stride", ctypes.c_int64), ("k_head_stride", ctypes.c_int64),
+        ("v_batch_stride", ctypes.c_int64), ("v_row_stride", ctypes.c_int64), ("v_head_stride", ctypes.c_int64),
+        ("o_batch_stride", ctypes.c_int64), ("o_row_stride", ctypes.c_int64), ("o_head_stride", ctypes.c_int64),
+        ("batch", ctypes.c_int32), ("heads_q", ctypes.c_int32), ("heads_kv", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32), ("seqlen_k", ctypes.c_int32),
+        ("d_qk", ctypes.c_int32), ("d_v", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("descale_q", ctypes.c_void_p), ("descale_k", ctypes.c_void_p), ("descale_v", ctypes.c_void_p),
+        ("aux", ctypes.c_void_p * 4),  # ABI 2: auxiliary inputs of Score/Mask variants (info["aux"] order)
+    ]
+
+
+def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None):
+    """Params for (batch, seqlen, heads, dim) views q, k, v, o; lse (batch, heads_q, seqlen_q) or None;
+    aux: up to 4 contiguous device tensors (or None) in the order of the kernel info's "aux" list."""
+    p = Params()
+    p.abi_version = QATTN_ABI_VERSION
+    p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    p.lse = lse.data_ptr() if lse is not None else None
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        s = t.stride()
+        setattr(p, name + "_batch_stride", s[0])
+        setattr(p, name + "_row_stride", s[1])
+        setattr(p, name + "_head_stride", s[2])
+    p.batch, p.seqlen_q, p.heads_q, p.d_qk = (int(x) for x in q.shape)
+    p.seqlen_k, p.heads_kv = int(k.shape[1]), int(k.shape[2])
+    p.d_v = int(v.shape[3])
+    p.softmax_scale = scale if scale is not None else int(q.shape[3]) ** -0.5
+    if descale is not None:
+        p.descale_q, p.descale_k, p.descale_v = (d.data_ptr() if d is not None else None for d in descale)
+    for i, t in enumerate(aux or ()):
+        p.aux[i] = t.data_ptr() if t is not None else None
+    return p
+
+
+class Library:
+    """One loaded kernel library: info (qattn_kernel_info as a dict), fwd(params, stream) -> status."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.lib = ctypes.CDLL(self.path)
+        self.lib.qattn_fwd.argtypes = [ctypes.POINTER(Params), ctypes.c_void_p]
+        self.lib.qattn_fwd.restype = ctypes.c_int
+        self.lib.qattn_kernel_info.restype = ctypes.c_char_p
+        self.lib.qattn_last_error.restype = ctypes.c_char_p
+        self.info = json.loads(self.lib.qattn_kernel_info().decode())
+
+    def last_error(self):
+        return self.lib.qattn_last_error().decode()
+
+    def fwd(self, params, stream=None):
+        """Launches on `stream` (an integer cudaStream_t handle, or None for the default stream)."""
+        return self.lib.qattn_fwd(ctypes.byref(params), stream)

@@ -1,0 +1,66 @@
+// Score and Mask declarations (attention variants): evaluation of their expressions and the
+// derivation of a mask's tile clauses. Shared by the checker, the interpreter, the planner and the
+// translator. The meaning of the declarations is in docs/tl.md ("Score and Mask declarations").
+//
+// evaluate(): one element (or one tile pair, for clauses) of a declaration's expression, in double
+// with TL's integer rules (int / int is floor division). Never throws; failures return nullopt with
+// a TL0603 diagnostic when a sink is given.
+// derive_clauses(): for a Mask predicate over q_idx / kv_idx and scalars (no auxiliary reads that
+// depend on the indices), `empty when` / `full when` predicates over q_lo, q_hi, kv_lo, kv_hi that
+// are sound: interval bounds of every sub-expression, composed through + - * / min max abs clamp
+// and comparisons, `and`, `or`, `not`. nullopt when the predicate is outside that fragment.
+#pragma once
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/diag.h"
+#include "tl/ast.h"
+#include "tl/eval.h"
+
+namespace qattn::tl {
+
+// Names the expressions of a declaration may use besides Dims, Consts, Grid variables and Lets.
+inline constexpr const char* kScoreBuiltins[] = {"score", "q_idx", "kv_idx"};
+inline constexpr const char* kMaskBuiltins[] = {"q_idx", "kv_idx"};
+inline constexpr const char* kClauseBuiltins[] = {"q_lo", "q_hi", "kv_lo", "kv_hi"};
+
+// Element functions of declarations and their argument counts.
+struct VariantFn {
+  const char* name;
+  int args;
+};
+inline constexpr VariantFn kVariantFns[] = {{"tanh", 1}, {"exp", 1},  {"exp2", 1}, {"log", 1},  {"abs", 1},
+                                            {"floor", 1}, {"min", 2}, {"max", 2},  {"cdiv", 2}, {"clamp", 3}};
+const VariantFn* find_variant_fn(const std::string& name);
+
+bool is_comparison(const std::string& op);  // < <= > >= == !=
+
+struct VValue {
+  double v = 0;
+  bool is_int = false;  // integral (index arithmetic); int / int floors
+};
+
+struct VariantEnv {
+  const Env* env = nullptr;                      // integer names and scalars
+  std::map<std::string, VValue> locals;          // score, q_idx, kv_idx, q_lo, ...
+  // An auxiliary tensor element at the given (already clamped by the callee) indices; nullopt when
+  // the tensor is unknown or the index count is wrong.
+  std::function<std::optional<double>(const std::string&, const std::vector<int64_t>&)> aux;
+};
+
+// Booleans evaluate to 1 / 0 (is_int = true).
+std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::DiagSink* diags = nullptr);
+
+struct Clauses {
+  Expr empty_when, full_when;
+};
+std::optional<Clauses> derive_clauses(const Expr& predicate);
+
+// Fills the `empty when` / `full when` clauses of every Mask declaration that has none and whose
+// predicate allows derivation (marked derived, so the printer keeps the program as written).
+void complete_clauses(Program& p);
+
+}  // namespace qattn::tl
