@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every dependency of qattn from Debian and PyPI. Idempotent: installs only what is missing.
 #   Debian: compilers, CMake/Ninja, GoogleTest, nlohmann-json, CLI11, fmt, libcurl, cpp-httplib, pybind11
-#   PyPI:   nvidia-cutlass==4.2.0.0 (the CUTLASS/CuTe headers the generated kernels compile against)
+#   PyPI:   nvidia-cutlass==4.2.0.0 (the CUTLASS/CuTe headers the generated kernels compile against),
+#           pytest (tests/python; torch is NOT installed here: the binding's GPU tests run on a GPU machine)
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -23,5 +24,9 @@ PY=${PYTHON:-python3}
 if ! $PY -c "import cutlass_library, os, sys; sys.exit(0 if os.path.isdir(cutlass_library.source_path + '/include/cute') else 1)" 2>/dev/null; then
   echo "[setup] pip install nvidia-cutlass==4.2.0.0"
   $PY -m pip install -q --disable-pip-version-check nvidia-cutlass==4.2.0.0
+fi
+if ! $PY -c "import pytest" 2>/dev/null; then
+  echo "[setup] pip install pytest (the Python binding's tests, tests/python)"
+  $PY -m pip install -q --disable-pip-version-check pytest
 fi
 echo "[setup] dependencies present"

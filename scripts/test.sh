@@ -13,7 +13,12 @@ ctest --test-dir build --output-on-failure -j2 | tee build/ctest.log
 summary() { sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+)/\2 \1/p' "$1" | tail -1 |
             awk '{ printf "%d passed, %d failed\n", $1 - $2, $2 }'; }
 
-if [ "${QATTN_QUICK:-0}" = "1" ]; then summary build/ctest.log; exit 0; fi
+echo "== python binding (tests/python: CPU part; GPU tests skip with the reason) =="
+PY=${PYTHON:-python3}
+QATTN_BIN=${QATTN_BIN:-$PWD/build/qattn} $PY -m pytest tests/python -q -rs -p no:cacheprovider 2>&1 | tee build/pytest.log
+pytest_summary() { grep -E "^=+ .*(passed|failed|skipped).* =+$|^[0-9]+ (passed|failed|skipped).* in [0-9.]+s" build/pytest.log | tail -1; }
+
+if [ "${QATTN_QUICK:-0}" = "1" ]; then echo "python binding: $(pytest_summary)"; summary build/ctest.log; exit 0; fi
 
 echo "== tests under ASan + UBSan =="
 QATTN_BUILD_DIR=build-asan QATTN_BUILD_TYPE=Debug bash scripts/build.sh -DQATTN_SANITIZE=ON
@@ -31,5 +36,6 @@ cp tests/fuzz/corpus/* "$work"/
 rm -rf "$work"
 echo "fuzz: no crash in ${QATTN_FUZZ_SECONDS:-120} s"
 echo "== summary =="
+echo "python binding: $(pytest_summary)"
 echo -n "sanitizers: "; summary build-asan/ctest.log
 summary build/ctest.log

@@ -1,0 +1,352 @@
+"""qattn.attention(), qattn.compile(), qattn.explain(): the public entry points on torch tensors."""
+import math
+import os
+
+from . import _build
+from ._abi import STATUS, fill_params
+from ._target import local_capability, target_for_capability, target_for_gpu
+from ._torch_util import import_torch
+from ._variants import variant_fields
+from .errors import DeviceError, LaunchError, SpecError, ToolchainError
+
+_TORCH_DTYPES = None
+
+
+def _dtype_name(torch, dt):
+    global _TORCH_DTYPES
+    if _TORCH_DTYPES is None:
+        _TORCH_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+    return _TORCH_DTYPES.get(dt)
+
+
+_DEVICE_TARGETS = {}  # device index -> (target, reason, local tag)
+
+
+def _device_target(torch, device):
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    t = _DEVICE_TARGETS.get(idx)
+    if t is None:
+        major, minor, name = local_capability(idx)
+        target, reason = target_for_capability((major, minor), name)
+        t = (target, f"{name}: {reason}", f"sm{major}{minor}")
+        _DEVICE_TARGETS[idx] = t
+    return t
+
+
+# ---- checking tensors ---------------------------------------------------------------------------
+
+def _check_tensors(torch, q, k, v, layout):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise SpecError(f"{name} is a {type(t).__name__}, not a torch.Tensor", code="PY0101")
+        if t.dim() != 4:
+            raise SpecError(f"{name} has {t.dim()} dimensions; expected 4 ({layout.upper()})", code="PY0101",
+                            hint="layout='bshd': (batch, seqlen, heads, dim); layout='bhsd': (batch, heads, seqlen, dim)")
+        if t.device.type != "cuda":
+            raise DeviceError(f"{name} is on {t.device}; qattn kernels run on CUDA tensors", code="PY0102",
+                              hint=f"move the inputs to the GPU: {name}.cuda()")
+    if not (q.device == k.device == v.device):
+        raise DeviceError(f"q, k, v are on different devices ({q.device}, {k.device}, {v.device})", code="PY0103")
+    dt = _dtype_name(torch, q.dtype)
+    if dt is None:
+        raise SpecError(f"q has dtype {q.dtype}; the Python API takes torch.float16 and torch.bfloat16", code="PY0104",
+                        hint="fp8 kernels are built by the `qattn` command and launched through the C API")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise SpecError(f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})", code="PY0104")
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise SpecError("qattn kernels are forward-only and an input requires grad", code="PY0109",
+                        hint="call under torch.no_grad() / torch.inference_mode(), or pass detached tensors")
+    return dt
+
+
+def _views(q, k, v, layout):
+    """(batch, seqlen, heads, dim) views of the inputs."""
+    if layout == "bshd":
+        return q, k, v
+    if layout == "bhsd":
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")
+
+
+def _check_shapes(qv, kv, vv):
+    b, sq, hq, dqk = qv.shape
+    bk, sk, hkv, dk = kv.shape
+    bv, sv, hv, dv = vv.shape
+    if not (b == bk == bv):
+        raise SpecError(f"batch sizes differ: q {b}, k {bk}, v {bv}", code="PY0105")
+    if sk != sv:
+        raise SpecError(f"k and v sequence lengths differ ({sk}, {sv})", code="PY0105")
+    if hkv != hv:
+        raise SpecError(f"k and v head counts differ ({hkv}, {hv})", code="PY0105")
+    if dk != dqk:
+        raise SpecError(f"q and k head dims differ ({dqk}, {dk})", code="PY0105")
+    if hkv == 0 or hq % hkv:
+        raise SpecError(f"heads_q = {hq} is not a multiple of heads_kv = {hkv}", code="PY0105",
+                        hint="GQA/MQA need every kv head shared by the same number of query heads")
+    for name, n in (("seqlen", sq), ("seqlen_k", sk), ("batch", b), ("heads", hq)):
+        if n >= 2 ** 31:
+            raise SpecError(f"{name} = {n} does not fit the C ABI's int32", code="PY0105")
+    return b, sq, sk, hq, hkv, dqk, dv
+
+
+def _aligned(t):
+    """The C ABI needs a contiguous last dim and 16-byte aligned pointers and strides."""
+    es = t.element_size()
+    return t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all((s * es) % 16 == 0 for s in t.stride()[:3])
+
+
+def _scale(scale, dqk):
+    if scale is None:
+        return dqk ** -0.5
+    try:
+        s = float(scale)
+    except (TypeError, ValueError):
+        raise SpecError(f"scale={scale!r} is not a number", code="PY0108") from None
+    if not (math.isfinite(s) and s > 0):
+        raise SpecError(f"scale={scale!r}: expected a finite number > 0", code="PY0108")
+    return s
+
+
+# ---- launching ----------------------------------------------------------------------------------
+
+def _launch(torch, b, q, k, v, layout, scale, return_lse):
+    """Runs Build b on q, k, v (already checked); returns o or (o, lse)."""
+    qv, kv, vv = _views(q, k, v, layout)
+    bsz, sq, sk, hq, hkv, dqk, dv = _check_shapes(qv, kv, vv)
+    s = _scale(scale, dqk)
+    dev = q.device
+    if layout == "bshd":
+        o = torch.empty((bsz, sq, hq, dv), device=dev, dtype=q.dtype)
+        ov = o
+    else:
+        o = torch.empty((bsz, hq, sq, dv), device=dev, dtype=q.dtype)
+        ov = o.transpose(1, 2)
+    lse = torch.empty((bsz, hq, sq), device=dev, dtype=torch.float32) if return_lse else None
+    if o.numel() == 0:
+        return (o, lse) if return_lse else o
+    if sk == 0:  # no key at all: every row is empty (output 0, lse -inf), as with a fully masked row
+        o.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return (o, lse) if return_lse else o
+    views = []
+    for t, tv in ((q, qv), (k, kv), (v, vv)):
+        if not _aligned(tv):  # e.g. a slice with an odd offset: one copy in the caller's layout
+            t = t.contiguous()
+            tv = t if layout == "bshd" else t.transpose(1, 2)
+            if not _aligned(tv):
+                t = t.clone()
+                tv = t if layout == "bshd" else t.transpose(1, 2)
+        views.append(tv)
+    lib = b.library
+    p = fill_params(views[0], views[1], views[2], ov, lse, s)
+    with torch.cuda.device(dev):
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        st = lib.fwd(p, stream)
+    if st != 0:
+        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {lib.last_error()}", code="PY0501",
+                          hint=f"kernel {b.spec['name']} ({b.library_path})")
+    return (o, lse) if return_lse else o
+
+
+def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None):
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx)
+    hit = _build.FAST.get(key)
+    if hit is not None:
+        if isinstance(hit, Exception):
+            raise hit
+        return hit
+    target, reason, tag = _device_target(torch, device)
+    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse, target)
+    try:
+        b = _build.build(spec, target, reason, local_tag=tag, verbose=verbose)
+    except SpecError as e:  # deterministic: do not run the pipeline again for the same request
+        _build.FAST[key] = e
+        raise
+    _build.FAST[key] = b
+    return b
+
+
+def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, *, layout="bshd"):
+    """Attention forward with a kernel generated by qattn for these inputs (built on first use).
+
+    q (batch, seqlen_q, heads_q, d_qk), k (batch, seqlen_k, heads_kv, d_qk), v (batch, seqlen_k,
+    heads_kv, d_v) with layout='bshd' (FlashAttention's order, the default), or (batch, heads,
+    seqlen, dim) with layout='bhsd' (torch SDPA's order). fp16 or bf16 CUDA tensors; heads_q a
+    multiple of heads_kv (MHA, GQA, MQA); d_v may be smaller than d_qk (MLA prefill, 192/128).
+    causal: False, True (= 'bottom_right', FlashAttention's alignment) or 'top_left' (SDPA's
+    is_causal); the two agree when seqlen_q == seqlen_k. window: (left, right) sliding window,
+    bottom-right aligned; -1 is unbounded. scale: default 1/sqrt(d_qk). softcap: not supported yet.
+    Returns o in the input's layout, and with return_lse=True also lse (batch, heads_q, seqlen_q) fp32.
+    Launches on the current CUDA stream. Raises a qattn.QattnError subclass for anything it cannot do.
+    """
+    torch = import_torch()
+    if layout not in ("bshd", "bhsd"):
+        raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")
+    fields = variant_fields(causal, window, softcap)
+    dt = _check_tensors(torch, q, k, v, layout)
+    qv, kv, vv = _views(q, k, v, layout)
+    _check_shapes(qv, kv, vv)
+    scale = _scale(scale, int(qv.shape[3]))
+    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse, q.device)
+    return _launch(torch, b, q, k, v, layout, scale, return_lse)
+
+
+# ---- ahead-of-time builds and explanations -------------------------------------------------------
+
+class Kernel:
+    """A kernel built by qattn.compile(): call it like attention() on matching tensors.
+
+    spec: the request as validated by the CLI; kernel_spec: what was built (compile-time fields,
+    canonical heads); target / target_reason: the code path and why; library, dir: the .so and the
+    artifacts folder; cache_hit, nvcc_seconds, wall_seconds: how the build went; info: the library's
+    qattn_kernel_info()."""
+
+    def __init__(self, spec, build, target_reason=None):
+        self.spec = spec
+        self._b = build
+        self.kernel_spec = build.spec
+        self.name = build.spec["name"]
+        self.target, self.target_reason = build.target, target_reason or build.target_reason
+        self.library, self.dir = build.library_path, build.dir
+        self.cache_hit, self.nvcc_seconds, self.wall_seconds = build.cache_hit, build.nvcc_seconds, build.wall_seconds
+
+    @property
+    def info(self):
+        return self._b.library.info
+
+    def __call__(self, q, k, v, scale=None, *, layout=None, return_lse=None):
+        """o (or (o, lse)) for q, k, v of the compiled dtype and head dims; scale defaults to the
+        spec's softmax_scale, else 1/sqrt(d_qk); layout defaults to the spec's."""
+        torch = import_torch()
+        layout = layout or self.spec.get("layout", "bshd")
+        dt = _check_tensors(torch, q, k, v, layout)
+        qv, kv, vv = _views(q, k, v, layout)
+        _check_shapes(qv, kv, vv)
+        ks = self.kernel_spec
+        got = (dt, int(qv.shape[3]), int(vv.shape[3]))
+        want = (ks["dtype"], ks["head_dim_qk"], ks["head_dim_v"])
+        if got != want:
+            raise SpecError(f"kernel {self.name} takes {want[0]} d {want[1]}/{want[2]}, got {got[0]} d "
+                            f"{got[1]}/{got[2]}", code="PY0105", hint="qattn.attention() picks the kernel itself")
+        if return_lse is None:
+            return_lse = ks["return_lse"]
+        if return_lse and not ks["return_lse"]:
+            raise SpecError(f"kernel {self.name} was built without return_lse", code="PY0105",
+                            hint="compile the spec with \"return_lse\": true")
+        if scale is None:
+            scale = self.spec.get("softmax_scale")
+        return _launch(torch, self._b, q, k, v, layout, scale, return_lse)
+
+    def explain(self):
+        return Explanation(self)
+
+    def __repr__(self):
+        return f"<qattn.Kernel {self.name} target={self.target} library={self.library}>"
+
+
+def _resolve_target(spec, gpu):
+    name = gpu if gpu else spec.get("gpu")
+    if name:
+        target, reason = target_for_gpu(name)
+        return target, reason, ""
+    try:
+        major, minor, dev = local_capability()
+    except ToolchainError as e:
+        raise DeviceError("no GPU to build for: torch is not importable and neither gpu= nor the spec's "
+                          "\"gpu\" names one", code="PY0401",
+                          hint="pass gpu='a100' (or another name of `qattn gpus`) to build without a GPU") from e
+    except DeviceError as e:
+        raise DeviceError(f"{e.diagnostic}; pass gpu=NAME to build without one", code="PY0401") from None
+    target, reason = target_for_capability((major, minor), dev)
+    return target, f"{dev}: {reason}", f"sm{major}{minor}"
+
+
+def compile(spec=None, *, gpu=None, cache=True, verbose=None, **overrides):
+    """Builds (or finds in the cache) the kernel of a spec ahead of time; returns a qattn.Kernel.
+
+    spec: a dict with docs/spec.md's keys, a JSON file, or a preset name ('llama3-8b'); keyword
+    overrides use the same keys (compile('llama3-8b', dtype='fp16')). gpu: the GPU to build for
+    (a `qattn gpus` name); default: the spec's "gpu", else the current CUDA device. Hopper builds
+    the sm80 path (qattn._target). cache=False rebuilds with nvcc even when the cache has the kernel.
+    """
+    s = _build.canonical_spec(spec, **overrides)
+    dt, dqk, dv, fields, lse = _build.compile_time_fields(s)
+    target, reason, tag = _resolve_target(s, gpu)
+    ks = _build.kernel_spec(dt, dqk, dv, fields, lse, target)
+    b = _build.build(ks, target, reason, local_tag=tag, use_cache=cache, verbose=verbose)
+    return Kernel(s, b, reason)
+
+
+def compile_many(specs, *, gpu=None, jobs=None, verbose=None):
+    """compile() of several specs in parallel (nvcc runs are independent). specs: a list of what
+    compile() takes: a spec, or a dict of compile() keyword arguments under the key "compile"."""
+    from concurrent.futures import ThreadPoolExecutor
+    jobs = jobs or max(1, min(len(specs), (os.cpu_count() or 2) // 2))
+
+    def one(s):
+        if isinstance(s, dict) and "compile" in s:
+            return compile(gpu=gpu, verbose=verbose, **s["compile"])
+        return compile(s, gpu=gpu, verbose=verbose)
+
+    with ThreadPoolExecutor(max_workers=jobs) as ex:
+        return list(ex.map(one, specs))
+
+
+class Explanation:
+    """What qattn built and why: the target choice, the TL sketch and code, the plan, the CUDA source."""
+
+    def __init__(self, kernel):
+        b = kernel._b
+        self.name = kernel.name
+        self.spec = kernel.spec
+        self.kernel_spec = kernel.kernel_spec
+        self.target = kernel.target
+        self.target_reason = kernel.target_reason
+        self.sketch = b.artifact("sketch.tl")
+        self.tl = b.artifact("code.tl")
+        self.plan = b.artifact("plan.md")
+        self.source = b.artifact("kernel.cu")
+        self.build_log = b.artifact("build.log")
+        self.library = kernel.library
+        self.dir = kernel.dir
+        try:
+            self.info = b.library.info
+        except Exception as e:  # noqa: BLE001 - a library that does not load here still explains
+            self.info = {"error": str(e)}
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in ("name", "spec", "kernel_spec", "target", "target_reason", "sketch",
+                                              "tl", "plan", "source", "build_log", "library", "dir", "info")}
+
+    def __str__(self):
+        lines = [f"qattn kernel {self.name}",
+                 f"target: {self.target} ({self.target_reason})",
+                 f"library: {self.library}",
+                 f"artifacts: {self.dir}",
+                 "", "== TL code ==", self.tl or "(missing)",
+                 "", f"== CUDA source: {len((self.source or '').splitlines())} lines in {self.dir}/kernel.cu =="]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def explain(*args, gpu=None, **kwargs):
+    """The TL and the generated source of the kernel that qattn.attention(*args, **kwargs) would use
+    (tensors), or of qattn.compile(spec, **kwargs) (a spec dict / file / preset name). Builds it if
+    it is not cached. Returns a qattn.Explanation (str() prints a summary; .tl, .source, ...)."""
+    if args and not isinstance(args[0], (dict, str, os.PathLike)):
+        torch = import_torch()
+        q, k, v = args[:3]
+        kw = dict(zip(("causal", "window", "scale", "softcap", "return_lse"), args[3:]))
+        kw.update(kwargs)
+        layout = kw.pop("layout", "bshd")
+        fields = variant_fields(kw.get("causal", False), kw.get("window"), kw.get("softcap"))
+        dt = _check_tensors(torch, q, k, v, layout)
+        qv, kv, vv = _views(q, k, v, layout)
+        _check_shapes(qv, kv, vv)
+        b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, kw.get("return_lse", False), q.device)
+        return Explanation(Kernel(b.spec, b, _device_target(torch, q.device)[1]))
+    spec = args[0] if args else None
+    return compile(spec, gpu=gpu, **kwargs).explain()

@@ -1,0 +1,255 @@
+"""Building kernels through the pipeline, with two caches.
+
+What a kernel fixes at compile time (checked against src/plan/problem.h): dtype, head_dim_qk,
+head_dim_v, the mask (kind, alignment, window sizes), return_lse and the target architecture.
+Everything else is a runtime argument of the C ABI: batch, heads (any heads_q multiple of heads_kv:
+MHA, GQA, MQA), sequence lengths, strides (BSHD, BHSD) and the softmax scale. So the binding builds
+one kernel per compile-time tuple, from a *kernel spec* with a name derived from that tuple and
+canonical heads 2/1 (the heads only reach a comment of the TL and the CPU interpreter's check, which
+then also exercises the shared-KV head mapping).
+
+Caches: in this process, a dict from (kernel spec, local GPU) to the loaded library; on disk,
+the nvcc driver's content-addressed cache (<cache>/<key[0:2]>/<key>/, key = SHA-256 of source,
+flags, nvcc version, runtime headers), so a kernel built once is never compiled again.
+`qattn generate` runs once per kernel per process (plan + check + interpret + translate, a fraction
+of a second on a cache hit) and writes its artifacts to <cache>/python/<kernel>/.
+<cache> is $QATTN_CACHE_DIR, else $XDG_CACHE_HOME/qattn, else ~/.cache/qattn.
+"""
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+
+from . import _cli
+from ._abi import Library
+from ._variants import fields_of_spec, variant_tag
+from .errors import BuildError, QattnError, SpecError
+
+DTYPES = ("fp16", "bf16")
+_LOCK = threading.Lock()
+_KEY_LOCKS = {}
+_BUILDS = {}   # (kernel spec json, local tag, use_cache) -> Build
+FAST = {}      # attention()'s lookup: (dtype, d_qk, d_v, variant, lse, device) -> Build or the SpecError it raised
+
+
+def cache_dir():
+    """The cache root shared with the `qattn` command's nvcc driver."""
+    for var, sub in (("QATTN_CACHE_DIR", ""), ("XDG_CACHE_HOME", "qattn")):
+        v = os.environ.get(var)
+        if v:
+            return os.path.join(v, sub) if sub else v
+    home = os.environ.get("HOME")
+    if home:
+        return os.path.join(home, ".cache", "qattn")
+    return os.path.join(tempfile.gettempdir(), "qattn-cache")
+
+
+def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target):
+    """The canonical spec of the kernel for one compile-time tuple (see the module comment);
+    fields: the variant fields ({"mask": ...}, qattn._variants)."""
+    name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \
+        ("_lse" if return_lse else "")
+    spec = {"name": name, "heads_q": 2, "heads_kv": 1, "head_dim_qk": int(d_qk), "head_dim_v": int(d_v),
+            "dtype": dtype, "layout": "bshd", "return_lse": bool(return_lse), "gpu": target}
+    spec.update(fields)
+    return spec
+
+
+# ---- progress -----------------------------------------------------------------------------------
+
+def _verbose(verbose):
+    if verbose is not None:
+        return bool(verbose)
+    return os.environ.get("QATTN_VERBOSE", "1") not in ("0", "false", "no", "")
+
+
+class _Progress:
+    """Shows the CLI's progress lines on stderr once nvcc starts (a cache hit stays quiet)."""
+
+    def __init__(self, name, show):
+        self.name, self.show, self.buf, self.streaming = name, show, [], False
+        self.cache_hit, self.nvcc_seconds = False, None
+
+    def __call__(self, line):
+        if "cache hit" in line:
+            self.cache_hit = True
+        m = re.search(r"nvcc done in ([0-9.]+) s", line)
+        if m:
+            self.nvcc_seconds = float(m.group(1))
+        if not self.show:
+            return
+        if not self.streaming and re.match(r"\s*nvcc\b", line):  # "nvcc sm80: compiling ..."
+            self.streaming = True
+            print(f"qattn: building {self.name} (first use; later runs use the cache)", file=sys.stderr, flush=True)
+            for b in self.buf:
+                print(f"qattn: {self.name}: {b}", file=sys.stderr, flush=True)
+            self.buf = []
+        if self.streaming:
+            print(f"qattn: {self.name}: {line}", file=sys.stderr, flush=True)
+        else:
+            self.buf.append(line)
+
+
+# ---- one built kernel ---------------------------------------------------------------------------
+
+class Build:
+    """The artifacts of one `qattn generate` run and the loaded library (shared by all users)."""
+
+    def __init__(self, spec, target, reason, out_dir, cache_hit, nvcc_seconds, wall_seconds, log):
+        self.spec, self.target, self.target_reason = spec, target, reason
+        self.dir = out_dir
+        self.library_path = os.path.join(out_dir, "libqattn_kernel.so")
+        self.cache_hit, self.nvcc_seconds, self.wall_seconds, self.log = cache_hit, nvcc_seconds, wall_seconds, log
+        self._lib = None
+        self._lock = threading.Lock()
+
+    @property
+    def library(self):
+        if self._lib is None:
+            with self._lock:
+                if self._lib is None:
+                    try:
+                        lib = Library(self.library_path)
+                    except OSError as e:
+                        raise BuildError(f"cannot load {self.library_path}: {e}", code="PY0203") from None
+                    self._check_info(lib.info)
+                    self._lib = lib
+        return self._lib
+
+    def _check_info(self, info):
+        s = self.spec
+        want = {"dtype": s["dtype"], "d_qk": s["head_dim_qk"], "d_v": s["head_dim_v"], "lse": s["return_lse"]}
+        got = {k: info.get(k) for k in want}
+        if got != want:
+            raise BuildError(f"{self.library_path} computes {got}, expected {want}", code="PY0203",
+                             hint="remove the folder and try again")
+
+    def artifact(self, name):
+        try:
+            with open(os.path.join(self.dir, name)) as f:
+                return f.read()
+        except OSError:
+            return None
+
+
+def _key_lock(key):
+    with _LOCK:
+        return _KEY_LOCKS.setdefault(key, threading.Lock())
+
+
+@contextlib.contextmanager
+def _file_lock(path):
+    """An exclusive lock between processes (two pytest workers building the same kernel)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the CLI's atomic writes still keep the artifacts whole
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build(spec, target, reason, local_tag="", use_cache=True, verbose=None):
+    """The Build for a kernel spec: from this process's cache, else through `qattn generate`."""
+    text = json.dumps(spec, sort_keys=True)
+    key = (text, local_tag, use_cache)
+    if use_cache and key in _BUILDS:
+        return _BUILDS[key]
+    with _key_lock(key):
+        if use_cache and key in _BUILDS:
+            return _BUILDS[key]
+        h = hashlib.sha256((text + local_tag).encode()).hexdigest()[:12]
+        root = os.path.join(cache_dir(), "python")
+        name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}-{h}"
+        out_dir = os.path.join(root, name)
+        try:
+            os.makedirs(root, exist_ok=True)
+            spec_file = out_dir + ".spec.json"
+            with open(spec_file, "w") as f:
+                f.write(json.dumps(spec, indent=2) + "\n")
+        except OSError as e:
+            raise QattnError(f"cannot write to the cache folder {root}: {e}", code="PY0205",
+                             hint="set QATTN_CACHE_DIR to a writable folder") from None
+        args = ["generate", "--spec", spec_file, "--out", out_dir, "--no-verify"]
+        if not use_cache:
+            args.append("--no-cache")
+        prog = _Progress(spec["name"], _verbose(verbose))
+        t0 = time.perf_counter()
+        with _file_lock(out_dir + ".lock"):
+            r = _cli.run(args, progress=prog)
+        wall = time.perf_counter() - t0
+        _cli.check(r, f"building {spec['name']} for {spec['gpu']}")
+        if not os.path.isfile(os.path.join(out_dir, "libqattn_kernel.so")):
+            raise BuildError(f"`qattn generate` succeeded but wrote no library to {out_dir}:\n{r.stderr}",
+                             code="PY0203")
+        b = Build(spec, target, reason, out_dir, prog.cache_hit, prog.nvcc_seconds, wall, r.stderr)
+        if use_cache:
+            _BUILDS[key] = b
+        return b
+
+
+def clear_memory_cache():
+    """Forget the kernels built in this process (the disk cache stays; loaded libraries stay loaded)."""
+    with _LOCK:
+        _BUILDS.clear()
+        FAST.clear()
+
+
+# ---- specs from users ---------------------------------------------------------------------------
+
+def canonical_spec(spec=None, **overrides):
+    """A validated spec dict in the CLI's canonical form (`qattn spec show`), from a dict, a JSON
+    file, or a preset name, with keyword overrides (docs/spec.md keys). SpecError with the CLI's
+    diagnostics when invalid."""
+    if spec is None:
+        base = {}
+    elif isinstance(spec, dict):
+        base = dict(spec)
+    elif isinstance(spec, (str, os.PathLike)) and os.path.isfile(spec):
+        r = _cli.run(["spec", "show", "--spec", os.fspath(spec)])
+        _cli.check(r, f"reading the spec {os.fspath(spec)}")
+        base = json.loads(r.stdout)
+    elif isinstance(spec, str):
+        base = {"preset": spec}
+    else:
+        raise SpecError(f"spec={spec!r}: expected a dict, a JSON file or a preset name", code="PY0101")
+    if "head_dim" in overrides:
+        base.pop("head_dim_qk", None)
+        base.pop("head_dim_v", None)
+    if "seqlen" in overrides.get("problem", {}):
+        base.pop("problem", None)
+    base.update(overrides)
+    try:
+        text = json.dumps(base, indent=2)
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"the spec is not JSON-serialisable: {e}", code="PY0101") from None
+    fd, path = tempfile.mkstemp(prefix="qattn-spec-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        r = _cli.run(["spec", "show", "--spec", path])
+        r.stderr = r.stderr.replace(path, "<spec>")
+        _cli.check(r, "checking the spec")
+        return json.loads(r.stdout)
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+def compile_time_fields(spec):
+    """(dtype, d_qk, d_v, variant fields, return_lse) of a canonical spec; SpecError for what the
+    binding refuses."""
+    dtype = spec["dtype"]
+    if dtype not in DTYPES:
+        raise SpecError(f"dtype {dtype} is not part of the Python API (fp16 and bf16 are)", code="PY0104",
+                        hint="fp8 kernels: use the `qattn` command and the C API (include/qattn/qattn.h)")
+    return dtype, spec["head_dim_qk"], spec["head_dim_v"], fields_of_spec(spec), spec["return_lse"]

@@ -1,0 +1,142 @@
+"""Running the `qattn` command (the pipeline) from Python.
+
+Where things are found (docs/python.md):
+  the executable   $QATTN_BIN, else `qattn` on PATH, else <repo>/build/qattn
+  the repository   $QATTN_HOME, else the checkout this package was installed from (_install.json),
+                   else the checkout around this file (running from python/ in the source tree).
+                   The CLI needs it for the device runtime headers (device/qattn/*.cuh); the binding
+                   passes it on as QATTN_HOME when it is not set.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+from .errors import QattnError, ToolchainError, error_for_codes
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _is_repo(path):
+    return bool(path) and os.path.isfile(os.path.join(path, "include", "qattn", "qattn.h"))
+
+
+def repo_root():
+    """The qattn checkout (for the device runtime headers and build/qattn), or None."""
+    env = os.environ.get("QATTN_HOME")
+    if env:
+        return env
+    try:
+        with open(os.path.join(_HERE, "_install.json")) as f:
+            repo = json.load(f).get("repo")
+        if _is_repo(repo):
+            return repo
+    except (OSError, ValueError):
+        pass
+    repo = os.path.dirname(os.path.dirname(_HERE))
+    return repo if _is_repo(repo) else None
+
+
+def find_executable():
+    """Path of the `qattn` executable; ToolchainError (PY0201) when there is none."""
+    tried = []
+    env = os.environ.get("QATTN_BIN")
+    if env:
+        if os.path.isfile(env) and os.access(env, os.X_OK):
+            return env
+        raise ToolchainError(f"QATTN_BIN={env} is not an executable file", code="PY0201",
+                             hint="point QATTN_BIN at the `qattn` executable built by scripts/build.sh (build/qattn)")
+    tried.append("$QATTN_BIN (unset)")
+    on_path = shutil.which("qattn")
+    if on_path:
+        return on_path
+    tried.append("`qattn` on PATH")
+    repo = repo_root()
+    if repo:
+        cand = os.path.join(repo, "build", "qattn")
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+        tried.append(cand)
+    else:
+        tried.append("<repo>/build/qattn (no repository known: QATTN_HOME unset)")
+    raise ToolchainError("the `qattn` executable was not found; tried " + ", ".join(tried), code="PY0201",
+                         hint="build it with `bash scripts/build.sh` in the repository, or set QATTN_BIN "
+                              "(and QATTN_HOME to the repository)")
+
+
+def _env():
+    env = dict(os.environ)
+    repo = repo_root()
+    if repo and not env.get("QATTN_HOME"):
+        env["QATTN_HOME"] = repo
+    env.setdefault("PYTHON", sys.executable)  # `qattn generate` runs tests/gpu/verify.py with it
+    return env
+
+
+class Result:
+    def __init__(self, rc, stdout, stderr):
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+
+
+def run(args, progress=None, timeout=None):
+    """Runs `qattn ARGS`; stderr lines go to progress(line) as they come. Returns a Result."""
+    exe = find_executable()
+    try:
+        proc = subprocess.Popen([exe] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=_env(), errors="replace")
+    except OSError as e:
+        raise ToolchainError(f"cannot run {exe}: {e}", code="PY0201") from None
+    err_lines = []
+
+    def pump():
+        for line in proc.stderr:
+            err_lines.append(line)
+            if progress is not None:
+                progress(line.rstrip("\n"))
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    try:
+        out = proc.stdout.read()
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise QattnError(f"`qattn {' '.join(args)}` did not finish in {timeout} s", code="PY0202") from None
+    t.join()
+    return Result(proc.returncode, out, "".join(err_lines))
+
+
+def check(result, what):
+    """Raises the QattnError subclass that the CLI's diagnostics call for when `result` failed."""
+    if result.rc == 0:
+        return
+    text = result.stderr.strip()
+    if result.rc < 0:
+        raise QattnError(f"{what}: the qattn command was killed by signal {-result.rc}\n{text}", code="PY0202")
+    from .errors import _ERROR, diagnostic_codes
+    codes = diagnostic_codes(text)
+    cls = error_for_codes(_ERROR.findall(text) or codes)
+    if not codes:
+        raise cls(f"{what} failed (exit status {result.rc}):\n{text}", code="PY0202")
+    # keep the diagnostic lines and their notes/hints; drop progress lines ("[1/4] ...")
+    lines = [ln for ln in text.splitlines() if not ln.startswith("[") and not ln.startswith("      ")]
+    raise cls(f"{what} failed:\n" + "\n".join(lines), diagnostic=text)
+
+
+_GPUS = None
+
+
+def gpu_table():
+    """data/gpus.json as the CLI embeds it: a list of GPU entries (name, aliases, sm, ...)."""
+    global _GPUS
+    if _GPUS is None:
+        r = run(["gpus", "--json"])
+        check(r, "qattn gpus --json")
+        try:
+            _GPUS = json.loads(r.stdout)["gpus"]
+        except (ValueError, KeyError) as e:
+            raise QattnError(f"unreadable `qattn gpus --json` output: {e}", code="PY0202") from None
+    return _GPUS

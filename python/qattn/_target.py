@@ -1,0 +1,75 @@
+"""Which code path the binding generates for a GPU: the ONE place this is decided.
+
+The planner knows every GPU of data/gpus.json, but the translator lowers sm75 (Turing) and the
+sm80 family (Ampere, Ada: cp.async + ldmatrix + mma.sync). Its Hopper form (TMA + wgmma, warp
+specialised) is not translatable yet (the translator answers XL0303; the Hopper path is issue 5).
+So on an H100/H200 the binding generates the **sm80 path** (target `sm80`, the A100's facts) and
+`qattn generate --no-verify` adds native sm_90 machine code for the local GPU, so nothing is JIT
+compiled. qattn.explain() shows the choice and its reason. $QATTN_TARGET overrides the table with
+any name of `qattn gpus` (e.g. QATTN_TARGET=h100 to try the planner's sm90 output once it lands).
+"""
+import os
+
+from .errors import DeviceError, SpecError
+
+# compute capability (major, minor) -> (target given to the planner, why)
+POLICY = {
+    (7, 5): ("sm75", "Turing: the sm75 path (mma.sync m16n8k8, fp16 only)"),
+    (8, 0): ("sm80", "Ampere: the sm80 path (cp.async + ldmatrix + mma.sync)"),
+    (8, 6): ("sm86", "Ampere (sm86): the sm80 lowering with sm86's shared-memory budget"),
+    (8, 9): ("sm89", "Ada: the sm80 lowering with sm89's shared-memory budget"),
+    (9, 0): ("sm80", "Hopper: the sm90 (TMA + wgmma) translation is not available yet (XL0303, issue 5); "
+                     "the sm80 path with native sm_90 code (--no-verify builds it for the local GPU)"),
+}
+
+
+def _key(name):
+    return "".join(c for c in str(name).lower() if c not in "-_ ")
+
+
+def facts_for_name(name):
+    """The gpus.json entry for a GPU name or alias (as `qattn gpus NAME` matches), or SpecError."""
+    from ._cli import gpu_table
+    table = gpu_table()
+    k = _key(name)
+    for g in table:
+        if _key(g["name"]) == k or any(_key(a) == k for a in g.get("aliases", [])):
+            return g
+    names = ", ".join(g["name"] for g in table)
+    raise SpecError(f"unknown GPU '{name}'", code="PY0402", hint=f"one of: {names} (or an alias: `qattn gpus`)")
+
+
+def target_for_capability(cc, device_name=""):
+    """(target, reason) for a GPU of compute capability cc = (major, minor)."""
+    override = os.environ.get("QATTN_TARGET")
+    if override:
+        return override, f"$QATTN_TARGET={override}"
+    cc = tuple(int(x) for x in cc)
+    if cc in POLICY:
+        return POLICY[cc]
+    what = f"{device_name} (sm{cc[0]}{cc[1]})" if device_name else f"sm{cc[0]}{cc[1]}"
+    raise DeviceError(f"no qattn code path for {what}", code="PY0403",
+                      hint="supported: sm75, sm80, sm86, sm89, sm90 (via the sm80 path); set QATTN_TARGET to a "
+                           "GPU of `qattn gpus` whose code runs on this one")
+
+
+def target_for_gpu(name):
+    """(target, reason) for a GPU named by the user (compile(spec, gpu=...) or the spec's "gpu")."""
+    g = facts_for_name(name)
+    target, reason = target_for_capability(g["compute_capability"], g["name"])
+    return target, f"{g['name']}: {reason}"
+
+
+def local_capability(device=None):
+    """(major, minor, name) of a torch CUDA device; DeviceError when torch sees none."""
+    from ._torch_util import import_torch
+    torch = import_torch()
+    if not torch.cuda.is_available():
+        raise DeviceError("no CUDA device is visible to torch", code="PY0401",
+                          hint="run on a machine with an NVIDIA GPU, or pass gpu=NAME to qattn.compile() "
+                               "to build without one")
+    idx = torch.cuda.current_device() if device is None else torch.device(device).index
+    if idx is None:
+        idx = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(idx)
+    return major, minor, torch.cuda.get_device_name(idx)

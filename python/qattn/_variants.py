@@ -1,0 +1,109 @@
+"""Attention variants: the keyword arguments of qattn.attention() -> the spec fields they fix at
+compile time. The ONE place to extend for a new variant (a score modification, another mask kind):
+add the argument here and to `variant_fields`, and the rest of the binding follows (the fields
+become part of the kernel key, the spec JSON and qattn.explain()).
+"""
+from .errors import SpecError
+
+# FlashAttention's convention: a causal mask is aligned bottom-right (key j visible from query row
+# i when j <= i + seqlen_k - seqlen_q). torch SDPA's is_causal is top-left: causal="top_left".
+_CAUSAL = {False: None, None: None, True: "bottom_right", "bottom_right": "bottom_right", "top_left": "top_left"}
+
+
+def _window(window, causal_align):
+    """window=(left, right) or left (= (left, 0)); -1 on a side means unbounded (FlashAttention's
+    window_size). With causal, right must be 0 (or -1): the window is causal sliding-window."""
+    if isinstance(window, bool) or window is None:
+        raise SpecError(f"window={window!r}: expected (left, right) or an int", code="PY0107")
+    if isinstance(window, int):
+        left, right = window, 0
+    else:
+        try:
+            left, right = (int(x) for x in window)
+        except (TypeError, ValueError):
+            raise SpecError(f"window={window!r}: expected (left, right) with two ints", code="PY0107") from None
+    if causal_align is not None:
+        if causal_align == "top_left":
+            raise SpecError("a sliding window is always aligned bottom-right; causal='top_left' cannot combine "
+                            "with window", code="PY0107", hint="use causal=True (bottom-right) with the window")
+        if right > 0:
+            raise SpecError(f"causal=True with window right={right}: a causal window has right = 0",
+                            code="PY0107", hint="pass window=(left, 0) or causal=False")
+        right = 0
+    if left < 0 and right < 0:
+        return "none", None
+    if left < 0 and right == 0:
+        return "causal", None
+    if left < 0 or right < 0:
+        raise SpecError(f"window=({left}, {right}): a window unbounded on one side only is not supported "
+                        "unless it is (-1, 0) (causal)", code="PY0107",
+                        hint="give both sides a size (the spec's window mask takes left, right >= 0)")
+    return "window", (left, right)
+
+
+# Score modifications that qattn.attention() passes on to the spec's "variants" object. softcap is
+# accepted by the spec (docs/spec.md "Variants") but the binding refuses it until the lead's issue-8
+# work lowers it end to end; wiring it is adding "softcap" here.
+SUPPORTED_SCORE_VARIANTS = set()
+
+# The spec keys that variant arguments fix at compile time: part of every kernel key and kernel spec.
+VARIANT_KEYS = ("mask", "variants")
+
+
+def variant_fields(causal=False, window=None, softcap=None):
+    """Spec fields ({"mask": ..., maybe "variants": ...}) for attention()'s variant arguments;
+    SpecError when unsupported."""
+    try:
+        align = _CAUSAL[causal]
+    except (KeyError, TypeError):
+        raise SpecError(f"causal={causal!r}: expected True, False, 'bottom_right' or 'top_left'",
+                        code="PY0107") from None
+    if window is not None:
+        kind, lr = _window(window, align)
+        if kind == "window":
+            fields = {"mask": {"kind": "window", "left": lr[0], "right": lr[1]}}
+        elif kind == "causal":
+            fields = {"mask": {"kind": "causal", "align": "bottom_right"}}
+        elif align is not None:
+            fields = {"mask": {"kind": "causal", "align": align}}
+        else:
+            fields = {"mask": {"kind": "none"}}
+    elif align is None:
+        fields = {"mask": {"kind": "none"}}
+    else:
+        fields = {"mask": {"kind": "causal", "align": align}}
+    if softcap is not None and softcap != 0:
+        try:
+            c = float(softcap)
+        except (TypeError, ValueError):
+            raise SpecError(f"softcap={softcap!r} is not a number", code="PY0107") from None
+        if not c > 0 or c != c or c == float("inf"):
+            raise SpecError(f"softcap={softcap!r}: expected a finite number > 0", code="PY0107")
+        if "softcap" not in SUPPORTED_SCORE_VARIANTS:
+            raise SpecError(f"softcap={softcap!r}: score modifications (tanh soft-capping) are not supported by "
+                            "the Python binding yet", code="PY0301",
+                            hint="call without softcap; soft-capping arrives with the score-modification "
+                                 "variants of the TL (issue 8)")
+        fields["variants"] = {"softcap": c}
+    return fields
+
+
+def fields_of_spec(spec):
+    """The variant fields of a canonical spec (what variant_fields() returns for attention())."""
+    return {k: spec[k] for k in VARIANT_KEYS if k in spec}
+
+
+def variant_tag(fields):
+    """A short name for kernel names: none, causal, causal_tl, win128_0, causal_softcap30."""
+    mask = fields.get("mask", {"kind": "none"})
+    kind = mask.get("kind", "none")
+    if kind == "causal":
+        tag = "causal_tl" if mask.get("align") == "top_left" else "causal"
+    elif kind == "window":
+        tag = f"win{mask['left']}_{mask['right']}"
+    else:
+        tag = kind
+    for k, v in sorted(fields.get("variants", {}).items()):
+        val = "" if v is True else ("%g" % v if isinstance(v, float) else str(v))
+        tag += "_" + "".join(c if c.isalnum() else "_" for c in f"{k}{val}")[:24]
+    return tag

@@ -1,0 +1,48 @@
+"""Shared setup of the binding's tests (tests/python/).
+
+The tests import the installed `qattn` package when there is one (the GPU suite installs it with
+pip), else the one in <repo>/python. The `qattn` executable: $QATTN_BIN, PATH, <repo>/build/qattn.
+CPU-only machines (CI) run test_cpu.py; test_gpu.py skips with the reason (no torch / no CUDA).
+"""
+import os
+import shutil
+import sys
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+try:
+    import qattn  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    import qattn  # noqa: F401
+
+
+def have_executable():
+    try:
+        qattn.find_executable()
+        return True
+    except qattn.QattnError:
+        return False
+
+
+def have_nvcc():
+    nv = os.environ.get("QATTN_NVCC")
+    return bool(nv and os.path.exists(nv)) or bool(shutil.which("nvcc")) or os.path.exists("/usr/local/cuda/bin/nvcc")
+
+
+def gpu_skip_reason():
+    """None when the GPU tests can run, else why not."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed (CPU-only CI installs no torch; the GPU suite runs on a GPU machine)"
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to torch"
+    if not have_executable():
+        return "the `qattn` executable was not found (QATTN_BIN / PATH / build/qattn)"
+    return None
+
+
+needs_cli = pytest.mark.skipif(not have_executable(),
+                               reason="the `qattn` executable was not found (QATTN_BIN / PATH / build/qattn)")

@@ -1,0 +1,283 @@
+"""The binding's tests that need no GPU (they run in CI): import without torch, the C ABI struct
+against the header, spec diagnostics, the target policy, variant arguments, missing tools, and
+the kernel cache (one nvcc build)."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, have_executable, have_nvcc, needs_cli
+
+import qattn
+from qattn import _abi, _build, _cli, _variants
+
+
+def _pythonpath():
+    return os.path.dirname(os.path.dirname(os.path.abspath(qattn.__file__)))
+
+
+def _run_python(code, env=None):
+    e = dict(os.environ)
+    e["PYTHONPATH"] = _pythonpath() + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=120)
+
+
+# ---- import and the C ABI -------------------------------------------------------------------------
+
+def test_import_without_torch():
+    """`import qattn` and the spec-level API work where torch cannot be imported; attention() then
+    raises a ToolchainError (PY0204) instead of an ImportError."""
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import qattn\n"
+        "assert qattn.kernel_spec('bf16', 128, 128, {'mask': {'kind': 'none'}}, False, 'sm80')['name']\n"
+        "try:\n"
+        "    qattn.attention(1, 2, 3)\n"
+        "except qattn.ToolchainError as e:\n"
+        "    assert e.code == 'PY0204', e\n"
+        "    print('ok', e.code)\n"
+    )
+    r = _run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert "ok PY0204" in r.stdout
+
+
+def _header_fields():
+    text = open(os.path.join(REPO, "include", "qattn", "qattn.h")).read()
+    version = int(re.search(r"#define\s+QATTN_ABI_VERSION\s+(\d+)", text).group(1))
+    body = re.search(r"typedef struct qattn_fwd_params \{(.*?)\} qattn_fwd_params;", text, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    names = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        parts = [p.strip() for p in decl.replace("*", " ").split(",")]
+        names.append(re.sub(r"\[.*\]", "", parts[0].split()[-1]))
+        names += [re.sub(r"\[.*\]", "", p.split()[-1]) for p in parts[1:]]
+    return version, names
+
+
+def test_abi_struct_matches_header():
+    """python/qattn/_abi.py is the one ctypes copy of qattn_fwd_params: same version, same fields
+    in the same order as include/qattn/qattn.h."""
+    version, names = _header_fields()
+    assert qattn.QATTN_ABI_VERSION == version
+    assert [f[0] for f in _abi.Params._fields_] == names
+
+
+def test_gpu_helpers_reuse_the_package_struct():
+    """tests/gpu/qattn_lib.py (verify.py, time_kernel.py, bench_sm80.py) takes the struct from the package."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "gpu"))
+    try:
+        import qattn_lib
+    finally:
+        sys.path.pop(0)
+    assert qattn_lib.Params.__name__ == "Params" and qattn_lib.QATTN_ABI_VERSION == qattn.QATTN_ABI_VERSION
+    assert [f[0] for f in qattn_lib.Params._fields_] == [f[0] for f in _abi.Params._fields_]
+
+
+# ---- target policy and variants -----------------------------------------------------------------
+
+def test_target_policy_hopper_uses_sm80_path(monkeypatch):
+    monkeypatch.delenv("QATTN_TARGET", raising=False)
+    target, reason = qattn.target_for_capability((9, 0), "NVIDIA H100 80GB HBM3")
+    assert target == "sm80" and "XL0303" in reason and "sm_90" in reason
+    assert qattn.target_for_capability((8, 0))[0] == "sm80"
+    assert qattn.target_for_capability((7, 5))[0] == "sm75"
+    with pytest.raises(qattn.DeviceError) as e:
+        qattn.target_for_capability((6, 1))
+    assert e.value.code == "PY0403"
+    monkeypatch.setenv("QATTN_TARGET", "h100")
+    assert qattn.target_for_capability((9, 0))[0] == "h100"
+
+
+def test_variant_arguments():
+    vf = _variants.variant_fields
+    assert vf() == {"mask": {"kind": "none"}}
+    assert vf(causal=True) == {"mask": {"kind": "causal", "align": "bottom_right"}}
+    assert vf(causal="top_left") == {"mask": {"kind": "causal", "align": "top_left"}}
+    assert vf(window=(128, 0)) == {"mask": {"kind": "window", "left": 128, "right": 0}}
+    assert vf(window=64, causal=True) == {"mask": {"kind": "window", "left": 64, "right": 0}}
+    assert vf(window=(-1, 0)) == {"mask": {"kind": "causal", "align": "bottom_right"}}
+    assert vf(window=(-1, -1)) == {"mask": {"kind": "none"}}
+    for bad in (dict(causal="yes"), dict(window=(8, -1)), dict(window=(8, 4), causal=True),
+                dict(window="wide"), dict(window=(8, 0), causal="top_left")):
+        with pytest.raises(qattn.SpecError) as e:
+            vf(**bad)
+        assert e.value.code == "PY0107", bad
+    with pytest.raises(qattn.SpecError) as e:
+        vf(softcap=30.0)
+    assert e.value.code == "PY0301" and "softcap" in str(e.value)
+
+
+def test_kernel_spec_is_keyed_by_compile_time_fields_only():
+    a = qattn.kernel_spec("bf16", 192, 128, {"mask": {"kind": "causal", "align": "bottom_right"}}, True, "sm80")
+    assert a["name"] == "py_bf16_d192v128_causal_lse"
+    assert (a["heads_q"], a["heads_kv"], a["layout"], a["gpu"]) == (2, 1, "bshd", "sm80")
+    assert "softmax_scale" not in a and "problem" not in a
+
+
+# ---- diagnostics through the CLI -----------------------------------------------------------------
+
+@needs_cli
+def test_unsupported_head_dim_carries_the_spec_diagnostic():
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.compile({"heads_q": 8, "head_dim": 80}, gpu="a100")
+    assert e.value.code == "SPEC0203"
+    assert "SPEC0203" in str(e.value) and "hint:" in str(e.value) and "96" in str(e.value)
+
+
+@needs_cli
+@pytest.mark.parametrize("spec,code", [
+    ({"heads_q": 8, "heads_kv": 3, "head_dim": 64}, "SPEC0202"),
+    ({"heads_q": 8, "head_dim": 64, "dtyp": "fp16"}, "SPEC0104"),
+    ({"heads_q": 8, "head_dim": 64, "mask": "diagonal"}, "SPEC0107"),
+    ({"head_dim": 64}, "SPEC0106"),
+    ("no-such-model", "SPEC0110"),
+    ({"heads_q": 8, "head_dim": 64, "dtype": "fp8_e4m3"}, "PY0104"),
+])
+def test_bad_specs_raise_spec_error(spec, code):
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.compile(spec, gpu="a100")
+    assert code in e.value.codes, str(e.value)
+    assert code in str(e.value)
+
+
+@needs_cli
+def test_unknown_gpu():
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.compile({"heads_q": 8, "head_dim": 64}, gpu="h900")
+    assert e.value.code == "PY0402" and "H100" in str(e.value)
+
+
+@needs_cli
+def test_preset_and_overrides_are_validated():
+    s = _build.canonical_spec("llama3-8b", dtype="fp16", head_dim=64)
+    assert (s["heads_q"], s["heads_kv"], s["head_dim_qk"], s["dtype"]) == (32, 8, 64, "fp16")
+
+
+def test_missing_executable(monkeypatch, tmp_path):
+    monkeypatch.setenv("QATTN_BIN", str(tmp_path / "nowhere" / "qattn"))
+    with pytest.raises(qattn.ToolchainError) as e:
+        qattn.compile("llama3-8b", gpu="a100")
+    assert e.value.code == "PY0201" and "QATTN_BIN" in str(e.value)
+    monkeypatch.delenv("QATTN_BIN")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("QATTN_HOME", str(tmp_path))
+    with pytest.raises(qattn.ToolchainError) as e:
+        qattn.compile("llama3-8b", gpu="a100")
+    assert e.value.code == "PY0201" and "scripts/build.sh" in str(e.value)
+
+
+@needs_cli
+def test_missing_nvcc_carries_build0101(monkeypatch, tmp_path):
+    monkeypatch.setenv("QATTN_NVCC", str(tmp_path / "no-nvcc"))
+    monkeypatch.setenv("QATTN_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(qattn.ToolchainError) as e:
+        qattn.compile({"heads_q": 4, "head_dim": 64, "dtype": "fp16"}, gpu="a100", verbose=False)
+    assert e.value.code == "BUILD0101" and "nvcc" in str(e.value)
+
+
+# ---- the cache: one nvcc build -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cache_env(tmp_path_factory):
+    if not have_executable():
+        pytest.skip("the `qattn` executable was not found (QATTN_BIN / PATH / build/qattn)")
+    if not have_nvcc():
+        pytest.skip("nvcc was not found")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("QATTN_CACHE_DIR", str(tmp_path_factory.mktemp("qattn-cache")))
+    _build.clear_memory_cache()
+    try:
+        t0 = time.perf_counter()
+        k = qattn.compile({"heads_q": 8, "heads_kv": 2, "head_dim": 64, "dtype": "fp16", "mask": "causal"},
+                          gpu="a100")
+        yield k, time.perf_counter() - t0
+    except qattn.ToolchainError as e:  # e.g. no CUTLASS headers on this machine
+        pytest.skip(f"toolchain incomplete: {e}")
+    finally:
+        _build.clear_memory_cache()
+        mp.undo()
+
+
+def test_compile_builds_once_with_nvcc(cache_env):
+    k, _ = cache_env
+    assert not k.cache_hit and k.nvcc_seconds is not None
+    assert os.path.isfile(k.library)
+    info = k.info
+    assert (info["dtype"], info["d_qk"], info["d_v"], info["mask"], info["arch"]) == ("fp16", 64, 64, "causal", "sm80")
+
+
+def test_compile_same_kernel_again_is_an_in_process_hit(cache_env, monkeypatch):
+    k, _ = cache_env
+    calls = []
+    real = _cli.run
+    monkeypatch.setattr(_cli, "run", lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    t0 = time.perf_counter()
+    # other heads, another name: the same compile-time fields, so the same kernel
+    k2 = qattn.compile({"heads_q": 32, "heads_kv": 32, "head_dim": 64, "dtype": "fp16", "mask": "causal",
+                        "name": "other"}, gpu="a100")
+    assert k2.library == k.library and k2.name == k.name
+    assert [c[0][:2] for c in calls] == [["spec", "show"]]  # only the spec check, no `qattn generate`
+    assert time.perf_counter() - t0 < 5
+
+
+def test_new_process_finds_the_kernel_in_the_disk_cache(cache_env):
+    k, first = cache_env
+    _build.clear_memory_cache()
+    k3 = qattn.compile({"heads_q": 2, "head_dim": 64, "dtype": "fp16", "mask": "causal"}, gpu="a100")
+    assert k3.cache_hit and k3.nvcc_seconds is None  # `qattn generate` ran, nvcc did not
+    assert k3.wall_seconds < first / 3
+
+
+def test_explain_shows_target_tl_and_source(cache_env):
+    e = qattn.explain({"heads_q": 2, "head_dim": 64, "dtype": "fp16", "mask": "causal"}, gpu="h100")
+    assert e.target == "sm80" and "XL0303" in e.target_reason  # the Hopper choice, visible
+    assert "Kernel flash_fwd_py_fp16_d64_causal with mask causal" in e.tl
+    assert "Compute GEMM" in e.tl and e.sketch
+    assert "// TL" in e.source and "qattn_fwd" in e.source
+    assert e.info["arch"] == "sm80" and "sm80" in str(e)
+
+
+def test_no_cache_rebuild_flag_is_passed(cache_env, monkeypatch):
+    """cache=False runs `qattn generate --no-cache` (checked on the arguments, without running nvcc)."""
+    seen = []
+
+    def fake(args, progress=None, timeout=None):
+        seen.append(list(args))
+        return _cli.Result(1, "", "qattn: error BUILD0201: stop here\n")
+
+    _cli.gpu_table()  # the GPU table is read once per process; read it before the fake takes over
+    monkeypatch.setattr(_cli, "run", fake)
+    monkeypatch.setattr(_build, "canonical_spec", lambda spec, **kw: dict(
+        name="", heads_q=2, heads_kv=2, head_dim_qk=64, head_dim_v=64, dtype="fp16",
+        mask={"kind": "none"}, layout="bshd", return_lse=False, gpu=""))
+    with pytest.raises(qattn.BuildError) as e:
+        qattn.compile({"heads_q": 2, "head_dim": 64}, gpu="sm80", cache=False)
+    assert e.value.code == "BUILD0201"
+    assert seen and seen[-1][0] == "generate" and "--no-cache" in seen[-1] and "--no-verify" in seen[-1]
+
+
+# ---- torch present, no GPU -------------------------------------------------------------------------
+
+def test_attention_rejects_cpu_tensors_and_bad_input():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    q = torch.randn(1, 16, 2, 64, dtype=torch.float16)
+    with pytest.raises(qattn.DeviceError) as e:
+        qattn.attention(q, q, q)
+    assert e.value.code == "PY0102"
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.attention(q[0], q[0], q[0])
+    assert e.value.code == "PY0101"
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.attention(q, q, q, softcap=50.0)
+    assert e.value.code == "PY0301"
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.attention(q, q, q, layout="sbhd")
+    assert e.value.code == "PY0106"

@@ -1,0 +1,305 @@
+"""The binding on a GPU: qattn.attention() against a torch reference with FlashAttention's tolerance
+rule, on random shapes (odd sequence lengths, seqlen_q < and > seqlen_k, one row), MHA / GQA / MQA,
+MLA (d_qk 192, d_v 128), causal (both alignments), sliding window, BSHD and BHSD, return_lse, the
+current stream, and errors on bad input.
+
+Verdict (as tests/gpu/verify.py and FlashAttention's tests): max |O - ref| <= 2 * max |O_lowp - ref|
++ atol, where ref is attention in fp32 and O_lowp the same computation in the inputs' precision
+(S in fp32 from low-precision operands, P rounded to the dtype, P V rounded). Every output buffer is
+poisoned (the allocator's block filled with NaN) before the kernel writes it; inputs are fresh
+random normals. Skipped (with the reason) without torch, without a CUDA device or without `qattn`.
+"""
+import math
+
+import pytest
+
+from conftest import gpu_skip_reason
+from gpu_kernels import TEST_KERNELS
+
+import qattn
+
+_REASON = gpu_skip_reason()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+if _REASON is None:
+    import torch
+    import torch.nn.functional as F
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    """Builds the suite's few kernels in parallel up front (cache hits when already built)."""
+    return qattn.compile_many(TEST_KERNELS)
+
+
+# ---- reference --------------------------------------------------------------------------------------
+
+def visible(sq, sk, causal=False, window=None, device="cuda"):
+    i = torch.arange(sq, device=device)[:, None]
+    j = torch.arange(sk, device=device)[None, :]
+    off = sk - sq
+    if window is not None:
+        left, right = window
+        return (j >= i + off - left) & (j <= i + off + right)
+    if causal == "top_left":
+        return j <= i
+    if causal:
+        return j <= i + off
+    return torch.ones(sq, sk, dtype=torch.bool, device=device)
+
+
+def reference(q, k, v, vis, scale, lowp=False):
+    """q (B,Sq,Hq,D), k/v (B,Sk,Hkv,D) BSHD views -> O (B,Sq,Hq,Dv) fp32, LSE (B,Hq,Sq) fp32."""
+    hq, hkv = q.shape[2], k.shape[2]
+    dt = q.dtype
+    qd = q.permute(0, 2, 1, 3)
+    kd = k.permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
+    vd = v.permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
+    if lowp:
+        s = (qd @ kd.transpose(-1, -2)).float() * scale
+    else:
+        s = (qd.float() @ kd.float().transpose(-1, -2)) * scale
+    s = s.masked_fill(~vis, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    if lowp:
+        o = (p.to(dt) @ vd).float()
+    else:
+        o = p @ vd.float()
+    return o.permute(0, 2, 1, 3), lse
+
+
+def max_abs(a, b):
+    d = (a - b).abs()
+    return d.max().item() if d.numel() else 0.0
+
+
+def check(o, lse, q, k, v, vis, scale):
+    """FlashAttention's rule on O (and on LSE when given); q, k, v, o are BSHD views."""
+    ref, lse_ref = reference(q, k, v, vis, scale)
+    low, lse_low = reference(q, k, v, vis, scale, lowp=True)
+    assert not torch.isnan(o).any(), "NaN in the output (unwritten poisoned rows?)"
+    err, base = max_abs(o.float(), ref), max_abs(low, ref)
+    atol = 1e-5 * max(1.0, ref.abs().max().item() if ref.numel() else 1.0)
+    assert err <= 2 * base + atol, f"max |O - ref| {err:.3e} > 2 * {base:.3e} + {atol:.1e}"
+    if lse is not None:
+        fin = torch.isfinite(lse_ref)
+        assert bool(((lse == float("-inf")) == ~fin).all()), "rows without a visible key must have lse -inf"
+        lerr, lbase = max_abs(lse[fin], lse_ref[fin]), max_abs(lse_low[fin], lse_ref[fin])
+        assert lerr <= 2 * lbase + 1e-4, f"max |LSE - ref| {lerr:.3e} > 2 * {lbase:.3e} + 1e-4"
+
+
+def inputs(b, sq, sk, hq, hkv, dqk, dv, dtype, layout, gen):
+    def rnd(s, h, d):
+        if layout == "bhsd":
+            return torch.randn(b, h, s, d, device="cuda", generator=gen).to(dtype)
+        return torch.randn(b, s, h, d, device="cuda", generator=gen).to(dtype)
+    return rnd(sq, hq, dqk), rnd(sk, hkv, dqk), rnd(sk, hkv, dv)
+
+
+def bshd(t, layout):
+    return t.transpose(1, 2) if layout == "bhsd" else t
+
+
+def poisoned_call(q, k, v, sq, hq, dv, **kw):
+    """attention() with the caching allocator's next block of O's size filled with NaN first."""
+    n = q.shape[0] * sq * hq * dv
+    if n:
+        junk = torch.full((n,), float("nan"), device="cuda", dtype=q.dtype)
+        del junk
+    return qattn.attention(q, k, v, **kw)
+
+
+@pytest.fixture
+def gen():
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1234)
+    return g
+
+
+# batch, seqlen_q, seqlen_k, heads_q, heads_kv
+SHAPES = [
+    (1, 1, 1, 1, 1),
+    (2, 113, 203, 4, 4),     # odd lengths, seqlen_q < seqlen_k
+    (1, 239, 97, 8, 2),      # GQA, seqlen_q > seqlen_k (bottom-right causal: rows with no key)
+    (3, 1, 517, 4, 1),       # MQA, one query row (decode-like)
+    (2, 1000, 1000, 6, 3),   # GQA
+    (1, 2047, 3001, 4, 4),   # longer, odd
+    (4, 64, 64, 8, 1),       # MQA
+]
+LAYOUTS = ["bshd", "bhsd"]
+
+
+def run_case(shape, layout, dtype, dqk, dv, gen, causal=False, window=None, return_lse=False, scale=None):
+    b, sq, sk, hq, hkv = shape
+    q, k, v = inputs(b, sq, sk, hq, hkv, dqk, dv, dtype, layout, gen)
+    out = poisoned_call(q, k, v, sq, hq, dv, causal=causal, window=window, return_lse=return_lse,
+                        scale=scale, layout=layout)
+    o, lse = out if return_lse else (out, None)
+    assert o.dtype == dtype and o.device == q.device
+    assert tuple(o.shape) == ((b, hq, sq, dv) if layout == "bhsd" else (b, sq, hq, dv))
+    if return_lse:
+        assert lse.dtype == torch.float32 and tuple(lse.shape) == (b, hq, sq)
+    vis = visible(sq, sk, causal, window)
+    check(bshd(o, layout), lse, bshd(q, layout), bshd(k, layout), bshd(v, layout), vis,
+          scale if scale is not None else dqk ** -0.5)
+
+
+# ---- numerics --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bf16_d128_mha_gqa_mqa(shape, causal, layout, gen):
+    run_case(shape, layout, torch.bfloat16, 128, 128, gen, causal=causal)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[4], (1, 517, 517, 16, 16)])
+def test_mla_192_128_causal(shape, layout, gen):
+    run_case(shape, layout, torch.bfloat16, 192, 128, gen, causal=True)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fp16_d64_causal_return_lse(shape, layout, gen):
+    run_case(shape, layout, torch.float16, 64, 64, gen, causal=True, return_lse=True)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fp16_d64_sliding_window(shape, gen):
+    run_case(shape, "bshd", torch.float16, 64, 64, gen, window=(37, 5))
+
+
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[4]])
+def test_causal_top_left_is_sdpa_is_causal(shape, gen):
+    """causal='top_left' is torch SDPA's is_causal, also when seqlen_q != seqlen_k."""
+    run_case(shape, "bhsd", torch.float16, 64, 64, gen, causal="top_left")
+    b, sq, sk, hq, hkv = shape
+    q, k, v = inputs(b, sq, sk, hq, hkv, 64, 64, torch.float16, "bhsd", gen)
+    o = qattn.attention(q, k, v, causal="top_left", layout="bhsd")
+    sdpa = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=hq != hkv)
+    qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
+    low, _ = reference(qs, ks, vs, visible(sq, sk, "top_left"), 64 ** -0.5, lowp=True)
+    assert max_abs(o.float(), sdpa) <= 2 * max_abs(low.transpose(1, 2), sdpa) + 1e-5
+
+
+def test_custom_scale(gen):
+    run_case((2, 300, 300, 4, 2), "bshd", torch.bfloat16, 128, 128, gen, causal=True, scale=0.37)
+
+
+def test_strided_and_misaligned_inputs(gen):
+    """Views with a padded head dim (16-byte aligned strides) run in place; a misaligned view is copied."""
+    b, s, h, d = 2, 257, 4, 128
+    for pad in (8, 4):  # 136 elements: strides stay 16-byte aligned; 132: they do not
+        base = torch.randn(b, s, h, d + pad, device="cuda", generator=gen).to(torch.bfloat16)
+        q, k, v = base[..., :d], base[..., pad:pad + d], base[..., :d]
+        o = qattn.attention(q, k, v)
+        check(o, None, q, k, v, visible(s, s), d ** -0.5)
+
+
+# ---- runtime behaviour -----------------------------------------------------------------------------
+
+def test_runs_on_the_current_stream(gen):
+    """The kernel is enqueued on torch's current stream: inputs written on a side stream after a long
+    GPU sleep must be seen by the kernel without any synchronisation by the caller."""
+    b, s, h, d = 2, 512, 4, 128
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+    qb = torch.full_like(q, float("nan"))
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on this stream
+        qb.copy_(q)
+        o = qattn.attention(qb, k, v, causal=True)
+        done = torch.cuda.Event()
+        done.record(side)
+    done.synchronize()
+    check(o, None, q, k, v, visible(s, s, causal=True), d ** -0.5)
+
+
+def test_kernels_are_reused_across_shapes(gen):
+    """One kernel per compile-time tuple: MHA, GQA, MQA, any seqlen and both layouts share it."""
+    from qattn import _build
+    for hq, hkv, s, layout in ((8, 8, 100, "bshd"), (8, 2, 333, "bhsd"), (8, 1, 64, "bshd")):
+        q = torch.randn(1, s, hq, 128, device="cuda", generator=gen).to(torch.bfloat16)
+        kv = torch.randn(1, s, hkv, 128, device="cuda", generator=gen).to(torch.bfloat16)
+        if layout == "bhsd":
+            q, kv = q.transpose(1, 2).contiguous(), kv.transpose(1, 2).contiguous()
+        qattn.attention(q, kv, kv, layout=layout)
+    builds = {id(b) for key, b in _build.FAST.items() if key[:3] == ("bf16", 128, 128) and "'none'" in key[3]
+              and not key[4]}
+    from gpu_kernels import D128_NONE
+    assert builds == {id(qattn.compile(D128_NONE)._b)}  # the kernel compile() built up front
+    assert [b.spec["name"] for b in _build._BUILDS.values()].count("py_bf16_d128_none") == 1
+
+
+def test_compiled_kernel_matches_attention(gen):
+    kern = qattn.compile({"heads_q": 8, "heads_kv": 2, "head_dim": 128, "mask": "causal"})
+    q = torch.randn(2, 301, 8, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    k = torch.randn(2, 301, 2, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    v = torch.randn(2, 301, 2, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    assert torch.equal(kern(q, k, v), qattn.attention(q, k, v, causal=True))
+    assert kern.info["d_qk"] == 128 and kern.info["mask"] == "causal"
+
+
+def test_empty_inputs():
+    q = torch.randn(2, 0, 4, 64, device="cuda", dtype=torch.float16)
+    k = torch.randn(2, 5, 4, 64, device="cuda", dtype=torch.float16)
+    o, lse = qattn.attention(q, k, k, causal=True, return_lse=True)
+    assert o.shape == (2, 0, 4, 64) and lse.shape == (2, 4, 0)
+    q = torch.randn(2, 3, 4, 64, device="cuda", dtype=torch.float16)
+    k = torch.randn(2, 0, 4, 64, device="cuda", dtype=torch.float16)
+    o, lse = qattn.attention(q, k, k, causal=True, return_lse=True)
+    assert (o == 0).all() and (lse == float("-inf")).all()
+
+
+def test_explain_tensors_shows_the_target_choice():
+    q = torch.randn(1, 64, 2, 128, device="cuda", dtype=torch.bfloat16)
+    e = qattn.explain(q, q, q, causal=True)
+    major, _ = torch.cuda.get_device_capability()
+    if major == 9:
+        assert e.target == "sm80" and "XL0303" in e.target_reason
+    assert "with mask causal" in e.tl and "// TL" in e.source
+    assert e.info["d_qk"] == 128
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+def _err(fn, cls, code):
+    with pytest.raises(cls) as e:
+        fn()
+    assert code in e.value.codes, str(e.value)
+    assert code in str(e.value)
+    return e.value
+
+
+def test_errors_are_exceptions_with_diagnostics():
+    c = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.float16)
+    _err(lambda: qattn.attention(c.float(), c.float(), c.float()), qattn.SpecError, "PY0104")
+    _err(lambda: qattn.attention(c, c.bfloat16(), c), qattn.SpecError, "PY0104")
+    _err(lambda: qattn.attention(c, c.cpu(), c), qattn.DeviceError, "PY0102")
+    _err(lambda: qattn.attention(c, c[:, :, :1].repeat(1, 1, 3, 1), c[:, :, :1].repeat(1, 1, 3, 1)),
+         qattn.SpecError, "PY0105")  # 2 query heads, 3 kv heads
+    _err(lambda: qattn.attention(c, c, c, softcap=30.0), qattn.SpecError, "PY0301")
+    _err(lambda: qattn.attention(c, c, c, scale=-1.0), qattn.SpecError, "PY0108")
+    _err(lambda: qattn.attention(c, c, c, window=(4, 2), causal=True), qattn.SpecError, "PY0107")
+    g = c.clone().requires_grad_(True)
+    _err(lambda: qattn.attention(g, c, c, causal="top_left"), qattn.SpecError, "PY0109")
+    with torch.no_grad():  # (the top-left causal kernel is one of the suite's)
+        assert qattn.attention(g, c, c, causal="top_left").shape == c.shape
+    odd = torch.randn(1, 16, 2, 80, device="cuda", dtype=torch.float16)
+    e = _err(lambda: qattn.attention(odd, odd, odd), qattn.SpecError, "SPEC0203")
+    assert e.hint and "96" in str(e)
+    # the same bad request again is refused without running the pipeline
+    _err(lambda: qattn.attention(odd, odd, odd), qattn.SpecError, "SPEC0203")
+
+
+def test_sdpa_drop_in_on_square_causal(gen):
+    """For seqlen_q == seqlen_k, qattn.attention(..., layout='bhsd') is F.scaled_dot_product_attention."""
+    q, k, v = inputs(2, 777, 777, 8, 2, 128, 128, torch.bfloat16, "bhsd", gen)
+    o = qattn.attention(q, k, v, causal=True, layout="bhsd")
+    sdpa = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+    qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
+    low, _ = reference(qs, ks, vs, visible(777, 777, True), 128 ** -0.5, lowp=True)
+    assert max_abs(o.float(), sdpa) <= 2 * max_abs(low.transpose(1, 2), sdpa) + 1e-5
+    assert math.isfinite(o.float().abs().max().item())
