@@ -74,11 +74,11 @@ def variant_fns(spec, extra, aux, sq, sk):
         nb = int(spec["relative_bias"])
         table = aux["rel_bias"]
         mods.append(lambda s, b, h, q, k: s + table[h, (k - q - off).clamp(-(nb // 2), nb // 2 - 1) + nb // 2])
+    if extra.get("score"):  # the planner's order: alibi, relative bias, score_mod, softcap
+        mods.append(eval("lambda s, b, h, q, k: " + extra["score"], {"torch": torch, "off": off}))
     if spec.get("softcap"):
         c = float(spec["softcap"])
         mods.append(lambda s, b, h, q, k: c * torch.tanh(s / c))
-    if extra.get("score"):
-        mods.append(eval("lambda s, b, h, q, k: " + extra["score"], {"torch": torch, "off": off}))
     keeps = []
     kind = m.get("kind", "none") if isinstance(m, dict) else m
     if kind == "causal":
