@@ -22,8 +22,10 @@ if [ "${QATTN_QUICK:-0}" = "1" ]; then echo "python binding: $(pytest_summary)";
 
 echo "== tests under ASan + UBSan =="
 QATTN_BUILD_DIR=build-asan QATTN_BUILD_TYPE=Debug bash scripts/build.sh -DQATTN_SANITIZE=ON
-# (emit_compile_test only runs nvcc on the generated code: it ran above and is skipped here.)
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2 -E emit_compile |
+# (emit_compile_test and llm_nvcc_test only run nvcc on generated / LLM-written code: they ran above
+# and are skipped here.)
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2 \
+  -E 'emit_compile|llm_nvcc' |
   tee build-asan/ctest.log
 
 echo "== fuzzing the TL parser + checker for ${QATTN_FUZZ_SECONDS:-120} s =="

@@ -1,0 +1,79 @@
+// verify_cuda (stage 2 by the LLM, and the vanilla baseline) and gpu_numerics: see verify.h.
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "llm/verify.h"
+#include "support/io.h"
+
+namespace qattn::llm {
+namespace fs = std::filesystem;
+
+std::optional<backend::Translation> verify_cuda(const std::string& source, const backend::Translation& meta,
+                                                const CudaCheck& check, support::DiagSink& diags) {
+  support::DiagSink local("kernel.cu");
+  // The C ABI of include/qattn/qattn.h, before spending a minute in nvcc.
+  for (const char* fn : {"qattn_fwd", "qattn_last_error", "qattn_kernel_info"})
+    if (source.find(fn) == std::string::npos)
+      local.error("LLM0305", {}, std::string("the CUDA source does not define ") + fn + "() of the C ABI",
+                  "implement every function of include/qattn/qattn.h with extern \"C\" linkage");
+  if (source.find("extern \"C\"") == std::string::npos && !local.has_errors())
+    local.error("LLM0305", {}, "the C ABI functions are not declared extern \"C\"",
+                "#include \"qattn/qattn.h\" (it declares them extern \"C\") or wrap the definitions in extern \"C\" { }");
+  if (!check.toolchain)
+    local.error("BUILD0101", {}, "no CUDA toolchain to compile the LLM's CUDA with", "install nvcc (scripts/setup.sh)");
+  if (local.has_errors()) {
+    for (const auto& d : local.all()) diags.add(d);
+    return std::nullopt;
+  }
+  backend::Translation t = meta;
+  t.cuda_source = source;
+  auto built = build::build_library(t, *check.toolchain, local, check.build);
+  if (built && check.numerics && !check.numerics(*built, local) && !local.has_errors())
+    local.error("LLM0304", {}, "the kernel compiles but its results differ from the reference", "check the algorithm");
+  for (const auto& d : local.all()) diags.add(d);
+  if (!built || local.has_errors()) return std::nullopt;
+  return t;
+}
+
+NumericsCheck gpu_numerics(const std::string& python) {
+  return [python](const build::BuildResult& built, support::DiagSink& diags) {
+    std::error_code ec;
+    static std::mt19937_64 rng{std::random_device{}()};
+    fs::path dir = fs::temp_directory_path(ec) / ("qattn-llm-verify-" + std::to_string(rng() % 1000000007));
+    fs::create_directories(dir, ec);
+    fs::copy_file(built.library, dir / "llm_kernel.so", fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      diags.error("LLM0304", {}, "cannot stage the kernel for the numerics check: " + ec.message(), "check $TMPDIR");
+      return false;
+    }
+    const fs::path script = support::source_dir() / "tests" / "gpu" / "verify.py";
+    std::string cmd = python + " '" + script.string() + "' '" + dir.string() + "' 2>&1";
+    std::string out;
+    if (FILE* f = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+      int rc = pclose(f);
+      fs::remove_all(dir, ec);
+      if (rc == 0) return true;
+    } else {
+      fs::remove_all(dir, ec);
+    }
+    // The failing rows of verify.py's table are what the LLM needs to see.
+    std::string fails;
+    size_t pos = 0;
+    int n = 0;
+    while (pos < out.size() && n < 12) {
+      size_t nl = out.find('\n', pos);
+      std::string line = out.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+      pos = nl == std::string::npos ? out.size() : nl + 1;
+      if (line.find("FAIL") != std::string::npos || line.find("Error") != std::string::npos) fails += "\n    " + line, ++n;
+    }
+    diags.error("LLM0304", {}, "the kernel compiles but fails the GPU numerics check (tests/gpu/verify.py)" + fails,
+                "compare with the reference: softmax scale, masking, the online-softmax rescale, the GQA head mapping");
+    return false;
+  };
+}
+
+}  // namespace qattn::llm
