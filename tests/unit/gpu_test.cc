@@ -2,6 +2,8 @@
 // matches its datasheet; lookups by alias; target-aware spec checks; the driver probe never crashes.
 #include <gtest/gtest.h>
 
+#include "diag_test_util.h"
+
 #include <nlohmann/json.hpp>
 
 #include "hw/gpu.h"
@@ -14,12 +16,8 @@ using qattn::support::Diagnostic;
 
 namespace {
 
-const Diagnostic* find(const DiagSink& d, const std::string& code) {
-  for (const auto& x : d.all())
-    if (x.code == code) return &x;
-  return nullptr;
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using qattn::test::contains;
+using qattn::test::find;
 
 const GpuFacts& gpu(const char* name) {
   const GpuFacts* g = find_gpu(name);

@@ -2,6 +2,8 @@
 // JSON with line:col), every validation rule (code + message contents), presets, CLI flags.
 #include <gtest/gtest.h>
 
+#include "diag_test_util.h"
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,14 +15,8 @@ using qattn::support::Diagnostic;
 
 namespace {
 
-// The first diagnostic with `code`, or nullptr.
-const Diagnostic* find(const DiagSink& d, const std::string& code) {
-  for (const auto& x : d.all())
-    if (x.code == code) return &x;
-  return nullptr;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using qattn::test::contains;
+using qattn::test::find;
 
 AttentionSpec base() {
   AttentionSpec s = *find_preset("llama3-8b");

@@ -4,6 +4,8 @@
 // shorthand on tiny hand-checked problems.
 #include <gtest/gtest.h>
 
+#include "diag_test_util.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -16,13 +18,8 @@ using qattn::support::Diagnostic;
 
 namespace {
 
-const Diagnostic* find(const DiagSink& d, const std::string& code) {
-  for (const auto& x : d.all())
-    if (x.code == code) return &x;
-  return nullptr;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using qattn::test::contains;
+using qattn::test::find;
 
 AttentionSpec base() { return *find_preset("llama3-8b"); }
 
