@@ -42,9 +42,11 @@ CUTE_HOST_DEVICE int iclamp(int x, int lo, int hi) { return x < lo ? lo : (x > h
 CUTE_HOST_DEVICE float fmodfloor(float a, float b) { return a - floorf(a / b) * b; }
 CUTE_HOST_DEVICE float fclamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
 
+// Calls f(x, q, k) for every element x (a reference) of this thread's part of the (M, N) score
+// tile at element origin (row0, col0): q its query index, k its key index.
 template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
-__device__ __forceinline__ void apply_score(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int row0, int col0, F&& f,
-                                            int tid) {
+__device__ __forceinline__ void for_each_score(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int row0, int col0,
+                                               int tid, F&& f) {
   auto sr = rows_view(s);
   Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
   auto cr = rows_view(c);
@@ -52,26 +54,23 @@ __device__ __forceinline__ void apply_score(TiledMma const& mma, Tensor<SEngine,
   for (int i = 0; i < size<0>(sr); ++i) {
     const int q = row0 + get<0>(cr(i, 0));
     CUTE_UNROLL
-    for (int k = 0; k < size<1>(sr); ++k) sr(i, k) = f(sr(i, k), q, col0 + get<1>(cr(i, k)));
+    for (int k = 0; k < size<1>(sr); ++k) f(sr(i, k), q, col0 + get<1>(cr(i, k)));
   }
+}
+
+template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
+__device__ __forceinline__ void apply_score(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int row0, int col0, F&& f,
+                                            int tid) {
+  for_each_score<M, N>(mma, s, row0, col0, tid, [&](float& x, int q, int k) { x = f(x, q, k); });
 }
 
 template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
 __device__ __forceinline__ void apply_keep(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int row0, int col0,
                                            int seqlen_k, bool full, F&& keep, int tid) {
   if (full && col0 + N <= seqlen_k) return;  // every key visible: no masking cost
-  auto sr = rows_view(s);
-  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  auto cr = rows_view(c);
-  CUTE_UNROLL
-  for (int i = 0; i < size<0>(sr); ++i) {
-    const int q = row0 + get<0>(cr(i, 0));
-    CUTE_UNROLL
-    for (int k = 0; k < size<1>(sr); ++k) {
-      const int kk = col0 + get<1>(cr(i, k));
-      if (kk >= seqlen_k || (!full && !keep(q, kk))) sr(i, k) = -INFINITY;
-    }
-  }
+  for_each_score<M, N>(mma, s, row0, col0, tid, [&](float& x, int q, int k) {
+    if (k >= seqlen_k || (!full && !keep(q, k))) x = -INFINITY;
+  });
 }
 
 }  // namespace qattn
