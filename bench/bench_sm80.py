@@ -44,16 +44,18 @@ except ImportError:  # fallback: CUDA events, median of 50
         return sorted(ts)[len(ts) // 2]
 
 
-def find_kernels(kdir, match):
+def find_kernels(kdir, match, arch="sm80", same_dims=True):
+    """{(d_qk, d_v, causal) or (d, causal): Kernel} of the bf16 libraries in kdir named by `match`."""
     found = {}
     for path in sorted(glob.glob(os.path.join(kdir, "*.so"))):
         if not re.search(match, os.path.basename(path)):  # e.g. neg_* (broken TL), other tile choices
             continue
         k = Kernel(path)
         i = k.info
-        if i["arch"] != "sm80" or i["dtype"] != "bf16" or i["d_qk"] != i["d_v"] or i["mask"] not in ("causal", "none"):
+        if i["arch"] != arch or i["dtype"] != "bf16" or (same_dims and i["d_qk"] != i["d_v"]) or \
+                i["mask"] not in ("causal", "none"):
             continue
-        key = (i["d_qk"], i["mask"] == "causal")
+        key = (i["d_qk"], i["mask"] == "causal") if same_dims else (i["d_qk"], i["d_v"], i["mask"] == "causal")
         if key not in found or (found[key].info["lse"] and not i["lse"]):
             found[key] = k
     return found

@@ -6,21 +6,10 @@
 
 #include <cute/tensor.hpp>
 
+#include "qattn/intmath.cuh"
+
 namespace qattn {
 using namespace cute;
-
-// TL integer arithmetic: `/` and `%` floor, cdiv(a, b) = ceil(a / b).
-CUTE_HOST_DEVICE constexpr int floordiv(int a, int b) {
-  const int q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-CUTE_HOST_DEVICE constexpr int floormod(int a, int b) { return a - floordiv(a, b) * b; }
-CUTE_HOST_DEVICE constexpr int cdiv(int a, int b) { return -floordiv(-a, b); }
-CUTE_HOST_DEVICE constexpr int imin(int a, int b) { return a < b ? a : b; }
-CUTE_HOST_DEVICE constexpr int imax(int a, int b) { return a > b ? a : b; }
-
-constexpr float kLog2e = 1.4426950408889634f;  // TL builtin log2e
-constexpr float kLn2 = 0.6931471805599453f;    // TL builtin ln2
 
 // The row stride is 32-bit inside a (batch, head) matrix (the host checks rows * row_stride < 2^31):
 // tile addresses then cost one register each instead of two.

@@ -1,12 +1,13 @@
 """Which code path the binding generates for a GPU: the ONE place this is decided.
 
 The planner knows every GPU of data/gpus.json, but the translator lowers sm75 (Turing) and the
-sm80 family (Ampere, Ada: cp.async + ldmatrix + mma.sync). Its Hopper form (TMA + wgmma, warp
-specialised) is not translatable yet (the translator answers XL0303; the Hopper path is issue 5).
-So on an H100/H200 the binding generates the **sm80 path** (target `sm80`, the A100's facts) and
-`qattn generate --no-verify` adds native sm_90 machine code for the local GPU, so nothing is JIT
-compiled. qattn.explain() shows the choice and its reason. $QATTN_TARGET overrides the table with
-any name of `qattn gpus` (e.g. QATTN_TARGET=h100 to try the planner's sm90 output once it lands).
+sm80 family (Ampere, Ada: cp.async + ldmatrix + mma.sync) and, since issue 5, Hopper's form (TMA +
+wgmma, warp specialised; verified and benchmarked through the C ABI in tests/gpu, but not yet through
+this binding's GPU test suite, and without variants). So on an H100/H200 the binding still generates
+the **sm80 path** (target `sm80`, the A100's facts) and `qattn generate --no-verify` adds native
+sm_90 machine code for the local GPU, so nothing is JIT compiled. qattn.explain() shows the choice
+and its reason. $QATTN_TARGET overrides the table with any name of `qattn gpus` (QATTN_TARGET=h100
+selects the sm90 kernel).
 """
 import os
 
@@ -18,8 +19,8 @@ POLICY = {
     (8, 0): ("sm80", "Ampere: the sm80 path (cp.async + ldmatrix + mma.sync)"),
     (8, 6): ("sm86", "Ampere (sm86): the sm80 lowering with sm86's shared-memory budget"),
     (8, 9): ("sm89", "Ada: the sm80 lowering with sm89's shared-memory budget"),
-    (9, 0): ("sm80", "Hopper: the sm90 (TMA + wgmma) translation is not available yet (XL0303, issue 5); "
-                     "the sm80 path with native sm_90 code (--no-verify builds it for the local GPU)"),
+    (9, 0): ("sm80", "Hopper: the sm80 path with native sm_90 code (--no-verify builds it for the local GPU); "
+                     "QATTN_TARGET=h100 selects the sm90 TMA + wgmma kernel (not yet the default here)"),
 }
 
 

@@ -45,7 +45,14 @@ std::optional<int64_t> Lowering::eval(const tl::Expr& e, support::SrcLoc where, 
 
 bool Lowering::analyze() {
   if (!analyze_header()) return false;
+  // Hopper programs in the wgmma form (no register copy of Q: GEMMs read shared memory) take the
+  // sm90 lowering (emit_sm90.cc); every other program the mma.sync lowering below.
+  {
+    auto q = info_.tensors.find("Q");
+    wgmma_ = target_.sm >= 90 && q != info_.tensors.end() && !q->second.in_register;
+  }
   if (!analyze_tensors()) return false;
+  if (wgmma_) return analyze_sm90();
   if (!analyze_gemms()) return false;
   if (tile_m_ % (16 * warps_) != 0) {
     diags_.error("XL0202", const_stmt_ ? const_stmt_->loc : support::SrcLoc{},
@@ -165,7 +172,7 @@ bool Lowering::analyze_tensors() {
   has_lse_ = find("LSE") && find("LSE")->in_global;
   elem_ = q->global_dtype;
   out_ = o->global_dtype;
-  auto a = choose_arch(target_, elem_, diags_, q->decl);
+  auto a = choose_arch(target_, elem_, diags_, q->decl, wgmma_);
   if (!a) return false;
   arch_ = *a;
   kernel_name_ = tl_kernel_name_ + "_" + arch_.name;

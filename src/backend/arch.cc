@@ -26,7 +26,7 @@ int dtype_bytes(tl::DType t) {
 }
 
 std::optional<ArchSpec> choose_arch(const plan::Target& target, tl::DType dt, support::DiagSink& diags,
-                                    support::SrcLoc where) {
+                                    support::SrcLoc where, bool wgmma) {
   const int sm = target.sm;
   const std::string tname = target.name.empty() ? "sm" + std::to_string(sm) : target.name;
   if (sm < 75) {
@@ -36,6 +36,22 @@ std::optional<ArchSpec> choose_arch(const plan::Target& target, tl::DType dt, su
   }
   ArchSpec a;
   a.element = cute_type(dt);
+  if (wgmma) {
+    if (dt != tl::DType::F16 && dt != tl::DType::BF16) {
+      diags.error("XL0102", where, std::string(tl::to_string(dt)) + " operands are not lowered to wgmma yet",
+                  "use fp16/bf16 on sm90, or --gpu l40s for the sm89 fp8 (mma.sync) kernel");
+      return std::nullopt;
+    }
+    a.name = "sm90";
+    a.sm = 90;
+    a.elem_bytes = 2;
+    a.mma_atom = dt == tl::DType::BF16 ? "SM90_64xNx16_F32BF16BF16 (SS, RS)" : "SM90_64xNx16_F32F16F16 (SS, RS)";
+    a.mma_instr = "wgmma.mma_async.sync.aligned.m64nNk16";
+    a.mma_k = 16;
+    a.tile_k = 16;
+    a.gencode = {"-gencode=arch=compute_90a,code=sm_90a"};
+    return a;
+  }
   a.elem_bytes = dtype_bytes(dt);
   a.ldsm_n = "SM75_U32x4_LDSM_N";
   if (dt == tl::DType::F8E4M3) {

@@ -30,8 +30,9 @@ struct ArchSpec {
 };
 
 // Picks the lowering for `target` and operand dtype `dt`. Reports XL0101/XL0102 at `where`.
+// `wgmma`: the program is in the sm90 form (GEMM operands in shared memory) and the target is sm90.
 std::optional<ArchSpec> choose_arch(const plan::Target& target, tl::DType dt, support::DiagSink& diags,
-                                    support::SrcLoc where);
+                                    support::SrcLoc where, bool wgmma = false);
 
 const char* cute_type(tl::DType t);  // "cute::half_t", "cute::bfloat16_t", "cute::float_e4m3_t", "float"
 int dtype_bytes(tl::DType t);

@@ -154,6 +154,16 @@ class Lowering {
   void emit_named_mask(Writer& w, const tl::Stmt& s);
   std::string emit_skip_lambda(Writer& w);
 
+  // ---- emit_sm90.cc (Hopper: wgmma-form programs)
+  bool analyze_sm90();
+  bool analyze_smem_sm90();
+  bool apply_schedule_sm90(support::SrcLoc at);
+  support::SrcLoc at_role() const;
+  std::string sm90_mask_kind() const;
+  void emit_sm90_preamble(Writer& w);
+  void emit_sm90_kernel(Writer& w);
+  void emit_sm90_launch(Writer& w);
+
   // ---- emit_host.cc
   void emit_preamble(Writer& w);
   void emit_abi(Writer& w);
@@ -198,6 +208,14 @@ class Lowering {
   std::map<std::string, std::string> reshape_family_;   // reshaped tensor -> family of its GEMM
   std::map<std::string, std::string> acc_descale_;      // accumulate target -> fp8 descale factor
   Schedule sched_;
+  // sm90 (wgmma form): what the TL schedule decides
+  bool wgmma_ = false;
+  struct Sm90Plan {
+    int consumers = 2, producer_regs = 24, consumer_regs = 240, bn = 0;
+    bool pingpong = true, overlap = true, natural_exp = false;
+  } sm90_;
+  const tl::Stmt* mask_stmt_ = nullptr;   // the loop's Mask statement (sm90)
+  const tl::Stmt* scale_stmt_ = nullptr;  // the loop's Multiply of S (sm90)
   int64_t smem_bytes_ = 0, smem_stage_bytes_ = 0;
   std::string vt_buffer_;                               // fp8: V^T shared buffer name ("" = none)
   std::map<std::string, AuxInfo> aux_;                  // auxiliary globals by name

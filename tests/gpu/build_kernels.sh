@@ -54,6 +54,20 @@ CONFIGS=(
   "sm89_fp8_d128_causal|l40s|--preset llama2-7b --dtype fp8_e4m3"
   "sm89_fp8_d128_none|l40s|--preset llama3-8b --dtype fp8_e4m3 --mask none"
   "neg_sm80_no_rescale_o|a100|--preset llama2-7b --mask none|/Compute Rescale O, alpha/d"
+  # Hopper (sm90a): TMA + wgmma, warp-specialised (emit_sm90.cc)
+  "sm90_d128_causal|h100|--preset llama3-8b"
+  "sm90_d128_none|h100|--preset llama2-7b --mask none"
+  "sm90_d128_none_lse|h100|--preset llama2-7b --mask none --lse true"
+  "sm90_d64_causal|h100|--preset llama3.2-1b"
+  "sm90_d64_none|h100|--preset llama3.2-1b --mask none"
+  "sm90_d256_causal|h100|--preset llama2-7b --head-dim 256"
+  "sm90_d256_none|h100|--preset llama2-7b --head-dim 256 --mask none"
+  "sm90_mla_causal_lse|h100|--preset deepseek-v3-mla-prefill --lse true"
+  "sm90_mla_none|h100|--preset deepseek-v3-mla-prefill --mask none"
+  "sm90_d128_window|h100|--preset mistral-7b --window 256,0"
+  "sm90_d128_topleft_fp16|h100|--preset llama2-7b --mask causal_top_left --dtype fp16"
+  "sm90_d96_none|h100|--preset llama2-7b --head-dim 96 --mask none"
+  "neg_sm90_scale_no_log2e|h100|--preset llama2-7b --mask none|s/Multiply S, softmax_scale \* log2e/Multiply S, softmax_scale/"
 )
 
 build_one() {
@@ -65,7 +79,7 @@ build_one() {
   "$XLATE" "$tl" --gpu "$gpu" -o "$cu" 2>> "$log" || { echo "$name: translation failed (see $log)"; return 1; }
   local gencode
   gencode="$("$XLATE" "$tl" --gpu "$gpu" --flags)"
-  if [ -n "$RUN_SM" ]; then
+  if [ -n "$RUN_SM" ] && ! echo "$gencode" | grep -q 'compute_90a'; then  # sm90a kernels are native already
     local virt
     virt="$(echo "$gencode" | grep -o 'arch=compute_[0-9a-z]*' | head -1 | cut -d_ -f2)"
     gencode="$(echo "$gencode" | sed 's/-gencode=[^ ]*//g') -gencode=arch=compute_${virt},code=sm_${RUN_SM} -gencode=arch=compute_${virt},code=compute_${virt}"

@@ -86,7 +86,7 @@ def test_gpu_helpers_reuse_the_package_struct():
 def test_target_policy_hopper_uses_sm80_path(monkeypatch):
     monkeypatch.delenv("QATTN_TARGET", raising=False)
     target, reason = qattn.target_for_capability((9, 0), "NVIDIA H100 80GB HBM3")
-    assert target == "sm80" and "XL0303" in reason and "sm_90" in reason
+    assert target == "sm80" and "QATTN_TARGET=h100" in reason and "sm_90" in reason
     assert qattn.target_for_capability((8, 0))[0] == "sm80"
     assert qattn.target_for_capability((7, 5))[0] == "sm75"
     with pytest.raises(qattn.DeviceError) as e:
@@ -238,7 +238,7 @@ def test_new_process_finds_the_kernel_in_the_disk_cache(cache_env):
 
 def test_explain_shows_target_tl_and_source(cache_env):
     e = qattn.explain({"heads_q": 2, "head_dim": 64, "dtype": "fp16", "mask": "causal"}, gpu="h100")
-    assert e.target == "sm80" and "XL0303" in e.target_reason  # the Hopper choice, visible
+    assert e.target == "sm80" and "QATTN_TARGET=h100" in e.target_reason  # the Hopper choice, visible
     assert "Kernel flash_fwd_py_fp16_d64_causal with mask causal" in e.tl
     assert "Compute GEMM" in e.tl and e.sketch
     assert "// TL" in e.source and "qattn_fwd" in e.source

@@ -258,7 +258,7 @@ def test_explain_tensors_shows_the_target_choice():
     e = qattn.explain(q, q, q, causal=True)
     major, _ = torch.cuda.get_device_capability()
     if major == 9:
-        assert e.target == "sm80" and "XL0303" in e.target_reason
+        assert e.target == "sm80" and "QATTN_TARGET=h100" in e.target_reason
     assert "with mask causal" in e.tl and "// TL" in e.source
     assert e.info["d_qk"] == 128
 

@@ -1,0 +1,19 @@
+// qattn device runtime: TL integer arithmetic and builtin constants, shared by every architecture's
+// generated code (host and device): `/` and `%` floor, cdiv(a, b) = ceil(a / b), min, max.
+#pragma once
+
+namespace qattn {
+
+__host__ __device__ constexpr int floordiv(int a, int b) {
+  const int q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__host__ __device__ constexpr int floormod(int a, int b) { return a - floordiv(a, b) * b; }
+__host__ __device__ constexpr int cdiv(int a, int b) { return -floordiv(-a, b); }
+__host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
+__host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
+
+constexpr float kLog2e = 1.4426950408889634f;  // TL builtin log2e
+constexpr float kLn2 = 0.6931471805599453f;    // TL builtin ln2
+
+}  // namespace qattn

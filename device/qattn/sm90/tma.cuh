@@ -1,0 +1,98 @@
+// qattn device runtime, Hopper (sm90a): TL `Copy X (rows, cols) in coordinate [i, 0] from global
+// to shared {async}` and the O store, through the Tensor Memory Accelerator.
+//
+// Every global tensor of the C ABI is a 4-D view (cols, rows, heads, batch) with the columns
+// contiguous; its tensor map cuts boxes of 64 columns x `box_rows` rows (one 128-byte swizzle
+// atom wide). A (rows, d) shared tile is then d/64 column blocks of (rows, 64) elements, each
+// stored with the 128-byte swizzle that both TMA and wgmma understand (Swizzle<3,4,3>: the 16-byte
+// chunk index XOR the row index mod 8). Rows past the end of the sequence are zero-filled by the
+// copy engine on loads and dropped on stores, so no predication is needed for any sequence length;
+// head dims that are not a multiple of 64 are zero-padded the same way (the tensor map's column
+// extent is the true head dim).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+
+namespace qattn::sm90 {
+
+// ---- host: tensor maps ---------------------------------------------------------------------
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver the runtime already loaded (no -lcuda at link time).
+static inline EncodeTiledFn encode_tiled_fn() {
+  static EncodeTiledFn fn = nullptr;
+  if (fn) return fn;
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    return nullptr;
+  fn = reinterpret_cast<EncodeTiledFn>(p);
+  return fn;
+}
+
+// The 4-D view (cols, rows, heads, batch) of a strided (batch, rows, heads, cols) tensor; strides in
+// elements; returns false (and leaves `map` unspecified) when the driver refuses it.
+static inline bool make_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
+                                 int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                                 int box_rows) {
+  EncodeTiledFn fn = encode_tiled_fn();
+  if (!fn) return false;
+  std::memset(map, 0, sizeof(CUtensorMap));
+  const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows > 0 ? rows : 1), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
+  const cuuint32_t box[4] = {64u, cuuint32_t(box_rows), 1u, 1u};
+  const cuuint32_t elem_strides[4] = {1u, 1u, 1u, 1u};
+  return fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(base),
+            dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// ---- device: tile copies -------------------------------------------------------------------
+
+// Loads the (ROWS, COLS) tile at row `row0` of (head, batch) into `smem` (COLS/64 swizzled column
+// blocks of ROWS x 64 elements), completing on `bar` (the caller set the expected bytes).
+template <int ROWS, int COLS, class Element>
+__device__ __forceinline__ void tma_load_tile(const CUtensorMap* map, uint64_t* bar, Element* smem, int row0, int head,
+                                              int batch) {
+  constexpr int kBlocks = (COLS + 63) / 64;
+#pragma unroll
+  for (int c = 0; c < kBlocks; ++c)
+    cute::SM90_TMA_LOAD_4D::copy(map, bar, 0ull, smem + c * ROWS * 64, c * 64, row0, head, batch);
+}
+
+// Stores the 64 rows starting at `smem_row` of a (TILE_ROWS, COLS) swizzled shared tile to global
+// row `row0` (rows past the sequence end are dropped by the copy engine).
+template <int TILE_ROWS, int COLS, class Element>
+__device__ __forceinline__ void tma_store_rows(const CUtensorMap* map, const Element* smem, int smem_row, int row0,
+                                               int head, int batch) {
+  constexpr int kBlocks = (COLS + 63) / 64;
+#pragma unroll
+  for (int c = 0; c < kBlocks; ++c)
+    cute::SM90_TMA_STORE_4D::copy(map, smem + c * TILE_ROWS * 64 + smem_row * 64, c * 64, row0, head, batch);
+  cute::tma_store_arrive();
+}
+
+// Byte offset of element (row, col) inside a swizzled (ROWS, COLS) tile.
+template <int ROWS>
+__device__ __forceinline__ int swizzled_offset(int row, int col, int elem_bytes) {
+  const int blk = col / 64, within = (col % 64) * elem_bytes;  // byte in the 128-byte row
+  const int chunk = (within >> 4) ^ (row & 7);
+  return blk * ROWS * 128 + row * 128 + (chunk << 4) + (within & 15);
+}
+
+// Bytes one tile load brings (the full boxes, zero-filled parts included).
+template <int ROWS, int COLS, class Element>
+constexpr int tile_bytes() {
+  return ((COLS + 63) / 64) * ROWS * 64 * int(sizeof(Element));
+}
+
+}  // namespace qattn::sm90

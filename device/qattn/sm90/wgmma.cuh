@@ -1,0 +1,92 @@
+// qattn device runtime, Hopper (sm90a): the TL GEMMs on warpgroup MMA (wgmma, HGMMA in SASS).
+//
+//   TL `Compute GEMM Q, K^T and get S`       S(64 x BN) = Q(64 x d) K(BN x d)^T, both operands
+//       read from the swizzled shared tiles (CuTe atom MMA_64xBNx16_F32{F16,BF16}..._SS, K-major A/B)
+//   TL `Compute GEMM P, V and accumulate O`  O(64 x dv) += P(64 x BN) V(BN x dv), P from registers
+//       (the accumulator of the first GEMM converted in place: the TL Reshape), V read from shared
+//       memory as an MN-major B operand (..._RS<K, MN>).
+// One consumer warpgroup owns 64 query rows. The atom is chosen by the translator (its N is the
+// tile's BN or dv) and passed in as a type; these helpers expand its register arrays.
+//
+// Accumulator layout (per n8 column chunk i, per thread t of the warpgroup): registers 4i..4i+3 hold
+// (r, 8i + 2c), (r, 8i + 2c + 1), (r + 8, 8i + 2c), (r + 8, 8i + 2c + 1) with
+// r = 16 * (t / 32) + (t % 32) / 4 and c = t % 4, the mma.sync m16n8 layout repeated along N.
+#pragma once
+#include <cstdint>
+#include <utility>
+
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90_gmma_ext.hpp>
+
+namespace qattn::sm90 {
+
+// Shared-memory matrix descriptor of a 128-byte-swizzled operand.
+//   K-major (Q, K: rows of 64 contiguous elements): SBO = 1024 B between 8-row groups; LBO unused.
+//   MN-major (V as B of the second GEMM): LBO = stride between 64-column blocks, SBO = 1024 B
+//   between groups of 8 rows (the K direction).
+__device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint64_t d = 0;
+  d |= uint64_t((addr & 0x3FFFF) >> 4);
+  d |= uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16;
+  d |= uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32;
+  d |= uint64_t(1) << 62;  // 128-byte swizzle
+  return d;
+}
+
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+template <class Atom, int NACC, size_t... I>
+__device__ __forceinline__ void ss_call(uint64_t da, uint64_t db, float (&acc)[NACC], cute::SM90::GMMA::ScaleOut sc,
+                                        std::index_sequence<I...>) {
+  Atom::fma(da, db, acc[I]..., sc);
+}
+template <class Atom, int NACC, size_t... I>
+__device__ __forceinline__ void rs_call(const uint32_t* a, uint64_t db, float (&acc)[NACC], std::index_sequence<I...>) {
+  Atom::fma(a[0], a[1], a[2], a[3], db, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+// S = A B^T over K_DIM columns: A is a 64-row slice of a (A_ROWS, K_DIM) swizzled tile starting at
+// row a_row0; B a (B_ROWS, K_DIM) tile. Issues K_DIM/16 wgmmas (not committed).
+template <class Atom, int A_ROWS, int B_ROWS, int K_DIM, class Element, int NACC>
+__device__ __forceinline__ void gemm_ss(const Element* a, int a_row0, const Element* b, float (&acc)[NACC]) {
+#pragma unroll
+  for (int k = 0; k < K_DIM / 16; ++k) {
+    const int blk = k / 4, kk = (k % 4) * 16;  // 64-column block, column inside it
+    const uint64_t da = smem_desc(a + blk * A_ROWS * 64 + a_row0 * 64 + kk, 16, 1024);
+    const uint64_t db = smem_desc(b + blk * B_ROWS * 64 + kk, 16, 1024);
+    ss_call<Atom>(da, db, acc, k == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+                  std::make_index_sequence<NACC>{});
+  }
+}
+
+// O += P V: P is this warpgroup's (64, B_ROWS) fragment (4 registers of two halves per k16 step),
+// V a (B_ROWS, N) MN-major swizzled tile. Issues B_ROWS/16 wgmmas (not committed).
+template <class Atom, int B_ROWS, class Element, int NP, int NACC>
+__device__ __forceinline__ void gemm_rs(const uint32_t (&p)[NP], const Element* v, float (&acc)[NACC]) {
+  static_assert(NP == B_ROWS / 4, "P fragment: 4 registers per k16 step");
+#pragma unroll
+  for (int k = 0; k < B_ROWS / 16; ++k) {
+    const uint64_t db = smem_desc(v + k * 16 * 64, B_ROWS * 128, 1024);
+    rs_call<Atom>(&p[4 * k], db, acc, std::make_index_sequence<NACC>{});
+  }
+}
+
+}  // namespace qattn::sm90

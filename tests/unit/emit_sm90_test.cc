@@ -1,0 +1,157 @@
+// Stage 2 for Hopper (src/backend/emit_sm90.cc): the planner's sm90 TL translates to the
+// warp-specialised TMA + wgmma kernel with the TL's tiles, roles and mask; forms the kernel does
+// not implement are refused with XL diagnostics (never silently repaired). The GPU side (numerics,
+// speed) is tests/gpu/build_kernels.sh + verify.py + bench/bench_sm90.py; compiling one kernel with
+// nvcc is in emit_compile_test.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+#include <string>
+
+#include "backend/translate.h"
+#include "hw/gpu.h"
+#include "plan/plan.h"
+#include "spec/spec.h"
+#include "tl/parser.h"
+
+namespace qattn::backend {
+namespace {
+
+bool has(const support::DiagSink& d, const std::string& code) {
+  for (const auto& x : d.all())
+    if (x.code == code) return true;
+  return false;
+}
+
+std::string plan_code(const std::string& preset, std::map<std::string, std::string> flags = {}) {
+  support::DiagSink d;
+  spec::AttentionSpec s = *spec::find_preset(preset);
+  flags["gpu"] = "h100";
+  EXPECT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
+  auto p = plan::make_plan(s, *hw::find_gpu("h100"), d);
+  EXPECT_TRUE(p.has_value()) << preset << "\n" << d.render();
+  return p ? p->code : std::string();
+}
+
+std::optional<Translation> xlate(const std::string& code, support::DiagSink& d) {
+  return translate_text(code, plan::make_target(*hw::find_gpu("h100")), d, "test.tl");
+}
+
+int const_of(const std::string& code, const std::string& name) {
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(code, m, std::regex("\\b" + name + " = (\\d+)"))) << name << "\n" << code;
+  return m.empty() ? -1 : std::stoi(m[1].str());
+}
+
+struct Case {
+  std::string preset;
+  std::map<std::string, std::string> flags;
+  int d_qk, d_v;
+  std::string ty;    // wgmma operand types in the atom name
+  std::string mask;  // the keep() predicate's distinctive part
+};
+
+TEST(EmitSm90, PresetsLowerToTheWarpSpecialisedKernel) {
+  const std::vector<Case> cases = {
+      {"llama3-8b", {}, 128, 128, "BF16BF16", "k <= q + off"},
+      {"llama2-7b", {{"mask", "none"}, {"lse", "true"}}, 128, 128, "BF16BF16", "return k < p.seqlen_k;"},
+      {"llama3.2-1b", {}, 64, 64, "BF16BF16", "k <= q + off"},
+      {"deepseek-v3-mla-prefill", {}, 192, 128, "BF16BF16", "k <= q + off"},
+      {"llama2-7b", {{"head-dim", "256"}}, 256, 256, "BF16BF16", "k <= q + off"},
+      {"mistral-7b", {{"window", "256,0"}}, 128, 128, "BF16BF16", "k >= q + off - p.window_left"},
+      {"llama2-7b", {{"mask", "causal_top_left"}, {"dtype", "fp16"}}, 128, 128, "F16F16", "k <= q;"},
+  };
+  for (const auto& c : cases) {
+    const std::string what = c.preset;
+    const std::string code = plan_code(c.preset, c.flags);
+    support::DiagSink d;
+    auto t = xlate(code, d);
+    ASSERT_TRUE(t.has_value()) << what << "\n" << d.render() << "\n" << code;
+    const std::string& cu = t->cuda_source;
+    EXPECT_EQ(t->arch, "sm90") << what;
+    bool native = false;
+    for (const auto& f : t->nvcc_flags) native = native || f == "-gencode=arch=compute_90a,code=sm_90a";
+    EXPECT_TRUE(native) << what << ": wgmma and setmaxnreg need sm_90a";
+    const int bm = const_of(code, "BM"), bn = const_of(code, "BN");
+    // the TL's tiles pick the wgmma atoms: N = BN for S = Q K^T, N = d_v for O += P V (P in registers)
+    EXPECT_NE(cu.find("MMA_64x" + std::to_string(bn) + "x16_F32" + c.ty + "_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>"),
+              std::string::npos) << what;
+    EXPECT_NE(cu.find("MMA_64x" + std::to_string(c.d_v) + "x16_F32" + c.ty + "_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>"),
+              std::string::npos) << what;
+    // roles: one producer warpgroup + one consumer warpgroup per 64 query rows
+    EXPECT_EQ(t->threads, 128 * (1 + bm / 64)) << what;
+    EXPECT_NE(cu.find("kConsumers = " + std::to_string(bm / 64)), std::string::npos) << what;
+    EXPECT_NE(cu.find("kDqk = " + std::to_string(c.d_qk) + ", kDv = " + std::to_string(c.d_v)), std::string::npos) << what;
+    EXPECT_NE(cu.find("__launch_bounds__(" + std::to_string(t->threads) + ", 1)"), std::string::npos)
+        << what << ": setmaxnreg needs a register cap at entry";
+    EXPECT_NE(cu.find(c.mask), std::string::npos) << what;
+    EXPECT_NE(cu.find("#include \"qattn/sm90/fwd.cuh\""), std::string::npos) << what;
+    EXPECT_NE(cu.find("make_tile_map(&kp.tma_q"), std::string::npos) << what;
+    EXPECT_LE(t->smem_bytes, 227 * 1024) << what;
+    EXPECT_NE(t->info_json.find("\"arch\": \"sm90\""), std::string::npos) << what;
+    // the loop bounds are the TL's (tiles outside them are never loaded)
+    tl::Program p;
+    support::DiagSink pd;
+    p = tl::parse(code, pd);
+    for (const auto& s : p.stmts)
+      if (s.kind == tl::Stmt::Kind::For)
+        EXPECT_NE(cu.find("// TL " + std::to_string(s.loc.line) + ": for"), std::string::npos) << what;
+  }
+}
+
+TEST(EmitSm90, WindowAndScaleComeFromTheTl) {
+  const std::string code = plan_code("mistral-7b", {{"window", "300,7"}});
+  support::DiagSink d;
+  auto t = xlate(code, d);
+  ASSERT_TRUE(t) << d.render();
+  EXPECT_NE(t->cuda_source.find("kp.window_left = 300; kp.window_right = 7;"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("kp.scale_log2 = softmax_scale * qattn::kLog2e;"), std::string::npos);
+  // a different factor in the TL is what the kernel uses (the translator does not fix the TL)
+  std::string changed = code;
+  const std::string from = "Compute Multiply S, softmax_scale * log2e";
+  ASSERT_NE(changed.find(from), std::string::npos);
+  changed.replace(changed.find(from), from.size(), "Compute Multiply S, softmax_scale");
+  support::DiagSink d2;
+  auto t2 = xlate(changed, d2);
+  ASSERT_TRUE(t2) << d2.render();
+  EXPECT_NE(t2->cuda_source.find("kp.scale_log2 = softmax_scale;"), std::string::npos);
+}
+
+void expect_refused(std::string code, const std::string& from, const std::string& to, const std::string& xl) {
+  ASSERT_NE(code.find(from), std::string::npos) << from;
+  code.replace(code.find(from), from.size(), to);
+  support::DiagSink d;
+  EXPECT_FALSE(xlate(code, d)) << "accepted after replacing `" << from << "`";
+  EXPECT_TRUE(has(d, xl)) << from << " -> " << to << "\n" << d.render();
+  for (const auto& x : d.all())
+    if (x.code == xl) EXPECT_FALSE(x.hint.empty()) << x.message;
+}
+
+TEST(EmitSm90, FormsTheKernelDoesNotImplementAreRefused) {
+  const std::string code = plan_code("llama3-8b");
+  // a missing step of the online softmax is not silently restored
+  expect_refused(code, "  Compute Rescale O, alpha\n", "", "XL0301");
+  // natural exp instead of Exp2
+  expect_refused(code, "Compute Exp2 P", "Compute Exp P", "XL0301");
+  // K/V tiles the wgmma cannot cover
+  expect_refused(code, "Const BM = 128, BN = 128", "Const BM = 128, BN = 120", "XL0202");
+  // a block tile that does not split into 64-row consumer warpgroups
+  expect_refused(code, "Const BM = 128, BN = 128", "Const BM = 96, BN = 128", "XL0202");
+  // fp8 operands have no wgmma lowering yet
+  support::DiagSink d;
+  EXPECT_FALSE(xlate(plan_code("llama2-7b", {{"dtype", "fp8_e4m3"}}), d));
+  EXPECT_TRUE(has(d, "XL0102")) << d.render();
+}
+
+TEST(EmitSm90, CustomVariantsAreRefusedWithAHint) {
+  support::DiagSink d;
+  EXPECT_FALSE(xlate(plan_code("gemma2-9b"), d));  // softcap: a Score declaration
+  EXPECT_TRUE(has(d, "XL0301")) << d.render();
+  bool hinted = false;
+  for (const auto& x : d.all()) hinted = hinted || x.hint.find("--gpu a100") != std::string::npos;
+  EXPECT_TRUE(hinted) << d.render();
+}
+
+}  // namespace
+}  // namespace qattn::backend
