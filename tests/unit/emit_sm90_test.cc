@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/translate.h"
+#include "diag_test_util.h"
 #include "hw/gpu.h"
 #include "plan/plan.h"
 #include "spec/spec.h"
@@ -18,11 +19,7 @@
 namespace qattn::backend {
 namespace {
 
-bool has(const support::DiagSink& d, const std::string& code) {
-  for (const auto& x : d.all())
-    if (x.code == code) return true;
-  return false;
-}
+bool has(const support::DiagSink& d, const std::string& code) { return test::find(d, code) != nullptr; }
 
 std::string plan_code(const std::string& preset, std::map<std::string, std::string> flags = {}) {
   support::DiagSink d;
