@@ -164,16 +164,7 @@ void Lowering::emit_sm90_preamble(Writer& w) {
   w.line("#pragma GCC visibility push(hidden)  // only the C ABI below is exported");
   w.line("namespace qattn_generated {");
   w.line();
-  w.line("// ---- the TL header: problem dims and tile parameters ----");
-  if (kernel_stmt_) comment_stmt(w, *kernel_stmt_);
-  if (dim_stmt_) {
-    comment_stmt(w, *dim_stmt_, "batch, heads and sequence lengths are bound at launch");
-    for (const auto& [n, v] : fixed_dims_) w.line("constexpr int " + ident(n) + " = " + std::to_string(v) + ";");
-  }
-  for (const tl::Stmt* cs : const_stmts_) {
-    comment_stmt(w, *cs);
-    for (const auto& it : cs->cnst.items) w.line("constexpr int " + ident(it.name) + " = " + cpp_int(it.value) + ";");
-  }
+  emit_tl_header(w);
   w.line();
 }
 

@@ -165,6 +165,7 @@ class Lowering {
   void emit_sm90_launch(Writer& w);
 
   // ---- emit_host.cc
+  void emit_tl_header(Writer& w);
   void emit_preamble(Writer& w);
   void emit_abi(Writer& w);
   std::string info_json() const;
