@@ -394,8 +394,11 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
         if (!analyze_skip(s, a.value->name)) ok = false;
         continue;
       }
-      diags_.error("XL0301", a.loc, "schedule attribute `" + a.key + "` is not lowered",
-                   "remove the attribute: the translator chooses the copy/compute overlap itself");
+      const bool hopper = a.key == "async" || a.key == "stages" || a.key == "wait" || a.key == "release" || a.key == "overlap";
+      diags_.error("XL0301", a.loc, "schedule attribute `" + a.key + "` is not lowered for " + target_.name,
+                   hopper ? "the Hopper schedule ({async}, {stages}, {wait}, {release}, {overlap}) is lowered on sm90a only: "
+                            "translate for `--gpu h100`, or remove it (the sm80 translator chooses its own cp.async pipeline)"
+                          : "remove the attribute: the translator chooses the copy/compute overlap itself");
       ok = false;
       break;
     }
@@ -473,6 +476,11 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
           diags_.error("XL0301", s.loc, "a declaration inside the loop is not lowered", "declare Score/Mask before the loop");
           ok = false;
         }
+        break;
+      case tl::Stmt::Kind::Role:
+        diags_.error("XL0301", s.loc, "Role statements (warp specialisation) are lowered on sm90a only",
+                     "translate the wgmma form for a Hopper GPU (`--gpu h100`), or remove the Roles for " + target_.name);
+        ok = false;
         break;
       default: break;
     }

@@ -146,7 +146,57 @@ bool Lowering::analyze_smem_sm90() {
 support::SrcLoc Lowering::at_role() const { return const_stmt_ ? const_stmt_->loc : support::SrcLoc{}; }
 
 // The TL schedule (Role statements, {stages}, {overlap}) over the defaults above.
-bool Lowering::apply_schedule_sm90(support::SrcLoc /*at*/) { return true; }
+// The program's Hopper schedule (Role statements, {stages}, {async}, {overlap}; the checker has
+// verified their consistency, CheckInfo::schedule) replaces the defaults. What the kernel of
+// device/qattn/sm90/fwd.cuh cannot run is XL0202 with the nearest form it can.
+bool Lowering::apply_schedule_sm90(support::SrcLoc at) {
+  const tl::ScheduleInfo& sc = info_.schedule;
+  if (!sc.present) return true;  // no Role statements: the defaults above
+  if (sc.producer_wg != 1) {
+    diags_.error("XL0202", at, std::to_string(sc.producer_wg) + " producer warpgroups are not lowered",
+                 "the sm90 kernel has one producer warpgroup (its thread 0 issues every TMA): `Role producer warpgroups 1 ...`");
+    return false;
+  }
+  if (sc.consumer_wg != sm90_.consumers) {
+    diags_.error("XL0202", at,
+                 std::to_string(sc.consumer_wg) + " consumer warpgroups do not split BM = " + std::to_string(tile_m_) + " rows",
+                 "each consumer warpgroup owns 64 rows of the query tile: `Role consumer warpgroups " +
+                     std::to_string(sm90_.consumers) + " ...` for BM = " + std::to_string(tile_m_));
+    return false;
+  }
+  if (sc.pingpong && sc.consumer_wg != 2) {
+    diags_.error("XL0202", at, "ping-pong over " + std::to_string(sc.consumer_wg) + " consumer warpgroups is not lowered",
+                 "the kernel alternates exactly two consumer warpgroups; drop `pingpong` or use BM = 128");
+    return false;
+  }
+  const int budget = 65536, used = 128 * (sc.producer_regs + sc.consumer_wg * sc.consumer_regs);
+  if (used > budget) {
+    diags_.error("XL0202", at,
+                 "the roles ask for " + std::to_string(used) + " registers, the SM has " + std::to_string(budget),
+                 "128 x (producer registers + consumers x consumer registers) <= 65536, e.g. 24/240 for 2 consumers, 32/160 for 3");
+    return false;
+  }
+  for (const char* b : {"Q", "K", "V"}) {
+    if (!sc.async_buffers.count(b)) {
+      diags_.error("XL0301", at, std::string("the copy into shared ") + b + " is not `{async}`",
+                   "in a program with Roles the producer fills Q, K and V with TMA: mark their global -> shared Copies `{async}`");
+      return false;
+    }
+  }
+  const auto stages_of = [&](const char* b) { auto it = sc.stages.find(b); return it == sc.stages.end() ? 1 : it->second; };
+  if (stages_of("K") != stages_of("V")) {
+    diags_.error("XL0202", at,
+                 "K has " + std::to_string(stages_of("K")) + " stages and V " + std::to_string(stages_of("V")),
+                 "the kernel keeps K and V in rings of one depth: give both the same `{stages: N}`");
+    return false;
+  }
+  sm90_.producer_regs = sc.producer_regs;
+  sm90_.consumer_regs = sc.consumer_regs;
+  sm90_.pingpong = sc.pingpong;
+  sm90_.overlap = sc.overlap;
+  stages_ = stages_of("K");
+  return true;
+}
 
 std::string Lowering::sm90_mask_kind() const {
   if (!mask_stmt_) return "none";

@@ -1,6 +1,7 @@
 // plan::refines: does a TL code program keep its sketch? Stage 1b may add parameters (Dim, Const,
 // Grid, Let), Allocate, Reshape, tile shapes, coordinates, loop bounds, `at` clauses and schedule
-// attributes (`{skip: NAME}`), and must keep every sketch statement, in order, with the same
+// attributes (`{skip: NAME}`, the Hopper schedule's `{async}`, `{stages: N}`, `{wait: X}`, ...) and warp
+// Role statements, and must keep every sketch statement, in order, with the same
 // operation, tensors and operands; Score / Mask declarations with the same expression. This is
 // the check an LLM's stage-1b answer must pass before the checker even runs.
 #include "plan/sketch.h"
@@ -17,6 +18,7 @@ bool added_by_params(const Stmt& s) {
     case Stmt::Kind::Const:
     case Stmt::Kind::Grid:
     case Stmt::Kind::Let:
+    case Stmt::Kind::Role:
     case Stmt::Kind::Allocate:
     case Stmt::Kind::Reshape:
     case Stmt::Kind::Comment:

@@ -7,6 +7,10 @@
 // Attention variants (spec Variants) add Score / Mask declarations, their auxiliary inputs, and
 // `Compute Modify` / `Compute Mask ... with NAME` statements; with a Score the scale splits into
 // softmax_scale, the Modify statements, then log2e (docs/planner.md, "Variants").
+// On sm90 the TL code also states the Hopper schedule (docs/tl.md, "Hopper schedule"): the warp
+// Roles, `{stages: STAGES}` K/V rings, `{async}` TMA copies of Q, K, V, the waits and releases on
+// the two GEMMs and `{overlap}` on the key loop.
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <optional>
@@ -154,6 +158,15 @@ std::string skip_mask(const Problem& p) {
 std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   Writer w(tiles);
   const bool smem_operands = t.sm >= 90;  // wgmma reads Q, K, V from shared memory
+  // The Hopper schedule (TL code only): warp roles, K/V rings, TMA copies, waits and releases.
+  // FlashAttention-3's register split: 24 / 240 with 2 consumer warpgroups, 32 / 160 with 3
+  // (plan/budget.cc register_cap); one consumer warpgroup per 64 rows of Q.
+  const bool schedule = smem_operands && w.params();
+  const int consumers = tiles ? std::max(1, tiles->bm / 64) : 0;
+  const int producer_regs = consumers >= 3 ? 32 : 24;
+  const int consumer_regs = consumers >= 3 ? 160 : 240;
+  // `{...}` after a statement, in TL code on sm90 only.
+  auto sched = [&](const std::string& attrs) { return schedule ? " {" + attrs + "}" : std::string(); };
   const bool same_d = p.d_qk == p.d_v;
   const std::string dqk = same_d ? "d" : "d_qk";
   const std::string dv = same_d ? "d" : "d_v";
@@ -189,6 +202,13 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
                                             std::to_string(p.heads_q / std::max(p.heads_kv, 1)) +
                                             " query heads share one kv head");
     w.line("Let kv_head = head / (heads_q / heads_kv)");
+    if (schedule) {
+      w.comment(" Hopper schedule: 1 producer warpgroup (TMA) and " + std::to_string(consumers) + " consumer warpgroup" +
+                (consumers == 1 ? "" : "s") + " of 64 query rows (WARPS = 4 x " + std::to_string(consumers + 1) + ")");
+      w.line("Role producer warpgroups 1 registers " + std::to_string(producer_regs));
+      w.line("Role consumer warpgroups " + std::to_string(consumers) + " registers " + std::to_string(consumer_regs) +
+             (consumers == 2 ? " pingpong" : ""));
+    }
     w.blank();
     w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + " with offset [b, head]");
     w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]");
@@ -206,8 +226,8 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
       for (const auto& d : decls) w.line(d);
     }
     w.line("Allocate Q in shared (BM, " + dqk + ") " + st);
-    w.line("Allocate K in shared (BN, " + dqk + ") " + st);
-    w.line("Allocate V in shared (BN, " + dv + ") " + st);
+    w.line("Allocate K in shared (BN, " + dqk + ") " + st + sched("stages: STAGES"));
+    w.line("Allocate V in shared (BN, " + dv + ") " + st + sched("stages: STAGES"));
     if (!smem_operands) {
       w.line("Allocate Q in register (BM, " + dqk + ") " + st);
       w.line("Allocate K in register (BN, " + dqk + ") " + st);
@@ -220,18 +240,22 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     w.blank();
   }
   // Copy NAME [tile in coordinate [..]] from A to B — the tile part only in TL code.
-  auto copy = [&](const std::string& name, const std::string& tile_coord, const char* from, const char* to) {
-    w.line("Copy " + name + (w.params() && !tile_coord.empty() ? " " + tile_coord : "") + " from " + from + " to " + to);
+  auto copy = [&](const std::string& name, const std::string& tile_coord, const char* from, const char* to,
+                  const std::string& attrs = {}) {
+    w.line("Copy " + name + (w.params() && !tile_coord.empty() ? " " + tile_coord : "") + " from " + from + " to " + to + attrs);
   };
-  copy("Q", "(BM, " + dqk + ") in coordinate [m_block, 0]", "global", "shared");
+  copy("Q", "(BM, " + dqk + ") in coordinate [m_block, 0]", "global", "shared", sched("async"));
   if (!smem_operands) copy("Q", "", "shared", "register");
   const std::string skip = skip_mask(p);
-  w.line(w.params() ? "for j = " + loop_lo(p) + ": " + loop_hi(p) + (skip.empty() ? "" : " {skip: " + skip + "}")
+  std::string loop_attrs;
+  if (!skip.empty()) loop_attrs = "skip: " + skip;
+  if (schedule) loop_attrs += (loop_attrs.empty() ? "" : ", ") + std::string("overlap");
+  w.line(w.params() ? "for j = " + loop_lo(p) + ": " + loop_hi(p) + (loop_attrs.empty() ? "" : " {" + loop_attrs + "}")
                     : "for j = 0: N");
   w.indent();
-  copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared");
+  copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared", sched("async"));
   if (!smem_operands) copy("K", "", "shared", "register");
-  w.line("Compute GEMM Q, K^T and get S");
+  w.line("Compute GEMM Q, K^T and get S" + sched("wait: Q, wait: K, release: K"));
   const std::string at = w.params() ? " at [m_block, j]" : "";
   const std::vector<std::string> scores = spec::score_order(var);
   if (scores.empty()) {
@@ -256,9 +280,9 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   w.line("Compute Rescale O, alpha");
   w.line("Compute Convert P and get Pc " + st);
   if (w.params()) w.line("Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
-  copy("V", "(BN, " + dv + ") in coordinate [j, 0]", "global", "shared");
+  copy("V", "(BN, " + dv + ") in coordinate [j, 0]", "global", "shared", sched("async"));
   if (!smem_operands) copy("V", "", "shared", "register");
-  w.line("Compute GEMM Pc, V and accumulate O");
+  w.line("Compute GEMM Pc, V and accumulate O" + sched("wait: V, release: V"));
   w.line("Compute Max m, m_new");
   w.dedent();
   w.line("end");

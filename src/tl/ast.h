@@ -62,8 +62,11 @@ struct MaskSpec {
 };
 const char* to_string(MaskSpec::Kind k);  // "none", "bounds", "causal", "causal_top_left", "window", "named"
 
-// Schedule attributes in braces after a statement: `{async, stages: 2}`. Parsed and printed for
-// every statement; the checker says which are understood (see docs/tl.md, "Schedule attributes").
+// Schedule attributes in braces after a statement: `{async}`, `{stages: 2}`, `{wait: K, release: K}`.
+// Parsed and printed for every statement (keys may repeat, in order); the checker says which are
+// understood where: `skip: MASK` (loops), and the Hopper schedule's `stages: N` (shared Allocate),
+// `async` (global -> shared Copy), `wait: X` / `release: X` (any statement), `overlap` (the key
+// loop). See docs/tl.md, "Schedule attributes" and "Hopper schedule".
 struct Attr {
   std::string key;
   std::optional<Expr> value;  // `async` has none; `stages: 2` has one
@@ -154,13 +157,27 @@ struct ForStmt {  // for VAR = LO: HI  ... end
   SrcLoc end_loc;
   std::string end_comment;    // trailing `# ...` on the `end` line, without '#'
 };
+// Role producer warpgroups 1 registers 24
+// Role consumer warpgroups 2 registers 240 pingpong
+// Hopper (sm90) warp specialisation: the block's warps are split into warpgroups of 4 warps; the
+// producer warpgroup(s) issue the asynchronous copies (`{async}`), the consumer warpgroups do
+// everything else (each owns BM / warpgroups rows of the query tile). `registers` is the per-thread
+// register count the role runs with after reallocation (setmaxnreg); `pingpong` (consumer only):
+// two consumer warpgroups alternate so that one's softmax runs under the other's GEMMs.
+// See docs/tl.md, "Hopper schedule".
+struct RoleStmt {
+  bool producer = false;  // true: `Role producer`, false: `Role consumer`
+  Expr warpgroups;        // a compile-time integer >= 1
+  Expr registers;         // a compile-time integer in [24, 256], a multiple of 8
+  bool pingpong = false;
+};
 struct CommentStmt {  // a whole-line comment, text without the leading '#'
   std::string text;
 };
 struct BlankStmt {};  // one or more blank lines (kept for readable printing)
 
 struct Stmt {
-  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank, Variant };
+  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank, Variant, Role };
   Kind kind = Kind::Blank;
   SrcLoc loc;                     // location of the statement's first token
   std::vector<Attr> attrs;        // schedule attributes `{...}`
@@ -178,6 +195,7 @@ struct Stmt {
   ForStmt loop;
   CommentStmt comment;
   VariantStmt variant;
+  RoleStmt role;
 };
 
 struct Program {

@@ -1,9 +1,10 @@
 // The TL checker's driver: the public entry points, scopes and names (TL0301/TL0302/TL0306-TL0308),
-// the data flow over straight-line code and loops (TL0304/TL0305), header statements, schedule
-// attributes (TL0701) and the whole-program facts checked at the end (Kernel header, required global
-// tensors, O stored, Kernel mask applied: TL0307/TL0406/TL0409). Allocate and Copy are in
-// checker_memory.cc, Compute and Reshape in checker_shapes.cc, the range analysis in
-// checker_ranges.cc, formatting helpers in checker_util.cc.
+// the data flow over straight-line code and loops (TL0304/TL0305), header statements, unknown
+// schedule attributes (TL0701) and the whole-program facts checked at the end (Kernel header,
+// required global tensors, O stored, Kernel mask applied: TL0307/TL0406/TL0409). Allocate and Copy
+// are in checker_memory.cc, Compute and Reshape in checker_shapes.cc, the Hopper schedule (Role and
+// its attributes) in checker_schedule.cc, the range analysis in checker_ranges.cc, formatting
+// helpers in checker_util.cc.
 // Input: a Program (any AST, even a malformed one). Output: diagnostics; never throws.
 #include "tl/checker.h"
 
@@ -12,14 +13,6 @@
 
 namespace qattn::tl {
 namespace detail {
-namespace {
-
-// Where a schedule attribute would be accepted. None is understood yet: the Hopper (sm90) schedule
-// will accept `async`, `stages`, ... here, depending on the statement and the target.
-// `skip` (on a loop, naming a Mask) is checked by check_skip.
-bool attr_supported(const Stmt& /*s*/, const Attr& a) { return a.key == "skip"; }
-
-}  // namespace
 
 // ---- walker: scopes and names ----------------------------------------------------------------
 
@@ -315,15 +308,20 @@ void Walker::write_full(const std::string& name, Space sp) {
 
 // ---- statements ------------------------------------------------------------------------------
 
+// `skip` (on a loop, naming a Mask) is checked by check_skip; the Hopper schedule's attributes
+// (stages, async, wait, release, overlap) by check_schedule (checker_schedule.cc); anything else is
+// TL0701.
 void Walker::attrs(const Stmt& s) {
   for (const auto& a : s.attrs) {
-    if (attr_supported(s, a)) {
+    if (a.key == "skip") {
       check_skip(s, a);
       continue;
     }
-    rep_.error("TL0701", pick(a.loc, s.loc), "schedule attribute `" + a.key + "` is not supported for this target",
-               "schedule attributes (async, stages, stage, role, warps, wait, release) are reserved for the sm90 (Hopper) "
-               "schedule; remove `{" + a.key + (a.value ? ": ..." : "") + "}` from this line");
+    if (is_schedule_attr(a.key)) continue;
+    rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
+               "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
+               "wait: X and release: X (any statement), overlap (the key loop); remove `{" + a.key +
+                   (a.value ? ": ..." : "") + "}` from this line");
   }
 }
 
@@ -444,6 +442,7 @@ void Walker::stmt(const Stmt& s) {
     case Stmt::Kind::Reshape: reshape_stmt(s); break;
     case Stmt::Kind::For: for_stmt(s); break;
     case Stmt::Kind::Variant: variant_stmt(s); break;
+    case Stmt::Kind::Role: role_stmt(s); break;
   }
   if (s.kind != Stmt::Kind::Kernel) {
     if (!kernel_ && !seen_non_header_) {
@@ -546,6 +545,7 @@ bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts,
   detail::Reporter rep(diags);
   detail::Walker w(p, rep, info);
   w.run();
+  detail::check_schedule(p, w.poisoned, rep, info);
   detail::check_ranges(p, opts, w.poisoned, rep);
   return rep.errors() == 0;
 }

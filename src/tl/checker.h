@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,20 @@ struct TensorInfo {
   SrcLoc decl;                     // first Allocate
 };
 
+// The Hopper (sm90) schedule of a program (docs/tl.md, "Hopper schedule"): its warp Roles and the
+// schedule attributes the translator lowers. Meaningful when the program checks without errors.
+struct ScheduleInfo {
+  bool present = false;  // the program declares its warp Roles (then both: producer and consumer)
+  int producer_wg = 0, producer_regs = 0;  // `Role producer warpgroups N registers R`
+  int consumer_wg = 0, consumer_regs = 0;  // `Role consumer warpgroups N registers R [pingpong]`
+  bool pingpong = false;
+  // Ring size per shared buffer: every shared buffer with `{stages: N}` and every shared buffer an
+  // `{async}` Copy fills (1 when it has no stages attribute).
+  std::map<std::string, int> stages;
+  std::set<std::string> async_buffers;  // shared buffers filled by `{async}` Copies (Q, K, V)
+  bool overlap = false;                 // some loop has `{overlap}`
+};
+
 struct CheckInfo {
   std::string kernel_name;
   MaskSpec kernel_mask;
@@ -42,6 +57,7 @@ struct CheckInfo {
   std::map<std::string, TensorInfo> tensors;
   std::map<std::string, VariantStmt> variants;  // Score / Mask declarations by name
   std::vector<std::string> aux;                 // auxiliary global tensors, in declaration order
+  ScheduleInfo schedule;                        // Role statements and schedule attributes
 };
 
 bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts = {});  // true when no errors

@@ -1,7 +1,9 @@
 // Internals of the TL checker shared by checker.cc (driver, scopes, names, data flow, loops, header
 // statements, whole-program facts), checker_memory.cc (Allocate, Copy), checker_shapes.cc (Compute:
 // GEMM / element-wise / reductions / Mask, Reshape, layouts), checker_ranges.cc (abstract execution
-// over sample dims: TL0601-TL0604) and checker_util.cc (formatting, Reporter).
+// over sample dims: TL0601-TL0604), checker_variants.cc (Score / Mask, skip), checker_schedule.cc
+// (the Hopper schedule: Role, stages / async / wait / release / overlap: TL0702-TL0716) and
+// checker_util.cc (formatting, Reporter).
 // Not part of the public API; see checker.h.
 #pragma once
 #include <map>
@@ -149,6 +151,9 @@ class Walker {
   bool is_aux(const std::string& name) const;
   VType_ vexpr(const Expr& e, const Stmt& s, const std::vector<std::string>& locals, int depth);
 
+  // ---- checker_schedule.cc ----
+  void role_stmt(const Stmt& s);  // names in the Role's expressions (the rest: check_schedule)
+
   // ---- checker_shapes.cc ----
   void compute_stmt(const Stmt& s);
   void reshape_stmt(const Stmt& s);
@@ -185,6 +190,14 @@ class Walker {
   std::vector<const Stmt*> masks_;               // Compute Mask statements
   int walks_ = 0;                                // loop-body walks (bounded)
 };
+
+// ---- checker_schedule.cc ----
+// The Hopper schedule (TL0702-TL0716): Role statements (placement, values, register budget),
+// placement of the schedule attributes, and the async-copy protocol along every path (wait before
+// read, no read after release, release in the loop that copies, no overwrite of a held 1-stage
+// buffer). Fills info.schedule. Role statements in `poisoned` get no value checks.
+bool is_schedule_attr(const std::string& key);  // stages, async, wait, release, overlap
+void check_schedule(const Program& p, const std::set<const Stmt*>& poisoned, Reporter& rep, CheckInfo& info);
 
 // ---- checker_ranges.cc ----
 void check_ranges(const Program& p, const CheckOptions& opts, const std::set<const Stmt*>& poisoned,

@@ -331,6 +331,7 @@ class RangeWalker {
         }
         case Stmt::Kind::Reshape:
         case Stmt::Kind::Variant:
+        case Stmt::Kind::Role:
         case Stmt::Kind::Comment:
         case Stmt::Kind::Blank: break;
       }

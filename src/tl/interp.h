@@ -12,6 +12,12 @@
 //   TL0902 problem or program too large for the interpreter
 //   TL0903 construct the interpreter does not support
 //   TL0904 bad run configuration (a Dim without value, a --dims entry that conflicts or is unknown)
+//   TL0905 the Hopper schedule broken at run time: a read of a buffer whose async copy was not waited
+//          for or whose slot was released, an async copy into a slot still held (the producer would
+//          wait forever), a release of a slot not held, a bad `stages` / `async` / `wait` / `release`
+// Schedule attributes (docs/tl.md, "Hopper schedule") execute sequentially in program order: staged
+// buffers are rings, async copies fill the next slot, wait/release move slots along; Roles and
+// `{overlap}` do not change what is computed.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -156,6 +156,7 @@ bool Machine::compute_binary(const Stmt& s) {
   if (!count(double(vals.size()), s.loc)) return false;
   if (is_tensor(c.operands[1])) {
     Buffer* y = tensor(c.operands[1].expr.name);
+    if (!shared_read_ok(c.operands[1].expr.name, y, c.operands[1].loc.line ? c.operands[1].loc : s.loc)) return false;
     if (y->shape == x->shape) {
       for (size_t i = 0; i < vals.size(); ++i) vals[i] = apply(op, x->data[i], y->data[i]);
     } else if (x->shape.size() == 2 && y->shape.size() == 1 && y->shape[0] == x->rows()) {
@@ -223,6 +224,7 @@ bool Machine::compute_rowwise(const Stmt& s) {
   std::vector<double> f(static_cast<size_t>(rows));  // per-row factor (Rescale) or divisor (Normalize)
   if (is_tensor(c.operands[1])) {
     Buffer* a = tensor(c.operands[1].expr.name);
+    if (!shared_read_ok(c.operands[1].expr.name, a, c.operands[1].loc.line ? c.operands[1].loc : s.loc)) return false;
     if (a->shape != std::vector<int64_t>{rows})
       return error("TL0901", s.loc,
                    c.op + " needs a row vector of " + std::to_string(rows) + " values; '" + c.operands[1].expr.name +

@@ -1,5 +1,7 @@
 // TL interpreter, part 2: statement execution other than Compute: Let, Allocate, Copy, Reshape,
 // for loops, and the scoping of names bound inside loop bodies (restored after each iteration).
+// Schedule attributes: `{wait: X}` runs before a statement, `{release: X}` after it, `{async}`
+// Copies and `{stages: N}` Allocates go through interp_schedule.cc.
 #include <cmath>
 #include <limits>
 
@@ -49,6 +51,7 @@ Buffer* Machine::operand_tensor(const Operand& o, const Stmt& s, const char* wha
     return nullptr;
   }
   Buffer* b = tensor(o.expr.name);
+  if (b && !shared_read_ok(o.expr.name, b, loc)) return nullptr;
   if (!b) {
     auto it = slots_.find(o.expr.name);
     bool global_only = it != slots_.end() && it->second.global;
@@ -82,6 +85,7 @@ void Machine::bind_buffer(const std::string& name, int level, Buffer b) {
 bool Machine::exec_block(const std::vector<Stmt>& body, bool top) {
   for (const auto& s : body) {
     if (!count(kStmtCost, s.loc)) return false;
+    if (!s.attrs.empty() && !schedule_before(s)) return false;
     bool ok = true;
     switch (s.kind) {
       case Stmt::Kind::Kernel:
@@ -94,6 +98,7 @@ bool Machine::exec_block(const std::vector<Stmt>& body, bool top) {
         break;
       case Stmt::Kind::Comment:
       case Stmt::Kind::Variant:
+      case Stmt::Kind::Role:  // warp roles do not change what is computed
       case Stmt::Kind::Blank: break;
       case Stmt::Kind::Let: {
         auto v = ev_int(s.let.value);
@@ -108,6 +113,7 @@ bool Machine::exec_block(const std::vector<Stmt>& body, bool top) {
       case Stmt::Kind::For: ok = exec_for(s); break;
     }
     if (!ok) return false;
+    if (!s.attrs.empty() && !schedule_after(s)) return false;
   }
   return true;
 }
@@ -196,6 +202,7 @@ bool Machine::exec_allocate(const Stmt& s) {
   }
   if (!count(double(n), s.loc)) return false;
   buf.data.assign(size_t(n), init);
+  if (level == kShared && !make_ring(s, buf)) return false;
   bind_buffer(a.name, level, std::move(buf));
   return true;
 }
@@ -209,6 +216,23 @@ bool Machine::exec_reshape(const Stmt& s) {
 }
 
 bool Machine::exec_copy(const Stmt& s) {
+  for (const auto& a : s.attrs)
+    if (a.key == "async") return async_copy(s);
+  const auto& c = s.copy;
+  auto it = slots_.find(c.name);
+  if (it != slots_.end() && it->second.buf[kShared]) {
+    const Buffer& b = *it->second.buf[kShared];
+    if (c.from == Space::Shared && !shared_read_ok(c.name, &b, s.loc)) return false;
+    if (c.to == Space::Shared && c.from != Space::Shared && b.ring && b.ring->copies > 0)
+      return error("TL0905", s.loc,
+                   "a synchronous Copy into '" + c.name + "', which `{async}` Copies fill (line " +
+                       std::to_string(b.ring->copy_loc.line) + ")",
+                   "mark this Copy `{async}` too, or copy into another shared buffer");
+  }
+  return copy_values(s, nullptr);
+}
+
+bool Machine::copy_values(const Stmt& s, Buffer* into) {
   const auto& c = s.copy;
   if (c.from == c.to)
     return error("TL0901", s.loc, std::string("Copy from ") + to_string(c.from) + " to " + to_string(c.to),
@@ -235,7 +259,7 @@ bool Machine::exec_copy(const Stmt& s) {
       if (it == slots_.end() || !it->second.buf[level])
         return error("TL0901", s.loc, "'" + c.name + "' has no " + level_name(level) + " buffer here",
                      std::string("allocate it with `Allocate ") + c.name + " in " + level_name(level) + " (...)`");
-      out.buf = &*it->second.buf[level];
+      out.buf = into && sp == Space::Shared && sp == c.to ? into : &*it->second.buf[level];
       out.shape = out.buf->shape;
       out.dtype = out.buf->dtype;
     }

@@ -1,6 +1,7 @@
 // Internal state of the TL interpreter (not part of the public API): buffers, global tensors,
 // scopes and the Machine that executes statements. Split over interp.cc (setup, grid, verdict),
-// interp_exec.cc (Allocate, Copy, Let, for) and interp_compute.cc (Compute).
+// interp_exec.cc (Allocate, Copy, Let, for), interp_compute.cc (Compute), interp_variant.cc
+// (Score / Mask declarations, skip) and interp_schedule.cc (the Hopper schedule attributes).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -22,11 +23,26 @@ namespace qattn::tl::interp {
 
 bool is_kernel_arg(const std::string& n);  // Q, K, V, O, LSE
 
+// The ring of a shared buffer that `{async}` Copies fill (docs/tl.md, "Hopper schedule"): N slots
+// (`{stages: N}`, else 1). The k-th async copy fills slot k mod N and leaves it pending; a wait
+// makes the latest copy's slot current (reads see it: its values move into Buffer::data); a
+// release gives the current slot back. Only the latest copy's values are kept while pending.
+struct Ring {
+  enum class St : uint8_t { Free, Pending, Held, Released };
+  std::vector<St> slot;          // one per stage
+  int64_t copies = 0;            // async copies so far; the next fills slot copies % stages
+  int latest = -1;               // slot of the latest async copy
+  int current = -1;              // slot that reads see: the latest waited for
+  std::vector<double> pending;   // the latest copy's values until it is waited for
+  SrcLoc copy_loc, release_loc;  // the latest async Copy and release, for messages
+};
+
 // A shared or register buffer: a 1-D or 2-D array of values already rounded to dtype.
 struct Buffer {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
   std::vector<double> data;
+  std::optional<Ring> ring;  // shared buffers with `{stages: N}` or filled by `{async}` Copies
   int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
 };
@@ -84,6 +100,7 @@ class Machine {
   bool exec_let(const Stmt& s);
   bool exec_allocate(const Stmt& s);
   bool exec_copy(const Stmt& s);
+  bool copy_values(const Stmt& s, Buffer* into);  // the Copy's data movement; `into` replaces the shared destination
   bool exec_reshape(const Stmt& s);
   bool exec_for(const Stmt& s);
   void bind_int(const std::string& name, int64_t v);
@@ -97,6 +114,12 @@ class Machine {
   bool compute_reduce(const Stmt& s);
   bool compute_rowwise(const Stmt& s);  // Rescale, Normalize
   bool compute_mask(const Stmt& s);
+  // ---- interp_schedule.cc (the Hopper schedule: rings, async copies, wait, release) ----
+  bool schedule_before(const Stmt& s);            // `{wait: X}`
+  bool schedule_after(const Stmt& s);             // `{release: X}`
+  bool async_copy(const Stmt& s);                 // `Copy ... from global to shared {async}`
+  bool make_ring(const Stmt& s, Buffer& b);       // `Allocate X in shared ... {stages: N}`
+  bool shared_read_ok(const std::string& name, const Buffer* b, SrcLoc loc);  // TL0905 for pending / released
   // ---- interp_variant.cc ----
   bool setup_variants(const Program& p);
   std::optional<double> aux_read(const std::string& name, const std::vector<int64_t>& idx) const;

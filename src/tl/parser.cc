@@ -24,7 +24,7 @@ constexpr const char* kOpsHint =
     "Compute ops are GEMM, Add, Subtract, Multiply, Divide, Max, Exp, Exp2, Log, Log2, Convert, "
     "RowMax, RowSum, Rescale, Normalize, Mask, Modify";
 constexpr const char* kStmtHint =
-    "a line starts with Kernel, Dim, Const, Grid, Let, Allocate, Score, Mask, Copy, Compute, Reshape, for or end";
+    "a line starts with Kernel, Dim, Const, Grid, Let, Role, Allocate, Score, Mask, Copy, Compute, Reshape, for or end";
 constexpr const char* kDTypeHint = "dtypes are fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 (and int32 for auxiliary global tensors)";
 constexpr const char* kSpaceHint = "memory spaces are global, shared, register";
 constexpr const char* kMaskHint = "masks are none, bounds, causal, causal_top_left, window(L, R)";
@@ -434,6 +434,18 @@ class LineParser {
     if (accept_kw("with") && !mask(s.mask, true)) return false;
     return true;
   }
+  // Role producer|consumer warpgroups EXPR registers EXPR [pingpong]
+  bool role(RoleStmt& s) {
+    const char* hint = "Role producer warpgroups 1 registers 24  /  Role consumer warpgroups 2 registers 240 [pingpong]";
+    if (accept_kw("producer")) s.producer = true;
+    else if (accept_kw("consumer")) s.producer = false;
+    else return expected("'producer' or 'consumer' after 'Role'", hint);
+    if (!expect_kw("warpgroups", "after the role", hint) || !expression(s.warpgroups) ||
+        !expect_kw("registers", "after the warpgroup count", hint) || !expression(s.registers))
+      return false;
+    s.pingpong = accept_kw("pingpong");
+    return true;
+  }
   bool declaration_expr(Expr& out) {
     decl_ = true;
     bool ok = predicate(out, 1);
@@ -501,6 +513,7 @@ class LineParser {
     else if (k == "const") s.kind = K::Const, ok = cnst(s.cnst);
     else if (k == "grid") s.kind = K::Grid, ok = grid(s.grid);
     else if (k == "let") s.kind = K::Let, ok = let(s.let);
+    else if (k == "role") s.kind = K::Role, ok = role(s.role);
     else if (k == "allocate") s.kind = K::Allocate, ok = allocate(s.alloc);
     else if (k == "copy") s.kind = K::Copy, ok = copy(s.copy);
     else if (k == "compute") s.kind = K::Compute, ok = compute(s.compute);

@@ -147,6 +147,10 @@ std::string head(const Stmt& s) {
       }
       return out;
     case Stmt::Kind::Let: return "Let " + s.let.name + " = " + print_expr(s.let.value);
+    case Stmt::Kind::Role:
+      return std::string("Role ") + (s.role.producer ? "producer" : "consumer") + " warpgroups " +
+             print_expr(s.role.warpgroups) + " registers " + print_expr(s.role.registers) +
+             (s.role.pingpong ? " pingpong" : "");
     case Stmt::Kind::Allocate: {
       const auto& a = s.alloc;
       out = "Allocate " + a.name + " in " + to_string(a.space) + " (" + join(a.shape) + ")";

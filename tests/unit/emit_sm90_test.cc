@@ -141,6 +141,73 @@ TEST(EmitSm90, FormsTheKernelDoesNotImplementAreRefused) {
   EXPECT_TRUE(has(d, "XL0102")) << d.render();
 }
 
+// The TL's Hopper schedule (Role statements, {stages}, {overlap}) is what the kernel runs with.
+TEST(EmitSm90, TheTlScheduleDrivesTheKernel) {
+  const std::string code = plan_code("llama3-8b");
+  {
+    support::DiagSink d;
+    auto t = xlate(code, d);
+    ASSERT_TRUE(t) << d.render();
+    EXPECT_NE(t->cuda_source.find("kStages = 2;"), std::string::npos);
+    EXPECT_NE(t->cuda_source.find("kConsumers = 2, kProducerRegs = 24, kConsumerRegs = 240;"), std::string::npos);
+    EXPECT_NE(t->cuda_source.find("kPingpong = true;"), std::string::npos);
+    EXPECT_NE(t->cuda_source.find("kOverlap = true;"), std::string::npos);
+  }
+  std::string changed = code;
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = changed.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    changed.replace(at, from.size(), to);
+  };
+  replace("Role producer warpgroups 1 registers 24", "Role producer warpgroups 1 registers 40");
+  replace("Role consumer warpgroups 2 registers 240 pingpong", "Role consumer warpgroups 2 registers 232");
+  replace("Allocate K in shared (BN, d) bf16 {stages: STAGES}", "Allocate K in shared (BN, d) bf16 {stages: 3}");
+  replace("Allocate V in shared (BN, d) bf16 {stages: STAGES}", "Allocate V in shared (BN, d) bf16 {stages: 3}");
+  replace(" {overlap}\n", "\n");
+  support::DiagSink d;
+  auto t = xlate(changed, d);
+  ASSERT_TRUE(t) << d.render() << "\n" << changed;
+  EXPECT_NE(t->cuda_source.find("kStages = 3;"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("kConsumers = 2, kProducerRegs = 40, kConsumerRegs = 232;"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("kPingpong = false;"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("kOverlap = false;"), std::string::npos);
+}
+
+TEST(EmitSm90, SchedulesTheKernelCannotRunAreRefused) {
+  const std::string code = plan_code("llama3-8b");
+  std::string two_producers = code;
+  const std::string cons = "Role consumer warpgroups 2 registers 240 pingpong";
+  ASSERT_NE(two_producers.find(cons), std::string::npos);
+  two_producers.replace(two_producers.find(cons), cons.size(), "Role consumer warpgroups 2 registers 232 pingpong");
+  expect_refused(two_producers, "Role producer warpgroups 1 registers 24", "Role producer warpgroups 2 registers 24", "XL0202");
+  expect_refused(code, "Role consumer warpgroups 2 registers 240 pingpong", "Role consumer warpgroups 1 registers 240", "XL0202");
+  expect_refused(code, "Allocate V in shared (BN, d) bf16 {stages: STAGES}", "Allocate V in shared (BN, d) bf16 {stages: 3}", "XL0202");
+  // three consumers (BM = 192) cannot ping-pong in this kernel
+  std::string bm192 = code;
+  const std::string c = "Const BM = 128, BN = 128";
+  ASSERT_NE(bm192.find(c), std::string::npos);
+  bm192.replace(bm192.find(c), c.size(), "Const BM = 192, BN = 128");
+  expect_refused(bm192, "Role consumer warpgroups 2 registers 240 pingpong", "Role consumer warpgroups 3 registers 160 pingpong", "XL0202");
+}
+
+// The Hopper schedule on an mma.sync target is refused at its statement, not ignored.
+TEST(EmitSm90, HopperScheduleOnAnAmpereTargetIsRefused) {
+  support::DiagSink pd;
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  ASSERT_TRUE(spec::apply_flags(s, {{"gpu", "a100"}}, pd)) << pd.render();
+  auto p = plan::make_plan(s, *hw::find_gpu("a100"), pd);
+  ASSERT_TRUE(p) << pd.render();
+  std::string code = p->code;
+  const size_t at = code.find("\nAllocate ");
+  ASSERT_NE(at, std::string::npos);
+  code.insert(at + 1, "Role producer warpgroups 1 registers 24\nRole consumer warpgroups 1 registers 240\n");
+  support::DiagSink d;
+  EXPECT_FALSE(translate_text(code, plan::make_target(*hw::find_gpu("a100")), d, "test.tl"));
+  const auto* x = test::find(d, "XL0301");
+  ASSERT_NE(x, nullptr) << d.render();
+  EXPECT_NE(x->hint.find("--gpu h100"), std::string::npos) << x->hint;
+}
+
 TEST(EmitSm90, CustomVariantsAreRefusedWithAHint) {
   support::DiagSink d;
   EXPECT_FALSE(xlate(plan_code("gemma2-9b"), d));  // softcap: a Score declaration

@@ -170,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Corpus, Golden, ::testing::ValuesIn(corpus_files()),
 TEST(GoldenCorpus, HasTheRequiredPrograms) {
   auto files = corpus_files();
   for (const char* f : {"mha.tl", "gqa.tl", "mqa.tl", "causal.tl", "causal_top_left.tl", "mla.tl", "lse.tl", "window.tl",
-                        "bf16.tl", "fp8_e4m3.tl"})
+                        "bf16.tl", "fp8_e4m3.tl", "sm90_schedule.tl"})
     EXPECT_NE(std::find(files.begin(), files.end(), f), files.end()) << f;
 }
 
@@ -449,7 +449,7 @@ TEST(RuntimeDiagnostics, MalformedProgramsReportAndDoNotCrash) {
 // Every single-line deletion and every swap of adjacent lines of the golden programs: the
 // interpreter either runs (and then passes or reports TL0801) or stops with an error; never a crash.
 TEST(RuntimeDiagnostics, MutatedGoldenProgramsNeverCrash) {
-  for (const char* file : {"mha.tl", "lse.tl", "window.tl"}) {
+  for (const char* file : {"mha.tl", "lse.tl", "window.tl", "sm90_schedule.tl"}) {
     std::string text = slurp(kCorpus / file);
     std::vector<std::string> lines;
     std::istringstream in(text);
@@ -482,6 +482,139 @@ TEST(RuntimeDiagnostics, MutatedGoldenProgramsNeverCrash) {
       }
     }
   }
+}
+
+// ---- the Hopper schedule (docs/tl.md, "Hopper schedule") ---------------------------------------
+
+std::string replace_all_once(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "test bug: " << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// sm90_schedule.tl with one edit (which must apply).
+std::string sm90_with(const std::string& from, const std::string& to) {
+  std::string text = slurp(kCorpus / "sm90_schedule.tl");
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "sm90_schedule.tl no longer contains: " << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// Several key tiles per block (the 2-stage rings wrap around), a partial last tile, GQA.
+RunConfig sm90_dims(Precision prec) {
+  RunConfig c;
+  c.dims = {{"batch", 1}, {"heads_q", 2}, {"heads_kv", 1}, {"seqlen_q", 140}, {"seqlen_k", 333}, {"d", 8}};
+  c.precision = prec;
+  return c;
+}
+
+int line_of(const std::string& text, const std::string& needle) {
+  size_t pos = text.find(needle);
+  if (pos == std::string::npos) return -1;
+  return 1 + int(std::count(text.begin(), text.begin() + long(pos), '\n'));
+}
+
+// Removes every schedule construct: Role lines and `{...}` attributes.
+std::string without_schedule(std::string text) {
+  std::string out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind("Role ", 0) == 0) continue;
+    size_t b = l.find(" {");
+    if (b != std::string::npos && l[0] != '#') l = l.substr(0, b);
+    out += l + "\n";
+  }
+  return out;
+}
+
+TEST(Schedule, Sm90ProgramWithTwoStagesMatchesTheReference) {
+  const std::string text = slurp(kCorpus / "sm90_schedule.tl");
+  ASSERT_NE(text.find("{stages: STAGES}"), std::string::npos);
+  ASSERT_NE(text.find("STAGES = 2"), std::string::npos);
+  for (Precision prec : {Precision::FP64, Precision::Storage}) {
+    Outcome with = run_text(text, sm90_dims(prec));
+    ASSERT_TRUE(with.r.ran) << with.diags;
+    EXPECT_TRUE(with.r.passed) << with.r.summary << with.diags;
+    EXPECT_EQ(with.r.unwritten, 0);
+    // The schedule does not change what is computed: the same values as the plain program.
+    Outcome plain = run_text(without_schedule(text), sm90_dims(prec));
+    ASSERT_TRUE(plain.r.passed) << plain.r.summary << plain.diags;
+    EXPECT_EQ(with.r.max_abs_err, plain.r.max_abs_err);
+    EXPECT_EQ(with.r.rel_err, plain.r.rel_err);
+    EXPECT_EQ(with.r.lse_max_abs_err, plain.r.lse_max_abs_err);
+  }
+  // More stages and one stage (released before the next copy) compute the same.
+  for (const char* stages : {"STAGES = 1", "STAGES = 3", "STAGES = 7"}) {
+    SCOPED_TRACE(stages);
+    Outcome o = run_text(sm90_with("STAGES = 2", stages), sm90_dims(Precision::FP64));
+    EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
+  }
+}
+
+// Each broken schedule stops with TL0905 at the statement, on programs the checker never saw.
+void expect_schedule_error(const std::string& text, const std::string& at, const std::string& words) {
+  Outcome o = run_text(text, sm90_dims(Precision::FP64));
+  EXPECT_FALSE(o.r.ran) << o.r.summary;
+  ASSERT_TRUE(o.has("TL0905")) << o.diags;
+  EXPECT_NE(o.diags.find("test.tl:" + std::to_string(line_of(text, at)) + ":"), std::string::npos)
+      << "expected at line " << line_of(text, at) << " (" << at << ")\n" << o.diags;
+  EXPECT_NE(o.diags.find(words), std::string::npos) << o.diags;
+}
+
+TEST(Schedule, ReadBeforeWaitIsARuntimeError) {
+  std::string t = sm90_with("{wait: Q, wait: K, release: K}", "{wait: Q}");
+  t = replace_all_once(t, "  Compute Max m, m_new\n", "  Compute Max m, m_new {wait: K, release: K}\n");
+  expect_schedule_error(t, "Compute GEMM Q, K^T", "reads K before waiting for its async copy");
+  // Q is waited for by nobody.
+  expect_schedule_error(sm90_with("{wait: Q, wait: K, release: K}", "{wait: K, release: K}"), "Compute GEMM Q, K^T",
+                        "reads Q before waiting");
+}
+
+TEST(Schedule, ReadAfterReleaseIsARuntimeError) {
+  std::string t = sm90_with("  Compute Multiply S, softmax_scale * log2e\n",
+                            "  Compute GEMM Q, K^T and accumulate S\n  Compute Multiply S, softmax_scale * log2e\n");
+  expect_schedule_error(t, "Compute GEMM Q, K^T and accumulate S", "reads K after its slot was released");
+}
+
+TEST(Schedule, CopyIntoAHeldSlotIsARuntimeError) {
+  // V is never released: its 2-slot ring is full at the third key tile.
+  expect_schedule_error(sm90_with("{wait: V, release: V}", "{wait: V}"), "Copy V (BN, d)", "the producer would wait forever");
+  // One stage and the release after the next copy: the copy overwrites the tile in use.
+  std::string t = sm90_with("Allocate K in shared (BN, d) bf16 {stages: STAGES}", "Allocate K in shared (BN, d) bf16");
+  t = replace_all_once(t, "{wait: Q, wait: K, release: K}", "{wait: Q, wait: K}");
+  t = replace_all_once(t, "  Compute Multiply S, softmax_scale * log2e\n",
+                       "  Copy K (BN, d) in coordinate [j, 0] from global to shared {async}\n  Compute Multiply S, softmax_scale * log2e {wait: K, release: K}\n");
+  expect_schedule_error(t, "  Copy K (BN, d) in coordinate [j, 0] from global to shared {async}\n  Compute Multiply",
+                        "the producer would wait forever");
+}
+
+TEST(Schedule, ReleaseWithoutAHeldSlotIsARuntimeError) {
+  std::string early = sm90_with("{wait: V, release: V}", "{wait: V}");
+  early = replace_all_once(early, "from global to shared {async}\n  Compute GEMM Pc", "from global to shared {async, release: V}\n  Compute GEMM Pc");
+  expect_schedule_error(early, "Copy V (BN, d)", "was not waited for");
+  std::string twice = sm90_with("  Compute Max m, m_new\n", "  Compute Max m, m_new {release: V}\n");
+  expect_schedule_error(twice, "Compute Max m, m_new {", "already released");
+}
+
+TEST(Schedule, MalformedAttributesAreRuntimeErrors) {
+  expect_schedule_error(sm90_with("STAGES = 2", "STAGES = 0"), "Allocate K in shared", "a ring has 1 to 64 slots");
+  expect_schedule_error(sm90_with("{wait: Q, wait: K, release: K}", "{wait: S, wait: Q, wait: K, release: K}"),
+                        "Compute GEMM Q, K^T", "'S' has no shared buffer here");
+  expect_schedule_error(sm90_with("Copy O (BM, d) in coordinate [m_block, 0] from register to global",
+                                  "Copy O (BM, d) in coordinate [m_block, 0] from register to global {async}"),
+                        "Copy O (BM, d)", "only copies from global to shared are asynchronous");
+  expect_schedule_error(sm90_with("  Compute Max m, m_new\n",
+                                  "  Copy V (BN, d) in coordinate [j, 0] from global to shared\n  Compute Max m, m_new\n"),
+                        "  Copy V (BN, d) in coordinate [j, 0] from global to shared\n", "a synchronous Copy into 'V'");
+}
+
+TEST(Schedule, RolesAndOverlapDoNotChangeTheResult) {
+  std::string t = sm90_with("Role consumer warpgroups 2 registers 240 pingpong", "Role consumer warpgroups 7 registers 8");
+  t = replace_all_once(t, " {overlap}", " {overlap, unknown: 3}");
+  Outcome o = run_text(t, sm90_dims(Precision::Storage));
+  EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
 }
 
 }  // namespace

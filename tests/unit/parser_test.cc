@@ -222,6 +222,37 @@ TEST(parser, CommentsBlanksAttrs) {
   EXPECT_EQ(p.stmts[4].attrs[0].key, "role");
 }
 
+TEST(parser, Role) {
+  auto s = only(ok("Role producer warpgroups 1 registers 24"));
+  EXPECT_EQ(s.kind, Stmt::Kind::Role);
+  EXPECT_TRUE(s.role.producer);
+  EXPECT_EQ(s.role.warpgroups, Expr::number(1, true));
+  EXPECT_EQ(s.role.registers, Expr::number(24, true));
+  EXPECT_FALSE(s.role.pingpong);
+  EXPECT_EQ(s.role.warpgroups.loc.col, 26);
+  EXPECT_EQ(s.role.registers.loc.col, 38);
+  s = only(ok("role CONSUMER Warpgroups NC registers 2 * 120 PingPong {x: 1}  # two consumers"));
+  EXPECT_EQ(s.kind, Stmt::Kind::Role);
+  EXPECT_FALSE(s.role.producer);
+  EXPECT_EQ(s.role.warpgroups, Expr::ident("NC"));
+  EXPECT_EQ(s.role.registers, Expr::binary("*", Expr::number(2, true), Expr::number(120, true)));
+  EXPECT_TRUE(s.role.pingpong);
+  ASSERT_EQ(s.attrs.size(), 1u);
+  EXPECT_EQ(s.trailing_comment, "two consumers");
+  // The schedule attributes: repeated keys kept in order.
+  auto g = only(ok("Compute GEMM Q, K^T and get S {wait: Q, wait: K, release: K}"));
+  ASSERT_EQ(g.attrs.size(), 3u);
+  EXPECT_EQ(g.attrs[0].key, "wait");
+  EXPECT_EQ(*g.attrs[0].value, Expr::ident("Q"));
+  EXPECT_EQ(g.attrs[1].key, "wait");
+  EXPECT_EQ(*g.attrs[1].value, Expr::ident("K"));
+  EXPECT_EQ(g.attrs[2].key, "release");
+  auto a = only(ok("Allocate K in shared (BN, d) bf16 {stages: STAGES}"));
+  EXPECT_EQ(a.alloc.dtype, DType::BF16);
+  ASSERT_EQ(a.attrs.size(), 1u);
+  EXPECT_EQ(*a.attrs[0].value, Expr::ident("STAGES"));
+}
+
 TEST(parser, Expressions) {
   support::DiagSink d;
   auto e = parse_expr("a - b - c", d);
@@ -285,6 +316,10 @@ TEST(parser, EachSyntaxError) {
   expect_error("for j = 0: 2\nend {async}", "TL0212", 2, 5);
   expect_error("for j = 0: 2\nend j", "TL0205", 2, 5);
   expect_error("Compute GEMM A, B and put C", "TL0201", 1, 23);
+  expect_error("Role worker warpgroups 1 registers 24", "TL0201", 1, 6);
+  expect_error("Role producer warpgroups 1", "TL0201", 1, 27);
+  expect_error("Role producer registers 24", "TL0201", 1, 15);
+  expect_error("Role consumer warpgroups 2 registers 240 pingpong twice", "TL0205", 1, 51);
   expect_error("Let x = " + std::string(100, '(') + "1" + std::string(100, ')'), "TL0206", 1);
 }
 

@@ -117,6 +117,88 @@ TEST(planRules, Sm90TilesAreHopperShaped) {
   EXPECT_GE(plan->tiles.bm * plan->tiles.bn, 128 * 64);
 }
 
+// The sm90 rows describe 1 producer + BM / 64 consumer warpgroups: the Roles the planner writes.
+TEST(planSchedule, Sm90RowsAreOneProducerPlusOneConsumerPer64Rows) {
+  int rows = 0;
+  for (const auto& row : rules_table()) {
+    if (row.sm_lo < 90) continue;
+    ++rows;
+    EXPECT_EQ(row.tiles.warps % 4, 0) << row.tiles.reason;
+    const int consumers = row.tiles.warps / 4 - 1;
+    EXPECT_TRUE(consumers == 2 || consumers == 3) << row.tiles.reason;
+    EXPECT_EQ(consumers * 64, row.tiles.bm) << row.tiles.reason;
+    // FlashAttention-3's split fits the register file: 24 / 240 (2 consumers), 32 / 160 (3).
+    const int producer_regs = consumers == 3 ? 32 : 24, consumer_regs = consumers == 3 ? 160 : 240;
+    EXPECT_LE(128 * (producer_regs + consumers * consumer_regs), 65536);
+  }
+  EXPECT_GT(rows, 0);
+}
+
+// The sm90 TL code states the Hopper schedule (docs/tl.md, "Hopper schedule"); sm80 code has none.
+TEST(planSchedule, Sm90CodeHasRolesAndAttributesSm80None) {
+  struct Want { const char* preset; int consumers, producer_regs, consumer_regs; };
+  for (const Want& w : {Want{"llama3-8b", 2, 24, 240}, Want{"llama3.2-1b", 3, 32, 160}}) {
+    SCOPED_TRACE(w.preset);
+    support::DiagSink d;
+    auto plan = make_plan(*spec::find_preset(w.preset), *hw::find_gpu("h100"), d);
+    ASSERT_TRUE(plan) << d.render();
+    const std::string& c = plan->code;
+    const int consumers = plan->tiles.warps / 4 - 1;  // the rules table's warps: producer + consumers
+    EXPECT_EQ(consumers, w.consumers);
+    EXPECT_EQ(consumers * 64, plan->tiles.bm);
+    const std::string consumer_line = "Role consumer warpgroups " + std::to_string(w.consumers) + " registers " +
+                                      std::to_string(w.consumer_regs) + (w.consumers == 2 ? " pingpong\n" : "\n");
+    EXPECT_NE(c.find("\nRole producer warpgroups 1 registers " + std::to_string(w.producer_regs) + "\n"), std::string::npos) << c;
+    EXPECT_NE(c.find("\n" + consumer_line), std::string::npos) << c;
+    EXPECT_LT(c.find("Role consumer"), c.find("Allocate"));
+    for (const char* line : {"Allocate K in shared (BN, d) bf16 {stages: STAGES}\n", "Allocate V in shared (BN, d) bf16 {stages: STAGES}\n",
+                             "Copy Q (BM, d) in coordinate [m_block, 0] from global to shared {async}\n",
+                             "  Copy K (BN, d) in coordinate [j, 0] from global to shared {async}\n",
+                             "  Copy V (BN, d) in coordinate [j, 0] from global to shared {async}\n",
+                             "  Compute GEMM Q, K^T and get S {wait: Q, wait: K, release: K}\n",
+                             "  Compute GEMM Pc, V and accumulate O {wait: V, release: V}\n", ") {overlap}\n"})
+      EXPECT_NE(c.find(line), std::string::npos) << line << "\n" << c;
+    // The checker reads the same schedule back.
+    support::DiagSink cd;
+    tl::CheckInfo info;
+    ASSERT_TRUE(tl::check(tl::parse(c, cd), cd, {}, info)) << cd.render();
+    EXPECT_TRUE(info.schedule.present);
+    EXPECT_EQ(info.schedule.consumer_wg, w.consumers);
+    EXPECT_EQ(info.schedule.producer_regs, w.producer_regs);
+    EXPECT_EQ(info.schedule.consumer_regs, w.consumer_regs);
+    EXPECT_EQ(info.schedule.pingpong, w.consumers == 2);
+    EXPECT_EQ(info.schedule.stages.at("K"), plan->tiles.stages);
+    EXPECT_TRUE(info.schedule.overlap);
+    // The sketch stays free of parameters and schedule.
+    EXPECT_EQ(plan->sketch.find("Role"), std::string::npos);
+    EXPECT_EQ(plan->sketch.find("{"), std::string::npos);
+    // And the interpreter runs the schedule to the reference.
+    support::DiagSink vd;
+    EXPECT_TRUE(verify(*plan, vd).passed()) << vd.render();
+  }
+  // A variant keeps its skip attribute next to overlap.
+  spec::AttentionSpec doc = *spec::find_preset("llama3-8b");
+  doc.variants.document = true;
+  support::DiagSink dd;
+  auto dplan = make_plan(doc, *hw::find_gpu("h100"), dd);
+  ASSERT_TRUE(dplan) << dd.render();
+  EXPECT_NE(dplan->code.find(" {skip: document, overlap}\n"), std::string::npos) << dplan->code;
+  // sm80 (and the other pre-Hopper targets): no Role, no attribute but skip.
+  for (const char* gpu : {"a100", "l40s", "t4"}) {
+    SCOPED_TRACE(gpu);
+    const hw::GpuFacts* g = hw::find_gpu(gpu);
+    support::DiagSink d;
+    auto plan = make_plan(for_gpu(*spec::find_preset("llama3-8b"), *g), *g, d);
+    ASSERT_TRUE(plan) << d.render();
+    EXPECT_EQ(plan->code.find("Role"), std::string::npos) << plan->code;
+    EXPECT_EQ(plan->code.find("{"), std::string::npos) << plan->code;
+    support::DiagSink cd;
+    tl::CheckInfo info;
+    ASSERT_TRUE(tl::check(tl::parse(plan->code, cd), cd, {}, info)) << cd.render();
+    EXPECT_FALSE(info.schedule.present);
+  }
+}
+
 TEST(planCandidates, EnumeratedBestFirstAndAllFit) {
   const hw::GpuFacts* a100 = hw::find_gpu("a100");
   ASSERT_NE(a100, nullptr);

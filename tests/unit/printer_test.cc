@@ -130,6 +130,45 @@ TEST(printer, Statements) {
             "for j = 0: n {wait}\n  Compute Exp P\n  for i = 0: 2\n    Compute Exp Q\n  end  # e\nend\n");
 }
 
+TEST(printer, HopperSchedule) {
+  EXPECT_EQ(fmt("role PRODUCER warpgroups (1) Registers 24"), "Role producer warpgroups 1 registers 24\n");
+  EXPECT_EQ(fmt("ROLE consumer WARPGROUPS BM/64 registers 240 PINGPONG"),
+            "Role consumer warpgroups BM / 64 registers 240 pingpong\n");
+  EXPECT_EQ(fmt("allocate K in shared (BN,d) bf16 {stages:STAGES}"), "Allocate K in shared (BN, d) bf16 {stages: STAGES}\n");
+  EXPECT_EQ(fmt("compute gemm Q,K^T and get S {wait:Q,wait:K,release:K}"),
+            "Compute GEMM Q, K^T and get S {wait: Q, wait: K, release: K}\n");
+  EXPECT_EQ(fmt("for j=0:n {skip:document,overlap}\nend"), "for j = 0: n {skip: document, overlap}\nend\n");
+  // A built Role.
+  Stmt r;
+  r.kind = Stmt::Kind::Role;
+  r.role.producer = false;
+  r.role.warpgroups = Expr::number(3, true);
+  r.role.registers = Expr::number(160, true);
+  EXPECT_EQ(print_stmt(r, 2), "  Role consumer warpgroups 3 registers 160");
+}
+
+// print(parse(x)) == x for a complete sm90 program (the golden one is written canonically).
+TEST(printer, Sm90ProgramRoundTrips) {
+  const std::string text = read(fs::path(QATTN_SOURCE_DIR) / "tests" / "tl" / "sm90_schedule.tl");
+  ASSERT_NE(text.find("Role consumer warpgroups 2 registers 240 pingpong"), std::string::npos);
+  EXPECT_EQ(fmt(text), text);
+  support::DiagSink d;
+  Program p = parse(text, d);
+  Program again = parse(print(p), d);
+  ASSERT_FALSE(d.has_errors()) << d.render();
+  ASSERT_EQ(p.stmts.size(), again.stmts.size());
+  for (size_t i = 0; i < p.stmts.size(); ++i) {
+    EXPECT_EQ(p.stmts[i].kind, again.stmts[i].kind);
+    EXPECT_EQ(p.stmts[i].attrs.size(), again.stmts[i].attrs.size());
+    if (p.stmts[i].kind == Stmt::Kind::Role) {
+      EXPECT_EQ(p.stmts[i].role.producer, again.stmts[i].role.producer);
+      EXPECT_EQ(p.stmts[i].role.warpgroups, again.stmts[i].role.warpgroups);
+      EXPECT_EQ(p.stmts[i].role.registers, again.stmts[i].role.registers);
+      EXPECT_EQ(p.stmts[i].role.pingpong, again.stmts[i].role.pingpong);
+    }
+  }
+}
+
 TEST(printer, CommentsAndBlanks) {
   EXPECT_EQ(fmt("\n\n#a\n#  b  \n\n\n\nLet x = 1 #   c\n\n"), "# a\n#  b\n\nLet x = 1  #   c\n");
   EXPECT_EQ(fmt("#\n"), "#\n");
