@@ -10,7 +10,8 @@ are a launch parameter, so one kernel serves MHA, GQA and MQA). Inputs: bf16, BS
 --tokens, fresh torch.randn per shape. Every (config, seqlen) is first checked against SDPA (cuDNN for
 MLA, whose head dims differ) and then timed with triton.testing.do_bench (median); FLOPs =
 2 * batch * hq * s^2 * (d_qk + d_v), halved for causal. The bf16 GEMM ceiling (8192^3 torch.matmul)
-is measured in the same process. Writes <out>/<date>-<gpu>/results.csv (impl, config, hq, hkv, d_qk,
+is measured in the same process. Every implementation is timed --rounds times (default 3), interleaved in
+rotating order, and the median reported: single timings of one kernel drift by up to 10% on a lent H100. Writes <out>/<date>-<gpu>/results.csv (impl, config, hq, hkv, d_qk,
 d_v, dtype, causal, seqlen, batch, tflops) and summary.md (the table, ratios, geometric means).
 """
 import argparse
@@ -45,6 +46,25 @@ def sdpa(backend, q, k, v, causal, gqa):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
 
+def median_ms(fn):
+    try:
+        return do_bench(fn, return_mode="median")  # triton: the median, not the mean, of its runs
+    except TypeError:
+        return do_bench(fn)  # the CUDA-event fallback of bench_sm80 (a median already)
+
+
+def timed_rounds(fns, rounds):
+    """{impl: ms}: each implementation timed `rounds` times (do_bench, median of its runs), the
+    implementations interleaved in a rotating order so that clock and thermal drift during a row
+    does not favour one of them; the median over the rounds."""
+    names = list(fns)
+    ts = {n: [] for n in names}
+    for r in range(max(1, rounds)):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            ts[n].append(median_ms(fns[n]))
+    return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kernel_dir")
@@ -53,12 +73,24 @@ def main():
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--match", default=r"^sm90_(d\d+|mla)_(causal|none)(_lse)?\.so$")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=REGEX",
+                    help="also time the kernels matching REGEX in the same process, as impl qattn_NAME "
+                         "(e.g. persistent=^sm90p_...): an A/B of two TL schedules")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="time every implementation this many times, interleaved in rotating order; report the median")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
     kernels = find_kernels(args.kernel_dir, args.match, arch="sm90", same_dims=False)
     if not kernels:
         print(f"no sm90 bf16 kernels in {args.kernel_dir}", file=sys.stderr)
         return 1
+    also = {}
+    for spec in args.also:
+        name, _, rx = spec.partition("=")
+        if not name or not rx:
+            print(f"--also wants NAME=REGEX, got {spec!r}", file=sys.stderr)
+            return 2
+        also["qattn_" + name] = find_kernels(args.kernel_dir, rx, arch="sm90", same_dims=False)
     gpu = torch.cuda.get_device_name()
     tag = datetime.date.today().isoformat() + "-" + re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_").lower() + "-sm90"
     out_dir = os.path.join(args.out, tag)
@@ -70,7 +102,8 @@ def main():
     del a, b
     head = f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; bf16 GEMM 8192^3: {gemm:.0f} TFLOPS"
     print(head, flush=True)
-    print(f"{'config':>12} {'causal':>6} {'seqlen':>6} {'qattn':>7} {'cudnn':>7} {'fa2':>7} {'q/cudnn':>7} {'q/fa2':>6}", flush=True)
+    print(f"{'config':>12} {'causal':>6} {'seqlen':>6} {'qattn':>7} {'cudnn':>7} {'fa2':>7} {'q/cudnn':>7} {'q/fa2':>6}"
+          + "".join(f" {n:>16}" for n in also), flush=True)
     rows, table = [], []
     for name in args.configs.split(","):
         hq, hkv, dqk, dv = CONFIGS[name]
@@ -100,22 +133,36 @@ def main():
                     print(f"{name} causal={causal} s{s}: qattn differs from SDPA by {diff:.3e}", file=sys.stderr)
                     return 1
                 flops = 2 * bt * hq * s * s * (dqk + dv) / (2 if causal else 1)
-                res = {"qattn": do_bench(lambda: kern(q, k, v, o, params=params))}
+                fns = {"qattn": lambda: kern(q, k, v, o, params=params)}
+                for impl, ks in also.items():
+                    alt = ks.get((dqk, dv, causal))
+                    if alt is None:
+                        continue
+                    o2 = torch.full_like(o, float("nan"))
+                    p2 = alt.params(q, k, v, o2)
+                    if alt(q, k, v, o2, params=p2) != 0 or not (o2.float() - ref.float()).abs().max().item() < 2e-2:
+                        print(f"{impl} {name} causal={causal} s{s}: failed or differs from SDPA", file=sys.stderr)
+                        return 1
+                    fns[impl] = (lambda alt, o2, p2: lambda: alt(q, k, v, o2, params=p2))(alt, o2, p2)
                 for impl, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
                     if impl == "fa2" and dqk != dv:
                         continue  # FA2 has no 192/128 kernel
                     try:
-                        res[impl] = do_bench(lambda: sdpa(backend, qt, kt, vt, causal, gqa))
+                        sdpa(backend, qt, kt, vt, causal, gqa)
+                        fns[impl] = (lambda backend: lambda: sdpa(backend, qt, kt, vt, causal, gqa))(backend)
                     except RuntimeError as e:
                         print(f"{impl} unavailable for {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+                res = timed_rounds(fns, args.rounds)
                 tf = {impl: flops / (ms * 1e-3) / 1e12 for impl, ms in res.items()}
                 for impl, t in tf.items():
                     rows.append([impl, name, hq, hkv, dqk, dv, "bf16", int(causal), s, bt, f"{t:.1f}"])
                 rc = tf["qattn"] / tf["cudnn"] if "cudnn" in tf else float("nan")
                 rf = tf["qattn"] / tf["fa2"] if "fa2" in tf else float("nan")
-                table.append((name, causal, s, tf["qattn"], tf.get("cudnn", float("nan")), tf.get("fa2", float("nan")), rc, rf))
+                alt_r = [tf[n] / tf["cudnn"] if n in tf and "cudnn" in tf else float("nan") for n in also]
+                table.append((name, causal, s, tf["qattn"], tf.get("cudnn", float("nan")), tf.get("fa2", float("nan")), rc, rf,
+                              alt_r))
                 print(f"{name:>12} {str(causal):>6} {s:>6} {tf['qattn']:7.1f} {tf.get('cudnn', float('nan')):7.1f} "
-                      f"{tf.get('fa2', float('nan')):7.1f} {rc:7.3f} {rf:6.3f}", flush=True)
+                      f"{tf.get('fa2', float('nan')):7.1f} {rc:7.3f} {rf:6.3f}" + "".join(f" {x:16.3f}" for x in alt_r), flush=True)
                 del q, k, v, o, qt, kt, vt, ref
     with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
         w = csv.writer(f)
@@ -127,17 +174,24 @@ def main():
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
     lines = [f"# qattn sm90 vs cuDNN and FA2 ({datetime.date.today().isoformat()})", "", head, "",
-             "| config | causal | seqlen | qattn | cuDNN | FA2 | qattn/cuDNN | qattn/FA2 |", "|---|---|---|---|---|---|---|---|"]
+             "| config | causal | seqlen | qattn | cuDNN | FA2 | qattn/cuDNN | qattn/FA2 |" + "".join(f" {n}/cuDNN |" for n in also),
+             "|---|---|---|---|---|---|---|---|" + "---|" * len(also)]
     for r in table:
-        lines.append(f"| {r[0]} | {'yes' if r[1] else 'no'} | {r[2]} | {r[3]:.0f} | {r[4]:.0f} | {r[5]:.0f} | {r[6]:.3f} | {r[7]:.3f} |")
+        lines.append(f"| {r[0]} | {'yes' if r[1] else 'no'} | {r[2]} | {r[3]:.0f} | {r[4]:.0f} | {r[5]:.0f} | {r[6]:.3f} | {r[7]:.3f} |"
+                     + "".join(f" {x:.3f} |" for x in r[8]))
     d128 = [r[6] for r in table if CONFIGS[r[0]][2] == 128 and CONFIGS[r[0]][3] == 128 and r[2] >= 2048]
     lines += ["", f"- geometric mean qattn/cuDNN over the sweep: {geo([r[6] for r in table]):.3f}",
               f"- geometric mean qattn/FA2 over the sweep: {geo([r[7] for r in table]):.3f}",
               f"- head dim 128, seqlen >= 2k: min qattn/cuDNN {min(d128) if d128 else float('nan'):.3f}, "
-              f"geomean {geo(d128):.3f}", ""]
+              f"geomean {geo(d128):.3f}"]
+    for i, n in enumerate(also):
+        d128a = [r[8][i] for r in table if CONFIGS[r[0]][2] == 128 and CONFIGS[r[0]][3] == 128 and r[2] >= 2048]
+        lines.append(f"- {n}: geometric mean /cuDNN over the sweep {geo([r[8][i] for r in table]):.3f}; head dim 128, "
+                     f"seqlen >= 2k: min {min(d128a) if d128a else float('nan'):.3f}, geomean {geo(d128a):.3f}")
+    lines.append("")
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write("\n".join(lines))
-    print("\n".join(lines[-4:]))
+    print("\n".join(lines[-4 - len(also):]))
     print(f"wrote {out_dir}/results.csv and summary.md")
     return 0
 

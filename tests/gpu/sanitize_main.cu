@@ -43,8 +43,21 @@ static uint16_t to_half_bits(float f, bool bf16) {
   } while (0)
 
 int main(int argc, char** argv) {
+  int B = 2, Hq = 4, Hkv = 2, Sq = 77, Sk = 130, repeats = 0;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--shape") && i + 1 < argc &&
+        std::sscanf(argv[i + 1], "%d,%d,%d,%d,%d", &B, &Hq, &Hkv, &Sq, &Sk) == 5 && B > 0 && Hq > 0 && Hkv > 0 &&
+        Hq % Hkv == 0 && Sq > 0 && Sk > 0) {
+      ++i;
+    } else if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc && (repeats = std::atoi(argv[i + 1])) > 0) {
+      ++i;
+    } else {
+      argc = 0;
+      break;
+    }
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s LIB.so\n", argv[0]);
+    std::fprintf(stderr, "usage: %s LIB.so [--shape B,Hq,Hkv,Sq,Sk] [--repeat N]\n", argv[0]);
     return 2;
   }
   void* h = dlopen(argv[1], RTLD_NOW);
@@ -63,7 +76,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   const int dqk = json_int(j, "d_qk"), dv = json_int(j, "d_v");
-  const int B = 2, Hq = 4, Hkv = 2, Sq = 77, Sk = 130;
   std::mt19937 rng(7);
   std::normal_distribution<float> n01;
   auto fill = [&](size_t n) {
@@ -104,5 +116,19 @@ int main(int argc, char** argv) {
   size_t nan = 0;
   for (auto x : out) nan += bf16 ? ((x & 0x7f80) == 0x7f80 && (x & 0x7f)) : ((x & 0x7c00) == 0x7c00 && (x & 0x3ff));
   std::printf("%s: ran %dx%dx%d/%d %d/%d, %zu NaN outputs\n", argv[1], B, Hq, Hkv, Sq, Sk, dqk, nan);
-  return nan ? 1 : 0;
+  // --repeat N: N more runs on the same inputs (outputs poisoned before each) must be bit-identical.
+  size_t differing_runs = 0;
+  for (int r = 0; r < repeats; ++r) {
+    CHECK(cudaMemset(dout, 0xff, out.size() * 2));
+    if (fwd(&p, nullptr) != QATTN_OK) {
+      std::fprintf(stderr, "qattn_fwd (repeat %d): %s\n", r, err());
+      return 1;
+    }
+    CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> again(out.size());
+    CHECK(cudaMemcpy(again.data(), dout, again.size() * 2, cudaMemcpyDeviceToHost));
+    differing_runs += std::memcmp(again.data(), out.data(), out.size() * 2) != 0;
+  }
+  if (repeats) std::printf("%s: %d repeats, %zu not bit-identical to the first run\n", argv[1], repeats, differing_runs);
+  return nan || differing_runs ? 1 : 0;
 }

@@ -168,6 +168,7 @@ CASES = [
     (1, 6, 3, 1024, 1024, "bshd"),
     (1, 2, 2, 2047, 3001, "bshd"),
     (4, 2, 1, 64, 64, "bhsd"),
+    (3, 16, 4, 1100, 1234, "bshd"),  # 400+ work tiles: a persistent block runs several
 ]
 
 
