@@ -7,6 +7,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 
 #include <cuda_runtime.h>
 
@@ -47,6 +48,40 @@ static inline cudaError_t allow_smem(Kernel kernel, int bytes) {
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e == cudaSuccess && dev >= 0 && dev < 64) done[dev] = true;
   return e;
+}
+
+// The number of SMs of the current device (a persistent grid launches one block per SM), cached
+// per device; 0 when the runtime cannot tell.
+static inline int sm_count() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  static int count[64] = {};
+  if (count[dev] == 0 && cudaDeviceGetAttribute(&count[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) count[dev] = 0;
+  return count[dev];
+}
+
+// A persistent kernel's next-tile counter: one of 1024 zeroed ints of the current device, a
+// different one per launch (launches that run at the same time do not share one; the kernel's
+// last fetch sets it back to 0). Allocated on the first persistent launch on a device (not
+// during stream capture); nullptr when that fails.
+static inline int* tile_counter() {
+  constexpr int kSlots = 1024;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return nullptr;
+  static std::mutex mu;
+  static int* base[64] = {};
+  static unsigned next[64] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (!base[dev]) {
+    int* b = nullptr;
+    if (cudaMalloc(&b, kSlots * sizeof(int)) != cudaSuccess) return nullptr;
+    if (cudaMemset(b, 0, kSlots * sizeof(int)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+      cudaFree(b);
+      return nullptr;
+    }
+    base[dev] = b;
+  }
+  return base[dev] + (next[dev]++ % kSlots);
 }
 
 static inline int launch_status(cudaError_t e, const char* what) {

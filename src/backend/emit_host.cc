@@ -214,7 +214,7 @@ void Lowering::emit_abi(Writer& w) {
   w.line("cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);");
   w.line("if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");");
   if (wgmma_)
-    w.line(kernel_name_ + "<<<dim3(unsigned(gx * gy * gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);");
+    w.line(kernel_name_ + "<<<dim3(unsigned(blocks)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);");
   else
     w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);");
   w.line("return qattn::host::launch_status(cudaGetLastError(), \"" + kernel_name_ + " launch\");");

@@ -126,7 +126,12 @@ bool Lowering::analyze_sm90() {
 bool Lowering::analyze_smem_sm90() {
   const int eb = 2;
   const int dqkp = (d_qk_ + 63) / 64 * 64, dvp = (d_v_ + 63) / 64 * 64;
-  smem_bytes_ = 1024 + int64_t(tile_m_) * dqkp * eb + int64_t(stages_) * sm90_.bn * (dqkp + dvp) * eb + 8 * (2 + 4 * stages_);
+  smem_bytes_ = 1024 + int64_t(tile_m_) * dqkp * eb + int64_t(stages_) * sm90_.bn * (dqkp + dvp) * eb + 8 * (3 + 4 * stages_);
+  // Persistent: O gets its own staging tile when it fits, so the next tile's Q load does not wait
+  // for this tile's epilogue (fwd.cuh, SmemPlan::kO).
+  const int64_t o_bytes = int64_t(tile_m_) * dvp * eb;
+  sm90_.separate_o = sm90_.persistent && smem_bytes_ + o_bytes <= target_.smem_per_block;
+  if (sm90_.separate_o) smem_bytes_ += o_bytes;
   if (smem_bytes_ > target_.smem_per_block) {
     diags_.error("XL0202", const_stmt_ ? const_stmt_->loc : support::SrcLoc{},
                  "the tiles need " + std::to_string(smem_bytes_ / 1024) + " KB of shared memory; " + target_.name + " has " +
@@ -145,12 +150,12 @@ bool Lowering::analyze_smem_sm90() {
 
 support::SrcLoc Lowering::at_role() const { return const_stmt_ ? const_stmt_->loc : support::SrcLoc{}; }
 
-// The TL schedule (Role statements, {stages}, {overlap}) over the defaults above.
 // The program's Hopper schedule (Role statements, {stages}, {async}, {overlap}; the checker has
 // verified their consistency, CheckInfo::schedule) replaces the defaults. What the kernel of
 // device/qattn/sm90/fwd.cuh cannot run is XL0202 with the nearest form it can.
 bool Lowering::apply_schedule_sm90(support::SrcLoc at) {
   const tl::ScheduleInfo& sc = info_.schedule;
+  sm90_.persistent = sc.persistent;  // Grid {persistent}
   if (!sc.present) return true;  // no Role statements: the defaults above
   if (sc.producer_wg != 1) {
     diags_.error("XL0202", at, std::to_string(sc.producer_wg) + " producer warpgroups are not lowered",
@@ -167,13 +172,6 @@ bool Lowering::apply_schedule_sm90(support::SrcLoc at) {
   if (sc.pingpong && sc.consumer_wg != 2) {
     diags_.error("XL0202", at, "ping-pong over " + std::to_string(sc.consumer_wg) + " consumer warpgroups is not lowered",
                  "the kernel alternates exactly two consumer warpgroups; drop `pingpong` or use BM = 128");
-    return false;
-  }
-  const int budget = 65536, used = 128 * (sc.producer_regs + sc.consumer_wg * sc.consumer_regs);
-  if (used > budget) {
-    diags_.error("XL0202", at,
-                 "the roles ask for " + std::to_string(used) + " registers, the SM has " + std::to_string(budget),
-                 "128 x (producer registers + consumers x consumer registers) <= 65536, e.g. 24/240 for 2 consumers, 32/160 for 3");
     return false;
   }
   for (const char* b : {"Q", "K", "V"}) {
@@ -236,6 +234,10 @@ void Lowering::emit_sm90_kernel(Writer& w) {
          std::to_string(sm90_.producer_regs) + ", kConsumerRegs = " + std::to_string(sm90_.consumer_regs) + ";  // TL Role");
   w.line(std::string("static constexpr bool kPingpong = ") + (sm90_.pingpong ? "true" : "false") + ";  // TL Role consumer ... pingpong");
   w.line(std::string("static constexpr bool kOverlap = ") + (sm90_.overlap ? "true" : "false") + ";  // TL for ... {overlap}");
+  w.line(std::string("static constexpr bool kPersistent = ") + (sm90_.persistent ? "true" : "false") +
+         ";  // TL Grid ... {persistent}: one block per SM walks the grid");
+  w.line(std::string("static constexpr bool kSeparateO = ") + (sm90_.separate_o ? "true" : "false") +
+         ";  // O staged in its own shared tile (else in the Q tile)");
   const bool causal = mask_.kind == tl::MaskSpec::Kind::Causal || mask_.kind == tl::MaskSpec::Kind::CausalTopLeft;
   w.line(std::string("static constexpr bool kReverseM = ") + (causal ? "true" : "false") +
          ";  // causal: the longest rows start first");
@@ -315,6 +317,17 @@ void Lowering::emit_sm90_launch(Writer& w) {
   w.line("kp.lse = " + std::string(has_lse_ ? "p.lse" : "nullptr") + ";");
   w.line("// The TL Grid (m_block, head, b) as one grid axis, m_block fastest (fwd.cuh, tile_coord).");
   w.line("if (gx * gy * gz > 2147483647LL) return fail(QATTN_ERR_SHAPE, \"%lld blocks exceed 2^31\", gx * gy * gz);");
+  w.line("kp.num_tiles = int(gx * gy * gz);");
+  if (sm90_.persistent) {
+    w.line("// TL Grid {persistent}: one block per SM (at most one per tile) walks the tiles.");
+    w.line("const int sms = qattn::host::sm_count();");
+    w.line("const long long blocks = sms > 0 && sms < kp.num_tiles ? sms : kp.num_tiles;");
+    w.line("kp.tile_counter = qattn::host::tile_counter();");
+    w.line("if (!kp.tile_counter) return fail(QATTN_ERR_LAUNCH, \"could not allocate the persistent grid's tile counter (first launch on this device inside a stream capture?)\");");
+  } else {
+    w.line("const long long blocks = kp.num_tiles;  // one block per tile");
+    w.line("kp.tile_counter = nullptr;");
+  }
   w.line("kp.seqlen_q = p.seqlen_q; kp.seqlen_k = p.seqlen_k; kp.heads_q = p.heads_q; kp.group = p.heads_q / p.heads_kv;");
   const tl::Expr& f = scale_stmt_->compute.operands[1].expr;
   w.line("{");

@@ -213,7 +213,7 @@ class Lowering {
   bool wgmma_ = false;
   struct Sm90Plan {
     int consumers = 2, producer_regs = 24, consumer_regs = 240, bn = 0;
-    bool pingpong = true, overlap = true, natural_exp = false;
+    bool pingpong = true, overlap = true, natural_exp = false, persistent = false, separate_o = false;
   } sm90_;
   const tl::Stmt* mask_stmt_ = nullptr;   // the loop's Mask statement (sm90)
   const tl::Stmt* scale_stmt_ = nullptr;  // the loop's Multiply of S (sm90)

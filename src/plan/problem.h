@@ -41,6 +41,7 @@ struct TileConfig {
   int warps = 4;       // all warps of the block (sm90: producer + consumer warpgroups)
   int stages = 1;      // K/V shared-memory buffers
   std::string reason;
+  bool persistent = false;  // sm90: TL Grid `{persistent}` (one block per SM takes the tiles in turn)
 };
 
 // What a configuration costs. Filled by plan::estimate (budget.cc).

@@ -163,8 +163,11 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   // (plan/budget.cc register_cap); one consumer warpgroup per 64 rows of Q.
   const bool schedule = smem_operands && w.params();
   const int consumers = tiles ? std::max(1, tiles->bm / 64) : 0;
-  const int producer_regs = consumers >= 3 ? 32 : 24;
-  const int consumer_regs = consumers >= 3 ? 160 : 240;
+  // A persistent grid's producer warp also runs the tile scheduler: 24 registers spill there, so
+  // it gets 40 and the consumers 232.
+  const bool persistent = schedule && tiles->persistent;
+  const int producer_regs = consumers >= 3 ? 32 : persistent ? 40 : 24;
+  const int consumer_regs = consumers >= 3 ? 160 : persistent ? 232 : 240;
   // `{...}` after a statement, in TL code on sm90 only.
   auto sched = [&](const std::string& attrs) { return schedule ? " {" + attrs + "}" : std::string(); };
   const bool same_d = p.d_qk == p.d_v;
@@ -196,7 +199,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) +
            ", WARPS = " + std::to_string(tiles->warps) + ", STAGES = " + std::to_string(tiles->stages));
     if (var.relative_bias) w.line("Const NB = " + std::to_string(*var.relative_bias));
-    w.line("Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch");
+    w.line("Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch" + std::string(persistent ? " {persistent}" : ""));
     w.comment(p.heads_q == p.heads_kv ? " MHA: every query head has its own kv head"
                                       : " " + std::string(p.heads_kv == 1 ? "MQA" : "GQA") + ": " +
                                             std::to_string(p.heads_q / std::max(p.heads_kv, 1)) +

@@ -309,7 +309,7 @@ void Walker::write_full(const std::string& name, Space sp) {
 // ---- statements ------------------------------------------------------------------------------
 
 // `skip` (on a loop, naming a Mask) is checked by check_skip; the Hopper schedule's attributes
-// (stages, async, wait, release, overlap) by check_schedule (checker_schedule.cc); anything else is
+// (stages, async, wait, release, overlap, persistent) by check_schedule (checker_schedule.cc); anything else is
 // TL0701.
 void Walker::attrs(const Stmt& s) {
   for (const auto& a : s.attrs) {
@@ -320,7 +320,7 @@ void Walker::attrs(const Stmt& s) {
     if (is_schedule_attr(a.key)) continue;
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
-               "wait: X and release: X (any statement), overlap (the key loop); remove `{" + a.key +
+               "wait: X and release: X (any statement), overlap (the key loop), persistent (the Grid); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }

@@ -48,6 +48,7 @@ struct ScheduleInfo {
   std::map<std::string, int> stages;
   std::set<std::string> async_buffers;  // shared buffers filled by `{async}` Copies (Q, K, V)
   bool overlap = false;                 // some loop has `{overlap}`
+  bool persistent = false;              // the Grid has `{persistent}`: one block per SM walks its points
 };
 
 struct CheckInfo {

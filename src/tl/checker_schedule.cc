@@ -1,5 +1,5 @@
 // TL checker, the Hopper (sm90) schedule (docs/tl.md, "Hopper schedule"): the warp Role statements
-// and the schedule attributes `stages`, `async`, `wait`, `release` and `overlap`.
+// and the schedule attributes `stages`, `async`, `wait`, `release`, `overlap` and `persistent`.
 //   TL0702 Role misplaced (inside a loop, after an Allocate) or declared twice
 //   TL0703 Role warpgroups not a positive compile-time integer (at most 8 warpgroups in all)
 //   TL0704 Role registers not a compile-time integer in [24, 256] and a multiple of 8
@@ -16,6 +16,7 @@
 //   TL0714 an async copy into a 1-stage buffer that is still held (waited or pending, not released)
 //   TL0715 `overlap` not on a loop of the flash-attention form
 //   TL0716 a release of a buffer this iteration does not hold (not waited, already released)
+//   TL0717 `persistent` not on the Grid statement, or with a value
 // The async-copy protocol is a forward data-flow analysis: each async-filled buffer has a set of
 // possible states {empty, pending, held, released}; loops iterate to a fixed point (the first
 // iteration and the back edge), then the body is walked once more to report. Names only: the
@@ -283,6 +284,15 @@ class Schedule {
           } else {
             info_.schedule.overlap = true;
           }
+        } else if (a.key == "persistent") {
+          if (s.kind != Stmt::Kind::Grid) {
+            error("TL0717", a.loc, s.loc, "`persistent` is an attribute of the Grid (how its points map to blocks)",
+                  "move `{persistent}` to the `Grid m_block = ...` line");
+          } else if (a.value) {
+            error("TL0717", a.loc, s.loc, "`persistent` takes no value", "write `{persistent}`");
+          } else {
+            info_.schedule.persistent = true;
+          }
         }
       }
       // Every copy into an async-filled buffer is async (one producer fills the ring).
@@ -504,7 +514,7 @@ class Schedule {
 }  // namespace
 
 bool is_schedule_attr(const std::string& key) {
-  return key == "stages" || key == "async" || key == "wait" || key == "release" || key == "overlap";
+  return key == "stages" || key == "async" || key == "wait" || key == "release" || key == "overlap" || key == "persistent";
 }
 
 void Walker::role_stmt(const Stmt& s) {

@@ -67,6 +67,17 @@ CONFIGS=(
   "sm90_d128_window|h100|--preset mistral-7b --window 256,0"
   "sm90_d128_topleft_fp16|h100|--preset llama2-7b --mask causal_top_left --dtype fp16"
   "sm90_d96_none|h100|--preset llama2-7b --head-dim 96 --mask none"
+  # the other grid form of the benchmark kernels (an A/B in one process: bench_sm90.py --also):
+  # causal ones with one block per tile, non-causal ones with the TL Grid `{persistent}`
+  "sm90alt_d128_causal|h100|--preset llama3-8b|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
+  "sm90alt_d128_none|h100|--preset llama2-7b --mask none|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
+  "sm90alt_d64_causal|h100|--preset llama3.2-1b|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
+  "sm90alt_d64_none|h100|--preset llama3.2-1b --mask none|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
+  "sm90alt_d256_causal|h100|--preset llama2-7b --head-dim 256|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
+  "sm90alt_d256_none|h100|--preset llama2-7b --head-dim 256 --mask none|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
+  "sm90alt_mla_causal_lse|h100|--preset deepseek-v3-mla-prefill --lse true|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
+  "sm90alt_mla_none|h100|--preset deepseek-v3-mla-prefill --mask none|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
+  "sm90p_d256_none|h100|--preset llama2-7b --head-dim 256 --mask none|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
   "neg_sm90_scale_no_log2e|h100|--preset llama2-7b --mask none|s/Multiply S, softmax_scale \* log2e/Multiply S, softmax_scale/"
 )
 

@@ -107,7 +107,8 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
       {"sm80_bf16_d128_causal_gqa", "llama3-8b", "a100", {}, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "cp.async.cg.shared.global", "ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16"}, {}},
       {"sm75_fp16_d64", "bert-large", "t4", {{"dtype", "fp16"}}, {"mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.x4.m8n8.shared.b16"}, {"cp.async"}},
       {"sm89_fp8_d128_causal", "llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}, {"mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "cp.async.cg.shared.global", "cvt.rn.satfinite.e4m3x2.f32"}, {}},
-      {"sm90_bf16_d128_causal_gqa", "llama3-8b", "h100", {}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.4d.shared::cluster.global", "setmaxnreg.inc.sync.aligned.u32 240", "setmaxnreg.dec.sync.aligned.u32 24", "mbarrier.try_wait.parity"}, {"mma.sync"}},
+      {"sm90_bf16_d128_causal_gqa", "llama3-8b", "h100", {}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.4d.shared::cluster.global", "setmaxnreg.inc.sync.aligned.u32 232", "setmaxnreg.dec.sync.aligned.u32 40", "mbarrier.try_wait.parity", "atom.global.add"}, {"mma.sync"}},
+      {"sm90_bf16_d64_none", "llama3.2-1b", "h100", {{"mask", "none"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "setmaxnreg.inc.sync.aligned.u32 160", "setmaxnreg.dec.sync.aligned.u32 32"}, {"mma.sync", "atom.global.add"}},
   };
   const fs::path dir = fs::temp_directory_path() / ("qattn_emit_compile_" + std::to_string(::getpid()));
   fs::create_directories(dir);

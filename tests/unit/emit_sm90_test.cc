@@ -143,7 +143,7 @@ TEST(EmitSm90, FormsTheKernelDoesNotImplementAreRefused) {
 
 // The TL's Hopper schedule (Role statements, {stages}, {overlap}) is what the kernel runs with.
 TEST(EmitSm90, TheTlScheduleDrivesTheKernel) {
-  const std::string code = plan_code("llama3-8b");
+  const std::string code = plan_code("llama2-7b", {{"mask", "none"}, {"head-dim", "256"}});  // not persistent
   {
     support::DiagSink d;
     auto t = xlate(code, d);
@@ -152,6 +152,8 @@ TEST(EmitSm90, TheTlScheduleDrivesTheKernel) {
     EXPECT_NE(t->cuda_source.find("kConsumers = 2, kProducerRegs = 24, kConsumerRegs = 240;"), std::string::npos);
     EXPECT_NE(t->cuda_source.find("kPingpong = true;"), std::string::npos);
     EXPECT_NE(t->cuda_source.find("kOverlap = true;"), std::string::npos);
+    EXPECT_NE(t->cuda_source.find("kPersistent = false;"), std::string::npos);
+    EXPECT_NE(t->cuda_source.find("const long long blocks = kp.num_tiles;  // one block per tile"), std::string::npos);
   }
   std::string changed = code;
   const auto replace = [&](const std::string& from, const std::string& to) {
@@ -161,33 +163,69 @@ TEST(EmitSm90, TheTlScheduleDrivesTheKernel) {
   };
   replace("Role producer warpgroups 1 registers 24", "Role producer warpgroups 1 registers 40");
   replace("Role consumer warpgroups 2 registers 240 pingpong", "Role consumer warpgroups 2 registers 232");
-  replace("Allocate K in shared (BN, d) bf16 {stages: STAGES}", "Allocate K in shared (BN, d) bf16 {stages: 3}");
-  replace("Allocate V in shared (BN, d) bf16 {stages: STAGES}", "Allocate V in shared (BN, d) bf16 {stages: 3}");
+  replace("Allocate K in shared (BN, d) bf16 {stages: STAGES}", "Allocate K in shared (BN, d) bf16 {stages: 1}");
+  replace("Allocate V in shared (BN, d) bf16 {stages: STAGES}", "Allocate V in shared (BN, d) bf16 {stages: 1}");
   replace(" {overlap}\n", "\n");
   support::DiagSink d;
   auto t = xlate(changed, d);
   ASSERT_TRUE(t) << d.render() << "\n" << changed;
-  EXPECT_NE(t->cuda_source.find("kStages = 3;"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("kStages = 1;"), std::string::npos);
   EXPECT_NE(t->cuda_source.find("kConsumers = 2, kProducerRegs = 40, kConsumerRegs = 232;"), std::string::npos);
   EXPECT_NE(t->cuda_source.find("kPingpong = false;"), std::string::npos);
   EXPECT_NE(t->cuda_source.find("kOverlap = false;"), std::string::npos);
 }
 
 TEST(EmitSm90, SchedulesTheKernelCannotRunAreRefused) {
-  const std::string code = plan_code("llama3-8b");
+  const std::string code = plan_code("llama2-7b", {{"mask", "none"}, {"head-dim", "256"}});
   std::string two_producers = code;
   const std::string cons = "Role consumer warpgroups 2 registers 240 pingpong";
   ASSERT_NE(two_producers.find(cons), std::string::npos);
   two_producers.replace(two_producers.find(cons), cons.size(), "Role consumer warpgroups 2 registers 232 pingpong");
   expect_refused(two_producers, "Role producer warpgroups 1 registers 24", "Role producer warpgroups 2 registers 24", "XL0202");
   expect_refused(code, "Role consumer warpgroups 2 registers 240 pingpong", "Role consumer warpgroups 1 registers 240", "XL0202");
-  expect_refused(code, "Allocate V in shared (BN, d) bf16 {stages: STAGES}", "Allocate V in shared (BN, d) bf16 {stages: 3}", "XL0202");
+  expect_refused(code, "Allocate V in shared (BN, d) bf16 {stages: STAGES}", "Allocate V in shared (BN, d) bf16 {stages: 1}", "XL0202");
   // three consumers (BM = 192) cannot ping-pong in this kernel
-  std::string bm192 = code;
-  const std::string c = "Const BM = 128, BN = 128";
-  ASSERT_NE(bm192.find(c), std::string::npos);
-  bm192.replace(bm192.find(c), c.size(), "Const BM = 192, BN = 128");
-  expect_refused(bm192, "Role consumer warpgroups 2 registers 240 pingpong", "Role consumer warpgroups 3 registers 160 pingpong", "XL0202");
+  std::string bm192 = plan_code("llama3-8b");
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"Const BM = 128, BN = 128", "Const BM = 192, BN = 128"},
+           {"Role producer warpgroups 1 registers 40", "Role producer warpgroups 1 registers 32"}}) {
+    ASSERT_NE(bm192.find(from), std::string::npos) << from;
+    bm192.replace(bm192.find(from), from.size(), to);
+  }
+  expect_refused(bm192, "Role consumer warpgroups 2 registers 232 pingpong", "Role consumer warpgroups 3 registers 160 pingpong", "XL0202");
+}
+
+// Grid {persistent}: one block per SM takes the tiles in turn from a counter; O gets its own
+// staging tile when it fits (else Q is released after the epilogue).
+TEST(EmitSm90, PersistentGridFromTheTl) {
+  const std::string code = plan_code("llama3-8b");  // causal d128: the planner's Grid is persistent
+  ASSERT_NE(code.find("b = 0: batch {persistent}\n"), std::string::npos) << code;
+  support::DiagSink d;
+  auto t = xlate(code, d);
+  ASSERT_TRUE(t) << d.render();
+  const std::string& cu = t->cuda_source;
+  EXPECT_NE(cu.find("kPersistent = true;"), std::string::npos);
+  EXPECT_NE(cu.find("kSeparateO = true;"), std::string::npos) << "32 KB of O staging fits next to Q and the K/V rings";
+  EXPECT_NE(cu.find("qattn::host::sm_count()"), std::string::npos);
+  EXPECT_NE(cu.find("kp.tile_counter = qattn::host::tile_counter();"), std::string::npos);
+  EXPECT_NE(cu.find("kConsumers = 2, kProducerRegs = 40, kConsumerRegs = 232;"), std::string::npos);
+  // d256: Q 64 KB + 2 x 80-row K/V stages leave no room for a separate O tile
+  std::string d256 = plan_code("llama2-7b", {{"head-dim", "256"}});
+  const std::string grid = "b = 0: batch";
+  ASSERT_NE(d256.find(grid), std::string::npos);
+  d256.insert(d256.find(grid) + grid.size(), " {persistent}");
+  support::DiagSink d2;
+  auto t2 = xlate(d256, d2);
+  ASSERT_TRUE(t2) << d2.render();
+  EXPECT_NE(t2->cuda_source.find("kSeparateO = false;"), std::string::npos);
+  // the attribute belongs to the Grid
+  std::string misplaced = plan_code("llama2-7b", {{"mask", "none"}});
+  const std::string kv = "Let kv_head = head / (heads_q / heads_kv)";
+  ASSERT_NE(misplaced.find(kv), std::string::npos);
+  misplaced.insert(misplaced.find(kv) + kv.size(), " {persistent}");
+  support::DiagSink d3;
+  EXPECT_FALSE(xlate(misplaced, d3));
+  EXPECT_TRUE(has(d3, "TL0717")) << d3.render();
 }
 
 // The Hopper schedule on an mma.sync target is refused at its statement, not ignored.

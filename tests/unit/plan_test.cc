@@ -127,8 +127,10 @@ TEST(planSchedule, Sm90RowsAreOneProducerPlusOneConsumerPer64Rows) {
     const int consumers = row.tiles.warps / 4 - 1;
     EXPECT_TRUE(consumers == 2 || consumers == 3) << row.tiles.reason;
     EXPECT_EQ(consumers * 64, row.tiles.bm) << row.tiles.reason;
-    // FlashAttention-3's split fits the register file: 24 / 240 (2 consumers), 32 / 160 (3).
-    const int producer_regs = consumers == 3 ? 32 : 24, consumer_regs = consumers == 3 ? 160 : 240;
+    // FlashAttention-3's split fits the register file: 24 / 240 (2 consumers), 32 / 160 (3); a
+    // persistent grid's producer warp runs the tile scheduler too: 40 / 232.
+    const int producer_regs = consumers == 3 ? 32 : row.tiles.persistent ? 40 : 24;
+    const int consumer_regs = consumers == 3 ? 160 : row.tiles.persistent ? 232 : 240;
     EXPECT_LE(128 * (producer_regs + consumers * consumer_regs), 65536);
   }
   EXPECT_GT(rows, 0);
@@ -136,11 +138,15 @@ TEST(planSchedule, Sm90RowsAreOneProducerPlusOneConsumerPer64Rows) {
 
 // The sm90 TL code states the Hopper schedule (docs/tl.md, "Hopper schedule"); sm80 code has none.
 TEST(planSchedule, Sm90CodeHasRolesAndAttributesSm80None) {
-  struct Want { const char* preset; int consumers, producer_regs, consumer_regs; };
-  for (const Want& w : {Want{"llama3-8b", 2, 24, 240}, Want{"llama3.2-1b", 3, 32, 160}}) {
+  struct Want { const char* preset; int consumers, producer_regs, consumer_regs; bool persistent; };
+  for (const Want& w : {Want{"llama3-8b", 2, 40, 232, true}, Want{"llama3.2-1b", 3, 32, 160, false},
+                        Want{"llama2-7b-none", 2, 40, 232, true}}) {
     SCOPED_TRACE(w.preset);
     support::DiagSink d;
-    auto plan = make_plan(*spec::find_preset(w.preset), *hw::find_gpu("h100"), d);
+    const bool none = std::string(w.preset) == "llama2-7b-none";
+    spec::AttentionSpec sp = *spec::find_preset(none ? "llama2-7b" : w.preset);
+    if (none) ASSERT_TRUE(spec::apply_flags(sp, {{"mask", "none"}}, d)) << d.render();
+    auto plan = make_plan(sp, *hw::find_gpu("h100"), d);
     ASSERT_TRUE(plan) << d.render();
     const std::string& c = plan->code;
     const int consumers = plan->tiles.warps / 4 - 1;  // the rules table's warps: producer + consumers
@@ -169,6 +175,9 @@ TEST(planSchedule, Sm90CodeHasRolesAndAttributesSm80None) {
     EXPECT_EQ(info.schedule.pingpong, w.consumers == 2);
     EXPECT_EQ(info.schedule.stages.at("K"), plan->tiles.stages);
     EXPECT_TRUE(info.schedule.overlap);
+    // causal d128: the Grid is persistent (the rules table's column; docs/tl.md "Hopper schedule")
+    EXPECT_EQ(info.schedule.persistent, w.persistent) << c;
+    EXPECT_EQ(c.find("batch {persistent}\n") != std::string::npos, w.persistent) << c;
     // The sketch stays free of parameters and schedule.
     EXPECT_EQ(plan->sketch.find("Role"), std::string::npos);
     EXPECT_EQ(plan->sketch.find("{"), std::string::npos);

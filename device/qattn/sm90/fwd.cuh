@@ -11,8 +11,10 @@
 //   {overlap} on the loop: the GEMM of tile j+1 is issued before the softmax of tile j, and P V of
 //       tile j runs while the softmax of tile j+1 computes (FA3's intra-warpgroup overlap).
 //   pingpong: two consumer warpgroups take turns issuing their GEMMs (sync.cuh, Pingpong).
-//   Epilogue: O normalised, converted, staged through this warpgroup's rows of the Q tile and
-//       stored with TMA; LSE from registers.
+//   Epilogue: O normalised, converted, staged in shared memory (its own tile, or this warpgroup's
+//       rows of the Q tile) and stored with TMA; LSE from registers.
+//   Grid {persistent}: one block per SM; the producer warp takes tiles from a global counter and
+//       hands them to the consumers (sync.cuh, TileExchange).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -38,6 +40,8 @@ struct Params {
   float scale_log2;           // the TL Multiply factor of S before Exp2 (softmax_scale * log2e)
   float scale;                // softmax_scale (LSE)
   int window_left, window_right;
+  int num_tiles;              // the TL Grid's points (m_block, head, batch); the launch has <= this many blocks
+  int* tile_counter;          // persistent: the next-tile counter (0 at launch; the last fetch resets it)
   const void* aux[4];
 };
 
@@ -122,14 +126,17 @@ __device__ __forceinline__ void convert_p(float const (&s)[NS], uint32_t (&pf)[N
   for (int i = 0; i < NS / 2; ++i) pf[i] = pack2<kBf16>(s[2 * i], s[2 * i + 1]);
 }
 
+// Shared memory: Q tile, the K and V rings, the O staging tile of the epilogue (its own buffer when
+// T::kSeparateO, else this warpgroup's rows of the Q tile), the mbarriers.
 template <class T>
 struct SmemPlan {
   using Element = typename T::Element;
   static constexpr int kDqkP = (T::kDqk + 63) / 64 * 64, kDvP = (T::kDv + 63) / 64 * 64;
   static constexpr int kQ = T::kBM * kDqkP;                  // elements
   static constexpr int kK = T::kBN * kDqkP, kV = T::kBN * kDvP;
-  static constexpr int kTileBytes = (kQ + T::kStages * (kK + kV)) * int(sizeof(Element));
-  static constexpr int kBarriers = 8 * (2 + 4 * T::kStages);
+  static constexpr int kO = T::kSeparateO ? T::kBM * kDvP : 0;
+  static constexpr int kTileBytes = (kQ + T::kStages * (kK + kV) + kO) * int(sizeof(Element));
+  static constexpr int kBarriers = 8 * (2 + 4 * T::kStages) + 8;  // mbarriers + the persistent tile slots
   static constexpr int kBytes = 1024 /* alignment slack */ + kTileBytes + kBarriers;
 };
 
@@ -151,9 +158,11 @@ __device__ __forceinline__ TileCoord tile_coord(int t, Params const& p) {
 }
 
 // The kernel body; the generated __global__ (with __launch_bounds__(threads, 1), which setmaxnreg
-// needs) calls it with its Traits. One block per work tile. (A persistent walk over the tiles was
-// measured slower here: the loop back-edge behind the divergent epilogue made ptxas serialise the
-// wgmmas, warning C7520; bench/results/2026-11-22-h100-sm90-persistent.)
+// needs) calls it with its Traits. Block b runs the work tiles b, b + gridDim.x, ... (TL Grid
+// `{persistent}`: one block per SM walks the tiles and the next tile's Q, K, V loads run under this
+// tile's last GEMMs and epilogue; otherwise one block per tile and the loop runs once). The Q tile
+// goes back to the producer when the last S = Q K^T is issued, unless the epilogue stages O in it
+// (T::kSeparateO false, persistent): then after the TMA store has read it.
 template <class T>
 __device__ __forceinline__ void fwd_body(Params const& p) {
   using Element = typename T::Element;
@@ -168,6 +177,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
   Element* sQ = reinterpret_cast<Element*>(base);
   Element* sK = sQ + Plan::kQ;
   Element* sV = sK + STAGES * Plan::kK;
+  Element* sO = T::kSeparateO ? sV + STAGES * Plan::kV : sQ;
+  constexpr bool kLateQ = T::kPersistent && !T::kSeparateO;  // Q released after the epilogue
   uint64_t* bars = reinterpret_cast<uint64_t*>(base + Plan::kTileBytes);
   uint64_t* full_q = bars;
   uint64_t* empty_q = bars + 1;
@@ -175,6 +186,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
   uint64_t* full_v = full_k + STAGES;
   uint64_t* empty_k = full_v + STAGES;
   uint64_t* empty_v = empty_k + STAGES;
+  int* s_tile = reinterpret_cast<int*>(empty_v + STAGES);  // persistent: two tile-index slots (TileSlot)
+  using TileSlot = TileExchange<T::kConsumers>;
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -191,34 +204,73 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
   __syncthreads();
 
   if (wg == 0) {
-    // ---- TL Role producer: the {async} Copies ----
+    // ---- TL Role producer: the {async} Copies (warp 0 runs the loop, its lane 0 issues) ----
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (threadIdx.x == 0) {
-      cute::prefetch_tma_descriptor(&p.tma_q);
-      cute::prefetch_tma_descriptor(&p.tma_k);
-      cute::prefetch_tma_descriptor(&p.tma_v);
+    if (threadIdx.x < 32) {
+      const bool leader = threadIdx.x == 0;
+      if (leader) {
+        cute::prefetch_tma_descriptor(&p.tma_q);
+        cute::prefetch_tma_descriptor(&p.tma_k);
+        cute::prefetch_tma_descriptor(&p.tma_v);
+      }
       RingPos pos;
       uint32_t q_phase = 0;
-      {
-        const TileCoord tc = tile_coord<T>(int(blockIdx.x), p);
+      for (int t = int(blockIdx.x), k = 0;; ++k) {
+        if (t >= p.num_tiles) {
+          if constexpr (T::kPersistent) TileSlot::publish(s_tile, k, t, leader);  // no more tiles
+          break;
+        }
+        const TileCoord tc = tile_coord<T>(t, p);
         const int kv_head = tc.head / p.group;  // TL Let kv_head
         // TL for j = lo: hi (tiles outside are never loaded: causal / window skipping)
         const int n_begin = T::n_begin(tc.m_block, p), n_end = T::n_end(tc.m_block, p);
-        // TL Copy Q (BM, d) in coordinate [m_block, 0] from global to shared {async}
-        EmptyBarrier::wait(empty_q, q_phase ^ 1u);
-        FullBarrier::arrive_and_expect_tx(full_q, tile_bytes<BM, DQK, Element>());
-        tma_load_tile<BM, DQK>(&p.tma_q, full_q, sQ, tc.m_block * BM, tc.head, tc.batch);
-        q_phase ^= 1u;
+        // TL Copy Q (BM, d) in coordinate [m_block, 0] from global to shared {async}; when Q waits
+        // for the previous tile's epilogue (kLateQ) it is issued after the tile's first K.
+        bool q_issued = false, published = !T::kPersistent;
+        const auto publish = [&] {
+          if (!published) TileSlot::publish(s_tile, k, t, leader);
+          published = true;
+        };
+        const auto load_q = [&] {
+          EmptyBarrier::wait(empty_q, q_phase ^ 1u);
+          if (leader) {
+            FullBarrier::arrive_and_expect_tx(full_q, tile_bytes<BM, DQK, Element>());
+            tma_load_tile<BM, DQK>(&p.tma_q, full_q, sQ, tc.m_block * BM, tc.head, tc.batch);
+          }
+          q_phase ^= 1u;
+          q_issued = true;
+        };
+        if (!kLateQ) load_q();
         for (int n = n_end - 1; n >= n_begin; --n) {
           // TL Copy K (BN, d) in coordinate [j, 0] from global to shared {async}: waits for the slot's release
           EmptyBarrier::wait(&empty_k[pos.slot], pos.phase ^ 1u);
-          FullBarrier::arrive_and_expect_tx(&full_k[pos.slot], tile_bytes<BN, DQK, Element>());
-          tma_load_tile<BN, DQK>(&p.tma_k, &full_k[pos.slot], sK + pos.slot * Plan::kK, n * BN, kv_head, tc.batch);
+          if (leader) {
+            FullBarrier::arrive_and_expect_tx(&full_k[pos.slot], tile_bytes<BN, DQK, Element>());
+            tma_load_tile<BN, DQK>(&p.tma_k, &full_k[pos.slot], sK + pos.slot * Plan::kK, n * BN, kv_head, tc.batch);
+          }
+          if (!q_issued) load_q();
           // TL Copy V (BN, d) in coordinate [j, 0] from global to shared {async}
           EmptyBarrier::wait(&empty_v[pos.slot], pos.phase ^ 1u);
-          FullBarrier::arrive_and_expect_tx(&full_v[pos.slot], tile_bytes<BN, DV, Element>());
-          tma_load_tile<BN, DV>(&p.tma_v, &full_v[pos.slot], sV + pos.slot * Plan::kV, n * BN, kv_head, tc.batch);
+          if (leader) {
+            FullBarrier::arrive_and_expect_tx(&full_v[pos.slot], tile_bytes<BN, DV, Element>());
+            tma_load_tile<BN, DV>(&p.tma_v, &full_v[pos.slot], sV + pos.slot * Plan::kV, n * BN, kv_head, tc.batch);
+          }
           pos.advance(STAGES);
+          publish();  // after the tile's first copies (no-op later)
+        }
+        if (!q_issued) load_q();  // no K/V tile (fully masked rows): the epilogue still runs
+        publish();
+        if constexpr (T::kPersistent) {
+          // The next tile, first come first served (causal: the longest rows are handed out
+          // first). The fetches of one launch number num_tiles; the last one resets the counter.
+          int x = 0;
+          if (leader) {
+            x = atomicAdd(p.tile_counter, 1);
+            if (x == p.num_tiles - 1) atomicExch(p.tile_counter, 0);
+          }
+          t = int(gridDim.x) + __shfl_sync(0xffffffffu, x, 0);
+        } else {
+          break;  // one block per tile
         }
       }
     }
@@ -234,8 +286,10 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
   PP::start(wgc);
   RingPos pos, vpos;
   uint32_t q_phase = 0;
-  {
-    const TileCoord tc = tile_coord<T>(int(blockIdx.x), p);
+  for (int t = int(blockIdx.x), k = 0;; t = p.num_tiles, ++k) {
+    if constexpr (T::kPersistent) t = TileSlot::receive(s_tile, k);  // the block's k-th tile
+    if (t >= p.num_tiles) break;
+    const TileCoord tc = tile_coord<T>(t, p);
     const int m_block = tc.m_block, head = tc.head, batch = tc.batch;
     const int n_begin = T::n_begin(m_block, p), n_end = T::n_end(m_block, p);
     const int q0 = m_block * BM + row_local;  // this thread's query index (the second is q0 + 8)
@@ -328,7 +382,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
       }
       // Every S = Q K^T of this tile is done: Q's buffer goes back to the producer (the next
       // tile's Q load overlaps the last P V and the epilogue).
-      if (tid == 0) EmptyBarrier::arrive(empty_q);
+      if (!kLateQ && tid == 0) EmptyBarrier::arrive(empty_q);
       // The last tile's P V.
       FullBarrier::wait(&full_v[vpos.slot], vpos.phase);
       PP::wait_turn(wgc);
@@ -341,7 +395,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
       wgmma_wait<0>();
       fence_regs(o);
       if (tid == 0) EmptyBarrier::arrive(&empty_v[vpos.slot]);
-    } else if (tid == 0) {
+    } else if (!kLateQ && tid == 0) {
       EmptyBarrier::arrive(empty_q);  // no K/V tile (fully masked rows): Q was never read
     }
 
@@ -361,9 +415,11 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
               l[h] > 0.f ? m[h] * p.scale + logf(l[h]) : -INFINITY;
       }
     }
-    // Stage O in this warpgroup's 64 rows of the Q tile (all its wgmmas have read them), then one
-    // thread stores them with TMA.
-    unsigned char* so = reinterpret_cast<unsigned char*>(sQ);
+    // Stage O in this warpgroup's 64 rows of the staging tile (the Q tile: all this warpgroup's
+    // wgmmas have read its rows), then one thread stores them with TMA. Persistent: the previous
+    // tile's store has finished reading the rows (thread 0 waited for it before this barrier).
+    if constexpr (T::kPersistent) cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + wgc);
+    unsigned char* so = reinterpret_cast<unsigned char*>(sO);
 #pragma unroll
     for (int i = 0; i < DV / 8; ++i) {
 #pragma unroll
@@ -375,8 +431,9 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the copy engine
     cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + wgc);
     if (tid == 0) {
-      tma_store_rows<BM, DV>(&p.tma_o, sQ, wgc * 64, wg_row0, head, batch);
-      cute::tma_store_wait<0>();
+      tma_store_rows<BM, DV>(&p.tma_o, sO, wgc * 64, wg_row0, head, batch);
+      cute::tma_store_wait<0>();  // the copy engine has read the staged rows
+      if (kLateQ) EmptyBarrier::arrive(empty_q);
     }
   }
   PP::finish(wgc);

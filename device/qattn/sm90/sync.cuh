@@ -31,8 +31,32 @@ struct RingPos {
   }
 };
 
-// Named barrier ids: 0 is __syncthreads; 1..4 are ours.
-enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3 };
+// Named barrier ids: 0 is __syncthreads; 1..6 are ours (epilogue: one per consumer warpgroup).
+enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTile = 6 };
+
+// TL Grid `{persistent}`: the producer warp hands the block's k-th tile index to the consumer
+// warpgroups in shared slot k mod 2 and all of them meet at one named barrier (a full sync of the
+// producer warp and the consumers, so the slot is rewritten only after every consumer has read
+// it). The producer publishes after issuing the tile's first copies, so they overlap the previous
+// tile's end; its last index (>= num_tiles) means "no more tiles".
+template <int kConsumers>
+struct TileExchange {
+  static constexpr int kThreads = 32 + 128 * kConsumers;
+  __device__ __forceinline__ static void publish(int* slots, int k, int tile, bool leader) {
+    if (leader) slots[k & 1] = tile;
+    sync();
+  }
+  __device__ __forceinline__ static int receive(const int* slots, int k) {
+    sync();
+    return slots[k & 1];
+  }
+  // `barrier.sync` (not the warp-aligned `bar.sync`): the producer warp's lanes poll their
+  // mbarriers independently and need not be converged here. The memory clobber keeps the slot's
+  // store and load on their sides of the barrier.
+  __device__ __forceinline__ static void sync() {
+    asm volatile("barrier.sync %0, %1;" : : "r"(int(kBarTile)), "r"(kThreads) : "memory");
+  }
+};
 
 // TL `Role consumer warpgroups 2 ... pingpong`: consumer warpgroup w may issue its GEMMs only after
 // the other one has issued its own (the tensor cores alternate; one warpgroup's softmax runs under
