@@ -177,7 +177,7 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     multiple of heads_kv (MHA, GQA, MQA); d_v may be smaller than d_qk (MLA prefill, 192/128).
     causal: False, True (= 'bottom_right', FlashAttention's alignment) or 'top_left' (SDPA's
     is_causal); the two agree when seqlen_q == seqlen_k. window: (left, right) sliding window,
-    bottom-right aligned; -1 is unbounded. scale: default 1/sqrt(d_qk). softcap: not supported yet.
+    bottom-right aligned; -1 is unbounded. scale: default 1/sqrt(d_qk). softcap: c -> scores become c * tanh(s / c) (None: none).
     Returns o in the input's layout, and with return_lse=True also lse (batch, heads_q, seqlen_q) fp32.
     Launches on the current CUDA stream. Raises a qattn.QattnError subclass for anything it cannot do.
     """

@@ -41,10 +41,9 @@ def _window(window, causal_align):
     return "window", (left, right)
 
 
-# Score modifications that qattn.attention() passes on to the spec's "variants" object. softcap is
-# accepted by the spec (docs/spec.md "Variants") but the binding refuses it until the lead's issue-8
-# work lowers it end to end; wiring it is adding "softcap" here.
-SUPPORTED_SCORE_VARIANTS = set()
+# Score modifications that qattn.attention() passes on to the spec's "variants" object (docs/spec.md
+# "Variants"; the planner writes them as TL Score declarations, every backend lowers them).
+SUPPORTED_SCORE_VARIANTS = {"softcap"}
 
 # The spec keys that variant arguments fix at compile time: part of every kernel key and kernel spec.
 VARIANT_KEYS = ("mask", "variants")

@@ -110,9 +110,13 @@ def test_variant_arguments():
         with pytest.raises(qattn.SpecError) as e:
             vf(**bad)
         assert e.value.code == "PY0107", bad
-    with pytest.raises(qattn.SpecError) as e:
-        vf(softcap=30.0)
-    assert e.value.code == "PY0301" and "softcap" in str(e.value)
+    assert vf(softcap=30.0, causal=True) == {"mask": {"kind": "causal", "align": "bottom_right"},
+                                             "variants": {"softcap": 30.0}}
+    assert vf(softcap=0) == {"mask": {"kind": "none"}}  # 0 / None: no soft-capping
+    for bad in (-1.0, "big", float("nan"), float("inf")):
+        with pytest.raises(qattn.SpecError) as e:
+            vf(softcap=bad)
+        assert e.value.code == "PY0107", bad
 
 
 def test_kernel_spec_is_keyed_by_compile_time_fields_only():
@@ -276,8 +280,8 @@ def test_attention_rejects_cpu_tensors_and_bad_input():
         qattn.attention(q[0], q[0], q[0])
     assert e.value.code == "PY0101"
     with pytest.raises(qattn.SpecError) as e:
-        qattn.attention(q, q, q, softcap=50.0)
-    assert e.value.code == "PY0301"
+        qattn.attention(q, q, q, softcap=-50.0)
+    assert e.value.code == "PY0107"
     with pytest.raises(qattn.SpecError) as e:
         qattn.attention(q, q, q, layout="sbhd")
     assert e.value.code == "PY0106"

@@ -47,8 +47,9 @@ def visible(sq, sk, causal=False, window=None, device="cuda"):
     return torch.ones(sq, sk, dtype=torch.bool, device=device)
 
 
-def reference(q, k, v, vis, scale, lowp=False):
-    """q (B,Sq,Hq,D), k/v (B,Sk,Hkv,D) BSHD views -> O (B,Sq,Hq,Dv) fp32, LSE (B,Hq,Sq) fp32."""
+def reference(q, k, v, vis, scale, lowp=False, softcap=None):
+    """q (B,Sq,Hq,D), k/v (B,Sk,Hkv,D) BSHD views -> O (B,Sq,Hq,Dv) fp32, LSE (B,Hq,Sq) fp32.
+    softcap c: every scaled score s becomes c * tanh(s / c) before the mask."""
     hq, hkv = q.shape[2], k.shape[2]
     dt = q.dtype
     qd = q.permute(0, 2, 1, 3)
@@ -58,6 +59,8 @@ def reference(q, k, v, vis, scale, lowp=False):
         s = (qd @ kd.transpose(-1, -2)).float() * scale
     else:
         s = (qd.float() @ kd.float().transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     s = s.masked_fill(~vis, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
@@ -73,10 +76,10 @@ def max_abs(a, b):
     return d.max().item() if d.numel() else 0.0
 
 
-def check(o, lse, q, k, v, vis, scale):
+def check(o, lse, q, k, v, vis, scale, softcap=None):
     """FlashAttention's rule on O (and on LSE when given); q, k, v, o are BSHD views."""
-    ref, lse_ref = reference(q, k, v, vis, scale)
-    low, lse_low = reference(q, k, v, vis, scale, lowp=True)
+    ref, lse_ref = reference(q, k, v, vis, scale, softcap=softcap)
+    low, lse_low = reference(q, k, v, vis, scale, lowp=True, softcap=softcap)
     assert not torch.isnan(o).any(), "NaN in the output (unwritten poisoned rows?)"
     err, base = max_abs(o.float(), ref), max_abs(low, ref)
     atol = 1e-5 * max(1.0, ref.abs().max().item() if ref.numel() else 1.0)
@@ -129,11 +132,13 @@ SHAPES = [
 LAYOUTS = ["bshd", "bhsd"]
 
 
-def run_case(shape, layout, dtype, dqk, dv, gen, causal=False, window=None, return_lse=False, scale=None):
+def run_case(shape, layout, dtype, dqk, dv, gen, causal=False, window=None, return_lse=False, scale=None,
+             softcap=None):
     b, sq, sk, hq, hkv = shape
     q, k, v = inputs(b, sq, sk, hq, hkv, dqk, dv, dtype, layout, gen)
+    kw = dict(softcap=softcap) if softcap else {}
     out = poisoned_call(q, k, v, sq, hq, dv, causal=causal, window=window, return_lse=return_lse,
-                        scale=scale, layout=layout)
+                        scale=scale, layout=layout, **kw)
     o, lse = out if return_lse else (out, None)
     assert o.dtype == dtype and o.device == q.device
     assert tuple(o.shape) == ((b, hq, sq, dv) if layout == "bhsd" else (b, sq, hq, dv))
@@ -141,7 +146,7 @@ def run_case(shape, layout, dtype, dqk, dv, gen, causal=False, window=None, retu
         assert lse.dtype == torch.float32 and tuple(lse.shape) == (b, hq, sq)
     vis = visible(sq, sk, causal, window)
     check(bshd(o, layout), lse, bshd(q, layout), bshd(k, layout), bshd(v, layout), vis,
-          scale if scale is not None else dqk ** -0.5)
+          scale if scale is not None else dqk ** -0.5, softcap=softcap)
 
 
 # ---- numerics --------------------------------------------------------------------------------------
@@ -168,6 +173,14 @@ def test_fp16_d64_causal_return_lse(shape, layout, gen):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_fp16_d64_sliding_window(shape, gen):
     run_case(shape, "bshd", torch.float16, 64, 64, gen, window=(37, 5))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[2], SHAPES[4]])
+def test_bf16_d128_softcap_return_lse(shape, causal, gen):
+    """softcap=c: Gemma 2's tanh soft-capping (a TL Score declaration), LSE included; scale 0.5 so
+    that the cap bends the scores (|s| reaches ~15 at d128)."""
+    run_case(shape, "bshd", torch.bfloat16, 128, 128, gen, causal=causal, return_lse=True, scale=0.5, softcap=10.0)
 
 
 @pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[4]])
@@ -280,7 +293,7 @@ def test_errors_are_exceptions_with_diagnostics():
     _err(lambda: qattn.attention(c, c.cpu(), c), qattn.DeviceError, "PY0102")
     _err(lambda: qattn.attention(c, c[:, :, :1].repeat(1, 1, 3, 1), c[:, :, :1].repeat(1, 1, 3, 1)),
          qattn.SpecError, "PY0105")  # 2 query heads, 3 kv heads
-    _err(lambda: qattn.attention(c, c, c, softcap=30.0), qattn.SpecError, "PY0301")
+    _err(lambda: qattn.attention(c, c, c, softcap=-30.0), qattn.SpecError, "PY0107")
     _err(lambda: qattn.attention(c, c, c, scale=-1.0), qattn.SpecError, "PY0108")
     _err(lambda: qattn.attention(c, c, c, window=(4, 2), causal=True), qattn.SpecError, "PY0107")
     g = c.clone().requires_grad_(True)
