@@ -67,10 +67,34 @@ bool Lowering::analyze_sm90() {
                  "d_qk and d_v up to 256, d_v a multiple of 8 and not above d_qk rounded up to 64");
     return false;
   }
-  // ---- the loop body: the online-softmax form ----
-  const std::vector<std::string> want = {"GEMM",   "Multiply", "RowMax",  "Max", "Subtract", "Exp2",    "Subtract", "Exp2",
-                                         "RowSum", "Rescale",  "Add",     "Rescale", "Convert", "Reshape", "GEMM",    "Max"};
+  // ---- auxiliary globals of the Score / Mask declarations (ABI aux[]), the loop's {skip} ----
+  for (const auto& st : prog_.stmts) {
+    if (st.kind != tl::Stmt::Kind::Allocate || st.alloc.space != tl::Space::Global) continue;
+    const auto& a = st.alloc;
+    if (a.name == "Q" || a.name == "K" || a.name == "V" || a.name == "O" || a.name == "LSE") continue;
+    if (std::find(info_.aux.begin(), info_.aux.end(), a.name) == info_.aux.end()) {
+      diags_.error("XL0301", st.loc, "global tensor " + a.name + " has no ABI argument",
+                   "globals are Q, K, V, O, LSE and up to 4 auxiliary fp32/int32 inputs of Score/Mask declarations");
+      return false;
+    }
+    AuxInfo ai;
+    ai.slot = int(aux_order_.size());
+    ai.is_int = a.dtype && *a.dtype == tl::DType::I32;
+    for (const auto& e : a.shape) ai.extents.push_back(cpp_int(e));
+    aux_[a.name] = ai;
+    aux_order_.push_back(a.name);
+  }
+  for (const auto& a : loop_->attrs)
+    if (a.key == "skip" && a.value && a.value->kind == tl::Expr::Kind::Name && !analyze_skip(*loop_, a.value->name)) return false;
+  // ---- the loop body: GEMM, the score stage, the online-softmax form ----
+  // The score stage (after the first GEMM): Multiply, Modify and Mask statements. The kernel runs
+  // the Multiplies and Modifies up to the last Modify element-wise (Scope::modify), then the masks,
+  // and folds the Multiplies after the last Modify into its Exp2 (positive factors commute with
+  // a mask's -inf).
+  const std::vector<std::string> tail = {"RowMax", "Max", "Subtract", "Exp2", "Subtract", "Exp2", "RowSum",
+                                         "Rescale", "Add", "Rescale", "Convert", "Reshape", "GEMM", "Max"};
   std::vector<std::string> got;
+  std::vector<const tl::Stmt*> stage;
   for (const auto& s : loop_->loop.body) {
     if (s.kind == tl::Stmt::Kind::Copy || s.kind == tl::Stmt::Kind::Comment || s.kind == tl::Stmt::Kind::Blank) continue;
     if (s.kind == tl::Stmt::Kind::Reshape) {
@@ -79,41 +103,75 @@ bool Lowering::analyze_sm90() {
     }
     if (s.kind != tl::Stmt::Kind::Compute) {
       diags_.error("XL0301", s.loc, "this statement is not lowered inside the sm90 main loop",
-                   "the loop body holds the K/V Copies, the GEMMs, the Mask and the online-softmax Computes");
+                   "the loop body holds the K/V Copies, the GEMMs, the score Multiply/Modify/Mask statements and the online-softmax Computes");
       return false;
     }
     const auto& c = s.compute;
-    if (c.op == "Mask") {
-      if (c.mask.kind == tl::MaskSpec::Kind::Named) {
-        diags_.error("XL0301", s.loc, "Mask/Score declarations are not lowered on sm90 yet",
-                     "use the sm80 path for custom variants on Hopper (--gpu a100), or a built-in mask");
-        return false;
-      }
-      if (mask_stmt_) {
-        diags_.error("XL0301", s.loc, "a second Mask in the loop", "one Mask statement per score tile");
-        return false;
-      }
-      mask_stmt_ = &s;
+    const bool score_op = c.op == "Multiply" || c.op == "Modify" || c.op == "Mask";
+    if (score_op && got.size() == 1 && got[0] == "GEMM") {
+      stage.push_back(&s);
       continue;
-    }
-    if (c.op == "Modify") {
-      diags_.error("XL0301", s.loc, "score modifications are not lowered on sm90 yet",
-                   "use the sm80 path for Score declarations on Hopper (--gpu a100)");
-      return false;
     }
     std::string op = c.op == "Exp" ? "Exp2" : c.op;
     if (c.op == "Exp") sm90_.natural_exp = true;
     got.push_back(op);
-    if (c.op == "Multiply" && got.size() == 2) scale_stmt_ = &s;
   }
-  if (got != want) {
-    diags_.error("XL0301", loop_->loc, "the loop body is not the online-softmax form the sm90 kernel implements: " + op_list(got),
-                 "expected the Computes " + op_list(want) + " (in this order; Mask after Multiply), as `qattn plan --gpu h100` writes");
+  std::vector<std::string> want = {"GEMM"};
+  want.insert(want.end(), tail.begin(), tail.end());
+  if (got != want || stage.empty()) {
+    std::vector<std::string> shown = got;
+    if (!stage.empty() && !shown.empty()) shown.insert(shown.begin() + 1, "(" + std::to_string(stage.size()) + " score statements)");
+    diags_.error("XL0301", loop_->loc, "the loop body is not the online-softmax form the sm90 kernel implements: " + op_list(shown),
+                 "expected GEMM, then the score statements (Multiply S by `softmax_scale * log2e`; Modify and Mask), then " +
+                     op_list(tail) + " (in this order), as `qattn plan --gpu h100` writes");
     return false;
   }
-  if (!scale_stmt_ || scale_stmt_->compute.operands.size() != 2) {
-    diags_.error("XL0301", loop_->loc, "the score tile is not scaled by one factor", "write `Compute Multiply S, softmax_scale * log2e`");
-    return false;
+  size_t last_modify = 0;
+  bool any_modify = false;
+  for (size_t i = 0; i < stage.size(); ++i)
+    if (stage[i]->compute.op == "Modify") last_modify = i, any_modify = true;
+  for (size_t i = 0; i < stage.size(); ++i) {
+    const tl::Stmt& s = *stage[i];
+    const auto& c = s.compute;
+    if (c.op == "Multiply") {
+      if (c.operands.size() != 2 || !is_positive_scalar(c.operands[1].expr)) {
+        diags_.error("XL0301", s.loc, "the score tile is scaled by something that is not a positive scalar",
+                     "write `Compute Multiply S, softmax_scale * log2e` (Score declarations change S element-wise)");
+        return false;
+      }
+      (any_modify && i < last_modify ? sm90_.score_ops : sm90_.post_scale).push_back(&s);
+      continue;
+    }
+    if (c.op == "Modify") {
+      for (size_t k = 0; k < i; ++k)
+        if (stage[k]->compute.op == "Mask") {
+          diags_.error("XL0301", s.loc, "a Modify after a Mask is not lowered on sm90",
+                       "the kernel applies the Score declarations before the masks: move the Mask statements after every Modify");
+          return false;
+        }
+      auto v = info_.variants.find(c.mask.name);
+      if (v == info_.variants.end() || v->second.is_mask) {
+        diags_.error("XL0301", s.loc, "`" + c.mask.name + "` is not a Score declaration", "declare `Score " + c.mask.name + " = ...`");
+        return false;
+      }
+      sm90_.score_ops.push_back(&s);
+      continue;
+    }
+    // Mask
+    if (c.mask.kind == tl::MaskSpec::Kind::Named) {
+      auto v = info_.variants.find(c.mask.name);
+      if (v == info_.variants.end() || !v->second.is_mask) {
+        diags_.error("XL0301", s.loc, "`" + c.mask.name + "` is not a Mask declaration", "declare `Mask " + c.mask.name + " = ...`");
+        return false;
+      }
+      sm90_.named_masks.push_back(&s);
+      continue;
+    }
+    if (mask_stmt_) {
+      diags_.error("XL0301", s.loc, "a second kernel Mask in the loop", "one `Compute Mask S ... with causal/window/...` per score tile");
+      return false;
+    }
+    mask_stmt_ = &s;
   }
   if (sm90_.natural_exp) {
     diags_.error("XL0301", loop_->loc, "the sm90 kernel computes the softmax with Exp2",
@@ -208,6 +266,7 @@ void Lowering::emit_sm90_preamble(Writer& w) {
   w.line("#include \"qattn/host.cuh\"");
   w.line("#include \"qattn/intmath.cuh\"");
   w.line("#include \"qattn/sm90/fwd.cuh\"");
+  if (!info_.variants.empty()) w.line("#include \"qattn/variant.cuh\"  // Score/Mask declarations: fast_tanh, aux_at, ...");
   w.line();
   w.line("#pragma GCC visibility push(hidden)  // only the C ABI below is exported");
   w.line("namespace qattn_generated {");
@@ -260,28 +319,7 @@ void Lowering::emit_sm90_kernel(Writer& w) {
   dims_locals(w);
   w.line("return " + cpp_int(loop_->loop.hi) + ";");
   w.close();
-  // The mask: element predicate and the per-tile test (64 query rows of one warpgroup x BN keys).
-  const std::string mk = sm90_mask_kind();
-  if (mask_stmt_) comment_stmt(w, *mask_stmt_);
-  w.open("__device__ static bool keep(int q, int k, qattn::sm90::Params const& p) {");
-  w.line("[[maybe_unused]] const int off = p.seqlen_k - p.seqlen_q;");
-  std::string pred = "k < p.seqlen_k";
-  if (mk == "causal") pred += " && k <= q + off";
-  if (mk == "causal_top_left") pred += " && k <= q";
-  if (mk == "window") pred += " && k >= q + off - p.window_left && k <= q + off + p.window_right";
-  w.line("return " + pred + ";");
-  w.close();
-  w.open("__device__ static bool tile_needs_mask(int row0, int n, qattn::sm90::Params const& p) {");
-  w.line("[[maybe_unused]] const int off = p.seqlen_k - p.seqlen_q;");
-  w.line("const int col0 = n * kBN, last_col = col0 + kBN - 1;");
-  w.line("[[maybe_unused]] const int last_row = row0 + 63;");
-  std::string need = "last_col >= p.seqlen_k";
-  if (mk == "causal") need += " || last_col > row0 + off";
-  if (mk == "causal_top_left") need += " || last_col > row0";
-  if (mk == "window") need += " || last_col > row0 + off + p.window_right || col0 < last_row + off - p.window_left";
-  w.line("return " + need + ";");
-  w.close();
-  w.line("template <int NS> __device__ static void modify(float (&)[NS], int, int, int, int, int, qattn::sm90::Params const&) {}");
+  emit_sm90_scope(w);
   w.close("};");
   w.line();
   w.line("// TL Kernel " + tl_kernel_name_ + ": the body is device/qattn/sm90/fwd.cuh, statement by statement:");
@@ -300,6 +338,128 @@ void Lowering::emit_sm90_kernel(Writer& w) {
   w.line("static_assert(kSmemBytes == " + std::to_string(smem_bytes_) + ", \"the translator's shared-memory plan\");");
   w.line("using Element = Traits::Element;");
   w.line("using ElementO = Traits::Element;");
+}
+
+// The Traits' Scope: the TL names a work tile binds (Grid variables, runtime Dims, Consts, Lets,
+// softmax_scale, the auxiliary globals) and, over them, the element-wise part of the loop body the
+// kernel calls per score tile: modify() (the Multiply and Modify statements before the last Modify,
+// in TL order), keep() (the kernel's mask and every Mask declaration), tile_needs_mask() (whole
+// tiles the masks cannot touch skip the element test; a declaration's `full when` clause counts),
+// visible() (the loop's `{skip: M}`: tiles whose `empty when` clause holds are never loaded).
+void Lowering::emit_sm90_scope(Writer& w) {
+  w.line("// The TL names of one work tile, and the Score / Mask declarations over them.");
+  w.open("struct Scope {");
+  // Grid variables, runtime Dims, Consts (fixed Dims too), softmax_scale.
+  std::string grid_vars;
+  for (const auto& [var, ext] : grid_) grid_vars += (grid_vars.empty() ? "" : ", ") + ident(var);
+  w.line("int " + grid_vars + ";  // TL Grid");
+  std::string dims;
+  for (const auto& [name, field] : runtime_dims_) dims += (dims.empty() ? "" : ", ") + ident(name);
+  if (!dims.empty()) w.line("int " + dims + ";  // TL Dims bound at launch");
+  for (const auto& [n, v] : fixed_dims_) w.line("static constexpr int " + ident(n) + " = " + std::to_string(v) + ";  // TL Dim");
+  for (const auto& [n, v] : consts_) w.line("static constexpr int " + ident(n) + " = " + std::to_string(v) + ";  // TL Const");
+  w.line("float softmax_scale;");
+  std::vector<const tl::Stmt*> lets, decls;
+  for (const auto& st : prog_.stmts) {
+    if (st.kind == tl::Stmt::Kind::Let) lets.push_back(&st);
+    if (st.kind == tl::Stmt::Kind::Variant) decls.push_back(&st);
+  }
+  for (const auto* l : lets) w.line("int " + ident(l->let.name) + ";  // TL " + std::to_string(l->loc.line) + ": Let");
+  for (const auto& n : aux_order_) {
+    const AuxInfo& a = aux_.at(n);
+    w.line("const " + std::string(a.is_int ? "int" : "float") + "* __restrict__ aux_" + n + ";  // p.aux[" +
+           std::to_string(a.slot) + "]");
+  }
+  w.line("int sq_, sk_, wl_, wr_;  // the kernel's mask: seqlen_q, seqlen_k, window (left, right)");
+  // Constructor: binds them for the work tile (m_block, head, batch) of the Grid.
+  w.open("__device__ Scope(int grid0_, int grid1_, int grid2_, qattn::sm90::Params const& p) {");
+  static const char* gpar[] = {"grid0_", "grid1_", "grid2_"};
+  std::string gl;
+  for (size_t i = 0; i < grid_.size(); ++i) gl += ident(grid_[i].first) + " = " + gpar[i] + "; ";
+  w.line(gl + "(void)grid0_, (void)grid1_, (void)grid2_;");
+  static const std::map<std::string, std::string> sm90_field = {{"seqlen_q", "p.seqlen_q"}, {"seqlen_k", "p.seqlen_k"},
+                                                               {"heads_q", "p.heads_q"},   {"heads_kv", "p.heads_kv"},
+                                                               {"batch", "p.batch"}};
+  for (const auto& [name, field] : runtime_dims_) w.line(ident(name) + " = " + sm90_field.at(field) + ";");
+  w.line("softmax_scale = p.softmax_scale;");
+  for (const auto* l : lets) w.line(ident(l->let.name) + " = " + cpp_int(l->let.value) + ";");
+  for (const auto& n : aux_order_) {
+    const AuxInfo& a = aux_.at(n);
+    const std::string ty = a.is_int ? "int" : "float";
+    w.line("aux_" + n + " = static_cast<const " + ty + "*>(p.aux[" + std::to_string(a.slot) + "]);");
+  }
+  w.line("sq_ = p.seqlen_q; sk_ = p.seqlen_k; wl_ = p.window_left; wr_ = p.window_right;");
+  w.close();
+  // The declarations as member functions.
+  for (const auto* d : decls) {
+    comment_stmt(w, *d);
+    const tl::VariantStmt& v = d->variant;
+    DeclType t;
+    const std::string body = cpp_decl(v.expr, t);
+    if (!v.is_mask) {
+      w.line("__device__ float score_" + v.name + "(float score, int q_idx, int kv_idx) const { return " +
+             (t == DeclType::Float ? body : "float(" + body + ")") + "; }");
+      continue;
+    }
+    w.line("__device__ bool mask_" + v.name + "(int q_idx, int kv_idx) const { return " + body + "; }");
+    auto clause = [&](const char* what, const std::optional<tl::Expr>& c) {
+      DeclType ct;
+      const std::string e = c ? cpp_decl(*c, ct) : "false";
+      w.line("__device__ bool " + std::string(what) + "_" + v.name + "(int q_lo, int q_hi, int kv_lo, int kv_hi) const { return " +
+             e + "; }" + (c ? (v.derived ? "  // derived from the predicate" : "  // declared") : "  // no clause: never"));
+    };
+    clause("empty", v.empty_when);
+    clause("full", v.full_when);
+  }
+  // modify(): the score stage before the exp2-domain factor.
+  w.open("template <int NS> __device__ void modify(float (&s)[NS], int q0, int col0, int c) const {");
+  if (sm90_.score_ops.empty()) {
+    w.line("(void)s, (void)q0, (void)col0, (void)c;  // no Score declaration: S only gets the scale folded into Exp2");
+  } else {
+    w.open("qattn::sm90::for_each_score(s, q0, col0, c, [&](float& x, [[maybe_unused]] int q_idx, [[maybe_unused]] int kv_idx) {");
+    for (const auto* op : sm90_.score_ops) {
+      comment_stmt(w, *op);
+      if (op->compute.op == "Multiply") w.line("x *= " + cpp_float(op->compute.operands[1].expr) + ";");
+      else w.line("x = score_" + op->compute.mask.name + "(x, q_idx, kv_idx);");
+    }
+    w.close("});");
+  }
+  w.close();
+  // keep(): the kernel's mask (its Mask statement) and the Mask declarations.
+  const std::string mk = sm90_mask_kind();
+  if (mask_stmt_) comment_stmt(w, *mask_stmt_);
+  for (const auto* m : sm90_.named_masks) comment_stmt(w, *m);
+  w.open("__device__ bool keep(int q, int k) const {");
+  w.line("[[maybe_unused]] const int off = sk_ - sq_;");
+  std::string pred = "k < sk_";
+  if (mk == "causal") pred += " && k <= q + off";
+  if (mk == "causal_top_left") pred += " && k <= q";
+  if (mk == "window") pred += " && k >= q + off - wl_ && k <= q + off + wr_";
+  for (const auto* m : sm90_.named_masks) pred += " && mask_" + m->compute.mask.name + "(q, k)";
+  w.line("return " + pred + ";");
+  w.close();
+  w.open("__device__ bool tile_needs_mask(int row0, int n) const {  // 64 query rows of one warpgroup x BN keys");
+  w.line("[[maybe_unused]] const int off = sk_ - sq_;");
+  w.line("const int col0 = n * kBN, last_col = col0 + kBN - 1;");
+  w.line("[[maybe_unused]] const int last_row = row0 + 63;");
+  std::string need = "last_col >= sk_";
+  if (mk == "causal") need += " || last_col > row0 + off";
+  if (mk == "causal_top_left") need += " || last_col > row0";
+  if (mk == "window") need += " || last_col > row0 + off + wr_ || col0 < last_row + off - wl_";
+  for (const auto* m : sm90_.named_masks) need += " || !full_" + m->compute.mask.name + "(row0, last_row, col0, last_col)";
+  w.line("return " + need + ";");
+  w.close();
+  const std::string j = ident(loop_->loop.var);
+  if (skip_mask_.empty()) {
+    w.line("__device__ bool visible(int) const { return true; }  // the loop has no {skip}");
+  } else {
+    w.line("// TL " + std::to_string(loop_->loc.line) + ": {skip: " + skip_mask_ + "}: key tiles whose `empty when` clause holds are not visited");
+    w.open("__device__ bool visible(int " + j + ") const {");
+    w.line("const int row0 = (" + skip_row_ + ") * kBM, col0 = (" + skip_col_ + ") * " + skip_cols_ + ";");
+    w.line("return !empty_" + skip_mask_ + "(row0, row0 + kBM - 1, col0, col0 + " + skip_cols_ + " - 1);");
+    w.close();
+  }
+  w.close("};");
 }
 
 void Lowering::emit_sm90_launch(Writer& w) {
@@ -329,13 +489,18 @@ void Lowering::emit_sm90_launch(Writer& w) {
     w.line("kp.tile_counter = nullptr;");
   }
   w.line("kp.seqlen_q = p.seqlen_q; kp.seqlen_k = p.seqlen_k; kp.heads_q = p.heads_q; kp.group = p.heads_q / p.heads_kv;");
-  const tl::Expr& f = scale_stmt_->compute.operands[1].expr;
   w.line("{");
   w.line("  const float softmax_scale = p.softmax_scale;");
-  comment_stmt(w, *scale_stmt_, "folded into the exponent");
-  w.line("  kp.scale_log2 = " + cpp_float(f) + ";");
-  w.line("  kp.scale = softmax_scale;");
+  std::string f;
+  for (const auto* st : sm90_.post_scale) {
+    comment_stmt(w, *st, "folded into the exponent");
+    f += (f.empty() ? "" : " * ") + std::string("(") + cpp_float(st->compute.operands[1].expr) + ")";
+  }
+  w.line("  kp.scale_log2 = " + (f.empty() ? std::string("1.0f") : f) + ";");
+  w.line("  kp.scale = kp.scale_log2 * 0.693147181f;  // the row max in natural-log units (LSE)");
+  w.line("  kp.softmax_scale = softmax_scale;");
   w.line("}");
+  w.line("kp.heads_kv = p.heads_kv; kp.batch = p.batch;");
   if (mask_.kind == tl::MaskSpec::Kind::Window) {
     w.line("kp.window_left = " + cpp_int(mask_.left) + "; kp.window_right = " + cpp_int(mask_.right) + ";");
   } else {

@@ -20,7 +20,8 @@ const std::set<std::string>& reserved() {
       "do", "double", "else", "enum", "extern", "false", "float", "for", "goto", "if", "inline", "int", "long",
       "namespace", "new", "operator", "private", "public", "register", "return", "short", "signed", "sizeof",
       "static", "struct", "switch", "template", "this", "true", "typedef", "typename", "union", "unsigned",
-      "using", "void", "volatile", "while", "dim3", "blockIdx", "threadIdx", "blockDim", "gridDim", "_"};
+      "using", "void", "volatile", "while", "dim3", "Scope", "keep", "modify", "visible", "tile_needs_mask", "sq_", "sk_",
+      "wl_", "wr_", "grid0_", "grid1_", "grid2_", "blockIdx", "threadIdx", "blockDim", "gridDim", "_"};
   return r;
 }
 

@@ -162,6 +162,7 @@ class Lowering {
   std::string sm90_mask_kind() const;
   void emit_sm90_preamble(Writer& w);
   void emit_sm90_kernel(Writer& w);
+  void emit_sm90_scope(Writer& w);
   void emit_sm90_launch(Writer& w);
 
   // ---- emit_host.cc
@@ -214,9 +215,11 @@ class Lowering {
   struct Sm90Plan {
     int consumers = 2, producer_regs = 24, consumer_regs = 240, bn = 0;
     bool pingpong = true, overlap = true, natural_exp = false, persistent = false, separate_o = false;
+    std::vector<const tl::Stmt*> score_ops;    // Multiply / Modify up to the last Modify (Scope::modify)
+    std::vector<const tl::Stmt*> post_scale;   // Multiplies folded into Exp2
+    std::vector<const tl::Stmt*> named_masks;  // Compute Mask S ... with <declaration>
   } sm90_;
   const tl::Stmt* mask_stmt_ = nullptr;   // the loop's Mask statement (sm90)
-  const tl::Stmt* scale_stmt_ = nullptr;  // the loop's Multiply of S (sm90)
   int64_t smem_bytes_ = 0, smem_stage_bytes_ = 0;
   std::string vt_buffer_;                               // fp8: V^T shared buffer name ("" = none)
   std::map<std::string, AuxInfo> aux_;                  // auxiliary globals by name

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 8 on a GPU, in one command: build one kernel per attention variant through the whole
-# pipeline (`qattn generate --no-verify`, sm80 path, native code for this GPU), check each against
-# an independent torch reference (tests/gpu/verify_variants.py), then time sliding window and
-# softcap against FlexAttention with the same functions (bench/bench_variants.py).
+# pipeline (`qattn generate --no-verify`) for the Hopper path (--gpu h100: TMA + wgmma, the sm90
+# translation) and the sm80 path (--gpu a100: cp.async + mma.sync, native code for this GPU), check
+# each against an independent torch reference (tests/gpu/verify_variants.py), then time sliding
+# window and softcap against FlexAttention with the same functions, the sm90 kernels as `qattn` and
+# the sm80 ones as `qattn_sm80` in the same process (bench/bench_variants.py).
 # Usage: tests/gpu/variants_suite.sh OUT_DIR [BIN_DIR] [--no-bench]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -10,36 +12,43 @@ OUT=$1; BIN=${2:-$ROOT/build}; BENCH=1
 [ "${3:-}" = "--no-bench" ] && BENCH=0
 mkdir -p "$OUT"
 export QATTN_HOME=$ROOT PYTHONUNBUFFERED=1 QATTN_CUTLASS_INCLUDE=${QATTN_CUTLASS_INCLUDE:-$ROOT/.cutlass/include}
-W=/tmp/qattn_variants; rm -rf $W; mkdir -p $W
+W=/tmp/qattn_variants; rm -rf $W; mkdir -p $W/sm90 $W/sm80
 status=0
-gen() {  # NAME FLAGS...
-  local name=$1; shift
-  "$BIN/qattn" generate --preset llama3-8b --gpu a100 "$@" --out $W/$name --no-verify > $W/$name.log 2>&1 ||
-    { echo "build $name FAILED"; tail -5 $W/$name.log; return 1; }
+gen() {  # SET GPU NAME FLAGS...
+  local set=$1 gpu=$2 name=$3; shift 3
+  "$BIN/qattn" generate --preset llama3-8b --gpu "$gpu" "$@" --out $W/$set/$name --no-verify > $W/$set/$name.log 2>&1 ||
+    { echo "build $set/$name FAILED"; tail -5 $W/$set/$name.log; return 1; }
 }
-echo "== 1. build variant kernels =="
+echo "== 1. build variant kernels (sm90 and sm80 paths) =="
 t0=$(date +%s)
-gen softcap --softcap 30 &
-gen alibi --alibi &
-gen prefix_lm --prefix-lm 100 &
-gen document --document &
-gen relative_bias --relative-bias 32 &
-gen doc_softcap --document --softcap 50 --alibi &
-gen custom --mask-mod 'kv_idx <= q_idx + seqlen_k - seqlen_q and (kv_idx >= q_idx + seqlen_k - seqlen_q - 64 or kv_idx % 256 < 16)' &
-if [ $BENCH = 1 ]; then
-  for w in 256 1024 4096; do gen window_$w --window $w,0 & done
-fi
+for pair in sm90:h100 sm80:a100; do
+  set=${pair%%:*}; gpu=${pair#*:}
+  gen $set $gpu softcap --softcap 30 &
+  gen $set $gpu alibi --alibi &
+  gen $set $gpu prefix_lm --prefix-lm 100 &
+  gen $set $gpu document --document &
+  gen $set $gpu relative_bias --relative-bias 32 &
+  gen $set $gpu doc_softcap --document --softcap 50 --alibi &
+  gen $set $gpu custom --mask-mod 'kv_idx <= q_idx + seqlen_k - seqlen_q and (kv_idx >= q_idx + seqlen_k - seqlen_q - 64 or kv_idx % 256 < 16)' &
+  for w in 256 1024 4096; do gen $set $gpu window_$w --window $w,0 & done
+done
 wait
-echo "built in $(( $(date +%s) - t0 )) s: $(ls -d $W/*/ | wc -l) kernels"
-# the custom mask transcribed to torch for the reference (b, h, q, k are index grids; off = sk - sq)
-[ -d $W/custom ] && echo '{"keep": "(k <= q + off) & ((k >= q + off - 64) | (k % 256 < 16))"}' > $W/custom/variants.json
-grep -h "registers\|spill" $W/*/build.log 2>/dev/null | sort | uniq -c | head -5 > "$OUT/ptxas_variants.txt"
+echo "built in $(( $(date +%s) - t0 )) s: $(ls -d $W/*/*/ | wc -l) kernels"
+for set in sm90 sm80; do
+  # the custom mask transcribed to torch for the reference (b, h, q, k are index grids; off = sk - sq)
+  [ -d $W/$set/custom ] && echo '{"keep": "(k <= q + off) & ((k >= q + off - 64) | (k % 256 < 16))"}' > $W/$set/custom/variants.json
+  grep -h "registers\|spill" $W/$set/*/build.log 2>/dev/null | sort | uniq -c | head -8 > "$OUT/ptxas_variants_$set.txt"
+done
 echo "== 2. numerics =="
-python3 "$ROOT/tests/gpu/verify_variants.py" $W > "$OUT/verify_variants.log" 2>&1 || status=1
-grep -E "FAIL|checks pass" "$OUT/verify_variants.log" | tail -12
-for d in $W/document $W/prefix_lm; do [ -f $d/kernel.cu ] && cp $d/kernel.cu "$OUT/$(basename $d)_kernel.cu"; done
+for set in sm90 sm80; do
+  python3 "$ROOT/tests/gpu/verify_variants.py" $W/$set > "$OUT/verify_variants_$set.log" 2>&1 || status=1
+  echo "$set: $(grep -E "checks pass" "$OUT/verify_variants_$set.log" | tail -1)"
+  grep -E "FAIL" "$OUT/verify_variants_$set.log" | head -12
+done
+for d in $W/sm90/document $W/sm90/softcap; do [ -f $d/kernel.cu ] && cp $d/kernel.cu "$OUT/sm90_$(basename $d)_kernel.cu"; done
 if [ $BENCH = 1 ]; then
-  echo "== 3. bench vs FlexAttention =="
-  python3 "$ROOT/bench/bench_variants.py" $W "$OUT/variants.csv" 2>&1 | tee "$OUT/bench_variants.log" | grep -v Warning || status=1
+  echo "== 3. bench vs FlexAttention (qattn = sm90 path, qattn_sm80 = sm80 path) =="
+  python3 "$ROOT/bench/bench_variants.py" $W/sm90 "$OUT/variants.csv" --also sm80=$W/sm80 2>&1 |
+    tee "$OUT/bench_variants.log" | grep -v Warning || status=1
 fi
 exit $status

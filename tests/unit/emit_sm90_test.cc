@@ -52,11 +52,11 @@ struct Case {
 TEST(EmitSm90, PresetsLowerToTheWarpSpecialisedKernel) {
   const std::vector<Case> cases = {
       {"llama3-8b", {}, 128, 128, "BF16BF16", "k <= q + off"},
-      {"llama2-7b", {{"mask", "none"}, {"lse", "true"}}, 128, 128, "BF16BF16", "return k < p.seqlen_k;"},
+      {"llama2-7b", {{"mask", "none"}, {"lse", "true"}}, 128, 128, "BF16BF16", "return k < sk_;"},
       {"llama3.2-1b", {}, 64, 64, "BF16BF16", "k <= q + off"},
       {"deepseek-v3-mla-prefill", {}, 192, 128, "BF16BF16", "k <= q + off"},
       {"llama2-7b", {{"head-dim", "256"}}, 256, 256, "BF16BF16", "k <= q + off"},
-      {"mistral-7b", {{"window", "256,0"}}, 128, 128, "BF16BF16", "k >= q + off - p.window_left"},
+      {"mistral-7b", {{"window", "256,0"}}, 128, 128, "BF16BF16", "k >= q + off - wl_"},
       {"llama2-7b", {{"mask", "causal_top_left"}, {"dtype", "fp16"}}, 128, 128, "F16F16", "k <= q;"},
   };
   for (const auto& c : cases) {
@@ -103,7 +103,7 @@ TEST(EmitSm90, WindowAndScaleComeFromTheTl) {
   auto t = xlate(code, d);
   ASSERT_TRUE(t) << d.render();
   EXPECT_NE(t->cuda_source.find("kp.window_left = 300; kp.window_right = 7;"), std::string::npos);
-  EXPECT_NE(t->cuda_source.find("kp.scale_log2 = softmax_scale * qattn::kLog2e;"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("kp.scale_log2 = (softmax_scale * qattn::kLog2e);"), std::string::npos);
   // a different factor in the TL is what the kernel uses (the translator does not fix the TL)
   std::string changed = code;
   const std::string from = "Compute Multiply S, softmax_scale * log2e";
@@ -112,7 +112,7 @@ TEST(EmitSm90, WindowAndScaleComeFromTheTl) {
   support::DiagSink d2;
   auto t2 = xlate(changed, d2);
   ASSERT_TRUE(t2) << d2.render();
-  EXPECT_NE(t2->cuda_source.find("kp.scale_log2 = softmax_scale;"), std::string::npos);
+  EXPECT_NE(t2->cuda_source.find("kp.scale_log2 = (softmax_scale);"), std::string::npos);
 }
 
 void expect_refused(std::string code, const std::string& from, const std::string& to, const std::string& xl) {
@@ -246,13 +246,75 @@ TEST(EmitSm90, HopperScheduleOnAnAmpereTargetIsRefused) {
   EXPECT_NE(x->hint.find("--gpu h100"), std::string::npos) << x->hint;
 }
 
-TEST(EmitSm90, CustomVariantsAreRefusedWithAHint) {
+// Score declarations (issue 8) lower into the Traits' Scope: the Multiply before the Modify and
+// the Modify run element-wise in TL order, the Multiply after it folds into Exp2.
+TEST(EmitSm90, ScoreDeclarationsLowerIntoTheScope) {
   support::DiagSink d;
-  EXPECT_FALSE(xlate(plan_code("gemma2-9b"), d));  // softcap: a Score declaration
-  EXPECT_TRUE(has(d, "XL0301")) << d.render();
-  bool hinted = false;
-  for (const auto& x : d.all()) hinted = hinted || x.hint.find("--gpu a100") != std::string::npos;
-  EXPECT_TRUE(hinted) << d.render();
+  const std::string code = plan_code("gemma2-9b");  // softcap 50
+  auto t = xlate(code, d);
+  ASSERT_TRUE(t) << d.render() << code;
+  const std::string& cu = t->cuda_source;
+  EXPECT_NE(cu.find("__device__ float score_softcap(float score, int q_idx, int kv_idx) const { return (50.0f) * (qattn::fast_tanh("),
+            std::string::npos) << cu;
+  const size_t mul = cu.find("x *= softmax_scale;"), mod = cu.find("x = score_softcap(x, q_idx, kv_idx);");
+  ASSERT_NE(mul, std::string::npos);
+  ASSERT_NE(mod, std::string::npos);
+  EXPECT_LT(mul, mod) << "the TL order: Multiply S, softmax_scale before Modify";
+  EXPECT_NE(cu.find("kp.scale_log2 = (qattn::kLog2e);"), std::string::npos) << "the Multiply after the Modify folds into Exp2";
+  EXPECT_NE(cu.find("#include \"qattn/variant.cuh\""), std::string::npos);
+  // a plain program's modify() does nothing
+  support::DiagSink d2;
+  auto plain = xlate(plan_code("llama3-8b"), d2);
+  ASSERT_TRUE(plain) << d2.render();
+  EXPECT_NE(plain->cuda_source.find("(void)s, (void)q0, (void)col0, (void)c;"), std::string::npos);
+  EXPECT_EQ(plain->cuda_source.find("qattn/variant.cuh"), std::string::npos);
+}
+
+// Mask declarations: keep() ands the predicate, a `full when` clause lets whole tiles skip the
+// element test, `{skip: M}` makes visible() test the `empty when` clause (fwd.cuh's prev_tile walks
+// only visible key tiles, in the producer and the consumers alike); aux globals bind to p.aux[].
+TEST(EmitSm90, MaskDeclarationsSkipTilesAndReadAuxInputs) {
+  support::DiagSink d;
+  const std::string code = plan_code("llama3-8b", {{"document", "true"}, {"alibi", "true"}});
+  ASSERT_NE(code.find("{skip: document, overlap}"), std::string::npos) << code;
+  auto t = xlate(code, d);
+  ASSERT_TRUE(t) << d.render() << code;
+  const std::string& cu = t->cuda_source;
+  for (const char* want : {"return k < sk_ && k <= q + off && mask_document(q, k);", "|| !full_document(row0, last_row, col0, last_col);",
+                           "return !empty_document(row0, row0 + kBM - 1, col0, col0 + BN - 1);",
+                           "aux_seg_q = static_cast<const int*>(p.aux[", "aux_alibi_slopes = static_cast<const float*>(p.aux[",
+                           "x = score_alibi(x, q_idx, kv_idx);", "__device__ bool visible(int j) const {"})
+    EXPECT_NE(cu.find(want), std::string::npos) << want << "\n" << cu;
+  EXPECT_NE(t->info_json.find("\"aux\": [{\"name\": \""), std::string::npos) << t->info_json;
+}
+
+TEST(EmitSm90, ScoreStagesTheKernelCannotRunAreRefused) {
+  const std::string code = plan_code("gemma2-9b");
+  // a Mask before a Modify: softcap would turn a masked -inf into a finite score
+  {
+    std::string c = code;
+    const std::string mod = "  Compute Modify S at [m_block, j] with softcap\n";
+    ASSERT_NE(c.find(mod), std::string::npos) << c;
+    c.erase(c.find(mod), mod.size());
+    const std::string mask = "  Compute Mask S at [m_block, j] with causal\n";
+    ASSERT_NE(c.find(mask), std::string::npos) << c;
+    c.insert(c.find(mask) + mask.size(), mod);
+    support::DiagSink d;
+    EXPECT_FALSE(xlate(c, d));
+    const auto* x = test::find(d, "XL0301");
+    ASSERT_NE(x, nullptr) << d.render();
+    EXPECT_NE(x->message.find("Modify after a Mask"), std::string::npos) << x->message;
+  }
+  // a score factor that is not a positive scalar would not commute with the masks
+  {
+    std::string c = code;
+    const std::string from = "Compute Multiply S, log2e";
+    ASSERT_NE(c.find(from), std::string::npos);
+    c.replace(c.find(from), from.size(), "Compute Multiply S, 0 - log2e");
+    support::DiagSink d;
+    EXPECT_FALSE(xlate(c, d));
+    EXPECT_TRUE(has(d, "XL0301")) << d.render();
+  }
 }
 
 }  // namespace

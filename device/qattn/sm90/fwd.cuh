@@ -15,6 +15,9 @@
 //       rows of the Q tile) and stored with TMA; LSE from registers.
 //   Grid {persistent}: one block per SM; the producer warp takes tiles from a global counter and
 //       hands them to the consumers (sync.cuh, TileExchange).
+//   Score / Mask declarations (variants): the Traits' Scope binds the TL names of a work tile;
+//       Scope::modify runs the score statements, keep / tile_needs_mask the masks, visible the
+//       loop's {skip} (prev_tile: skipped key tiles are neither loaded nor computed).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -37,8 +40,10 @@ struct Params {
   CUtensorMap tma_q, tma_k, tma_v, tma_o;
   float* lse;                 // (batch, heads_q, seqlen_q) or nullptr
   int seqlen_q, seqlen_k, heads_q, group;  // group = heads_q / heads_kv
-  float scale_log2;           // the TL Multiply factor of S before Exp2 (softmax_scale * log2e)
-  float scale;                // softmax_scale (LSE)
+  int heads_kv, batch;
+  float scale_log2;           // the TL Multiply factors of S after its last Modify, folded into Exp2
+  float scale;                // scale_log2 * ln 2: the natural-log factor of the row max (LSE)
+  float softmax_scale;        // TL builtin softmax_scale (Score declarations, Multiply factors)
   int window_left, window_right;
   int num_tiles;              // the TL Grid's points (m_block, head, batch); the launch has <= this many blocks
   int* tile_counter;          // persistent: the next-tile counter (0 at launch; the last fetch resets it)
@@ -66,18 +71,36 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-// TL `Compute Mask S at [m_block, j] with M` on this thread's part of a (64, BN) score tile.
-template <class T, int NS>
-__device__ __forceinline__ void mask_tile(float (&s)[NS], int q0, int col0, int c, Params const& p) {
+// Calls f(x, q, k) for every element x (a reference) of this thread's part of a (64, BN) score
+// tile in the wgmma accumulator layout: q0 is the thread's first query index (its second is q0 + 8),
+// col0 the tile's first key index, c the thread's column pair within each 8-column group.
+template <int NS, class F>
+__device__ __forceinline__ void for_each_score(float (&s)[NS], int q0, int col0, int c, F&& f) {
 #pragma unroll
   for (int i = 0; i < NS / 4; ++i) {
     const int k = col0 + 8 * i + 2 * c;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int q = q0 + (e >= 2 ? 8 : 0);
-      if (!T::keep(q, k + (e & 1), p)) s[4 * i + e] = -INFINITY;
-    }
+    for (int e = 0; e < 4; ++e) f(s[4 * i + e], q0 + (e >= 2 ? 8 : 0), k + (e & 1));
   }
+}
+
+// TL `Compute Mask S at [m_block, j] with M` (the kernel's mask and every Mask declaration) on this
+// thread's part of a (64, BN) score tile. v: the Traits' Scope of the work tile (the TL names).
+template <class T, int NS>
+__device__ __forceinline__ void mask_tile(float (&s)[NS], int q0, int col0, int c, typename T::Scope const& v) {
+  for_each_score(s, q0, col0, c, [&](float& x, int q, int k) {
+    if (!v.keep(q, k)) x = -INFINITY;
+  });
+}
+
+// The next key tile below n the loop visits ({skip: M}: tiles the Mask's `empty when` clause
+// classifies as empty are neither loaded nor computed); < n_begin when there is none.
+template <class T>
+__device__ __forceinline__ int prev_tile(int n, int n_begin, typename T::Scope const& v) {
+  do {
+    --n;
+  } while (n >= n_begin && !v.visible(n));
+  return n;
 }
 
 // TL RowMax / Max / Subtract / Exp2 / RowSum / Rescale l / Add: the online softmax of one score
@@ -136,7 +159,7 @@ struct SmemPlan {
   static constexpr int kK = T::kBN * kDqkP, kV = T::kBN * kDvP;
   static constexpr int kO = T::kSeparateO ? T::kBM * kDvP : 0;
   static constexpr int kTileBytes = (kQ + T::kStages * (kK + kV) + kO) * int(sizeof(Element));
-  static constexpr int kBarriers = 8 * (2 + 4 * T::kStages) + 8;  // mbarriers + the persistent tile slots
+  static constexpr int kBarriers = 8 * (2 + 4 * T::kStages) + 8;  // mbarriers + the persistent tile slot
   static constexpr int kBytes = 1024 /* alignment slack */ + kTileBytes + kBarriers;
 };
 
@@ -186,7 +209,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
   uint64_t* full_v = full_k + STAGES;
   uint64_t* empty_k = full_v + STAGES;
   uint64_t* empty_v = empty_k + STAGES;
-  int* s_tile = reinterpret_cast<int*>(empty_v + STAGES);  // persistent: two tile-index slots (TileSlot)
+  int* s_tile = reinterpret_cast<int*>(empty_v + STAGES);  // persistent: the tile-index slot (TileSlot)
   using TileSlot = TileExchange<T::kConsumers>;
 
   const int wg = threadIdx.x / 128;
@@ -222,7 +245,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
         }
         const TileCoord tc = tile_coord<T>(t, p);
         const int kv_head = tc.head / p.group;  // TL Let kv_head
-        // TL for j = lo: hi (tiles outside are never loaded: causal / window skipping)
+        const typename T::Scope v(tc.m_block, tc.head, tc.batch, p);
+        // TL for j = lo: hi (tiles outside are never loaded: causal / window skipping, {skip: M})
         const int n_begin = T::n_begin(tc.m_block, p), n_end = T::n_end(tc.m_block, p);
         // TL Copy Q (BM, d) in coordinate [m_block, 0] from global to shared {async}; when Q waits
         // for the previous tile's epilogue (kLateQ) it is issued after the tile's first K.
@@ -241,7 +265,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
           q_issued = true;
         };
         if (!kLateQ) load_q();
-        for (int n = n_end - 1; n >= n_begin; --n) {
+        for (int n = prev_tile<T>(n_end, n_begin, v); n >= n_begin; n = prev_tile<T>(n, n_begin, v)) {
           // TL Copy K (BN, d) in coordinate [j, 0] from global to shared {async}: waits for the slot's release
           EmptyBarrier::wait(&empty_k[pos.slot], pos.phase ^ 1u);
           if (leader) {
@@ -291,6 +315,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
     if (t >= p.num_tiles) break;
     const TileCoord tc = tile_coord<T>(t, p);
     const int m_block = tc.m_block, head = tc.head, batch = tc.batch;
+    const typename T::Scope v(m_block, head, batch, p);  // the TL names of this work tile
     const int n_begin = T::n_begin(m_block, p), n_end = T::n_end(m_block, p);
     const int q0 = m_block * BM + row_local;  // this thread's query index (the second is q0 + 8)
     const int wg_row0 = m_block * BM + wgc * 64;
@@ -304,7 +329,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
 
     FullBarrier::wait(full_q, q_phase);  // {wait: Q}
     q_phase ^= 1u;
-    int n = n_end - 1;
+    int n = prev_tile<T>(n_end, n_begin, v);
     if (n >= n_begin) {
       // First tile: S = Q K^T, softmax, P.
       FullBarrier::wait(&full_k[pos.slot], pos.phase);  // {wait: K}
@@ -317,13 +342,13 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
       wgmma_wait<0>();
       fence_regs(s);
       if (tid == 0) EmptyBarrier::arrive(&empty_k[pos.slot]);  // {release: K}
-      T::modify(s, q0, n * BN, c, batch, head, p);
-      if (T::tile_needs_mask(wg_row0, n, p)) mask_tile<T>(s, q0, n * BN, c, p);
+      v.modify(s, q0, n * BN, c);
+      if (v.tile_needs_mask(wg_row0, n)) mask_tile<T>(s, q0, n * BN, c, v);
       online_softmax<true>(s, m, l, alpha, sl2);
       convert_p<T::kBf16>(s, pf);
       vpos = pos;
       pos.advance(STAGES);
-      for (--n; n >= n_begin; --n) {
+      for (n = prev_tile<T>(n, n_begin, v); n >= n_begin; n = prev_tile<T>(n, n_begin, v)) {
         if constexpr (T::kOverlap) {
           FullBarrier::wait(&full_k[pos.slot], pos.phase);
           PP::wait_turn(wgc);
@@ -341,8 +366,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
           wgmma_wait<1>();  // S(j+1) done; P V still running
           fence_regs(s);
           if (tid == 0) EmptyBarrier::arrive(&empty_k[pos.slot]);
-          T::modify(s, q0, n * BN, c, batch, head, p);
-          if (T::tile_needs_mask(wg_row0, n, p)) mask_tile<T>(s, q0, n * BN, c, p);
+          v.modify(s, q0, n * BN, c);
+          if (v.tile_needs_mask(wg_row0, n)) mask_tile<T>(s, q0, n * BN, c, v);
           online_softmax<false>(s, m, l, alpha, sl2);
           wgmma_wait<0>();
           fence_regs(o);
@@ -371,8 +396,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
           wgmma_wait<0>();
           fence_regs(s);
           if (tid == 0) EmptyBarrier::arrive(&empty_k[pos.slot]);
-          T::modify(s, q0, n * BN, c, batch, head, p);
-          if (T::tile_needs_mask(wg_row0, n, p)) mask_tile<T>(s, q0, n * BN, c, p);
+          v.modify(s, q0, n * BN, c);
+          if (v.tile_needs_mask(wg_row0, n)) mask_tile<T>(s, q0, n * BN, c, v);
           online_softmax<false>(s, m, l, alpha, sl2);
           rescale(o, alpha);
           convert_p<T::kBf16>(s, pf);
@@ -415,10 +440,14 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
               l[h] > 0.f ? m[h] * p.scale + logf(l[h]) : -INFINITY;
       }
     }
-    // Stage O in this warpgroup's 64 rows of the staging tile (the Q tile: all this warpgroup's
-    // wgmmas have read its rows), then one thread stores them with TMA. Persistent: the previous
-    // tile's store has finished reading the rows (thread 0 waited for it before this barrier).
-    if constexpr (T::kPersistent) cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + wgc);
+    // Stage O in this warpgroup's 64 rows of the staging tile (its own tile, or the Q tile: all
+    // this warpgroup's wgmmas have read its rows), then one thread stores them with TMA. In a
+    // persistent block with its own O tile that thread waits for the previous tile's store only
+    // here, just before the rows are rewritten (kDeferStoreWait), not right after issuing it.
+    constexpr bool kDeferStoreWait = T::kPersistent && T::kSeparateO;
+    if constexpr (T::kPersistent) {
+      cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + wgc);
+    }
     unsigned char* so = reinterpret_cast<unsigned char*>(sO);
 #pragma unroll
     for (int i = 0; i < DV / 8; ++i) {
