@@ -3,6 +3,7 @@
 # translates it, nvcc builds a shared library exporting the C ABI (include/qattn/qattn.h).
 #
 #   tests/gpu/build_kernels.sh OUT_DIR [--run-sm 90] [--bin BUILD_DIR] [--cutlass INCLUDE_DIR] [-j N] [--only REGEX]
+#                              [--device DIR]
 #
 #   OUT_DIR/<name>.tl .cu .so .log   (the .log has nvcc's -Xptxas -v: registers and spills)
 #   OUT_DIR/ptxas.txt                one line per kernel: registers, spill bytes
@@ -11,10 +12,11 @@
 # kernel's own architecture (compute_80, compute_75, compute_89) is kept as the PTX target, so the
 # sm80 lowering runs on Hopper (an sm_80 cubin would not load there). Default: the translator's
 # -gencode (the planned GPU). CUTLASS headers: --cutlass, $CUTLASS_INCLUDE, <repo>/.cutlass/include,
-# or the nvidia-cutlass Python package.
+# or the nvidia-cutlass Python package. --device DIR compiles against another copy of the device
+# runtime (default <repo>/device; e.g. the previous commit's, for a same-process A/B of a kernel change).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT=""; RUN_SM=""; BIN="$ROOT/build"; CUTLASS="${CUTLASS_INCLUDE:-}"; JOBS="$(nproc)"; ONLY=""
+OUT=""; RUN_SM=""; BIN="$ROOT/build"; CUTLASS="${CUTLASS_INCLUDE:-}"; JOBS="$(nproc)"; ONLY=""; DEVICE="$ROOT/device"
 NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -23,7 +25,8 @@ while [ $# -gt 0 ]; do
     --cutlass) CUTLASS="$2"; shift 2 ;;
     -j) JOBS="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) if [ -z "$OUT" ]; then OUT="$1"; shift; else echo "unexpected argument $1" >&2; exit 2; fi ;;
   esac
 done
@@ -96,7 +99,7 @@ build_one() {
     gencode="$(echo "$gencode" | sed 's/-gencode=[^ ]*//g') -gencode=arch=compute_${virt},code=sm_${RUN_SM} -gencode=arch=compute_${virt},code=compute_${virt}"
   fi
   # shellcheck disable=SC2086
-  if ! "$NVCC" $gencode -Xptxas -v -Xcompiler -fPIC -shared -I"$ROOT/device" -I"$ROOT/include" -I"$CUTLASS" \
+  if ! "$NVCC" $gencode -Xptxas -v -Xcompiler -fPIC -shared -I"$DEVICE" -I"$ROOT/include" -I"$CUTLASS" \
        "$cu" -o "$so" >> "$log" 2>&1; then
     echo "$name: nvcc failed (see $log)"; return 1
   fi
