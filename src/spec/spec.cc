@@ -252,9 +252,6 @@ void check_variants(const AttentionSpec& s, DiagSink& diags, const SourceMap* wh
                 "the table has NB entries per head for relative positions -NB/2 .. NB/2-1 (clamped), e.g. 32");
   check_tl_text("score_mod", v.score_mod, diags, at("score_mod"));
   check_tl_text("mask_mod", v.mask_mod, diags, at("mask_mod"));
-  if (v.any() && s.dtype == DType::FP8_E4M3)
-    diags.error("SPEC0216", at(""), "attention variants (" + describe(v) + ") are not supported with dtype fp8_e4m3",
-                "the fp8 code paths do not lower Score/Mask declarations yet; use fp16 or bf16");
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qattn_lib import Kernel  # noqa: E402
 
-DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DT = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}
 
 
 def make_aux(info, batch, hq, sq, sk, gen):
@@ -143,10 +143,16 @@ def check(kern, spec, extra, shape, seed):
     q = torch.randn(B, Sq, Hq, dq, generator=gen, device="cuda").to(dt)
     k = torch.randn(B, Sk, Hkv, dq, generator=gen, device="cuda").to(dt)
     v = torch.randn(B, Sk, Hkv, dv, generator=gen, device="cuda").to(dt)
-    o = torch.full((B, Sq, Hq, dv), float("nan"), device="cuda", dtype=dt)
+    out_dt = DT[info.get("out_dtype", info["dtype"])]
+    o = torch.full((B, Sq, Hq, dv), float("nan"), device="cuda", dtype=out_dt)
     aux = make_aux(info, B, Hq, Sq, Sk, gen)
     scale = dq ** -0.5
-    p = kern.params(q, k, v, o, scale=scale)
+    # fp8 kernels: per-tensor descale factors (not 1, so that a variant applied before the descale
+    # would show); the reference multiplies the fp8 values by them.
+    fp8 = info["dtype"].startswith("fp8")
+    ds = (0.5, 1.25, 0.75) if fp8 else None
+    descale = tuple(torch.tensor([x], device="cuda", dtype=torch.float32) for x in ds) if fp8 else None
+    p = kern.params(q, k, v, o, scale=scale, descale=descale) if fp8 else kern.params(q, k, v, o, scale=scale)
     for i, a in enumerate(info.get("aux", [])):
         p.aux[i] = aux[a["name"]].data_ptr()
     st = kern(q, k, v, o, params=p)
@@ -154,11 +160,12 @@ def check(kern, spec, extra, shape, seed):
     if st != 0:
         return False, f"status {st}: {kern.last_error()}"
     score, keep = variant_fns(spec, extra, aux, Sq, Sk)
-    ref = attention(q, k, v, scale, score, keep, torch.float64)
-    naive = attention(q, k, v, scale, score, keep, torch.float32, p_dtype=dt, out_dtype=dt)
+    qr, kr, vr = (q.double() * ds[0], k.double() * ds[1], v.double() * ds[2]) if fp8 else (q, k, v)
+    ref = attention(qr, kr, vr, scale, score, keep, torch.float64)
+    naive = attention(qr, kr, vr, scale, score, keep, torch.float32, p_dtype=dt, out_dtype=out_dt)
     err = (o.double() - ref).abs().max().item()
     nerr = (naive.double() - ref).abs().max().item()
-    tol = 2 * nerr + 1e-5 * max(1.0, ref.abs().max().item())
+    tol = 2 * nerr + (1e-3 if fp8 else 1e-5) * max(1.0, ref.abs().max().item())
     ok = math.isfinite(err) and err <= tol
     return ok, f"max_abs_err {err:.3e} <= {tol:.3e}" if ok else f"max_abs_err {err:.3e} > {tol:.3e}"
 
