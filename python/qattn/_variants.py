@@ -49,9 +49,10 @@ SUPPORTED_SCORE_VARIANTS = {"softcap"}
 VARIANT_KEYS = ("mask", "variants")
 
 
-def variant_fields(causal=False, window=None, softcap=None):
+def variant_fields(causal=False, window=None, softcap=None, score_mod=None, mask_mod=None):
     """Spec fields ({"mask": ..., maybe "variants": ...}) for attention()'s variant arguments;
-    SpecError when unsupported."""
+    SpecError when unsupported. score_mod / mask_mod are TL expressions (docs/spec.md, "Custom
+    expressions"): one line each, checked by the spec validator and the interpreter when built."""
     try:
         align = _CAUSAL[causal]
     except (KeyError, TypeError):
@@ -84,6 +85,13 @@ def variant_fields(causal=False, window=None, softcap=None):
                             hint="call without softcap; soft-capping arrives with the score-modification "
                                  "variants of the TL (issue 8)")
         fields["variants"] = {"softcap": c}
+    for key, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        if text is None:
+            continue
+        if not isinstance(text, str) or not text.strip():
+            raise SpecError(f"{key}={text!r}: expected a TL expression (a non-empty string)", code="PY0107",
+                            hint="e.g. mask_mod='kv_idx <= q_idx + seqlen_k - seqlen_q' (docs/spec.md, Variants)")
+        fields.setdefault("variants", {})[key] = text.strip()
     return fields
 
 
@@ -103,6 +111,10 @@ def variant_tag(fields):
     else:
         tag = kind
     for k, v in sorted(fields.get("variants", {}).items()):
-        val = "" if v is True else ("%g" % v if isinstance(v, float) else str(v))
+        if isinstance(v, str):  # a TL expression: a short digest (names only; the key is the whole spec)
+            import hashlib
+            val = hashlib.sha1(v.encode()).hexdigest()[:8]
+        else:
+            val = "" if v is True else ("%g" % v if isinstance(v, float) else str(v))
         tag += "_" + "".join(c if c.isalnum() else "_" for c in f"{k}{val}")[:24]
     return tag

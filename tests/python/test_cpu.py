@@ -117,6 +117,17 @@ def test_variant_arguments():
         with pytest.raises(qattn.SpecError) as e:
             vf(softcap=bad)
         assert e.value.code == "PY0107", bad
+    # custom TL expressions: passed on verbatim (the spec validator and the interpreter check them)
+    f = vf(causal=True, mask_mod=" kv_idx % 256 < 16 ", score_mod="score * 0.5")
+    assert f["variants"] == {"mask_mod": "kv_idx % 256 < 16", "score_mod": "score * 0.5"}
+    for bad in ("", "  ", 3, ["kv_idx < 3"]):
+        with pytest.raises(qattn.SpecError) as e:
+            vf(mask_mod=bad)
+        assert e.value.code == "PY0107", bad
+    # kernel names carry a digest of the expression: two expressions sharing a long prefix differ
+    a = _variants.variant_tag(vf(mask_mod="kv_idx <= q_idx + seqlen_k - seqlen_q and kv_idx % 7 < 3"))
+    b = _variants.variant_tag(vf(mask_mod="kv_idx <= q_idx + seqlen_k - seqlen_q and kv_idx % 7 < 4"))
+    assert a != b and all(c.isalnum() or c == "_" for c in a + b)
 
 
 def test_kernel_spec_is_keyed_by_compile_time_fields_only():
@@ -144,6 +155,8 @@ def test_unsupported_head_dim_carries_the_spec_diagnostic():
     ({"head_dim": 64}, "SPEC0106"),
     ("no-such-model", "SPEC0110"),
     ({"heads_q": 8, "head_dim": 64, "dtype": "fp8_e4m3"}, "PY0104"),
+    ({"heads_q": 8, "head_dim": 64, "variants": {"mask_mod": "kv_idx <="}}, "PLAN0301"),
+    ({"heads_q": 8, "head_dim": 64, "variants": {"score_mod": "score < 3"}}, "PLAN0302"),
 ])
 def test_bad_specs_raise_spec_error(spec, code):
     with pytest.raises(qattn.SpecError) as e:

@@ -183,6 +183,21 @@ def test_bf16_d128_softcap_return_lse(shape, causal, gen):
     run_case(shape, "bshd", torch.bfloat16, 128, 128, gen, causal=causal, return_lse=True, scale=0.5, softcap=10.0)
 
 
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[2], SHAPES[4], SHAPES[5]])
+def test_custom_mask_and_score_mod_in_tl(shape, gen):
+    """mask_mod / score_mod as TL text: a causal band plus every 16th key ("attention sinks") and a
+    score multiplied by 2 (so the kernel with scale s equals the reference with scale 2 s)."""
+    b, sq, sk, hq, hkv = shape
+    q, k, v = inputs(b, sq, sk, hq, hkv, 64, 64, torch.bfloat16, "bshd", gen)
+    mm = "kv_idx <= q_idx + seqlen_k - seqlen_q and (kv_idx >= q_idx + seqlen_k - seqlen_q - 40 or kv_idx % 16 == 0)"
+    o = poisoned_call(q, k, v, sq, hq, 64, mask_mod=mm, score_mod="score * 2.0")
+    i = torch.arange(sq, device="cuda")[:, None]
+    j = torch.arange(sk, device="cuda")[None, :]
+    off = sk - sq
+    vis = (j <= i + off) & ((j >= i + off - 40) | (j % 16 == 0))
+    check(o, None, q, k, v, vis, 2.0 * 64 ** -0.5)
+
+
 @pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[4]])
 def test_causal_top_left_is_sdpa_is_causal(shape, gen):
     """causal='top_left' is torch SDPA's is_causal, also when seqlen_q != seqlen_k."""
