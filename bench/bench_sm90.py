@@ -10,8 +10,11 @@ are a launch parameter, so one kernel serves MHA, GQA and MQA). Inputs: bf16, BS
 --tokens, fresh torch.randn per shape. Every (config, seqlen) is first checked against SDPA (cuDNN for
 MLA, whose head dims differ) and then timed with triton.testing.do_bench (median); FLOPs =
 2 * batch * hq * s^2 * (d_qk + d_v), halved for causal. The bf16 GEMM ceiling (8192^3 torch.matmul)
-is measured in the same process. Every implementation is timed --rounds times (default 3), interleaved in
-rotating order, and the median reported: single timings of one kernel drift by up to 10% on a lent H100. Writes <out>/<date>-<gpu>/results.csv (impl, config, hq, hkv, d_qk,
+is measured in the same process. Timing (--method): `paired` (default) runs, in each of 15 rounds, a
+~6 ms batch of launches of every implementation back to back (rotating order) and reports median
+times and the median of the per-round ratios (both sides of a ratio saw the same clocks); `rounds`
+times every implementation with do_bench 3 times, interleaved: single do_bench timings of one kernel
+drift by up to 10% on a lent H100, and ratios of rows measured seconds apart by +-5%. Writes <out>/<date>-<gpu>/results.csv (impl, config, hq, hkv, d_qk,
 d_v, dtype, causal, seqlen, batch, tflops) and summary.md (the table, ratios, geometric means).
 """
 import argparse
@@ -65,6 +68,44 @@ def timed_rounds(fns, rounds):
     return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}
 
 
+def timed_paired(fns, rounds, target_ms=6.0):
+    """({impl: ms}, {impl: [ms per round]}): R rounds; in each, every implementation runs a batch of
+    back-to-back launches (about target_ms long) between two CUDA events, the implementations
+    adjacent in time and in rotating order, all enqueued before one synchronisation. A ratio of two
+    implementations is then taken per round (both saw the same clocks) and its median reported:
+    the lent H100's clocks move by several percent between do_bench calls a second apart."""
+    names = list(fns)
+    per = {}
+    for n in names:  # warm-up, and the batch size from one timed launch
+        fns[n]()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fns[n]()
+        b.record()
+        torch.cuda.synchronize()
+        per[n] = max(1, min(200, int(target_ms / max(a.elapsed_time(b), 1e-3))))
+    evs = {n: [] for n in names}
+    for r in range(max(1, rounds)):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(per[n]):
+                fns[n]()
+            b.record()
+            evs[n].append((a, b))
+    torch.cuda.synchronize()
+    ts = {n: [a.elapsed_time(b) / per[n] for a, b in evs[n]] for n in names}
+    return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}, ts
+
+
+def paired_ratio(ts, num, den):
+    """Median over rounds of ts[den][r] / ts[num][r] (speed of num relative to den)."""
+    if num not in ts or den not in ts:
+        return float("nan")
+    xs = sorted(d / n for n, d in zip(ts[num], ts[den]))
+    return xs[len(xs) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kernel_dir")
@@ -76,8 +117,11 @@ def main():
     ap.add_argument("--also", action="append", default=[], metavar="NAME=REGEX",
                     help="also time the kernels matching REGEX in the same process, as impl qattn_NAME "
                          "(e.g. persistent=^sm90p_...): an A/B of two TL schedules")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="time every implementation this many times, interleaved in rotating order; report the median")
+    ap.add_argument("--method", choices=("paired", "rounds"), default="paired",
+                    help="paired (default): batches of launches of every implementation adjacent in time, ratios "
+                         "per round, median; rounds: one do_bench median per implementation and round")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds (default 15 paired, 3 with --method rounds), implementations interleaved in rotating order")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
     kernels = find_kernels(args.kernel_dir, args.match, arch="sm90", same_dims=False)
@@ -100,7 +144,9 @@ def main():
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     gemm = 2 * 8192 ** 3 / (do_bench(lambda: a @ b) * 1e-3) / 1e12
     del a, b
-    head = f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; bf16 GEMM 8192^3: {gemm:.0f} TFLOPS"
+    head = (f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; bf16 GEMM 8192^3: {gemm:.0f} TFLOPS; "
+            + ("timing: paired batches, %d rounds, ratios = median of per-round ratios" % (args.rounds or 15)
+               if args.method == "paired" else "timing: do_bench medians, %d interleaved rounds" % (args.rounds or 3)))
     print(head, flush=True)
     print(f"{'config':>12} {'causal':>6} {'seqlen':>6} {'qattn':>7} {'cudnn':>7} {'fa2':>7} {'q/cudnn':>7} {'q/fa2':>6}"
           + "".join(f" {n:>16}" for n in also), flush=True)
@@ -152,13 +198,18 @@ def main():
                         fns[impl] = (lambda backend: lambda: sdpa(backend, qt, kt, vt, causal, gqa))(backend)
                     except RuntimeError as e:
                         print(f"{impl} unavailable for {name}: {str(e).splitlines()[0]}", file=sys.stderr)
-                res = timed_rounds(fns, args.rounds)
+                if args.method == "paired":
+                    res, per_round = timed_paired(fns, args.rounds or 15)
+                    ratio = lambda a, b: paired_ratio(per_round, a, b)  # noqa: E731
+                else:
+                    res = timed_rounds(fns, args.rounds or 3)
+                    ratio = lambda a, b: res[b] / res[a] if a in res and b in res else float("nan")  # noqa: E731
                 tf = {impl: flops / (ms * 1e-3) / 1e12 for impl, ms in res.items()}
                 for impl, t in tf.items():
                     rows.append([impl, name, hq, hkv, dqk, dv, "bf16", int(causal), s, bt, f"{t:.1f}"])
-                rc = tf["qattn"] / tf["cudnn"] if "cudnn" in tf else float("nan")
-                rf = tf["qattn"] / tf["fa2"] if "fa2" in tf else float("nan")
-                alt_r = [tf[n] / tf["cudnn"] if n in tf and "cudnn" in tf else float("nan") for n in also]
+                rc = ratio("qattn", "cudnn")
+                rf = ratio("qattn", "fa2")
+                alt_r = [ratio(n, "cudnn") for n in also]
                 table.append((name, causal, s, tf["qattn"], tf.get("cudnn", float("nan")), tf.get("fa2", float("nan")), rc, rf,
                               alt_r))
                 print(f"{name:>12} {str(causal):>6} {s:>6} {tf['qattn']:7.1f} {tf.get('cudnn', float('nan')):7.1f} "

@@ -201,7 +201,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
   Element* sK = sQ + Plan::kQ;
   Element* sV = sK + STAGES * Plan::kK;
   Element* sO = T::kSeparateO ? sV + STAGES * Plan::kV : sQ;
-  constexpr bool kLateQ = T::kPersistent && !T::kSeparateO;  // Q released after the epilogue
+  constexpr bool kLateQ = T::kPersistent && !T::kSeparateO;        // Q released after the epilogue
+  constexpr bool kDeferStoreWait = T::kPersistent && T::kSeparateO;  // see the epilogue
   uint64_t* bars = reinterpret_cast<uint64_t*>(base + Plan::kTileBytes);
   uint64_t* full_q = bars;
   uint64_t* empty_q = bars + 1;
@@ -443,9 +444,10 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
     // Stage O in this warpgroup's 64 rows of the staging tile (its own tile, or the Q tile: all
     // this warpgroup's wgmmas have read its rows), then one thread stores them with TMA. In a
     // persistent block with its own O tile that thread waits for the previous tile's store only
-    // here, just before the rows are rewritten (kDeferStoreWait), not right after issuing it.
-    constexpr bool kDeferStoreWait = T::kPersistent && T::kSeparateO;
+    // here, just before the rows are rewritten (kDeferStoreWait), not right after issuing it, so
+    // the warpgroup starts its next tile while the copy engine reads the rows.
     if constexpr (T::kPersistent) {
+      if (kDeferStoreWait && tid == 0) cute::tma_store_wait<0>();
       cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + wgc);
     }
     unsigned char* so = reinterpret_cast<unsigned char*>(sO);
@@ -461,10 +463,14 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
     cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + wgc);
     if (tid == 0) {
       tma_store_rows<BM, DV>(&p.tma_o, sO, wgc * 64, wg_row0, head, batch);
-      cute::tma_store_wait<0>();  // the copy engine has read the staged rows
-      if (kLateQ) EmptyBarrier::arrive(empty_q);
+      if constexpr (!kDeferStoreWait) {
+        cute::tma_store_wait<0>();  // the copy engine has read the staged rows
+        if (kLateQ) EmptyBarrier::arrive(empty_q);
+      }
     }
   }
+  // The last tile's store must have read shared memory before the block exits.
+  if (kDeferStoreWait && tid == 0) cute::tma_store_wait<0>();
   PP::finish(wgc);
 }
 
