@@ -4,7 +4,7 @@
     python3 bench/bench_attention.py [--quick | --full] [--out DIR] [--e2e PRESET,...] [--deadline-s S]
 
 Implementations (each only where importable and where it takes the shape; the log says why not):
-  qattn      qattn.attention() (the python package; the sm80 path on Hopper, see docs/python.md)
+  qattn      qattn.attention() (the python package; the sm90a path on Hopper, see docs/python.md)
   cudnn      torch SDPA, cuDNN backend            fa2   torch SDPA, FlashAttention-2 backend
   efficient  torch SDPA, memory-efficient backend flex  FlexAttention (torch.compile'd)
   fa3, fa4   FlashAttention-3 (flash_attn_interface) / -4 (flash_attn.cute), when installed
@@ -15,7 +15,8 @@ for causal (FlashAttention's convention, as bench_sm80.py and anchors.md).
 Timing: CUDA events around a batch of back-to-back calls, queued behind a GPU sleep so that host
 overhead does not show; warm-up, then the median of --reps batches; fresh random inputs (normal,
 never zeros) per point. Before timing, qattn's output is checked against cuDNN's (or FA2's).
---e2e times `qattn generate --preset P --gpu a100 --no-cache` per preset: the wall time from a spec
+--e2e times `qattn generate --preset P --gpu TARGET --no-cache` per preset (TARGET: the binding's choice
+for this GPU, h100 on Hopper): the wall time from a spec
 to a kernel verified (tests/gpu/verify.py) and timed on this GPU.
 Writes DIR/results.csv (impl,config,hq,hkv,d_qk,d_v,dtype,causal,seqlen,batch,tflops,ms,note),
 DIR/e2e.csv and DIR/meta.json; bench/plot.py turns them into PNG plots and results.md.
@@ -227,21 +228,25 @@ def implementations(torch, args):
 # ---- spec -> verified kernel ----------------------------------------------------------------------
 
 def e2e(presets, out_dir):
-    """Wall time of `qattn generate --preset P --gpu a100 --no-cache` (plan, translate, nvcc, verify.py,
-    time_kernel.py on this GPU), one preset after the other."""
+    """Wall time of `qattn generate --preset P --gpu TARGET --no-cache` (plan, translate, nvcc, verify.py,
+    time_kernel.py on this GPU), one preset after the other; TARGET is the binding's choice for this GPU
+    (qattn.target_for_capability: h100 on Hopper)."""
+    import torch
+    import qattn
     from qattn import _cli
+    target = qattn.target_for_capability(torch.cuda.get_device_capability(), torch.cuda.get_device_name())[0]
     rows = []
     for p in presets:
         tmp = tempfile.mkdtemp(prefix=f"qattn-e2e-{p}-")
         t0 = time.perf_counter()
-        r = _cli.run(["generate", "--preset", p, "--gpu", "a100", "--no-cache", "--out", tmp])
+        r = _cli.run(["generate", "--preset", p, "--gpu", target, "--no-cache", "--out", tmp])
         wall = time.perf_counter() - t0
         text = r.stdout + "\n" + r.stderr
         nv = re.search(r"nvcc done in ([0-9.]+) s", text)
         checks = re.search(r"(\d+)/(\d+) passed", text)
         tf = re.search(r"qattn\s+([0-9.]+) TFLOPS", text)
         verified = r.rc == 0 and checks is not None and checks.group(1) == checks.group(2)
-        row = {"preset": p, "target": "sm80 (a100)", "wall_s": f"{wall:.1f}", "nvcc_s": nv.group(1) if nv else "",
+        row = {"preset": p, "target": target, "wall_s": f"{wall:.1f}", "nvcc_s": nv.group(1) if nv else "",
                "checks": f"{checks.group(1)}/{checks.group(2)}" if checks else "", "tflops": tf.group(1) if tf else "",
                "status": "verified" if verified else f"FAILED (exit {r.rc})"}
         rows.append(row)

@@ -272,7 +272,7 @@ def compile(spec=None, *, gpu=None, cache=True, verbose=None, **overrides):
     spec: a dict with docs/spec.md's keys, a JSON file, or a preset name ('llama3-8b'); keyword
     overrides use the same keys (compile('llama3-8b', dtype='fp16')). gpu: the GPU to build for
     (a `qattn gpus` name); default: the spec's "gpu", else the current CUDA device. Hopper builds
-    the sm80 path (qattn._target). cache=False rebuilds with nvcc even when the cache has the kernel.
+    the sm90a path (qattn._target). cache=False rebuilds with nvcc even when the cache has the kernel.
     """
     s = _build.canonical_spec(spec, **overrides)
     dt, dqk, dv, fields, lse = _build.compile_time_fields(s)

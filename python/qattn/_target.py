@@ -1,13 +1,11 @@
 """Which code path the binding generates for a GPU: the ONE place this is decided.
 
-The planner knows every GPU of data/gpus.json, but the translator lowers sm75 (Turing) and the
-sm80 family (Ampere, Ada: cp.async + ldmatrix + mma.sync) and, since issue 5, Hopper's form (TMA +
-wgmma, warp specialised; verified and benchmarked through the C ABI in tests/gpu, but not yet through
-this binding's GPU test suite, and without variants). So on an H100/H200 the binding still generates
-the **sm80 path** (target `sm80`, the A100's facts) and `qattn generate --no-verify` adds native
-sm_90 machine code for the local GPU, so nothing is JIT compiled. qattn.explain() shows the choice
-and its reason. $QATTN_TARGET overrides the table with any name of `qattn gpus` (QATTN_TARGET=h100
-selects the sm90 kernel).
+The planner knows every GPU of data/gpus.json; the translator lowers sm75 (Turing), the sm80
+family (Ampere, Ada: cp.async + ldmatrix + mma.sync) and Hopper (sm90a: TMA + wgmma, warp
+specialised, every variant of the binding). An H100/H200 gets the **sm90 path** (target `h100`):
+about 1.7x the sm80 path there (README, "Benchmarks against PyTorch's attention kernels").
+qattn.explain() shows the choice and its reason. $QATTN_TARGET overrides the table with any name of
+`qattn gpus` (QATTN_TARGET=a100 builds the sm80 path, with native sm_90 code, on a Hopper GPU).
 """
 import os
 
@@ -19,8 +17,8 @@ POLICY = {
     (8, 0): ("sm80", "Ampere: the sm80 path (cp.async + ldmatrix + mma.sync)"),
     (8, 6): ("sm86", "Ampere (sm86): the sm80 lowering with sm86's shared-memory budget"),
     (8, 9): ("sm89", "Ada: the sm80 lowering with sm89's shared-memory budget"),
-    (9, 0): ("sm80", "Hopper: the sm80 path with native sm_90 code (--no-verify builds it for the local GPU); "
-                     "QATTN_TARGET=h100 selects the sm90 TMA + wgmma kernel (not yet the default here)"),
+    (9, 0): ("h100", "Hopper: the sm90a path (TMA + wgmma, producer/consumer warpgroups; QATTN_TARGET=a100 "
+                     "selects the sm80 path instead)"),
 }
 
 
@@ -50,7 +48,7 @@ def target_for_capability(cc, device_name=""):
         return POLICY[cc]
     what = f"{device_name} (sm{cc[0]}{cc[1]})" if device_name else f"sm{cc[0]}{cc[1]}"
     raise DeviceError(f"no qattn code path for {what}", code="PY0403",
-                      hint="supported: sm75, sm80, sm86, sm89, sm90 (via the sm80 path); set QATTN_TARGET to a "
+                      hint="supported: sm75, sm80, sm86, sm89, sm90; set QATTN_TARGET to a "
                            "GPU of `qattn gpus` whose code runs on this one")
 
 

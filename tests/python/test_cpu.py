@@ -83,17 +83,17 @@ def test_gpu_helpers_reuse_the_package_struct():
 
 # ---- target policy and variants -----------------------------------------------------------------
 
-def test_target_policy_hopper_uses_sm80_path(monkeypatch):
+def test_target_policy_hopper_uses_sm90_path(monkeypatch):
     monkeypatch.delenv("QATTN_TARGET", raising=False)
     target, reason = qattn.target_for_capability((9, 0), "NVIDIA H100 80GB HBM3")
-    assert target == "sm80" and "QATTN_TARGET=h100" in reason and "sm_90" in reason
+    assert target == "h100" and "sm90a" in reason and "QATTN_TARGET=a100" in reason
     assert qattn.target_for_capability((8, 0))[0] == "sm80"
     assert qattn.target_for_capability((7, 5))[0] == "sm75"
     with pytest.raises(qattn.DeviceError) as e:
         qattn.target_for_capability((6, 1))
     assert e.value.code == "PY0403"
-    monkeypatch.setenv("QATTN_TARGET", "h100")
-    assert qattn.target_for_capability((9, 0))[0] == "h100"
+    monkeypatch.setenv("QATTN_TARGET", "a100")
+    assert qattn.target_for_capability((9, 0))[0] == "a100"
 
 
 def test_variant_arguments():
@@ -254,12 +254,17 @@ def test_new_process_finds_the_kernel_in_the_disk_cache(cache_env):
 
 
 def test_explain_shows_target_tl_and_source(cache_env):
-    e = qattn.explain({"heads_q": 2, "head_dim": 64, "dtype": "fp16", "mask": "causal"}, gpu="h100")
-    assert e.target == "sm80" and "QATTN_TARGET=h100" in e.target_reason  # the Hopper choice, visible
+    e = qattn.explain({"heads_q": 2, "head_dim": 64, "dtype": "fp16", "mask": "causal"}, gpu="a100")
+    assert e.target == "sm80" and "sm80 path" in e.target_reason
     assert "Kernel flash_fwd_py_fp16_d64_causal with mask causal" in e.tl
     assert "Compute GEMM" in e.tl and e.sketch
     assert "// TL" in e.source and "qattn_fwd" in e.source
     assert e.info["arch"] == "sm80" and "sm80" in str(e)
+    # Hopper: the sm90a translation, its schedule visible in the TL (Roles) and the source (wgmma)
+    h = qattn.explain({"heads_q": 2, "head_dim": 64, "dtype": "fp16", "mask": "causal"}, gpu="h100")
+    assert h.target == "h100" and "sm90a" in h.target_reason
+    assert "Role consumer warpgroups" in h.tl and "qattn::sm90::fwd_body" in h.source
+    assert h.info["arch"] == "sm90"
 
 
 def test_no_cache_rebuild_flag_is_passed(cache_env, monkeypatch):
