@@ -71,7 +71,7 @@ CONFIGS=(
   "sm90_d128_topleft_fp16|h100|--preset llama2-7b --mask causal_top_left --dtype fp16"
   "sm90_d96_none|h100|--preset llama2-7b --head-dim 96 --mask none"
   # the other grid form of the benchmark kernels (an A/B in one process: bench_sm90.py --also):
-  # causal ones with one block per tile, non-causal ones with the TL Grid `{persistent}`
+  # d128 and MLA with one block per tile, d64 and d256 with the TL Grid `{persistent}`
   "sm90alt_d128_causal|h100|--preset llama3-8b|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
   "sm90alt_d128_none|h100|--preset llama2-7b --mask none|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
   "sm90alt_d64_causal|h100|--preset llama3.2-1b|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
@@ -79,7 +79,7 @@ CONFIGS=(
   "sm90alt_d256_causal|h100|--preset llama2-7b --head-dim 256|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
   "sm90alt_d256_none|h100|--preset llama2-7b --head-dim 256 --mask none|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
   "sm90alt_mla_causal_lse|h100|--preset deepseek-v3-mla-prefill --lse true|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
-  "sm90alt_mla_none|h100|--preset deepseek-v3-mla-prefill --mask none|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
+  "sm90alt_mla_none|h100|--preset deepseek-v3-mla-prefill --mask none|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
   "sm90p_d256_none|h100|--preset llama2-7b --head-dim 256 --mask none|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
   # A/B: the d128 non-causal kernel with FlashAttention-3's K/V tile (BN = 176; O then staged in Q's tile)
   "sm90bn176_d128_none|h100|--preset llama2-7b --mask none|s/BN = 128/BN = 176/"

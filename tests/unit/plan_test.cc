@@ -140,12 +140,16 @@ TEST(planSchedule, Sm90RowsAreOneProducerPlusOneConsumerPer64Rows) {
 TEST(planSchedule, Sm90CodeHasRolesAndAttributesSm80None) {
   struct Want { const char* preset; int consumers, producer_regs, consumer_regs; bool persistent; };
   for (const Want& w : {Want{"llama3-8b", 2, 40, 232, true}, Want{"llama3.2-1b", 3, 32, 160, false},
-                        Want{"llama2-7b-none", 2, 40, 232, true}}) {
+                        Want{"llama2-7b-none", 2, 40, 232, true}, Want{"llama2-7b-d256", 2, 24, 240, false}}) {
     SCOPED_TRACE(w.preset);
     support::DiagSink d;
-    const bool none = std::string(w.preset) == "llama2-7b-none";
-    spec::AttentionSpec sp = *spec::find_preset(none ? "llama2-7b" : w.preset);
+    // "<preset>-none": the preset without a mask; "llama2-7b-d256": head dim 256, causal
+    const std::string name = w.preset;
+    const bool none = name.size() > 5 && name.compare(name.size() - 5, 5, "-none") == 0;
+    const bool d256 = name == "llama2-7b-d256";
+    spec::AttentionSpec sp = *spec::find_preset(none ? name.substr(0, name.size() - 5) : d256 ? "llama2-7b" : name);
     if (none) ASSERT_TRUE(spec::apply_flags(sp, {{"mask", "none"}}, d)) << d.render();
+    if (d256) ASSERT_TRUE(spec::apply_flags(sp, {{"head-dim", "256"}}, d)) << d.render();
     auto plan = make_plan(sp, *hw::find_gpu("h100"), d);
     ASSERT_TRUE(plan) << d.render();
     const std::string& c = plan->code;
@@ -175,7 +179,7 @@ TEST(planSchedule, Sm90CodeHasRolesAndAttributesSm80None) {
     EXPECT_EQ(info.schedule.pingpong, w.consumers == 2);
     EXPECT_EQ(info.schedule.stages.at("K"), plan->tiles.stages);
     EXPECT_TRUE(info.schedule.overlap);
-    // causal d128: the Grid is persistent (the rules table's column; docs/tl.md "Hopper schedule")
+    // d128: the Grid is persistent, d256 not (the rules table's column; docs/tl.md "Hopper schedule")
     EXPECT_EQ(info.schedule.persistent, w.persistent) << c;
     EXPECT_EQ(c.find("batch {persistent}\n") != std::string::npos, w.persistent) << c;
     // The sketch stays free of parameters and schedule.
@@ -192,6 +196,14 @@ TEST(planSchedule, Sm90CodeHasRolesAndAttributesSm80None) {
   auto dplan = make_plan(doc, *hw::find_gpu("h100"), dd);
   ASSERT_TRUE(dplan) << dd.render();
   EXPECT_NE(dplan->code.find(" {skip: document, overlap}\n"), std::string::npos) << dplan->code;
+  // MLA prefill (192/128) without a mask: persistent too (measured faster at 512-2k on the H100).
+  spec::AttentionSpec mla = *spec::find_preset("deepseek-v3-mla-prefill");
+  support::DiagSink md;
+  ASSERT_TRUE(spec::apply_flags(mla, {{"mask", "none"}}, md)) << md.render();
+  auto mplan = make_plan(mla, *hw::find_gpu("h100"), md);
+  ASSERT_TRUE(mplan) << md.render();
+  EXPECT_NE(mplan->code.find("batch {persistent}\n"), std::string::npos) << mplan->code;
+  EXPECT_NE(mplan->code.find("\nRole producer warpgroups 1 registers 40\n"), std::string::npos) << mplan->code;
   // sm80 (and the other pre-Hopper targets): no Role, no attribute but skip.
   for (const char* gpu : {"a100", "l40s", "t4"}) {
     SCOPED_TRACE(gpu);
