@@ -81,6 +81,10 @@ CONFIGS=(
   "sm90alt_mla_causal_lse|h100|--preset deepseek-v3-mla-prefill --lse true|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
   "sm90alt_mla_none|h100|--preset deepseek-v3-mla-prefill --mask none|s/ {persistent}$//; s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
   "sm90p_d256_none|h100|--preset llama2-7b --head-dim 256 --mask none|s/^Grid .*/& {persistent}/; s/registers 24$/registers 40/; s/registers 240 /registers 232 /"
+  # A/B: the persistent d128 kernels with FlashAttention-3's register split 24 / 240 (the producer
+  # warp's tile-scheduler code then spills)
+  "sm90r240_d128_none|h100|--preset llama2-7b --mask none|s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
+  "sm90r240_d128_causal|h100|--preset llama3-8b|s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
   # A/B: the d128 non-causal kernel with FlashAttention-3's K/V tile (BN = 176; O then staged in Q's tile)
   "sm90bn176_d128_none|h100|--preset llama2-7b --mask none|s/BN = 128/BN = 176/"
   "neg_sm90_scale_no_log2e|h100|--preset llama2-7b --mask none|s/Multiply S, softmax_scale \* log2e/Multiply S, softmax_scale/"
