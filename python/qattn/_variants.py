@@ -49,10 +49,14 @@ SUPPORTED_SCORE_VARIANTS = {"softcap"}
 VARIANT_KEYS = ("mask", "variants")
 
 
-def variant_fields(causal=False, window=None, softcap=None, score_mod=None, mask_mod=None):
+def variant_fields(causal=False, window=None, softcap=None, score_mod=None, mask_mod=None, prefix_lm=None,
+                   alibi=False, document=False, relative_bias=None):
     """Spec fields ({"mask": ..., maybe "variants": ...}) for attention()'s variant arguments;
     SpecError when unsupported. score_mod / mask_mod are TL expressions (docs/spec.md, "Custom
-    expressions"): one line each, checked by the spec validator and the interpreter when built."""
+    expressions"): one line each, checked by the spec validator and the interpreter when built.
+    prefix_lm P (keys k <= q + off or k < P visible; no causal / window with it), alibi, document and
+    relative_bias NB (the bucket count) are the spec's shorthands; the last three read auxiliary
+    tensors at launch (attention()'s alibi_slopes, segment_ids, relative_bias)."""
     try:
         align = _CAUSAL[causal]
     except (KeyError, TypeError):
@@ -92,7 +96,55 @@ def variant_fields(causal=False, window=None, softcap=None, score_mod=None, mask
             raise SpecError(f"{key}={text!r}: expected a TL expression (a non-empty string)", code="PY0107",
                             hint="e.g. mask_mod='kv_idx <= q_idx + seqlen_k - seqlen_q' (docs/spec.md, Variants)")
         fields.setdefault("variants", {})[key] = text.strip()
+    if prefix_lm is not None:
+        if isinstance(prefix_lm, bool) or not isinstance(prefix_lm, int) or prefix_lm < 0:
+            raise SpecError(f"prefix_lm={prefix_lm!r}: expected an int >= 0 (the prefix length)", code="PY0107")
+        if align is not None or window is not None:
+            raise SpecError("prefix_lm is causal past its prefix by itself: it does not combine with causal or window",
+                            code="PY0107", hint="call with prefix_lm=P alone (keys k <= q + seqlen_k - seqlen_q or "
+                                                "k < P are visible)")
+        fields.setdefault("variants", {})["prefix_lm"] = prefix_lm
+    if alibi:
+        fields.setdefault("variants", {})["alibi"] = True
+    if document:
+        fields.setdefault("variants", {})["document"] = True
+    if relative_bias is not None:
+        nb = relative_bias
+        if isinstance(nb, bool) or not isinstance(nb, int) or nb < 2 or nb > 4096 or nb % 2:
+            raise SpecError(f"relative_bias table with {nb!r} buckets: expected an even count in 2..4096",
+                            code="PY0110", hint="pass a (heads_q, NB) float32 table with NB even")
+        fields.setdefault("variants", {})["relative_bias"] = nb
     return fields
+
+
+# Auxiliary inputs (docs/spec.md, "Auxiliary inputs"): ABI name -> (attention() argument, dtype).
+AUX_INPUTS = {
+    "alibi_slopes": ("alibi_slopes", "float32"),
+    "seg_q": ("segment_ids[0]", "int32"),
+    "seg_k": ("segment_ids[1]", "int32"),
+    "rel_bias": ("relative_bias", "float32"),
+}
+
+
+def aux_arguments(alibi_slopes=None, segment_ids=None, relative_bias=None):
+    """({ABI name: tensor}, compile-time flags for variant_fields) from attention()'s tensor arguments."""
+    aux, flags = {}, {}
+    if alibi_slopes is not None:
+        aux["alibi_slopes"] = alibi_slopes
+        flags["alibi"] = True
+    if segment_ids is not None:
+        if not isinstance(segment_ids, (tuple, list)) or len(segment_ids) != 2:
+            raise SpecError("segment_ids: expected a pair (seg_q, seg_k) of (batch, seqlen) int tensors", code="PY0110",
+                            hint="for self-attention over packed sequences pass (seg, seg)")
+        aux["seg_q"], aux["seg_k"] = segment_ids
+        flags["document"] = True
+    if relative_bias is not None:
+        if not hasattr(relative_bias, "shape") or len(relative_bias.shape) != 2:
+            raise SpecError("relative_bias: expected a (heads_q, NB) float32 tensor (one bias per head and bucket)",
+                            code="PY0110")
+        aux["rel_bias"] = relative_bias
+        flags["relative_bias"] = int(relative_bias.shape[1])
+    return aux, flags
 
 
 def fields_of_spec(spec):

@@ -124,6 +124,28 @@ def test_variant_arguments():
         with pytest.raises(qattn.SpecError) as e:
             vf(mask_mod=bad)
         assert e.value.code == "PY0107", bad
+    # the spec's shorthands: prefix-LM alone, and the flags of the auxiliary-input variants
+    assert vf(prefix_lm=64) == {"mask": {"kind": "none"}, "variants": {"prefix_lm": 64}}
+    for bad in (-1, 2.5, True, "64"):
+        with pytest.raises(qattn.SpecError) as e:
+            vf(prefix_lm=bad)
+        assert e.value.code == "PY0107", bad
+    for kw in (dict(causal=True), dict(window=(16, 0))):
+        with pytest.raises(qattn.SpecError) as e:
+            vf(prefix_lm=8, **kw)
+        assert e.value.code == "PY0107" and "prefix_lm" in str(e.value)
+    f = vf(causal=True, alibi=True, document=True, relative_bias=32)
+    assert f["variants"] == {"alibi": True, "document": True, "relative_bias": 32}
+    for nb in (31, 0, 8192):
+        with pytest.raises(qattn.SpecError) as e:
+            vf(relative_bias=nb)
+        assert e.value.code == "PY0110", nb
+    aux, flags = _variants.aux_arguments(alibi_slopes="s", segment_ids=("a", "b"))
+    assert aux == {"alibi_slopes": "s", "seg_q": "a", "seg_k": "b"} and flags == {"alibi": True, "document": True}
+    for kw in (dict(segment_ids="ab"), dict(segment_ids=("a",)), dict(relative_bias=[1.0, 2.0])):
+        with pytest.raises(qattn.SpecError) as e:
+            _variants.aux_arguments(**kw)
+        assert e.value.code == "PY0110", kw
     # kernel names carry a digest of the expression: two expressions sharing a long prefix differ
     a = _variants.variant_tag(vf(mask_mod="kv_idx <= q_idx + seqlen_k - seqlen_q and kv_idx % 7 < 3"))
     b = _variants.variant_tag(vf(mask_mod="kv_idx <= q_idx + seqlen_k - seqlen_q and kv_idx % 7 < 4"))

@@ -48,9 +48,10 @@ def visible(sq, sk, causal=False, window=None, device="cuda"):
     return torch.ones(sq, sk, dtype=torch.bool, device=device)
 
 
-def reference(q, k, v, vis, scale, lowp=False, softcap=None):
+def reference(q, k, v, vis, scale, lowp=False, softcap=None, bias=None):
     """q (B,Sq,Hq,D), k/v (B,Sk,Hkv,D) BSHD views -> O (B,Sq,Hq,Dv) fp32, LSE (B,Hq,Sq) fp32.
-    softcap c: every scaled score s becomes c * tanh(s / c) before the mask."""
+    bias: added to every scaled score (broadcast to (B,Hq,Sq,Sk)); softcap c: every score s then
+    becomes c * tanh(s / c) before the mask; vis broadcasts to (B,Hq,Sq,Sk) too."""
     hq, hkv = q.shape[2], k.shape[2]
     dt = q.dtype
     qd = q.permute(0, 2, 1, 3)
@@ -60,6 +61,8 @@ def reference(q, k, v, vis, scale, lowp=False, softcap=None):
         s = (qd @ kd.transpose(-1, -2)).float() * scale
     else:
         s = (qd.float() @ kd.float().transpose(-1, -2)) * scale
+    if bias is not None:
+        s = s + bias
     if softcap:
         s = softcap * torch.tanh(s / softcap)
     s = s.masked_fill(~vis, float("-inf"))
@@ -77,10 +80,10 @@ def max_abs(a, b):
     return d.max().item() if d.numel() else 0.0
 
 
-def check(o, lse, q, k, v, vis, scale, softcap=None):
+def check(o, lse, q, k, v, vis, scale, softcap=None, bias=None):
     """FlashAttention's rule on O (and on LSE when given); q, k, v, o are BSHD views."""
-    ref, lse_ref = reference(q, k, v, vis, scale, softcap=softcap)
-    low, lse_low = reference(q, k, v, vis, scale, lowp=True, softcap=softcap)
+    ref, lse_ref = reference(q, k, v, vis, scale, softcap=softcap, bias=bias)
+    low, lse_low = reference(q, k, v, vis, scale, lowp=True, softcap=softcap, bias=bias)
     assert not torch.isnan(o).any(), "NaN in the output (unwritten poisoned rows?)"
     err, base = max_abs(o.float(), ref), max_abs(low, ref)
     atol = 1e-5 * max(1.0, ref.abs().max().item() if ref.numel() else 1.0)
@@ -197,6 +200,72 @@ def test_custom_mask_and_score_mod_in_tl(shape, gen):
     off = sk - sq
     vis = (j <= i + off) & ((j >= i + off - 40) | (j % 16 == 0))
     check(o, None, q, k, v, vis, 2.0 * 64 ** -0.5)
+
+
+def packed_segments(b, s, gen, docs=4):
+    """(b, s) int32 document ids, nondecreasing per row: up to `docs` random cut points per row."""
+    cuts = torch.randint(0, max(1, s), (b, docs - 1), device="cuda", generator=gen)
+    pos = torch.arange(s, device="cuda")
+    return (pos[None, None, :] >= cuts[:, :, None]).sum(1).to(torch.int32)
+
+
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[4], SHAPES[5]])
+def test_alibi_relative_bias_document_prefix_lm(shape, gen):
+    """The spec's shorthands with their auxiliary tensors, against formulas written here from
+    docs/spec.md: ALiBi slopes, a T5-style bucket table, document masking of packed sequences
+    (self-attention: seg_k = seg_q's ids when the lengths agree), and prefix-LM."""
+    b, sq, sk, hq, hkv = shape
+    q, k, v = inputs(b, sq, sk, hq, hkv, 64, 64, torch.bfloat16, "bshd", gen)
+    scale = 64 ** -0.5
+    i = torch.arange(sq, device="cuda")[:, None]
+    j = torch.arange(sk, device="cuda")[None, :]
+    off = sk - sq
+    slopes = torch.rand(hq, device="cuda", generator=gen) * 0.2
+    nb = 32
+    table = torch.randn(hq, nb, device="cuda", generator=gen)
+    seg_q, seg_k = packed_segments(b, sq, gen), packed_segments(b, sk, gen)
+    dist = (i + off - j).abs().float()
+    alibi_bias = -slopes[None, :, None, None] * dist[None, None]
+    bucket = (j - i - off).clamp(-nb // 2, nb // 2 - 1) + nb // 2
+    rel = table[:, bucket][None]  # (1, hq, sq, sk)
+    doc = (seg_q[:, None, :, None] == seg_k[:, None, None, :])  # (b, 1, sq, sk)
+    # ALiBi + relative bias, causal, LSE
+    o, lse = qattn.attention(q, k, v, causal=True, alibi_slopes=slopes, relative_bias=table, return_lse=True)
+    check(o, lse, q, k, v, visible(sq, sk, True), scale, bias=alibi_bias + rel)
+    # document masking of packed sequences (int64 ids are accepted and converted), causal
+    o = qattn.attention(q, k, v, causal=True, segment_ids=(seg_q.long(), seg_k))
+    check(o, None, q, k, v, visible(sq, sk, True)[None, None] & doc, scale)
+    # prefix-LM: a bidirectional prefix of 40 keys, causal after it
+    o = qattn.attention(q, k, v, prefix_lm=40)
+    check(o, None, q, k, v, (j <= i + off) | (j < 40), scale)
+
+
+def test_auxiliary_inputs_are_checked(gen):
+    q, k, v = inputs(2, 50, 50, 4, 4, 64, 64, torch.bfloat16, "bshd", gen)
+    slopes = torch.rand(4, device="cuda", generator=gen)
+    seg = torch.zeros(2, 50, dtype=torch.int32, device="cuda")
+    bad = [
+        (dict(alibi_slopes=slopes[:3]), "shape"),                 # heads_q slopes
+        (dict(alibi_slopes=slopes.double()), "float32"),          # dtype
+        (dict(alibi_slopes=slopes.cpu()), "is on"),               # device
+        (dict(segment_ids=(seg, -torch.arange(50, device="cuda", dtype=torch.int32).repeat(2, 1))), "nondecreasing"),
+        (dict(segment_ids=(seg,)), "pair"),
+        (dict(relative_bias=torch.randn(4, 31, device="cuda")), "even"),
+        (dict(relative_bias=torch.randn(4, device="cuda")), "(heads_q, NB)"),
+    ]
+    for kw, what in bad:
+        with pytest.raises((qattn.SpecError, qattn.DeviceError)) as e:
+            qattn.attention(q, k, v, causal=True, **kw)
+        assert e.value.code in ("PY0110", "PY0103") and what in str(e.value), (kw.keys(), str(e.value))
+    # a compiled ALiBi kernel called without its slopes
+    kern = qattn.compile({"heads_q": 4, "head_dim": 64, "mask": "causal", "variants": {"alibi": True}})
+    with pytest.raises(qattn.SpecError) as e:
+        kern(q, k, v)
+    assert e.value.code == "PY0110" and "alibi_slopes" in str(e.value)
+    o = kern(q, k, v, alibi_slopes=slopes)
+    i = torch.arange(50, device="cuda")
+    check(o, None, q, k, v, visible(50, 50, True), 64 ** -0.5,
+          bias=-slopes[None, :, None, None] * (i[:, None] - i[None, :]).abs().float())
 
 
 @pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[4]])
