@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of qattn: installs dependencies, builds, runs the unit/golden/must-fail suites,
 # runs them again under AddressSanitizer + UndefinedBehaviorSanitizer, and fuzzes the TL parser and
-# checker for QATTN_FUZZ_SECONDS (default 120). QATTN_QUICK=1 skips the sanitizer and fuzz stages.
+# checker for QATTN_FUZZ_SECONDS (default 60). QATTN_QUICK=1 skips the sanitizer and fuzz stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -22,21 +22,24 @@ if [ "${QATTN_QUICK:-0}" = "1" ]; then echo "python binding: $(pytest_summary)";
 
 echo "== tests under ASan + UBSan =="
 QATTN_BUILD_DIR=build-asan QATTN_BUILD_TYPE=Debug bash scripts/build.sh -DQATTN_SANITIZE=ON
-# (emit_compile_test and llm_nvcc_test only run nvcc on generated / LLM-written code: they ran above
-# and are skipped here.)
+# Skipped here (they ran above): emit_compile_test and llm_nvcc_test (nvcc on generated / LLM-written
+# code), and the three sweeps that interpret the TL of every preset x GPU and every variant x
+# architecture (planMatrix.EveryPresetEveryGpu..., planVariants.EveryVariantOnSm75Sm80Sm90...,
+# planVariants.TheSpecFormulasAreTheReference): 15 minutes under ASan at -O0 for code paths that the
+# single-case plan, variant, interpreter and example tests below already run under the sanitizers.
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2 \
-  -E 'emit_compile|llm_nvcc' |
+  -E 'emit_compile|llm_nvcc|EveryPresetEveryGpu|EveryVariantOnSm75Sm80Sm90|TheSpecFormulasAreTheReference' |
   tee build-asan/ctest.log
 
-echo "== fuzzing the TL parser + checker for ${QATTN_FUZZ_SECONDS:-120} s =="
-CC=clang CXX=clang++ QATTN_BUILD_DIR=build-fuzz QATTN_BUILD_TYPE=Debug \
+echo "== fuzzing the TL parser + checker for ${QATTN_FUZZ_SECONDS:-60} s =="
+CC=clang CXX=clang++ QATTN_BUILD_DIR=build-fuzz QATTN_BUILD_TYPE=Debug QATTN_TARGETS=fuzz_tl \
   bash scripts/build.sh -DQATTN_FUZZ=ON -DQATTN_TESTS=OFF
 work=$(mktemp -d)
 cp tests/fuzz/corpus/* "$work"/
-./build-fuzz/tests/fuzz/fuzz_tl -max_total_time="${QATTN_FUZZ_SECONDS:-120}" -timeout=10 -rss_limit_mb=2048 \
+./build-fuzz/tests/fuzz/fuzz_tl -max_total_time="${QATTN_FUZZ_SECONDS:-60}" -timeout=10 -rss_limit_mb=2048 \
   -dict=tests/fuzz/tl.dict -print_final_stats=1 -artifact_prefix="$work/" "$work" 2>&1 | tail -n 12
 rm -rf "$work"
-echo "fuzz: no crash in ${QATTN_FUZZ_SECONDS:-120} s"
+echo "fuzz: no crash in ${QATTN_FUZZ_SECONDS:-60} s"
 echo "== summary =="
 echo "python binding: $(pytest_summary)"
 echo -n "sanitizers: "; summary build-asan/ctest.log
