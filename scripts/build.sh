@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${QATTN_BUILD_DIR:-build}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=${QATTN_BUILD_TYPE:-RelWithDebInfo} "$@" >/dev/null
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=${QATTN_BUILD_TYPE:-Release} "$@" >/dev/null
 # shellcheck disable=SC2086
 ninja -C "$BUILD" ${QATTN_JOBS:+-j$QATTN_JOBS} ${QATTN_TARGETS:-}
