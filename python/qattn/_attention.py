@@ -116,7 +116,7 @@ def _aux_tensors(torch, b, given, qv, kv):
     names = [a["name"] for a in want]
     for n in given:
         if n not in names:
-            arg = AUX_INPUTS.get(n, (n,))[0]
+            arg = AUX_INPUTS.get(n, n)
             raise SpecError(f"{arg} was given but kernel {b.spec['name']} has no {n} input", code="PY0110",
                             hint="compile the kernel with the variant that reads it (alibi, document, relative_bias)")
     bsz, sq, hq = (int(x) for x in qv.shape[:3])
@@ -126,7 +126,7 @@ def _aux_tensors(torch, b, given, qv, kv):
     out = []
     for a in want:
         n = a["name"]
-        arg = AUX_INPUTS.get(n, (n,))[0]
+        arg = AUX_INPUTS.get(n, n)
         t = given.get(n)
         shape = tuple(a.get("shape", []))
         if t is None:

@@ -41,10 +41,6 @@ def _window(window, causal_align):
     return "window", (left, right)
 
 
-# Score modifications that qattn.attention() passes on to the spec's "variants" object (docs/spec.md
-# "Variants"; the planner writes them as TL Score declarations, every backend lowers them).
-SUPPORTED_SCORE_VARIANTS = {"softcap"}
-
 # The spec keys that variant arguments fix at compile time: part of every kernel key and kernel spec.
 VARIANT_KEYS = ("mask", "variants")
 
@@ -83,11 +79,6 @@ def variant_fields(causal=False, window=None, softcap=None, score_mod=None, mask
             raise SpecError(f"softcap={softcap!r} is not a number", code="PY0107") from None
         if not c > 0 or c != c or c == float("inf"):
             raise SpecError(f"softcap={softcap!r}: expected a finite number > 0", code="PY0107")
-        if "softcap" not in SUPPORTED_SCORE_VARIANTS:
-            raise SpecError(f"softcap={softcap!r}: score modifications (tanh soft-capping) are not supported by "
-                            "the Python binding yet", code="PY0301",
-                            hint="call without softcap; soft-capping arrives with the score-modification "
-                                 "variants of the TL (issue 8)")
         fields["variants"] = {"softcap": c}
     for key, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if text is None:
@@ -117,13 +108,10 @@ def variant_fields(causal=False, window=None, softcap=None, score_mod=None, mask
     return fields
 
 
-# Auxiliary inputs (docs/spec.md, "Auxiliary inputs"): ABI name -> (attention() argument, dtype).
-AUX_INPUTS = {
-    "alibi_slopes": ("alibi_slopes", "float32"),
-    "seg_q": ("segment_ids[0]", "int32"),
-    "seg_k": ("segment_ids[1]", "int32"),
-    "rel_bias": ("relative_bias", "float32"),
-}
+# Auxiliary inputs (docs/spec.md, "Auxiliary inputs"): ABI name -> the attention() argument that
+# carries it (the kernel's info says its dtype and shape).
+AUX_INPUTS = {"alibi_slopes": "alibi_slopes", "seg_q": "segment_ids[0]", "seg_k": "segment_ids[1]",
+              "rel_bias": "relative_bias"}
 
 
 def aux_arguments(alibi_slopes=None, segment_ids=None, relative_bias=None):

@@ -138,18 +138,19 @@ TEST(planSchedule, Sm90RowsAreOneProducerPlusOneConsumerPer64Rows) {
 
 // The sm90 TL code states the Hopper schedule (docs/tl.md, "Hopper schedule"); sm80 code has none.
 TEST(planSchedule, Sm90CodeHasRolesAndAttributesSm80None) {
-  struct Want { const char* preset; int consumers, producer_regs, consumer_regs; bool persistent; };
-  for (const Want& w : {Want{"llama3-8b", 2, 40, 232, true}, Want{"llama3.2-1b", 3, 32, 160, false},
-                        Want{"llama2-7b-none", 2, 40, 232, true}, Want{"llama2-7b-d256", 2, 24, 240, false}}) {
-    SCOPED_TRACE(w.preset);
+  struct Want {
+    const char* preset;
+    std::map<std::string, std::string> flags;  // CLI flags applied to the preset
+    int consumers, producer_regs, consumer_regs;
+    bool persistent;
+  };
+  for (const Want& w : {Want{"llama3-8b", {}, 2, 40, 232, true}, Want{"llama3.2-1b", {}, 3, 32, 160, false},
+                        Want{"llama2-7b", {{"mask", "none"}}, 2, 40, 232, true},
+                        Want{"llama2-7b", {{"head-dim", "256"}}, 2, 24, 240, false}}) {
+    SCOPED_TRACE(std::string(w.preset) + (w.flags.empty() ? "" : " " + w.flags.begin()->first + "=" + w.flags.begin()->second));
     support::DiagSink d;
-    // "<preset>-none": the preset without a mask; "llama2-7b-d256": head dim 256, causal
-    const std::string name = w.preset;
-    const bool none = name.size() > 5 && name.compare(name.size() - 5, 5, "-none") == 0;
-    const bool d256 = name == "llama2-7b-d256";
-    spec::AttentionSpec sp = *spec::find_preset(none ? name.substr(0, name.size() - 5) : d256 ? "llama2-7b" : name);
-    if (none) ASSERT_TRUE(spec::apply_flags(sp, {{"mask", "none"}}, d)) << d.render();
-    if (d256) ASSERT_TRUE(spec::apply_flags(sp, {{"head-dim", "256"}}, d)) << d.render();
+    spec::AttentionSpec sp = *spec::find_preset(w.preset);
+    ASSERT_TRUE(spec::apply_flags(sp, w.flags, d)) << d.render();
     auto plan = make_plan(sp, *hw::find_gpu("h100"), d);
     ASSERT_TRUE(plan) << d.render();
     const std::string& c = plan->code;
