@@ -394,6 +394,13 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
         if (!analyze_skip(s, a.value->name)) ok = false;
         continue;
       }
+      if (a.key == "pack") {
+        diags_.error("XL0301", a.loc, "GQA packing (`{pack: ...}`) is not lowered for " + target_.name,
+                     "packed views are lowered on sm90a only (TMA boxes over (head, row)): translate for `--gpu h100`, "
+                     "or remove `{pack}` and launch one tile per query head (`Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, ...`)");
+        ok = false;
+        break;
+      }
       const bool hopper = a.key == "async" || a.key == "stages" || a.key == "wait" || a.key == "release" || a.key == "overlap";
       diags_.error("XL0301", a.loc, "schedule attribute `" + a.key + "` is not lowered for " + target_.name,
                    hopper ? "the Hopper schedule ({async}, {stages}, {wait}, {release}, {overlap}) is lowered on sm90a only: "

@@ -67,6 +67,22 @@ bool Lowering::analyze_sm90() {
                  "d_qk and d_v up to 256, d_v a multiple of 8 and not above d_qk rounded up to 64");
     return false;
   }
+  // ---- GQA packing: the kernel implements `{pack: heads_q / heads_kv}` with the Grid
+  // (m_block over packed rows, the kv head, the batch) ----
+  if (info_.pack) {
+    const std::string g = tl::print_expr(*info_.pack);
+    if (g != "heads_q / heads_kv") {
+      diags_.error("XL0202", info_.pack->loc.line ? info_.pack->loc : at, "`{pack: " + g + "}` is not lowered on sm90",
+                   "the sm90 kernel packs every query head of a kv head into its tiles: write `{pack: heads_q / heads_kv}`");
+      return false;
+    }
+    if (grid_.size() != 3) {
+      diags_.error("XL0203", grid_stmt_ ? grid_stmt_->loc : at, "a packed program's Grid has 3 axes",
+                   "write `Grid m_block = 0: cdiv(seqlen_q * (heads_q / heads_kv), BM), kv_head = 0: heads_kv, b = 0: batch`");
+      return false;
+    }
+    sm90_.pack_gqa = true;
+  }
   // ---- auxiliary globals of the Score / Mask declarations (ABI aux[]), the loop's {skip} ----
   for (const auto& st : prog_.stmts) {
     if (st.kind != tl::Stmt::Kind::Allocate || st.alloc.space != tl::Space::Global) continue;
@@ -301,6 +317,8 @@ void Lowering::emit_sm90_kernel(Writer& w) {
   w.line(std::string("static constexpr bool kReverseM = ") + (causal ? "true" : "false") +
          ";  // causal: the longest rows start first");
   w.line(std::string("static constexpr bool kLse = ") + (has_lse_ ? "true" : "false") + ";");
+  w.line(std::string("static constexpr bool kPackGqa = ") + (sm90_.pack_gqa ? "true" : "false") +
+         ";  // TL {pack: heads_q / heads_kv}: tile row r is query r / group of head kv_head * group + r % group");
   w.line("// S = Q K^T: both operands K-major in shared memory; O += P V: P in registers, V MN-major");
   w.line("using MmaQK = " + gmma + "MMA_64x" + std::to_string(sm90_.bn) + "x16_F32" + ty + "_SS<" + gmma + "Major::K, " + gmma +
          "Major::K>;");
@@ -308,7 +326,7 @@ void Lowering::emit_sm90_kernel(Writer& w) {
          "Major::MN>;");
   // Loop bounds: the TL for-loop's lo and hi, over the launch's dims.
   auto dims_locals = [&](Writer& w2) {
-    w2.line("[[maybe_unused]] const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k, heads_q = p.heads_q;");
+    w2.line("[[maybe_unused]] const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k, heads_q = p.heads_q, heads_kv = p.heads_kv;");
   };
   comment_stmt(w, *loop_, "tiles outside [lo, hi) are never loaded");
   w.open("__device__ static int n_begin(int m_block, qattn::sm90::Params const& p) {");
@@ -412,11 +430,11 @@ void Lowering::emit_sm90_scope(Writer& w) {
     clause("full", v.full_when);
   }
   // modify(): the score stage before the exp2-domain factor.
-  w.open("template <int NS> __device__ void modify(float (&s)[NS], int q0, int col0, int c) const {");
+  w.open("template <int NS> __device__ void modify(float (&s)[NS], int qa, int qb, int col0, int c) const {");
   if (sm90_.score_ops.empty()) {
-    w.line("(void)s, (void)q0, (void)col0, (void)c;  // no Score declaration: S only gets the scale folded into Exp2");
+    w.line("(void)s, (void)qa, (void)qb, (void)col0, (void)c;  // no Score declaration: S only gets the scale folded into Exp2");
   } else {
-    w.open("qattn::sm90::for_each_score(s, q0, col0, c, [&](float& x, [[maybe_unused]] int q_idx, [[maybe_unused]] int kv_idx) {");
+    w.open("qattn::sm90::for_each_score(s, qa, qb, col0, c, [&](float& x, [[maybe_unused]] int q_idx, [[maybe_unused]] int kv_idx) {");
     for (const auto* op : sm90_.score_ops) {
       comment_stmt(w, *op);
       if (op->compute.op == "Multiply") w.line("x *= " + cpp_float(op->compute.operands[1].expr) + ";");
@@ -438,15 +456,14 @@ void Lowering::emit_sm90_scope(Writer& w) {
   for (const auto* m : sm90_.named_masks) pred += " && mask_" + m->compute.mask.name + "(q, k)";
   w.line("return " + pred + ";");
   w.close();
-  w.open("__device__ bool tile_needs_mask(int row0, int n) const {  // 64 query rows of one warpgroup x BN keys");
+  w.open("__device__ bool tile_needs_mask(int q_lo, int q_hi, int n) const {  // the queries of one warpgroup's 64 rows x BN keys");
   w.line("[[maybe_unused]] const int off = sk_ - sq_;");
   w.line("const int col0 = n * kBN, last_col = col0 + kBN - 1;");
-  w.line("[[maybe_unused]] const int last_row = row0 + 63;");
   std::string need = "last_col >= sk_";
-  if (mk == "causal") need += " || last_col > row0 + off";
-  if (mk == "causal_top_left") need += " || last_col > row0";
-  if (mk == "window") need += " || last_col > row0 + off + wr_ || col0 < last_row + off - wl_";
-  for (const auto* m : sm90_.named_masks) need += " || !full_" + m->compute.mask.name + "(row0, last_row, col0, last_col)";
+  if (mk == "causal") need += " || last_col > q_lo + off";
+  if (mk == "causal_top_left") need += " || last_col > q_lo";
+  if (mk == "window") need += " || last_col > q_lo + off + wr_ || col0 < q_hi + off - wl_";
+  for (const auto* m : sm90_.named_masks) need += " || !full_" + m->compute.mask.name + "(q_lo, q_hi, col0, last_col)";
   w.line("return " + need + ";");
   w.close();
   const std::string j = ident(loop_->loop.var);
@@ -465,14 +482,23 @@ void Lowering::emit_sm90_scope(Writer& w) {
 void Lowering::emit_sm90_launch(Writer& w) {
   w.line("qattn::sm90::Params kp;");
   w.line("const bool bf16 = " + std::string(elem_ == tl::DType::BF16 ? "true" : "false") + ";");
+  // GQA packing: Q and O maps cut boxes of (group heads x rows / group) (tma.cuh, make_packed_map).
+  const std::string pk = sm90_.pack_gqa ? "kp.pack" : "1";
+  if (sm90_.pack_gqa) {
+    w.line("kp.pack = p.heads_q / p.heads_kv;  // TL {pack: heads_q / heads_kv}");
+    w.line("if (p.heads_q % p.heads_kv != 0 || 64 % kp.pack != 0)");
+    w.line("  return fail(QATTN_ERR_SHAPE, \"this kernel packs the heads_q / heads_kv = %d query heads of a kv head into its 64-row tiles: the group must divide 64 (heads_q %d, heads_kv %d)\", p.heads_q / p.heads_kv, p.heads_q, p.heads_kv);");
+  } else {
+    w.line("kp.pack = 1;");
+  }
   w.line("if (!qattn::sm90::make_tile_map(&kp.tma_q, p.q, bf16, " + std::to_string(d_qk_) +
-         ", p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride, Traits::kBM) ||");
+         ", p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride, Traits::kBM, " + pk + ") ||");
   w.line("    !qattn::sm90::make_tile_map(&kp.tma_k, p.k, bf16, " + std::to_string(d_qk_) +
          ", p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBN) ||");
   w.line("    !qattn::sm90::make_tile_map(&kp.tma_v, p.v, bf16, " + std::to_string(d_v_) +
          ", p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBN) ||");
   w.line("    !qattn::sm90::make_tile_map(&kp.tma_o, p.o, bf16, " + std::to_string(d_v_) +
-         ", p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64))");
+         ", p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64, " + pk + "))");
   w.line("  return fail(QATTN_ERR_LAUNCH, \"cuTensorMapEncodeTiled refused a tensor (strides must be multiples of 16 bytes below 2^40; the driver must support TMA)\");");
   w.line("kp.lse = " + std::string(has_lse_ ? "p.lse" : "nullptr") + ";");
   w.line("// The TL Grid (m_block, head, b) as one grid axis, m_block fastest (fwd.cuh, tile_coord).");

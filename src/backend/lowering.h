@@ -215,6 +215,7 @@ class Lowering {
   struct Sm90Plan {
     int consumers = 2, producer_regs = 24, consumer_regs = 240, bn = 0;
     bool pingpong = true, overlap = true, natural_exp = false, persistent = false, separate_o = false;
+    bool pack_gqa = false;  // TL `{pack: heads_q / heads_kv}` on Q, O, LSE: a tile interleaves a kv head's query heads
     std::vector<const tl::Stmt*> score_ops;    // Multiply / Modify up to the last Modify (Scope::modify)
     std::vector<const tl::Stmt*> post_scale;   // Multiplies folded into Exp2
     std::vector<const tl::Stmt*> named_masks;  // Compute Mask S ... with <declaration>

@@ -49,7 +49,28 @@ Problem make_problem(const spec::AttentionSpec& s) {
   }
   p.return_lse = s.return_lse;
   p.variants = s.variants;
+  if (s.problem) p.seqlen_q = s.problem->seqlen_q;
   return p;
+}
+
+std::string pack_gqa_decision(const Problem& p, const Target& t, const TileConfig& tiles, bool& pack) {
+  pack = false;
+  const int group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
+  if (t.sm < 90 || group <= 1 || p.heads_q % p.heads_kv != 0) return "";
+  if (64 % group != 0) return "GQA packing off: a group of " + std::to_string(group) + " query heads does not divide a 64-row warpgroup tile";
+  if (p.variants.any()) return "";
+  if (p.seqlen_q <= 0 || tiles.bm <= 0) return "";
+  // Rows a query head's tiles compute per head, without and with packing; pack when it saves at
+  // least a fifth (short query sequences: decoding, chunked prefill).
+  const int64_t sq = p.seqlen_q, bm = tiles.bm;
+  const int64_t plain = (sq + bm - 1) / bm * bm;
+  const int64_t packed = (sq * group + bm - 1) / bm * bm;  // for `group` heads
+  if (packed * 5 > plain * group * 4) return "";
+  pack = true;
+  return "GQA packing: seqlen_q " + std::to_string(sq) + " fills " + std::to_string(sq) + " of " + std::to_string(plain) +
+         " rows per query head; packing the " + std::to_string(group) + " heads of a kv head computes " +
+         std::to_string(packed) + " rows for all of them instead of " + std::to_string(plain * group) +
+         " and reads each K/V tile once per group";
 }
 
 Target make_target(const hw::GpuFacts& g) {
@@ -171,6 +192,12 @@ std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& 
     tiles = plan.candidates.front().tiles;
     tiles.reason = "the rules-table row does not fit (" + why + "); best feasible candidate of the resource model";
     budget = plan.candidates.front().budget;
+  }
+  {
+    bool pack = false;
+    const std::string why = pack_gqa_decision(p, t, tiles, pack);
+    tiles.pack_gqa = pack;
+    if (!why.empty()) tiles.reason += "; " + why;
   }
   plan.tiles = tiles;
   plan.budget = budget;

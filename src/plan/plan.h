@@ -22,6 +22,11 @@ struct PlanOptions {
   int bm = 0, bn = 0, warps = 0, stages = 0;
 };
 
+// GQA packing (TL `{pack: heads_q / heads_kv}`, sm90): on when the spec states a query length whose
+// tiles one head alone fills poorly (decoding, chunked prefill). Sets `pack`; returns the reason
+// (empty when the question does not arise: no GQA/MQA, not sm90, variants, no stated length).
+std::string pack_gqa_decision(const Problem& p, const Target& t, const TileConfig& tiles, bool& pack);
+
 struct Plan {
   Problem problem;
   Target target;

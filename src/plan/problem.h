@@ -20,6 +20,8 @@ struct Problem {
   int64_t window_left = -1, window_right = -1;  // Window only; -1 = unbounded on that side
   bool return_lse = false;
   spec::Variants variants;   // score modifications and extra masks (TL Score / Mask declarations)
+  int64_t seqlen_q = 0;      // the spec's `problem.seqlen_q` when it states one (0: not stated; the kernel
+                             // is generic in the lengths, this only informs choices such as GQA packing)
   int bytes() const;         // bytes per element of the storage type
   bool causal_like() const { return mask == tl::MaskSpec::Kind::Causal || mask == tl::MaskSpec::Kind::CausalTopLeft; }
 };
@@ -42,6 +44,7 @@ struct TileConfig {
   int stages = 1;      // K/V shared-memory buffers
   std::string reason;
   bool persistent = false;  // sm90: TL Grid `{persistent}` (one block per SM takes the tiles in turn)
+  bool pack_gqa = false;    // sm90: TL `{pack: heads_q / heads_kv}`: a tile holds a kv head's query heads
 };
 
 // What a configuration costs. Filled by plan::estimate (budget.cc).

@@ -68,21 +68,26 @@ std::string tile_mask_text(const Problem& p) {
 }
 
 // Loop bounds: whole K/V tiles that the mask hides are skipped by the bounds themselves.
-std::string loop_lo(const Problem& p) {
+// The key-tile bounds of a query tile. `first` and `end` are the tile's first query and one past
+// its last: `m_block * BM` and `(m_block + 1) * BM`, or with GQA packing (row r is query r / G)
+// `m_block * BM / G` and `cdiv((m_block + 1) * BM, G)`.
+std::string first_query(bool pack) { return pack ? "m_block * BM / (heads_q / heads_kv)" : "m_block * BM"; }
+std::string end_query(bool pack) { return pack ? "cdiv((m_block + 1) * BM, heads_q / heads_kv)" : "(m_block + 1) * BM"; }
+std::string loop_lo(const Problem& p, bool pack) {
   if (p.mask == tl::MaskSpec::Kind::Window && p.window_left >= 0)
-    return "max(0, (m_block * BM + seqlen_k - seqlen_q - " + std::to_string(p.window_left) + ") / BN)";
+    return "max(0, (" + first_query(pack) + " + seqlen_k - seqlen_q - " + std::to_string(p.window_left) + ") / BN)";
   return "0";
 }
-std::string loop_hi(const Problem& p) {
+std::string loop_hi(const Problem& p, bool pack) {
   using K = tl::MaskSpec::Kind;
   const std::string all = "cdiv(seqlen_k, BN)";
+  const std::string end = end_query(pack);
   switch (p.mask) {
-    case K::Causal: return "min(" + all + ", cdiv((m_block + 1) * BM + seqlen_k - seqlen_q, BN))";
-    case K::CausalTopLeft: return "min(" + all + ", cdiv((m_block + 1) * BM, BN))";
+    case K::Causal: return "min(" + all + ", cdiv(" + end + " + seqlen_k - seqlen_q, BN))";
+    case K::CausalTopLeft: return "min(" + all + ", cdiv(" + end + ", BN))";
     case K::Window:
       if (p.window_right >= 0)
-        return "min(" + all + ", cdiv((m_block + 1) * BM + seqlen_k - seqlen_q + " + std::to_string(p.window_right) +
-               ", BN))";
+        return "min(" + all + ", cdiv(" + end + " + seqlen_k - seqlen_q + " + std::to_string(p.window_right) + ", BN))";
       return all;
     default: return all;
   }
@@ -166,6 +171,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   // A persistent grid's producer warp also runs the tile scheduler: 24 registers spill there, so
   // it gets 40 and the consumers 232.
   const bool persistent = schedule && tiles->persistent;
+  const bool pack = schedule && tiles->pack_gqa;  // GQA packing (TL `{pack}`)
   const int producer_regs = consumers >= 3 ? 32 : persistent ? 40 : 24;
   const int consumer_regs = consumers >= 3 ? 160 : persistent ? 232 : 240;
   // `{...}` after a statement, in TL code on sm90 only.
@@ -199,12 +205,20 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) +
            ", WARPS = " + std::to_string(tiles->warps) + ", STAGES = " + std::to_string(tiles->stages));
     if (var.relative_bias) w.line("Const NB = " + std::to_string(*var.relative_bias));
-    w.line("Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch" + std::string(persistent ? " {persistent}" : ""));
-    w.comment(p.heads_q == p.heads_kv ? " MHA: every query head has its own kv head"
-                                      : " " + std::string(p.heads_kv == 1 ? "MQA" : "GQA") + ": " +
-                                            std::to_string(p.heads_q / std::max(p.heads_kv, 1)) +
-                                            " query heads share one kv head");
-    w.line("Let kv_head = head / (heads_q / heads_kv)");
+    const std::string grid_attr = persistent ? " {persistent}" : "";
+    if (pack) {
+      w.line("Grid m_block = 0: cdiv(seqlen_q * (heads_q / heads_kv), BM), kv_head = 0: heads_kv, b = 0: batch" + grid_attr);
+      w.comment(" " + std::string(p.heads_kv == 1 ? "MQA" : "GQA") + " packing: a tile holds the " +
+                std::to_string(p.heads_q / std::max(p.heads_kv, 1)) + " query heads of one kv head (G = heads_q / heads_kv; " +
+                "row r: query r / G of head kv_head * G + r % G)");
+    } else {
+      w.line("Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch" + grid_attr);
+      w.comment(p.heads_q == p.heads_kv ? " MHA: every query head has its own kv head"
+                                        : " " + std::string(p.heads_kv == 1 ? "MQA" : "GQA") + ": " +
+                                              std::to_string(p.heads_q / std::max(p.heads_kv, 1)) +
+                                              " query heads share one kv head");
+      w.line("Let kv_head = head / (heads_q / heads_kv)");
+    }
     if (schedule) {
       w.comment(" Hopper schedule: 1 producer warpgroup (TMA) and " + std::to_string(consumers) + " consumer warpgroup" +
                 (consumers == 1 ? "" : "s") + " of 64 query rows (WARPS = 4 x " + std::to_string(consumers + 1) + ")");
@@ -213,11 +227,12 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
              (consumers == 2 ? " pingpong" : ""));
     }
     w.blank();
-    w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + " with offset [b, head]");
+    const std::string qview = pack ? " with offset [b, kv_head] {pack: heads_q / heads_kv}" : " with offset [b, head]";
+    w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qview);
     w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]");
     w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]");
-    w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + " with offset [b, head]");
-    if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32 with offset [b, head]");
+    w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + qview);
+    if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32" + qview);
     if (!decls.empty()) {
       w.comment(" variants: " + spec::describe(var) + " (docs/spec.md, Variants)");
       for (size_t i = 0; i < aux.size(); ++i) {
@@ -253,7 +268,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   std::string loop_attrs;
   if (!skip.empty()) loop_attrs = "skip: " + skip;
   if (schedule) loop_attrs += (loop_attrs.empty() ? "" : ", ") + std::string("overlap");
-  w.line(w.params() ? "for j = " + loop_lo(p) + ": " + loop_hi(p) + (loop_attrs.empty() ? "" : " {" + loop_attrs + "}")
+  w.line(w.params() ? "for j = " + loop_lo(p, pack) + ": " + loop_hi(p, pack) + (loop_attrs.empty() ? "" : " {" + loop_attrs + "}")
                     : "for j = 0: N");
   w.indent();
   copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared", sched("async"));

@@ -317,10 +317,15 @@ void Walker::attrs(const Stmt& s) {
       check_skip(s, a);
       continue;
     }
+    if (a.key == "pack") {
+      check_pack(s, a);
+      continue;
+    }
     if (is_schedule_attr(a.key)) continue;
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
-               "wait: X and release: X (any statement), overlap (the key loop), persistent (the Grid); remove `{" + a.key +
+               "wait: X and release: X (any statement), overlap (the key loop), persistent (the Grid), pack: G (the "
+               "global Q, O, LSE); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }
@@ -494,6 +499,7 @@ void Walker::finish() {
                "add `Compute Mask S at [m_block, j] with " + std::string(to_string(km.kind)) +
                    (km.kind == MaskSpec::Kind::Window ? "(...)" : "") + "` after the scores are computed");
   }
+  finish_pack();
   // Kernel arguments.
   for (const char* n : {"Q", "K", "V", "O"}) {
     if (!global_alloc_.count(n)) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -59,6 +60,9 @@ struct CheckInfo {
   std::map<std::string, VariantStmt> variants;  // Score / Mask declarations by name
   std::vector<std::string> aux;                 // auxiliary global tensors, in declaration order
   ScheduleInfo schedule;                        // Role statements and schedule attributes
+  // GQA packing: the `{pack: G}` of the global Q, O (and LSE) views, when they carry one (docs/tl.md,
+  // "GQA packing"): row r of the view is query r / G of head offset * G + r % G.
+  std::optional<Expr> pack;
 };
 
 bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts = {});  // true when no errors

@@ -148,6 +148,8 @@ class Walker {
   bool check_named(const Stmt& s, bool modify);
   void modify(const Stmt& s);
   void check_skip(const Stmt& s, const Attr& a);
+  void check_pack(const Stmt& s, const Attr& a);  // `{pack: G}` on a global Q / O / LSE (checker_memory.cc)
+  void finish_pack();
   bool is_aux(const std::string& name) const;
   VType_ vexpr(const Expr& e, const Stmt& s, const std::vector<std::string>& locals, int depth);
 
@@ -188,6 +190,7 @@ class Walker {
   std::map<std::string, SrcLoc> global_alloc_;  // first global Allocate per name
   std::set<std::string> stored_to_global_;
   std::vector<const Stmt*> masks_;               // Compute Mask statements
+  std::map<std::string, const Attr*> pack_;      // `{pack: G}` per global view that carries one
   int walks_ = 0;                                // loop-body walks (bounded)
 };
 

@@ -264,4 +264,60 @@ void Walker::copy_stmt(const Stmt& s) {
 }
 
 
+// `{pack: G}` (docs/tl.md, "GQA packing"): on the global Allocate of Q, O or LSE only, with a
+// compile-time or launch-time integer (Dims, Consts). Consistency across Q, O, LSE and the
+// declarations is checked once the whole program is seen (finish_pack). TL0412.
+void Walker::check_pack(const Stmt& s, const Attr& a) {
+  const SrcLoc at = pick(a.loc, s.loc);
+  const bool view = s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Global &&
+                    (s.alloc.name == "Q" || s.alloc.name == "O" || s.alloc.name == "LSE");
+  if (!view) {
+    rep_.error("TL0412", at, "`pack` applies to the global Allocate of Q, O or LSE (the views a packed tile reads and writes)",
+               "write `Allocate Q in global (seqlen_q, d) bf16 with offset [b, kv_head] {pack: heads_q / heads_kv}` and the "
+               "same `{pack: ...}` on O (and LSE); K and V stay per kv head");
+    return;
+  }
+  if (!a.value) {
+    rep_.error("TL0412", at, "`pack` needs the number of query heads a tile interleaves",
+               "write `{pack: heads_q / heads_kv}`");
+    return;
+  }
+  if (!check_expr(*a.value, Ctx::Static, s)) return;
+  if (pack_.count(s.alloc.name)) {
+    rep_.error("TL0412", at, "`pack` given twice for '" + s.alloc.name + "'", "keep one `{pack: G}`");
+    return;
+  }
+  pack_[s.alloc.name] = &a;
+}
+
+void Walker::finish_pack() {
+  if (pack_.empty()) return;
+  auto q = pack_.find("Q");
+  const Attr* ref = q != pack_.end() ? q->second : pack_.begin()->second;
+  const std::string g = fmt_expr(*ref->value);
+  for (const char* n : {"Q", "O", "LSE"}) {
+    if (!global_alloc_.count(n)) continue;
+    auto it = pack_.find(n);
+    if (it == pack_.end()) {
+      rep_.error("TL0412", global_alloc_.at(n),
+                 std::string("global ") + n + " is not packed but " + (q != pack_.end() ? "Q" : pack_.begin()->first) +
+                     " is (`{pack: " + g + "}`): the rows of a tile are (query, head) pairs for every view it reads or writes",
+                 std::string("add `{pack: ") + g + "}` to the global Allocate of " + n);
+    } else if (fmt_expr(*it->second->value) != g) {
+      rep_.error("TL0412", pick(it->second->loc, global_alloc_.at(n)),
+                 std::string("global ") + n + " is packed by " + fmt_expr(*it->second->value) + " but Q by " + g,
+                 "Q, O and LSE interleave the same number of heads: write `{pack: " + g + "}`");
+    }
+  }
+  for (const auto& st : prog_.stmts) {
+    if (st.kind != Stmt::Kind::Variant) continue;
+    rep_.error("TL0412", st.loc,
+               "a Score / Mask declaration in a program with packed views: a packed tile's rows belong to different "
+               "query heads, and the declarations bind one `head` per tile",
+               "remove `{pack: ...}` (one query head per tile: `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, ...`)");
+    break;
+  }
+  info_.pack = *ref->value;
+}
+
 }  // namespace qattn::tl::detail

@@ -10,6 +10,7 @@
 // Bounded: grid axes are sampled at {0, 1, n-2, n-1} when longer than 4, loops at their first and
 // last 3 iterations when longer than 8, and each sample stops after a fixed statement budget.
 // Statements the structural pass rejected (the `poisoned` set) are skipped.
+#include <algorithm>
 #include <functional>
 
 #include "tl/checker_internal.h"
@@ -136,6 +137,34 @@ class RangeWalker {
       if (!x) return;
       v.shape.push_back(*x);
     }
+    // `{pack: G}`: the view interleaves G query heads (G * rows rows), its offset counts head groups.
+    int64_t pack = 1;
+    for (const auto& at : s.attrs) {
+      if (at.key != "pack" || !at.value) continue;
+      auto x = ev(*at.value, env);
+      if (!x) return;
+      pack = *x;
+    }
+    if (pack != 1) {
+      auto hq_it = env.ints.find("heads_q");
+      const int64_t hq = hq_it == env.ints.end() ? 1 : hq_it->second;
+      if (pack < 1 || hq % pack != 0) {
+        report("TL0601", s.loc,
+               "`pack` of global " + a.name + " is " + std::to_string(pack) + ", which does not divide heads_q = " +
+                   std::to_string(hq) + " (at " + where(env) + ")",
+               "pack the query heads that share a kv head: `{pack: heads_q / heads_kv}`");
+        return;
+      }
+      if (!v.shape.empty()) {
+        v.shape[0] *= pack;
+        Expr g = *std::find_if(s.attrs.begin(), s.attrs.end(), [](const Attr& x) { return x.key == "pack"; })->value;
+        Expr mul;
+        mul.kind = Expr::Kind::Binary;
+        mul.op = "*";
+        mul.args = {v.shape_expr[0], g};
+        v.shape_expr[0] = mul;
+      }
+    }
     views[a.name] = v;
     if (a.offset.size() != 2) return;
     // Undeclared batch / heads_q are 1 and an undeclared heads_kv is heads_q (as the interpreter
@@ -146,14 +175,15 @@ class RangeWalker {
       return it == env.ints.end() ? dflt : it->second;
     };
     int64_t hq = dim("heads_q", 1);
-    const char* bounds[2] = {"batch", kv ? "heads_kv" : "heads_q"};
-    int64_t limits[2] = {dim("batch", 1), kv ? dim("heads_kv", hq) : hq};
+    const char* bounds[2] = {"batch", kv ? "heads_kv" : pack != 1 ? "heads_q / pack" : "heads_q"};
+    int64_t limits[2] = {dim("batch", 1), kv ? dim("heads_kv", hq) : hq / pack};
     for (int i = 0; i < 2; ++i) {
       auto x = ev(a.offset[i], env);
       if (!x || (*x >= 0 && *x < limits[i])) continue;
       std::string hint =
           i == 0 ? "the first offset index is the batch index (`b` of `Grid b = 0: batch`)"
           : kv   ? "K and V are indexed by the kv head: `with offset [b, kv_head]` and `Let kv_head = head / (heads_q / heads_kv)`"
+          : pack != 1 ? "packed Q, O and LSE are indexed by the head group: `with offset [b, kv_head]` with `Grid kv_head = 0: heads_kv`"
                  : "Q, O and LSE are indexed by the query head: `with offset [b, head]` with `Grid head = 0: heads_q`";
       report("TL0601", pick(a.offset[i].loc, s.loc),
                  "offset index " + fmt_expr(a.offset[i]) + " = " + std::to_string(*x) + " of global " + a.name +

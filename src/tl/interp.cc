@@ -174,6 +174,15 @@ bool Machine::setup_globals(const Program& p) {
         return error("TL0901", e.loc, "global " + a.name + " has a dimension of size " + std::to_string(*v));
       g.view.push_back(*v);
     }
+    for (const auto& at : s.attrs) {  // `{pack: G}` (the checker allows it on Q, O, LSE)
+      if (at.key != "pack" || !at.value) continue;
+      auto v = eval_int(*at.value, header_env_, &diags_);
+      if (!v) return false;
+      if (*v < 1 || *v > (int64_t(1) << 20))
+        return error("TL0901", (at.loc.line ? at.loc : s.loc), "`pack` of global " + a.name + " is " + std::to_string(*v),
+                     "pack the query heads that share a kv head: `{pack: heads_q / heads_kv}`");
+      g.pack = *v;
+    }
     globals_[a.name] = std::move(g);
   }
   for (const char* n : {"Q", "K", "V", "O"})
@@ -212,6 +221,12 @@ bool Machine::setup_globals(const Program& p) {
   double total = 0;
   for (auto& [name, g] : globals_) {
     g.heads = (name == "K" || name == "V") ? prob_.heads_kv : prob_.heads_q;
+    if (g.pack > 1 && g.heads % g.pack != 0)
+      return error("TL0901", g.loc,
+                   "global " + name + " is packed by " + std::to_string(g.pack) + ", which does not divide heads_q = " +
+                       std::to_string(g.heads),
+                   "pack the query heads that share a kv head: `{pack: heads_q / heads_kv}`");
+    pack_ = std::max(pack_, g.pack);
     total += double(prob_.batch) * double(g.heads) * double(g.view_elems());
   }
   if (total > double(kMaxGlobalElems))

@@ -287,7 +287,7 @@ bool Machine::compute_mask(const Stmt& s) {
   std::vector<double> vals(x->data);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j)
-      if (!mp.visible(q0 + i, k0 + j)) vals[size_t(i * cols + j)] = -kInf;  // visible() includes bounds
+      if (!mp.visible((q0 + i) / pack_, k0 + j)) vals[size_t(i * cols + j)] = -kInf;  // visible() includes bounds; row -> query
   return store_result(s, x, x->shape, std::move(vals), nullptr);
 }
 

@@ -169,6 +169,16 @@ bool Machine::exec_allocate(const Stmt& s) {
       b = *bv;
       h = *hv;
     }
+    if (g.pack > 1) {  // the offset counts groups of `pack` heads
+      if (b < 0 || b >= prob_.batch || h < 0 || (h + 1) * g.pack > g.heads)
+        return error("TL0901", s.loc,
+                     "offset [" + std::to_string(b) + ", " + std::to_string(h) + "] of global " + a.name + " packed by " +
+                         std::to_string(g.pack) + " is outside (batch, heads / pack) = (" + std::to_string(prob_.batch) +
+                         ", " + std::to_string(g.heads / g.pack) + ")",
+                     "a packed view is indexed by its head group: `with offset [b, kv_head]`, `Grid kv_head = 0: heads_kv`");
+      slots_[a.name].global = View{&g, (b * g.heads + h * g.pack) * g.view_elems()};
+      return true;
+    }
     if (b < 0 || b >= prob_.batch || h < 0 || h >= g.heads)
       return error("TL0901", s.loc,
                    "offset [" + std::to_string(b) + ", " + std::to_string(h) + "] of global " + a.name +
@@ -253,6 +263,7 @@ bool Machine::copy_values(const Stmt& s, Buffer* into) {
                      "`Allocate " + c.name + " in global (...) with offset [...]` must run before this Copy");
       out.view = &*it->second.global;
       out.shape = out.view->g->view;
+      out.shape[0] = out.view->rows();  // packed views have pack * rows rows
       out.dtype = out.view->g->dtype;
     } else {
       int level = level_of(sp);
@@ -272,11 +283,11 @@ bool Machine::copy_values(const Stmt& s, Buffer* into) {
   if (dst.view && !dst.view->g->output)
     return error("TL0901", s.loc, "Copy to the global input '" + c.name + "'", "a kernel writes only O and LSE");
   auto read = [&](const Side& sd, int64_t r, int64_t col) {
-    return sd.view ? sd.view->g->data[size_t(sd.view->base + r * sd.cols + col)] : sd.buf->data[size_t(r * sd.cols + col)];
+    return sd.view ? sd.view->g->data[sd.view->at(r, col, sd.cols)] : sd.buf->data[size_t(r * sd.cols + col)];
   };
   auto write = [&](const Side& sd, int64_t r, int64_t col, double x) {
     if (sd.view) {
-      size_t i = size_t(sd.view->base + r * sd.cols + col);
+      size_t i = sd.view->at(r, col, sd.cols);
       sd.view->g->data[i] = rnd(sd.dtype, x);
       sd.view->g->written[i] = 1;
     } else {

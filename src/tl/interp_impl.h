@@ -54,16 +54,23 @@ struct Global {
   bool output = false;
   int64_t heads = 1;                // heads_q or heads_kv
   std::vector<int64_t> view;        // one (batch, head) matrix: (rows, cols) or (rows)
+  int64_t pack = 1;                 // `{pack: G}`: a block's view interleaves G heads (docs/tl.md, GQA packing)
   std::vector<double> data;         // (batch, heads, view...)
   std::vector<uint8_t> written;     // outputs only
   SrcLoc loc;                       // its Allocate
   int64_t view_elems() const { return view.size() == 2 ? view[0] * view[1] : view[0]; }
 };
 
-// This block's view of a Global: the element offset of its (batch, head) matrix.
+// This block's view of a Global: the element offset of its (batch, head) matrix. A packed view
+// (Global::pack = G > 1) has G * rows rows: row r is row r / G of head (first head + r % G).
 struct View {
   Global* g = nullptr;
   int64_t base = 0;
+  int64_t rows() const { return g->view[0] * g->pack; }
+  size_t at(int64_t r, int64_t col, int64_t cols) const {
+    if (g->pack == 1) return size_t(base + r * cols + col);
+    return size_t(base + (r % g->pack) * g->view_elems() + (r / g->pack) * cols + col);
+  }
 };
 
 constexpr int kShared = 0, kRegister = 1;
@@ -151,6 +158,7 @@ class Machine {
   struct GridVar { std::string name; int64_t extent; };
   std::vector<GridVar> grid_;
   std::map<std::string, Global> globals_;
+  int64_t pack_ = 1;          // GQA packing of Q's view: a score row r is query r / pack_
   std::map<std::string, Slot> slots_;
   std::vector<Frame> frames_;
   double work_ = 0;

@@ -87,6 +87,17 @@ CONFIGS=(
   "sm90r240_d128_causal|h100|--preset llama3-8b|s/registers 40$/registers 24/; s/registers 232 /registers 240 /"
   # A/B: the d128 non-causal kernel with FlashAttention-3's K/V tile (BN = 176; O then staged in Q's tile)
   "sm90bn176_d128_none|h100|--preset llama2-7b --mask none|s/BN = 128/BN = 176/"
+  # GQA packing (TL `{pack: heads_q / heads_kv}`): the planner packs when the spec states a short
+  # query length (--seqlen SQ/SK); heads are launch parameters, so these also run MHA and MQA cases
+  "sm90pk_d128_causal|h100|--preset llama3-8b --seqlen 16/4096"
+  "sm90pk_d128_none|h100|--preset llama3-8b --mask none --seqlen 16/4096"
+  "sm90pk_d128_none_lse|h100|--preset llama3-8b --mask none --lse true --seqlen 64/4096"
+  "sm90pk_d64_none|h100|--preset llama3.2-1b --mask none --seqlen 16/4096"
+  "sm90pk_d128_window|h100|--preset mistral-7b --window 256,0 --seqlen 32/4096"
+  "sm90pk_d64_topleft_fp16|h100|--preset llama3.2-1b --mask causal_top_left --dtype fp16 --seqlen 8/1024"
+  "sm90pk_d256_causal|h100|--preset llama2-7b --head-dim 256 --heads 16/4 --seqlen 16/2048"
+  # broken TL: the packed Grid launches one query head's worth of row tiles (the other heads' rows are never computed)
+  "neg_sm90_pack_short_grid|h100|--preset llama3-8b --mask none --seqlen 16/4096|s/cdiv(seqlen_q \* (heads_q \/ heads_kv), BM)/cdiv(seqlen_q, BM)/"
   "neg_sm90_scale_no_log2e|h100|--preset llama2-7b --mask none|s/Multiply S, softmax_scale \* log2e/Multiply S, softmax_scale/"
 )
 

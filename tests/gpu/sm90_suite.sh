@@ -7,6 +7,7 @@
 #      with more work tiles than SMs, so persistent blocks run several), and 20 repeated runs that
 #      must be bit-identical (tests/gpu/sanitize_main.cu)
 #   4. benchmark: bench/bench_sm90.py for both grid forms (cuDNN and FA2 in the same process)
+#   5. benchmark: bench/bench_gqa_pack.py, GQA packing against one head per tile, cuDNN and FA2
 # Usage: tests/gpu/sm90_suite.sh OUT_DIR [BIN_DIR] [--no-bench]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -30,7 +31,7 @@ grep -E "FAIL|passed" "$OUT/verify.txt" | tail -15
 echo "== 3. race check =="
 nvcc -std=c++17 -I"$ROOT/include" "$ROOT/tests/gpu/sanitize_main.cu" -o /tmp/sanitize_main -ldl || status=1
 {
-  for lib in sm90_d128_causal sm90_d128_none sm90_mla_causal_lse sm90_d64_none sm90_d256_none sm90p_d256_none; do
+  for lib in sm90_d128_causal sm90_d128_none sm90_mla_causal_lse sm90_d64_none sm90_d256_none sm90p_d256_none sm90pk_d128_causal sm90pk_d256_causal; do
     shapes="2,4,2,77,130"
     grep -q "{persistent}" $K/$lib.tl && shapes="$shapes 2,16,4,600,700"  # 160 tiles > 132 SMs
     for shape in $shapes; do
@@ -49,5 +50,7 @@ grep -q "FAILED\|[1-9][0-9]* not bit-identical" "$OUT/race.txt" && status=1
 if [ $BENCH = 1 ]; then
   echo "== 4. benchmark =="
   python3 "$ROOT/bench/bench_sm90.py" $K --out "$OUT" --also 'other_grid=^sm90alt_(d\d+|mla)_(causal|none)(_lse)?\.so$' 2>&1 | tail -8
+  echo "== 5. GQA packing: short queries over a long cache =="
+  python3 "$ROOT/bench/bench_gqa_pack.py" $K --out "$OUT" 2>&1 | tail -4
 fi
 exit $status

@@ -169,6 +169,8 @@ CASES = [
     (1, 2, 2, 2047, 3001, "bshd"),
     (4, 2, 1, 64, 64, "bhsd"),
     (3, 16, 4, 1100, 1234, "bshd"),  # 400+ work tiles: a persistent block runs several
+    (2, 32, 8, 16, 1000, "bshd"),    # GQA, a short query chunk over a long cache (packed tiles: 4 heads)
+    (1, 16, 1, 3, 777, "bhsd"),      # MQA, 3 queries (packed: 16 heads, one tile row per (query, head))
 ]
 
 
@@ -177,6 +179,7 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--only", default="")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verbose", action="store_true", help="print each case before it runs (to find the one a crash comes from)")
     args = ap.parse_args()
     libs = sorted(glob.glob(os.path.join(args.out_dir, "*.so")))
     libs = [p for p in libs if re.search(args.only, os.path.basename(p))]
@@ -200,6 +203,8 @@ def main():
         if name.startswith("neg_"):
             wrong = 0
             for case in CASES:
+                if args.verbose:
+                    print(f"  {name} {case}", flush=True)
                 ok, msg, _ = run_case(kern, case, gen)
                 wrong += 0 if ok else 1
             ok = wrong > 0
@@ -208,6 +213,8 @@ def main():
             print(f"{name}: {desc} (from broken TL)", flush=True)
             continue
         for case in CASES:
+            if args.verbose:
+                print(f"  {name} {case}", flush=True)
             ok, msg, _ = run_case(kern, case, gen)
             b, hq, hkv, sq, sk, layout = case
             rows.append((name, f"b{b} h{hq}/{hkv} s{sq}/{sk} {layout}", ok, msg))

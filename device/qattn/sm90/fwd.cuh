@@ -41,6 +41,7 @@ struct Params {
   float* lse;                 // (batch, heads_q, seqlen_q) or nullptr
   int seqlen_q, seqlen_k, heads_q, group;  // group = heads_q / heads_kv
   int heads_kv, batch;
+  int pack;                   // TL {pack}: query heads per tile group (T::kPackGqa; 1 otherwise)
   float scale_log2;           // the TL Multiply factors of S after its last Modify, folded into Exp2
   float scale;                // scale_log2 * ln 2: the natural-log factor of the row max (LSE)
   float softmax_scale;        // TL builtin softmax_scale (Score declarations, Multiply factors)
@@ -72,23 +73,24 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 // Calls f(x, q, k) for every element x (a reference) of this thread's part of a (64, BN) score
-// tile in the wgmma accumulator layout: q0 is the thread's first query index (its second is q0 + 8),
-// col0 the tile's first key index, c the thread's column pair within each 8-column group.
+// tile in the wgmma accumulator layout: qa and qb are the query indices of the thread's two rows
+// (rows r and r + 8; qb = qa + 8 unless the tile packs heads), col0 the tile's first key index, c
+// the thread's column pair within each 8-column group.
 template <int NS, class F>
-__device__ __forceinline__ void for_each_score(float (&s)[NS], int q0, int col0, int c, F&& f) {
+__device__ __forceinline__ void for_each_score(float (&s)[NS], int qa, int qb, int col0, int c, F&& f) {
 #pragma unroll
   for (int i = 0; i < NS / 4; ++i) {
     const int k = col0 + 8 * i + 2 * c;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) f(s[4 * i + e], q0 + (e >= 2 ? 8 : 0), k + (e & 1));
+    for (int e = 0; e < 4; ++e) f(s[4 * i + e], e >= 2 ? qb : qa, k + (e & 1));
   }
 }
 
 // TL `Compute Mask S at [m_block, j] with M` (the kernel's mask and every Mask declaration) on this
 // thread's part of a (64, BN) score tile. v: the Traits' Scope of the work tile (the TL names).
 template <class T, int NS>
-__device__ __forceinline__ void mask_tile(float (&s)[NS], int q0, int col0, int c, typename T::Scope const& v) {
-  for_each_score(s, q0, col0, c, [&](float& x, int q, int k) {
+__device__ __forceinline__ void mask_tile(float (&s)[NS], int qa, int qb, int col0, int c, typename T::Scope const& v) {
+  for_each_score(s, qa, qb, col0, c, [&](float& x, int q, int k) {
     if (!v.keep(q, k)) x = -INFINITY;
   });
 }
@@ -170,13 +172,15 @@ struct TileCoord {
 };
 template <class T>
 __device__ __forceinline__ TileCoord tile_coord(int t, Params const& p) {
-  const int m_blocks = (p.seqlen_q + T::kBM - 1) / T::kBM;
+  // TL {pack}: m_block counts packed rows (pack per query) and `head` is the head group.
+  const int pack = T::kPackGqa ? p.pack : 1;
+  const int m_blocks = (p.seqlen_q * pack + T::kBM - 1) / T::kBM, heads = p.heads_q / pack;
   TileCoord c;
   c.m_block = t % m_blocks;
   if (T::kReverseM) c.m_block = m_blocks - 1 - c.m_block;
   t /= m_blocks;
-  c.head = t % p.heads_q;
-  c.batch = t / p.heads_q;
+  c.head = t % heads;
+  c.batch = t / heads;
   return c;
 }
 
@@ -245,7 +249,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
           break;
         }
         const TileCoord tc = tile_coord<T>(t, p);
-        const int kv_head = tc.head / p.group;  // TL Let kv_head
+        const int kv_head = T::kPackGqa ? tc.head : tc.head / p.group;  // TL Let kv_head (packed: the Grid's head group)
         const typename T::Scope v(tc.m_block, tc.head, tc.batch, p);
         // TL for j = lo: hi (tiles outside are never loaded: causal / window skipping, {skip: M})
         const int n_begin = T::n_begin(tc.m_block, p), n_end = T::n_end(tc.m_block, p);
@@ -260,7 +264,11 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
           EmptyBarrier::wait(empty_q, q_phase ^ 1u);
           if (leader) {
             FullBarrier::arrive_and_expect_tx(full_q, tile_bytes<BM, DQK, Element>());
-            tma_load_tile<BM, DQK>(&p.tma_q, full_q, sQ, tc.m_block * BM, tc.head, tc.batch);
+            // A packed kernel called with heads_q == heads_kv (pack 1) has the 4-D map (tma.cuh).
+            if (T::kPackGqa && p.pack > 1)
+              tma_load_packed<BM, DQK>(&p.tma_q, full_q, sQ, tc.m_block * BM, tc.head, tc.batch, p.pack);
+            else
+              tma_load_tile<BM, DQK>(&p.tma_q, full_q, sQ, tc.m_block * BM, tc.head, tc.batch);
           }
           q_phase ^= 1u;
           q_issued = true;
@@ -318,8 +326,13 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
     const int m_block = tc.m_block, head = tc.head, batch = tc.batch;
     const typename T::Scope v(m_block, head, batch, p);  // the TL names of this work tile
     const int n_begin = T::n_begin(m_block, p), n_end = T::n_end(m_block, p);
-    const int q0 = m_block * BM + row_local;  // this thread's query index (the second is q0 + 8)
+    const int q0 = m_block * BM + row_local;  // this thread's first row (the second is q0 + 8)
     const int wg_row0 = m_block * BM + wgc * 64;
+    // The queries of the thread's two rows and of the warpgroup's 64 rows (TL {pack}: row r is query
+    // r / pack of head group * pack + r % pack).
+    // (Computed at each use: without packing they fold to the row indices and keep no register.)
+    const int pk = T::kPackGqa ? p.pack : 1;
+    const auto query = [&](int row) { return T::kPackGqa ? row / pk : row; };
 
     float o[DV / 2];  // TL Allocate O in register (BM, d) fp32 init 0
 #pragma unroll
@@ -343,8 +356,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
       wgmma_wait<0>();
       fence_regs(s);
       if (tid == 0) EmptyBarrier::arrive(&empty_k[pos.slot]);  // {release: K}
-      v.modify(s, q0, n * BN, c);
-      if (v.tile_needs_mask(wg_row0, n)) mask_tile<T>(s, q0, n * BN, c, v);
+      v.modify(s, query(q0), query(q0 + 8), n * BN, c);
+      if (v.tile_needs_mask(query(wg_row0), query(wg_row0 + 63), n)) mask_tile<T>(s, query(q0), query(q0 + 8), n * BN, c, v);
       online_softmax<true>(s, m, l, alpha, sl2);
       convert_p<T::kBf16>(s, pf);
       vpos = pos;
@@ -367,8 +380,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
           wgmma_wait<1>();  // S(j+1) done; P V still running
           fence_regs(s);
           if (tid == 0) EmptyBarrier::arrive(&empty_k[pos.slot]);
-          v.modify(s, q0, n * BN, c);
-          if (v.tile_needs_mask(wg_row0, n)) mask_tile<T>(s, q0, n * BN, c, v);
+          v.modify(s, query(q0), query(q0 + 8), n * BN, c);
+          if (v.tile_needs_mask(query(wg_row0), query(wg_row0 + 63), n)) mask_tile<T>(s, query(q0), query(q0 + 8), n * BN, c, v);
           online_softmax<false>(s, m, l, alpha, sl2);
           wgmma_wait<0>();
           fence_regs(o);
@@ -397,8 +410,8 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
           wgmma_wait<0>();
           fence_regs(s);
           if (tid == 0) EmptyBarrier::arrive(&empty_k[pos.slot]);
-          v.modify(s, q0, n * BN, c);
-          if (v.tile_needs_mask(wg_row0, n)) mask_tile<T>(s, q0, n * BN, c, v);
+          v.modify(s, query(q0), query(q0 + 8), n * BN, c);
+          if (v.tile_needs_mask(query(wg_row0), query(wg_row0 + 63), n)) mask_tile<T>(s, query(q0), query(q0 + 8), n * BN, c, v);
           online_softmax<false>(s, m, l, alpha, sl2);
           rescale(o, alpha);
           convert_p<T::kBf16>(s, pf);
@@ -435,9 +448,9 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
     if (T::kLse && p.lse != nullptr && c == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int q = q0 + 8 * h;
+        const int q = query(q0 + 8 * h), hq = T::kPackGqa ? head * pk + (q0 + 8 * h) % pk : head;
         if (q < p.seqlen_q)
-          p.lse[(int64_t(batch) * p.heads_q + head) * p.seqlen_q + q] =
+          p.lse[(int64_t(batch) * p.heads_q + hq) * p.seqlen_q + q] =
               l[h] > 0.f ? m[h] * p.scale + logf(l[h]) : -INFINITY;
       }
     }
@@ -462,7 +475,10 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the copy engine
     cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + wgc);
     if (tid == 0) {
-      tma_store_rows<BM, DV>(&p.tma_o, sO, wgc * 64, wg_row0, head, batch);
+      if (T::kPackGqa && pk > 1)
+        tma_store_packed<BM, DV>(&p.tma_o, sO, wgc * 64, wg_row0, head, batch, pk);
+      else
+        tma_store_rows<BM, DV>(&p.tma_o, sO, wgc * 64, wg_row0, head, batch);
       if constexpr (!kDeferStoreWait) {
         cute::tma_store_wait<0>();  // the copy engine has read the staged rows
         if (kLateQ) EmptyBarrier::arrive(empty_q);

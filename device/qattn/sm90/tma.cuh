@@ -41,19 +41,32 @@ static inline EncodeTiledFn encode_tiled_fn() {
 
 // The 4-D view (cols, rows, heads, batch) of a strided (batch, rows, heads, cols) tensor; strides in
 // elements; returns false (and leaves `map` unspecified) when the driver refuses it.
+// pack > 1 (TL `{pack: G}`, GQA packing): the 5-D view (cols, G, rows, heads / G, batch), whose boxes
+// of (64 columns, G heads, box_rows / G rows) land in shared memory as box_rows rows in the packed
+// order (row r = query r / G of head r % G within the group), so the swizzled tile is the same.
 static inline bool make_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
                                  int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
-                                 int box_rows) {
+                                 int box_rows, int pack = 1) {
   EncodeTiledFn fn = encode_tiled_fn();
   if (!fn) return false;
+  if (pack < 1 || heads % pack != 0 || box_rows % pack != 0) return false;
   std::memset(map, 0, sizeof(CUtensorMap));
-  const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows > 0 ? rows : 1), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t rows_ = cuuint64_t(rows > 0 ? rows : 1);
+  const cuuint32_t elem_strides[5] = {1u, 1u, 1u, 1u, 1u};
+  const auto dtype = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (pack > 1) {
+    const cuuint64_t dims[5] = {cuuint64_t(cols), cuuint64_t(pack), rows_, cuuint64_t(heads / pack), cuuint64_t(batch)};
+    const cuuint64_t strides[4] = {cuuint64_t(head_stride) * 2, cuuint64_t(row_stride) * 2,
+                                   cuuint64_t(head_stride) * 2 * cuuint64_t(pack), cuuint64_t(batch_stride) * 2};
+    const cuuint32_t box[5] = {64u, cuuint32_t(pack), cuuint32_t(box_rows / pack), 1u, 1u};
+    return fn(map, dtype, 5, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  }
+  const cuuint64_t dims[4] = {cuuint64_t(cols), rows_, cuuint64_t(heads), cuuint64_t(batch)};
   const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
   const cuuint32_t box[4] = {64u, cuuint32_t(box_rows), 1u, 1u};
-  const cuuint32_t elem_strides[4] = {1u, 1u, 1u, 1u};
-  return fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(base),
-            dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return fn(map, dtype, 4, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // ---- device: tile copies -------------------------------------------------------------------
@@ -67,6 +80,26 @@ __device__ __forceinline__ void tma_load_tile(const CUtensorMap* map, uint64_t* 
 #pragma unroll
   for (int c = 0; c < kBlocks; ++c)
     cute::SM90_TMA_LOAD_4D::copy(map, bar, 0ull, smem + c * ROWS * 64, c * 64, row0, head, batch);
+}
+
+// The same through a packed map (make_tile_map with pack > 1; with pack 1 the map is 4-D and the
+// kernel uses tma_load_tile): `row0` counts packed rows (a multiple of `pack`), `group` the head group.
+template <int ROWS, int COLS, class Element>
+__device__ __forceinline__ void tma_load_packed(const CUtensorMap* map, uint64_t* bar, Element* smem, int row0, int group,
+                                                int batch, int pack) {
+  constexpr int kBlocks = (COLS + 63) / 64;
+#pragma unroll
+  for (int c = 0; c < kBlocks; ++c)
+    cute::SM90_TMA_LOAD_5D::copy(map, bar, 0ull, smem + c * ROWS * 64, c * 64, 0, row0 / pack, group, batch);
+}
+template <int TILE_ROWS, int COLS, class Element>
+__device__ __forceinline__ void tma_store_packed(const CUtensorMap* map, const Element* smem, int smem_row, int row0,
+                                                 int group, int batch, int pack) {
+  constexpr int kBlocks = (COLS + 63) / 64;
+#pragma unroll
+  for (int c = 0; c < kBlocks; ++c)
+    cute::SM90_TMA_STORE_5D::copy(map, smem + c * TILE_ROWS * 64 + smem_row * 64, c * 64, 0, row0 / pack, group, batch);
+  cute::tma_store_arrive();
 }
 
 // Stores the 64 rows starting at `smem_row` of a (TILE_ROWS, COLS) swizzled shared tile to global
