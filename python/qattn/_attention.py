@@ -198,16 +198,19 @@ def _launch(torch, b, q, k, v, layout, scale, return_lse, aux=None):
     return (o, lse) if return_lse else o
 
 
-def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None):
+def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None):
+    """The Build for this compile-time tuple on `device`; shape (heads_q, heads_kv, seqlen_q) picks
+    the packed kernel for short GQA/MQA queries on Hopper (_build.short_queries)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
-    key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx)
+    target, reason, tag = _device_target(torch, device)
+    short = shape is not None and _build.short_queries(target, *shape, fields)
+    key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx, short)
     hit = _build.FAST.get(key)
     if hit is not None:
         if isinstance(hit, Exception):
             raise hit
         return hit
-    target, reason, tag = _device_target(torch, device)
-    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse, target)
+    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse, target, short=short)
     try:
         b = _build.build(spec, target, reason, local_tag=tag, verbose=verbose)
     except SpecError as e:  # deterministic: do not run the pipeline again for the same request
@@ -244,9 +247,9 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     fields = variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
     dt = _check_tensors(torch, q, k, v, layout)
     qv, kv, vv = _views(q, k, v, layout)
-    _check_shapes(qv, kv, vv)
+    _, sq, _, hq, hkv, _, _ = _check_shapes(qv, kv, vv)
     scale = _scale(scale, int(qv.shape[3]))
-    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse, q.device)
+    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse, q.device, shape=(hq, hkv, sq))
     return _launch(torch, b, q, k, v, layout, scale, return_lse, aux)
 
 
@@ -407,8 +410,9 @@ def explain(*args, gpu=None, **kwargs):
                                 kw.get("mask_mod"), kw.get("prefix_lm"), **flags)
         dt = _check_tensors(torch, q, k, v, layout)
         qv, kv, vv = _views(q, k, v, layout)
-        _check_shapes(qv, kv, vv)
-        b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, kw.get("return_lse", False), q.device)
+        _, sq, _, hq, hkv, _, _ = _check_shapes(qv, kv, vv)
+        b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, kw.get("return_lse", False), q.device,
+                       shape=(hq, hkv, sq))
         return Explanation(Kernel(b.spec, b, _device_target(torch, q.device)[1]))
     spec = args[0] if args else None
     return compile(spec, gpu=gpu, **kwargs).explain()

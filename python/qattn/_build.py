@@ -34,7 +34,7 @@ DTYPES = ("fp16", "bf16")
 _LOCK = threading.Lock()
 _KEY_LOCKS = {}
 _BUILDS = {}   # (kernel spec json, local tag, use_cache) -> Build
-FAST = {}      # attention()'s lookup: (dtype, d_qk, d_v, variant, lse, device) -> Build or the SpecError it raised
+FAST = {}      # attention()'s lookup: (dtype, d_qk, d_v, variant, lse, device, short) -> Build or the SpecError it raised
 
 
 def cache_dir():
@@ -49,13 +49,30 @@ def cache_dir():
     return os.path.join(tempfile.gettempdir(), "qattn-cache")
 
 
-def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target):
+# Short query sequences over GQA/MQA (decoding, chunked prefill): with at most this many queries
+# the Hopper kernel packs the query heads of a kv head into one tile (docs/tl.md, "GQA packing";
+# H100: 1.8-3.9x at seqlen_q 16-64, bench/results/2026-11-24-h100-sm90-gqa-pack).
+SHORT_QUERIES = 64
+
+
+def short_queries(target, heads_q, heads_kv, seqlen_q, fields):
+    """True when a call should use the packed kernel: an sm90 target, GQA/MQA with a group that
+    divides 64 (the packed tile's rows), at most SHORT_QUERIES queries, no score/mask variants."""
+    if target not in ("h100", "h200") or heads_kv <= 0 or heads_q <= heads_kv or heads_q % heads_kv:
+        return False
+    return 64 % (heads_q // heads_kv) == 0 and 0 < seqlen_q <= SHORT_QUERIES and "variants" not in fields
+
+
+def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False):
     """The canonical spec of the kernel for one compile-time tuple (see the module comment);
-    fields: the variant fields ({"mask": ...}, qattn._variants)."""
+    fields: the variant fields ({"mask": ...}, qattn._variants). short: the kernel for short query
+    sequences (short_queries): the spec states seqlen_q = SHORT_QUERIES, so the planner packs heads."""
     name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \
-        ("_lse" if return_lse else "")
+        ("_lse" if return_lse else "") + ("_short" if short else "")
     spec = {"name": name, "heads_q": 2, "heads_kv": 1, "head_dim_qk": int(d_qk), "head_dim_v": int(d_v),
             "dtype": dtype, "layout": "bshd", "return_lse": bool(return_lse), "gpu": target}
+    if short:
+        spec["problem"] = {"batch": 1, "seqlen_q": SHORT_QUERIES, "seqlen_k": 4096}
     spec.update(fields)
     return spec
 

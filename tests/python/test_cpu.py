@@ -152,6 +152,21 @@ def test_variant_arguments():
     assert a != b and all(c.isalnum() or c == "_" for c in a + b)
 
 
+def test_short_gqa_queries_on_hopper_take_the_packed_kernel():
+    from qattn import _build
+    none = {"mask": {"kind": "none"}}
+    assert _build.short_queries("h100", 32, 8, 16, none)
+    assert _build.short_queries("h200", 16, 1, 64, none)
+    assert not _build.short_queries("h100", 32, 8, 65, none)      # full tiles: nothing to pack
+    assert not _build.short_queries("h100", 32, 32, 1, none)      # MHA
+    assert not _build.short_queries("sm80", 32, 8, 16, none)      # packing is lowered on sm90a only
+    assert not _build.short_queries("h100", 48, 1, 16, none)      # a group of 48 does not divide 64 rows
+    assert not _build.short_queries("h100", 32, 8, 16, {"mask": {"kind": "none"}, "variants": {"softcap": 30.0}})
+    s = qattn.kernel_spec("bf16", 128, 128, none, False, "h100", short=True)
+    assert s["name"] == "py_bf16_d128_none_short" and s["problem"]["seqlen_q"] == _build.SHORT_QUERIES
+    assert "problem" not in qattn.kernel_spec("bf16", 128, 128, none, False, "h100")
+
+
 def test_kernel_spec_is_keyed_by_compile_time_fields_only():
     a = qattn.kernel_spec("bf16", 192, 128, {"mask": {"kind": "causal", "align": "bottom_right"}}, True, "sm80")
     assert a["name"] == "py_bf16_d192v128_causal_lse"

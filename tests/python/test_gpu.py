@@ -318,17 +318,35 @@ def test_runs_on_the_current_stream(gen):
 def test_kernels_are_reused_across_shapes(gen):
     """One kernel per compile-time tuple: MHA, GQA, MQA, any seqlen and both layouts share it."""
     from qattn import _build
-    for hq, hkv, s, layout in ((8, 8, 100, "bshd"), (8, 2, 333, "bhsd"), (8, 1, 64, "bshd")):
+    for hq, hkv, s, layout in ((8, 8, 100, "bshd"), (8, 2, 333, "bhsd"), (8, 1, 65, "bshd")):
         q = torch.randn(1, s, hq, 128, device="cuda", generator=gen).to(torch.bfloat16)
         kv = torch.randn(1, s, hkv, 128, device="cuda", generator=gen).to(torch.bfloat16)
         if layout == "bhsd":
             q, kv = q.transpose(1, 2).contiguous(), kv.transpose(1, 2).contiguous()
         qattn.attention(q, kv, kv, layout=layout)
     builds = {id(b) for key, b in _build.FAST.items() if key[:3] == ("bf16", 128, 128) and "'none'" in key[3]
-              and not key[4]}
+              and not key[4] and not key[6]}  # key[6]: the short-query (packed) kernel, test_short_gqa_queries
     from gpu_kernels import D128_NONE
     assert builds == {id(qattn.compile(D128_NONE)._b)}  # the kernel compile() built up front
     assert [b.spec["name"] for b in _build._BUILDS.values()].count("py_bf16_d128_none") == 1
+
+
+@pytest.mark.parametrize("hq,hkv,sq,sk,causal", [(32, 8, 16, 1000, True), (16, 1, 3, 777, False), (8, 2, 64, 300, True),
+                                               (8, 8, 16, 500, True)])
+def test_short_gqa_queries(hq, hkv, sq, sk, causal, gen):
+    """Short query sequences over a longer cache (decoding, chunked prefill): on Hopper GQA/MQA
+    take the kernel that packs a kv head's query heads into one tile; results as any other."""
+    from qattn import _build
+    q = torch.randn(2, sq, hq, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    k = torch.randn(2, sk, hkv, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    v = torch.randn(2, sk, hkv, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    o, lse = qattn.attention(q, k, v, causal=causal, return_lse=True)
+    check(o, lse, q, k, v, visible(sq, sk, causal=causal), 128 ** -0.5)
+    ex = qattn.explain(q, k, v, causal=causal, return_lse=True)
+    packed = "{pack: heads_q / heads_kv}" in ex.tl
+    major, _ = torch.cuda.get_device_capability()
+    assert packed == (major == 9 and hq > hkv and not os.environ.get("QATTN_TARGET")), ex.tl
+    assert packed == ex.kernel_spec["name"].endswith("_short")
 
 
 def test_compiled_kernel_matches_attention(gen):
