@@ -200,7 +200,7 @@ bool Lowering::analyze_sm90() {
 bool Lowering::analyze_smem_sm90() {
   const int eb = 2;
   const int dqkp = (d_qk_ + 63) / 64 * 64, dvp = (d_v_ + 63) / 64 * 64;
-  smem_bytes_ = 1024 + int64_t(tile_m_) * dqkp * eb + int64_t(stages_) * sm90_.bn * (dqkp + dvp) * eb + 8 * (3 + 4 * stages_);
+  smem_bytes_ = 1024 + int64_t(tile_m_) * dqkp * eb + int64_t(stages_) * sm90_.bn * (dqkp + dvp) * eb + 8 * (2 + 4 * stages_) + 40;  // + fwd.cuh's TileExchange (2 slots, 4 mbarriers)
   // Persistent: O gets its own staging tile when it fits, so the next tile's Q load does not wait
   // for this tile's epilogue (fwd.cuh, SmemPlan::kO).
   const int64_t o_bytes = int64_t(tile_m_) * dvp * eb;

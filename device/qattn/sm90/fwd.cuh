@@ -161,7 +161,7 @@ struct SmemPlan {
   static constexpr int kK = T::kBN * kDqkP, kV = T::kBN * kDvP;
   static constexpr int kO = T::kSeparateO ? T::kBM * kDvP : 0;
   static constexpr int kTileBytes = (kQ + T::kStages * (kK + kV) + kO) * int(sizeof(Element));
-  static constexpr int kBarriers = 8 * (2 + 4 * T::kStages) + 8;  // mbarriers + the persistent tile slot
+  static constexpr int kBarriers = 8 * (2 + 4 * T::kStages) + TileExchange<T::kConsumers>::kBytes;  // + the persistent tile exchange
   static constexpr int kBytes = 1024 /* alignment slack */ + kTileBytes + kBarriers;
 };
 
@@ -227,6 +227,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
       EmptyBarrier::init(&empty_k[s], T::kConsumers);
       EmptyBarrier::init(&empty_v[s], T::kConsumers);
     }
+    if constexpr (T::kPersistent) TileSlot::init(s_tile);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();

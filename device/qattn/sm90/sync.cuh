@@ -32,29 +32,40 @@ struct RingPos {
 };
 
 // Named barrier ids: 0 is __syncthreads; 1..6 are ours (epilogue: one per consumer warpgroup).
-enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTile = 6 };
+enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3 };
 
 // TL Grid `{persistent}`: the producer warp hands the block's k-th tile index to the consumer
-// warpgroups in shared slot k mod 2 and all of them meet at one named barrier (a full sync of the
-// producer warp and the consumers, so the slot is rewritten only after every consumer has read
-// it). The producer publishes after issuing the tile's first copies, so they overlap the previous
-// tile's end; its last index (>= num_tiles) means "no more tiles".
+// warpgroups in shared slot k mod 2, guarded by two mbarriers per slot: `full` (the producer wrote
+// the index: one arrive, release) and `empty` (every consumer thread read it). A consumer
+// warpgroup waits only for the producer, never for the other consumer warpgroup, so at a tile
+// boundary the two keep their ping-pong offset (one starts its next tile's GEMMs while the other
+// finishes its epilogue). The producer publishes after issuing the tile's first copies, so they
+// overlap the previous tile's end; its last index (>= num_tiles) means "no more tiles".
 template <int kConsumers>
 struct TileExchange {
-  static constexpr int kThreads = 32 + 128 * kConsumers;
+  // Shared memory: 2 index slots, then the mbarriers full[2], empty[2] (8-byte aligned).
+  static constexpr int kBytes = 8 + 4 * 8;
+  __device__ __forceinline__ static uint64_t* bar(int* slots) { return reinterpret_cast<uint64_t*>(slots + 2); }
+  __device__ __forceinline__ static void init(int* slots) {
+    for (int i = 0; i < 2; ++i) {
+      EmptyBarrier::init(&bar(slots)[i], 1);                       // full: the producer's leader
+      EmptyBarrier::init(&bar(slots)[2 + i], 128 * kConsumers);    // empty: every consumer thread
+    }
+  }
   __device__ __forceinline__ static void publish(int* slots, int k, int tile, bool leader) {
-    if (leader) slots[k & 1] = tile;
-    sync();
+    const int i = k & 1;
+    EmptyBarrier::wait(&bar(slots)[2 + i], uint32_t((k >> 1) & 1) ^ 1u);  // a fresh slot counts as read
+    if (leader) {
+      *reinterpret_cast<volatile int*>(&slots[i]) = tile;
+      EmptyBarrier::arrive(&bar(slots)[i]);
+    }
   }
-  __device__ __forceinline__ static int receive(const int* slots, int k) {
-    sync();
-    return slots[k & 1];
-  }
-  // `barrier.sync` (not the warp-aligned `bar.sync`): the producer warp's lanes poll their
-  // mbarriers independently and need not be converged here. The memory clobber keeps the slot's
-  // store and load on their sides of the barrier.
-  __device__ __forceinline__ static void sync() {
-    asm volatile("barrier.sync %0, %1;" : : "r"(int(kBarTile)), "r"(kThreads) : "memory");
+  __device__ __forceinline__ static int receive(int* slots, int k) {
+    const int i = k & 1;
+    EmptyBarrier::wait(&bar(slots)[i], uint32_t((k >> 1) & 1));
+    const int tile = *reinterpret_cast<volatile int*>(&slots[i]);
+    EmptyBarrier::arrive(&bar(slots)[2 + i]);
+    return tile;
   }
 };
 
