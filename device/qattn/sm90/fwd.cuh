@@ -14,7 +14,11 @@
 //   Epilogue: O normalised, converted, staged in shared memory (its own tile, or this warpgroup's
 //       rows of the Q tile) and stored with TMA; LSE from registers.
 //   Grid {persistent}: one block per SM; the producer warp takes tiles from a global counter and
-//       hands them to the consumers (sync.cuh, TileExchange).
+//       hands them to the consumers (sync.cuh, TileExchange: mbarriers, so the two consumer
+//       warpgroups keep their ping-pong offset across tile boundaries).
+//   {pack: heads_q / heads_kv} (T::kPackGqa, GQA packing): a tile's rows are (query, head) pairs of
+//       one kv head's query heads; Q and O move through 5-D TMA maps (tma.cuh), the masks and LSE
+//       map a row to its query (row / pack) and head.
 //   Score / Mask declarations (variants): the Traits' Scope binds the TL names of a work tile;
 //       Scope::modify runs the score statements, keep / tile_needs_mask the masks, visible the
 //       loop's {skip} (prev_tile: skipped key tiles are neither loaded nor computed).
