@@ -206,17 +206,16 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
            ", WARPS = " + std::to_string(tiles->warps) + ", STAGES = " + std::to_string(tiles->stages));
     if (var.relative_bias) w.line("Const NB = " + std::to_string(*var.relative_bias));
     const std::string grid_attr = persistent ? " {persistent}" : "";
+    const std::string kind = p.heads_kv == 1 ? "MQA" : "GQA";
+    const std::string group = std::to_string(p.heads_q / std::max(p.heads_kv, 1));
     if (pack) {
       w.line("Grid m_block = 0: cdiv(seqlen_q * (heads_q / heads_kv), BM), kv_head = 0: heads_kv, b = 0: batch" + grid_attr);
-      w.comment(" " + std::string(p.heads_kv == 1 ? "MQA" : "GQA") + " packing: a tile holds the " +
-                std::to_string(p.heads_q / std::max(p.heads_kv, 1)) + " query heads of one kv head (G = heads_q / heads_kv; " +
-                "row r: query r / G of head kv_head * G + r % G)");
+      w.comment(" " + kind + " packing: a tile holds the " + group +
+                " query heads of one kv head (G = heads_q / heads_kv; row r: query r / G of head kv_head * G + r % G)");
     } else {
       w.line("Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch" + grid_attr);
       w.comment(p.heads_q == p.heads_kv ? " MHA: every query head has its own kv head"
-                                        : " " + std::string(p.heads_kv == 1 ? "MQA" : "GQA") + ": " +
-                                              std::to_string(p.heads_q / std::max(p.heads_kv, 1)) +
-                                              " query heads share one kv head");
+                                        : " " + kind + ": " + group + " query heads share one kv head");
       w.line("Let kv_head = head / (heads_q / heads_kv)");
     }
     if (schedule) {

@@ -10,7 +10,6 @@
 // Bounded: grid axes are sampled at {0, 1, n-2, n-1} when longer than 4, loops at their first and
 // last 3 iterations when longer than 8, and each sample stops after a fixed statement budget.
 // Statements the structural pass rejected (the `poisoned` set) are skipped.
-#include <algorithm>
 #include <functional>
 
 #include "tl/checker_internal.h"
@@ -139,11 +138,13 @@ class RangeWalker {
     }
     // `{pack: G}`: the view interleaves G query heads (G * rows rows), its offset counts head groups.
     int64_t pack = 1;
+    const Expr* pack_expr = nullptr;
     for (const auto& at : s.attrs) {
       if (at.key != "pack" || !at.value) continue;
       auto x = ev(*at.value, env);
       if (!x) return;
       pack = *x;
+      pack_expr = &*at.value;
     }
     if (pack != 1) {
       auto hq_it = env.ints.find("heads_q");
@@ -157,11 +158,10 @@ class RangeWalker {
       }
       if (!v.shape.empty()) {
         v.shape[0] *= pack;
-        Expr g = *std::find_if(s.attrs.begin(), s.attrs.end(), [](const Attr& x) { return x.key == "pack"; })->value;
         Expr mul;
         mul.kind = Expr::Kind::Binary;
         mul.op = "*";
-        mul.args = {v.shape_expr[0], g};
+        mul.args = {v.shape_expr[0], *pack_expr};
         v.shape_expr[0] = mul;
       }
     }
