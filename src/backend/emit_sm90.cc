@@ -483,7 +483,7 @@ void Lowering::emit_sm90_launch(Writer& w) {
   w.line("qattn::sm90::Params kp;");
   w.line("const bool bf16 = " + std::string(elem_ == tl::DType::BF16 ? "true" : "false") + ";");
   // GQA packing: Q and O maps cut boxes of (group heads x rows / group) (tma.cuh, make_packed_map).
-  const std::string pk = sm90_.pack_gqa ? "kp.pack" : "1";
+  const std::string pk = sm90_.pack_gqa ? ", kp.pack" : "";  // packed: the 5-D maps, also for a group of 1
   if (sm90_.pack_gqa) {
     w.line("kp.pack = p.heads_q / p.heads_kv;  // TL {pack: heads_q / heads_kv}");
     w.line("if (p.heads_q % p.heads_kv != 0 || 64 % kp.pack != 0)");
@@ -492,13 +492,13 @@ void Lowering::emit_sm90_launch(Writer& w) {
     w.line("kp.pack = 1;");
   }
   w.line("if (!qattn::sm90::make_tile_map(&kp.tma_q, p.q, bf16, " + std::to_string(d_qk_) +
-         ", p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride, Traits::kBM, " + pk + ") ||");
+         ", p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride, Traits::kBM" + pk + ") ||");
   w.line("    !qattn::sm90::make_tile_map(&kp.tma_k, p.k, bf16, " + std::to_string(d_qk_) +
          ", p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBN) ||");
   w.line("    !qattn::sm90::make_tile_map(&kp.tma_v, p.v, bf16, " + std::to_string(d_v_) +
          ", p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBN) ||");
   w.line("    !qattn::sm90::make_tile_map(&kp.tma_o, p.o, bf16, " + std::to_string(d_v_) +
-         ", p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64, " + pk + "))");
+         ", p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64" + pk + "))");
   w.line("  return fail(QATTN_ERR_LAUNCH, \"cuTensorMapEncodeTiled refused a tensor (strides must be multiples of 16 bytes below 2^40; the driver must support TMA)\");");
   w.line("kp.lse = " + std::string(has_lse_ ? "p.lse" : "nullptr") + ";");
   w.line("// The TL Grid (m_block, head, b) as one grid axis, m_block fastest (fwd.cuh, tile_coord).");

@@ -269,8 +269,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
           EmptyBarrier::wait(empty_q, q_phase ^ 1u);
           if (leader) {
             FullBarrier::arrive_and_expect_tx(full_q, tile_bytes<BM, DQK, Element>());
-            // A packed kernel called with heads_q == heads_kv (pack 1) has the 4-D map (tma.cuh).
-            if (T::kPackGqa && p.pack > 1)
+            if constexpr (T::kPackGqa)
               tma_load_packed<BM, DQK>(&p.tma_q, full_q, sQ, tc.m_block * BM, tc.head, tc.batch, p.pack);
             else
               tma_load_tile<BM, DQK>(&p.tma_q, full_q, sQ, tc.m_block * BM, tc.head, tc.batch);
@@ -480,7 +479,7 @@ __device__ __forceinline__ void fwd_body(Params const& p) {
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the copy engine
     cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + wgc);
     if (tid == 0) {
-      if (T::kPackGqa && pk > 1)
+      if constexpr (T::kPackGqa)
         tma_store_packed<BM, DV>(&p.tma_o, sO, wgc * 64, wg_row0, head, batch, pk);
       else
         tma_store_rows<BM, DV>(&p.tma_o, sO, wgc * 64, wg_row0, head, batch);

@@ -41,20 +41,21 @@ static inline EncodeTiledFn encode_tiled_fn() {
 
 // The 4-D view (cols, rows, heads, batch) of a strided (batch, rows, heads, cols) tensor; strides in
 // elements; returns false (and leaves `map` unspecified) when the driver refuses it.
-// pack > 1 (TL `{pack: G}`, GQA packing): the 5-D view (cols, G, rows, heads / G, batch), whose boxes
-// of (64 columns, G heads, box_rows / G rows) land in shared memory as box_rows rows in the packed
-// order (row r = query r / G of head r % G within the group), so the swizzled tile is the same.
+// pack >= 1 (a kernel with TL `{pack: G}`, GQA packing; G = 1 when called with heads_q == heads_kv):
+// the 5-D view (cols, G, rows, heads / G, batch), whose boxes of (64 columns, G heads, box_rows / G
+// rows) land in shared memory as box_rows rows in the packed order (row r = query r / G of head
+// r % G within the group), so the swizzled tile is the same. pack 0: not packed, the 4-D view.
 static inline bool make_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
                                  int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
-                                 int box_rows, int pack = 1) {
+                                 int box_rows, int pack = 0) {
   EncodeTiledFn fn = encode_tiled_fn();
   if (!fn) return false;
-  if (pack < 1 || heads % pack != 0 || box_rows % pack != 0) return false;
+  if (pack < 0 || (pack > 0 && (heads % pack != 0 || box_rows % pack != 0))) return false;
   std::memset(map, 0, sizeof(CUtensorMap));
   const cuuint64_t rows_ = cuuint64_t(rows > 0 ? rows : 1);
   const cuuint32_t elem_strides[5] = {1u, 1u, 1u, 1u, 1u};
   const auto dtype = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  if (pack > 1) {
+  if (pack > 0) {
     const cuuint64_t dims[5] = {cuuint64_t(cols), cuuint64_t(pack), rows_, cuuint64_t(heads / pack), cuuint64_t(batch)};
     const cuuint64_t strides[4] = {cuuint64_t(head_stride) * 2, cuuint64_t(row_stride) * 2,
                                    cuuint64_t(head_stride) * 2 * cuuint64_t(pack), cuuint64_t(batch_stride) * 2};
@@ -82,8 +83,8 @@ __device__ __forceinline__ void tma_load_tile(const CUtensorMap* map, uint64_t* 
     cute::SM90_TMA_LOAD_4D::copy(map, bar, 0ull, smem + c * ROWS * 64, c * 64, row0, head, batch);
 }
 
-// The same through a packed map (make_tile_map with pack > 1; with pack 1 the map is 4-D and the
-// kernel uses tma_load_tile): `row0` counts packed rows (a multiple of `pack`), `group` the head group.
+// The same through a packed map (make_tile_map with pack >= 1): `row0` counts packed rows (a
+// multiple of `pack`), `group` the head group.
 template <int ROWS, int COLS, class Element>
 __device__ __forceinline__ void tma_load_packed(const CUtensorMap* map, uint64_t* bar, Element* smem, int row0, int group,
                                                 int batch, int pack) {
