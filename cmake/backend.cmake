@@ -7,3 +7,6 @@ target_link_libraries(qattn_all INTERFACE qattn_backend)
 
 add_executable(qattn_translate ${CMAKE_SOURCE_DIR}/tools/translate_main.cc)
 target_link_libraries(qattn_translate PRIVATE qattn_all)
+# One subfolder per kernel family (src/backend/sm90/, src/backend/mma/): part of the same library.
+file(GLOB qattn_backend_families CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/*/*.cc)
+target_sources(qattn_backend PRIVATE ${qattn_backend_families})

@@ -84,6 +84,55 @@ static inline int* tile_counter() {
   return base[dev] + (next[dev]++ % kSlots);
 }
 
+// The argument checks of every generated qattn_fwd (include/qattn/qattn.h), before anything is
+// launched: ABI version, the compiled head dims, positive sizes, heads_q a multiple of heads_kv, a
+// positive finite softmax_scale, non-NULL and 16-byte aligned tensors and strides, one (batch,
+// head) matrix below 2^31 elements, a 4-byte aligned LSE, the auxiliary inputs the kernel reads
+// (bit i of aux_needed: aux[i]). QATTN_OK, or a status with the message in qattn_last_error().
+static inline int check_fwd_params(const qattn_fwd_params* params, int d_qk, int d_v, int elem_bytes, int out_bytes,
+                                   bool lse, unsigned aux_needed) {
+  if (params == nullptr) return fail(QATTN_ERR_SHAPE, "params is NULL");
+  const qattn_fwd_params& p = *params;
+  if (p.abi_version != QATTN_ABI_VERSION)
+    return fail(QATTN_ERR_ABI, "abi_version %d; this library was built for %d", p.abi_version, QATTN_ABI_VERSION);
+  if (p.d_qk != d_qk || p.d_v != d_v)
+    return fail(QATTN_ERR_SHAPE, "head dims (%d, %d); this kernel was generated for (%d, %d)", p.d_qk, p.d_v, d_qk, d_v);
+  if (p.batch <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.seqlen_q < 0 || p.seqlen_k < 0)
+    return fail(QATTN_ERR_SHAPE, "sizes must be positive (batch %d, heads %d/%d, seqlens %d/%d)", p.batch, p.heads_q,
+                p.heads_kv, p.seqlen_q, p.seqlen_k);
+  if (p.heads_q % p.heads_kv != 0)
+    return fail(QATTN_ERR_SHAPE, "heads_q %d is not a multiple of heads_kv %d", p.heads_q, p.heads_kv);
+  if (!(p.softmax_scale > 0.f) || p.softmax_scale == INFINITY)
+    return fail(QATTN_ERR_SHAPE, "softmax_scale %g must be positive and finite", double(p.softmax_scale));
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.o == nullptr)
+    return fail(QATTN_ERR_SHAPE, "q, k, v and o must not be NULL");
+  for (int i = 0; i < 4; ++i)
+    if (((aux_needed >> i) & 1u) && p.aux[i] == nullptr) return fail(QATTN_ERR_AUX, "aux[%d] must not be NULL", i);
+  const int eb = elem_bytes, ob = out_bytes;
+  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o) ||
+      !stride_aligned(p.q_batch_stride, eb) || !stride_aligned(p.q_row_stride, eb) || !stride_aligned(p.q_head_stride, eb) ||
+      !stride_aligned(p.k_batch_stride, eb) || !stride_aligned(p.k_row_stride, eb) || !stride_aligned(p.k_head_stride, eb) ||
+      !stride_aligned(p.v_batch_stride, eb) || !stride_aligned(p.v_row_stride, eb) || !stride_aligned(p.v_head_stride, eb) ||
+      !stride_aligned(p.o_batch_stride, ob) || !stride_aligned(p.o_row_stride, ob) || !stride_aligned(p.o_head_stride, ob))
+    return fail(QATTN_ERR_ALIGNMENT, "q, k, v, o and their strides must be 16-byte aligned (rows of whole 16-byte chunks)");
+  if (int64_t(p.seqlen_q + 1) * (p.q_row_stride > p.o_row_stride ? p.q_row_stride : p.o_row_stride) > 2147483647LL ||
+      int64_t(p.seqlen_k + 1) * (p.k_row_stride > p.v_row_stride ? p.k_row_stride : p.v_row_stride) > 2147483647LL)
+    return fail(QATTN_ERR_SHAPE, "one (batch, head) matrix spans more than 2^31 elements (rows * row_stride)");
+  if (lse && p.lse != nullptr && (reinterpret_cast<uintptr_t>(p.lse) & 3u))
+    return fail(QATTN_ERR_ALIGNMENT, "lse must be 4-byte aligned");
+  return ok();
+}
+
+// The TL Grid's extents, checked against what a launch can express; QATTN_OK with *empty set when
+// a Grid axis is empty (nothing to launch).
+static inline int check_grid(long long gx, long long gy, long long gz, bool* empty) {
+  *empty = gx <= 0 || gy <= 0 || gz <= 0;
+  if (*empty) return ok();
+  if (gx > 2147483647LL || gy > 65535 || gz > 65535)
+    return fail(QATTN_ERR_SHAPE, "grid (%lld, %lld, %lld) exceeds CUDA's limits", gx, gy, gz);
+  return ok();
+}
+
 static inline int launch_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return ok();
   const int status = (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction ||

@@ -43,16 +43,16 @@ std::optional<int64_t> Lowering::eval(const tl::Expr& e, support::SrcLoc where, 
   return v;
 }
 
-bool Lowering::analyze() {
+bool Lowering::analyze_front() {
   if (!analyze_header()) return false;
   // Hopper programs in the wgmma form (no register copy of Q: GEMMs read shared memory) take the
-  // sm90 lowering (emit_sm90.cc); every other program the mma.sync lowering below.
-  {
-    auto q = info_.tensors.find("Q");
-    wgmma_ = target_.sm >= 90 && q != info_.tensors.end() && !q->second.in_register;
-  }
-  if (!analyze_tensors()) return false;
-  if (wgmma_) return analyze_sm90();
+  // sm90 lowering (sm90/lower.cc); every other program the mma.sync lowering below.
+  auto q = info_.tensors.find("Q");
+  wgmma_ = target_.sm >= 90 && q != info_.tensors.end() && !q->second.in_register;
+  return analyze_tensors();
+}
+
+bool Lowering::analyze_mma() {
   if (!analyze_gemms()) return false;
   if (tile_m_ % (16 * warps_) != 0) {
     diags_.error("XL0202", const_stmt_ ? const_stmt_->loc : support::SrcLoc{},

@@ -210,13 +210,9 @@ void Lowering::emit_abi(Writer& w) {
   w.line("const long long gx = " + ext[0] + ", gy = " + ext[1] + ", gz = " + ext[2] + ";");
   w.line("if (gx <= 0 || gy <= 0 || gz <= 0) return qattn::host::ok();");
   w.line("if (gx > 2147483647LL || gy > 65535 || gz > 65535) return fail(QATTN_ERR_SHAPE, \"grid (%lld, %lld, %lld) exceeds CUDA's limits\", gx, gy, gz);");
-  if (wgmma_) emit_sm90_launch(w);
   w.line("cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);");
   w.line("if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");");
-  if (wgmma_)
-    w.line(kernel_name_ + "<<<dim3(unsigned(blocks)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);");
-  else
-    w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);");
+  w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);");
   w.line("return qattn::host::launch_status(cudaGetLastError(), \"" + kernel_name_ + " launch\");");
   w.close();
   w.line();
@@ -225,13 +221,8 @@ void Lowering::emit_abi(Writer& w) {
 
 Translation Lowering::emit() {
   Writer w;
-  if (wgmma_) {
-    emit_sm90_preamble(w);
-    emit_sm90_kernel(w);
-  } else {
-    emit_preamble(w);
-    emit_kernel(w);
-  }
+  emit_preamble(w);
+  emit_kernel(w);
   w.line();
   emit_abi(w);
   Translation t;

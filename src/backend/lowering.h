@@ -4,6 +4,8 @@
 //   emit_kernel.cc  the kernel body, statement by statement (`// TL n:` blocks)
 //   emit_ops.cc     the Compute / Reshape lowerings (element-wise, rows, GEMM, Mask, epilogue)
 //   emit_host.cc    the preamble (types, tile constants, architecture choices) and the C ABI
+// A Hopper program in the wgmma form takes analyze_front() here, then the sm90 lowering
+// (sm90/lower.h) to the kernel IR.
 //   expr.cc         TL expressions -> C++ expressions
 #pragma once
 #include <map>
@@ -14,8 +16,13 @@
 #include <vector>
 
 #include "backend/arch.h"
+#include "backend/cpp_expr.h"
 #include "backend/translate.h"
 #include "tl/checker.h"
+
+namespace qattn::backend::sm90 {
+class Lower;
+}
 
 namespace qattn::backend::detail {
 
@@ -84,7 +91,6 @@ struct AuxInfo {
   bool is_int = false;
   std::vector<std::string> extents;
 };
-enum class DeclType { Int, Float, Bool };
 
 struct SharedBuf {
   std::string name;
@@ -100,11 +106,14 @@ class Lowering {
  public:
   Lowering(const tl::Program& p, const tl::CheckInfo& info, const plan::Target& t, support::DiagSink& d)
       : prog_(p), info_(info), target_(t), diags_(d) {}
-  bool analyze();            // analyze.cc
+  bool analyze_front();      // analyze.cc: header + tensors (every family); then wgmma() picks the lowering
+  bool wgmma() const { return wgmma_; }
+  bool analyze_mma();        // analyze.cc: the rest of the mma.sync analysis
   Translation emit();        // emit_host.cc (drives emit_kernel.cc)
 
  private:
   friend struct ExprPrinter;
+  friend class sm90::Lower;  // reads the header facts of analyze_front()
   // ---- analyze.cc
   bool analyze_header();
   bool analyze_tensors();
@@ -117,7 +126,8 @@ class Lowering {
   bool is_positive_scalar(const tl::Expr& e) const;
   void collect_names(const tl::Expr& e, std::set<std::string>& out) const;
 
-  // ---- expr.cc
+  // ---- expr.cc (wrappers of cpp_expr.h)
+  CppNames names() const;
   std::string cpp_int(const tl::Expr& e) const;
   std::string cpp_float(const tl::Expr& e) const;
   std::string ident(const std::string& tl_name) const;  // TL scalar name -> C++ identifier
@@ -153,17 +163,6 @@ class Lowering {
   void emit_modify(Writer& w, const tl::Stmt& s);
   void emit_named_mask(Writer& w, const tl::Stmt& s);
   std::string emit_skip_lambda(Writer& w);
-
-  // ---- emit_sm90.cc (Hopper: wgmma-form programs)
-  bool analyze_sm90();
-  bool analyze_smem_sm90();
-  bool apply_schedule_sm90(support::SrcLoc at);
-  support::SrcLoc at_role() const;
-  std::string sm90_mask_kind() const;
-  void emit_sm90_preamble(Writer& w);
-  void emit_sm90_kernel(Writer& w);
-  void emit_sm90_scope(Writer& w);
-  void emit_sm90_launch(Writer& w);
 
   // ---- emit_host.cc
   void emit_tl_header(Writer& w);
@@ -210,17 +209,7 @@ class Lowering {
   std::map<std::string, std::string> reshape_family_;   // reshaped tensor -> family of its GEMM
   std::map<std::string, std::string> acc_descale_;      // accumulate target -> fp8 descale factor
   Schedule sched_;
-  // sm90 (wgmma form): what the TL schedule decides
-  bool wgmma_ = false;
-  struct Sm90Plan {
-    int consumers = 2, producer_regs = 24, consumer_regs = 240, bn = 0;
-    bool pingpong = true, overlap = true, natural_exp = false, persistent = false, separate_o = false;
-    bool pack_gqa = false;  // TL `{pack: heads_q / heads_kv}` on Q, O, LSE: a tile interleaves a kv head's query heads
-    std::vector<const tl::Stmt*> score_ops;    // Multiply / Modify up to the last Modify (Scope::modify)
-    std::vector<const tl::Stmt*> post_scale;   // Multiplies folded into Exp2
-    std::vector<const tl::Stmt*> named_masks;  // Compute Mask S ... with <declaration>
-  } sm90_;
-  const tl::Stmt* mask_stmt_ = nullptr;   // the loop's Mask statement (sm90)
+  bool wgmma_ = false;  // a Hopper program in the wgmma form: lowered by sm90/lower.cc instead
   int64_t smem_bytes_ = 0, smem_stage_bytes_ = 0;
   std::string vt_buffer_;                               // fp8: V^T shared buffer name ("" = none)
   std::map<std::string, AuxInfo> aux_;                  // auxiliary globals by name

@@ -1,7 +1,12 @@
-// Stage 2 driver: check -> analyze -> emit (see translate.h and lowering.h).
+// Stage 2 driver: check -> analyze -> emit (see translate.h and lowering.h). Hopper programs in the
+// wgmma form: check -> lower to the kernel IR (sm90/lower.h) -> verify (kir_verify.h) -> emit.
 #include "backend/translate.h"
 
+#include "backend/kir_print.h"
+#include "backend/kir_verify.h"
 #include "backend/lowering.h"
+#include "backend/sm90/emit.h"
+#include "backend/sm90/lower.h"
 #include "tl/parser.h"
 
 namespace qattn::backend {
@@ -22,10 +27,28 @@ std::optional<Translation> translate(const tl::Program& code, const plan::Target
   }
   detail::Lowering lowering(code, info, target, diags);
   const int before = diags.error_count();
-  if (!lowering.analyze()) {
+  auto refused = [&]() -> std::optional<Translation> {
     if (diags.error_count() == before) diags.error("XL0301", {}, "the program cannot be lowered", "");
     return std::nullopt;
+  };
+  if (!lowering.analyze_front()) return refused();
+  if (lowering.wgmma()) {
+    // Hopper: TL -> kernel IR -> verified -> CUDA (src/backend/sm90/)
+    auto k = sm90::Lower(lowering, code, info, target, diags).run();
+    if (!k) return refused();
+    if (!kir::verify(*k, diags)) return std::nullopt;
+    Translation t;
+    t.info_json = kir::info_json(*k);
+    t.cuda_source = sm90::emit(*k, t.info_json);
+    t.kernel_name = k->name;
+    t.arch = k->arch;
+    t.nvcc_flags = k->nvcc_flags;
+    t.threads = k->launch.threads;
+    t.smem_bytes = int(k->launch.smem_bytes);
+    t.kir = kir::print(*k);
+    return t;
   }
+  if (!lowering.analyze_mma()) return refused();
   Translation t = lowering.emit();
   if (diags.error_count() != before) return std::nullopt;
   return t;

@@ -41,6 +41,7 @@ struct Translation {
   int threads = 0;                       // block size
   int smem_bytes = 0;                    // dynamic shared memory per block
   std::string info_json;                 // what qattn_kernel_info() returns
+  std::string kir;                       // the kernel IR as text (kernel.kir; see kir.h)
 };
 
 std::optional<Translation> translate(const tl::Program& code, const plan::Target& target, support::DiagSink& diags);

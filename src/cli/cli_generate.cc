@@ -129,6 +129,7 @@ int cmd_generate(const GenerateArgs& a) {
     files.stage(out / "plan.md", plan->report);
   }
   files.stage(out / "kernel.cu", tr->cuda_source);
+  if (!tr->kir.empty()) files.stage(out / "kernel.kir", tr->kir);  // the kernel IR the CUDA was emitted from
   if (by_llm)
     for (const auto& [name, text] : by_llm->files) files.stage(out / name, text);
 

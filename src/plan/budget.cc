@@ -1,5 +1,7 @@
 #include "plan/budget.h"
 
+#include "hw/sm90_policy.h"
+
 #include <algorithm>
 #include <string>
 
@@ -20,11 +22,9 @@ int elem_per_reg(const Problem& p) { return 4 / p.bytes(); }
 
 int register_cap(const Target& t, const TileConfig& c) {
   if (t.sm < 90) return t.regs_per_thread;
-  // setmaxnreg: the producer warpgroup keeps 24-32 registers and hands the rest to consumers.
-  int consumers = c.bm / 64;
-  if (consumers <= 1) return 240;
-  if (consumers == 2) return 240;
-  return 160;
+  // setmaxnreg: the producer warpgroup keeps few registers and hands the rest to the consumers
+  // (the sm90 policy's split, which the TL writer and the lowering use too).
+  return hw::sm90::register_split(c.bm / 64, c.persistent).consumer;
 }
 
 Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
@@ -34,6 +34,10 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
   const int64_t kv = int64_t(c.bn) * (p.d_qk + p.d_v) * eb;
   const int64_t o_stage = t.sm >= 90 ? int64_t(c.bm) * p.d_v * 2 : 0;  // 16-bit output staging
   b.smem_bytes = std::max(q, o_stage) + int64_t(c.stages) * kv;
+  // sm90: the kernel's own layout (hw/sm90_policy.h): tiles padded to 64 columns, the ring
+  // mbarriers, the tile exchange, alignment; O staged in Q's tile (its smallest footprint).
+  if (t.sm >= 90 && c.bm > 0 && c.bn > 0 && c.stages > 0)
+    b.smem_bytes = hw::sm90::smem_plan(c.bm, c.bn, p.d_qk, p.d_v, c.stages, eb, false, c.persistent).total;
 
   // Alignment first: a misaligned configuration is not a configuration.
   const int kgran = (p.dtype == tl::DType::F8E4M3 || p.dtype == tl::DType::F8E5M2) ? 32 : 16;
@@ -52,16 +56,12 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
     return b;
   }
   if (t.sm >= 90) {
-    if (c.bm % 64 != 0 || c.bm > 192) {
-      b.why_not = "BM=" + std::to_string(c.bm) + ": wgmma needs 64 rows per consumer warpgroup, at most 3 consumers";
+    if (const std::string why = hw::sm90::tile_problem(c.bm, c.bn, p.d_qk, p.d_v); !why.empty()) {
+      b.why_not = why;
       return b;
     }
     if (c.warps != 4 * (c.bm / 64 + 1)) {
       b.why_not = "warps must be 4 per consumer warpgroup plus one producer warpgroup";
-      return b;
-    }
-    if (c.bn > 256 || p.d_v > 256) {
-      b.why_not = "wgmma N is at most 256 (BN and d_v)";
       return b;
     }
   } else if (c.bm % (16 * c.warps) != 0) {
@@ -96,7 +96,8 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
   }
   // Registers held by one block: on sm90 setmaxnreg gives each consumer warpgroup the cap and the
   // producer warpgroup 24 per thread; elsewhere every thread holds its estimate.
-  const int64_t reg_block = t.sm >= 90 ? int64_t(threads) * cap + 128 * 24 : int64_t(c.warps) * 32 * regs;
+  const int64_t reg_block = t.sm >= 90 ? int64_t(threads) * cap + 128 * hw::sm90::register_split(c.bm / 64, c.persistent).producer
+                                       : int64_t(c.warps) * 32 * regs;
   int by_smem = static_cast<int>(t.smem_per_sm / std::max<int64_t>(b.smem_bytes, 1));
   int by_regs = static_cast<int>(t.regs_per_sm / std::max<int64_t>(reg_block, 1));
   b.blocks_per_sm = std::min(by_smem, by_regs);

@@ -15,6 +15,7 @@
 #include <charconv>
 #include <optional>
 
+#include "hw/sm90_policy.h"
 #include "plan/sketch.h"
 #include "spec/variants.h"
 #include "tl/parser.h"
@@ -164,16 +165,15 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   Writer w(tiles);
   const bool smem_operands = t.sm >= 90;  // wgmma reads Q, K, V from shared memory
   // The Hopper schedule (TL code only): warp roles, K/V rings, TMA copies, waits and releases.
-  // FlashAttention-3's register split: 24 / 240 with 2 consumer warpgroups, 32 / 160 with 3
-  // (plan/budget.cc register_cap); one consumer warpgroup per 64 rows of Q.
+  // The register split of the roles is the sm90 policy's (hw/sm90_policy.h): FlashAttention-3's
+  // 24 / 240 with 2 consumer warpgroups, 32 / 160 with 3, 40 / 232 on a persistent grid (whose
+  // producer warp also runs the tile scheduler); one consumer warpgroup per 64 rows of Q.
   const bool schedule = smem_operands && w.params();
   const int consumers = tiles ? std::max(1, tiles->bm / 64) : 0;
-  // A persistent grid's producer warp also runs the tile scheduler: 24 registers spill there, so
-  // it gets 40 and the consumers 232.
   const bool persistent = schedule && tiles->persistent;
   const bool pack = schedule && tiles->pack_gqa;  // GQA packing (TL `{pack}`)
-  const int producer_regs = consumers >= 3 ? 32 : persistent ? 40 : 24;
-  const int consumer_regs = consumers >= 3 ? 160 : persistent ? 232 : 240;
+  const hw::sm90::RegisterSplit split = hw::sm90::register_split(consumers, persistent);
+  const int producer_regs = split.producer, consumer_regs = split.consumer;
   // `{...}` after a statement, in TL code on sm90 only.
   auto sched = [&](const std::string& attrs) { return schedule ? " {" + attrs + "}" : std::string(); };
   const bool same_d = p.d_qk == p.d_v;
@@ -309,7 +309,8 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     w.line("Compute Multiply LSE, ln2");
   }
   w.line("Compute Normalize O, l");
-  copy("O", "(BM, " + dv + ") in coordinate [m_block, 0]", "register", "global");
+  // A persistent block's O store completes in the background while its next tile starts.
+  copy("O", "(BM, " + dv + ") in coordinate [m_block, 0]", "register", "global", persistent ? sched("async") : "");
   if (p.return_lse) copy("LSE", "(BM) in coordinate [m_block]", "register", "global");
   return w.text();
 }

@@ -324,8 +324,8 @@ void Walker::attrs(const Stmt& s) {
     if (is_schedule_attr(a.key)) continue;
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
-               "wait: X and release: X (any statement), overlap (the key loop), persistent (the Grid), pack: G (the "
-               "global Q, O, LSE); remove `{" + a.key +
+               "wait: X and release: X (any statement), overlap (the key loop), stage: N (its statements), persistent (the "
+               "Grid), pack: G (the global Q, O, LSE); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }

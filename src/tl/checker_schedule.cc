@@ -17,6 +17,7 @@
 //   TL0715 `overlap` not on a loop of the flash-attention form
 //   TL0716 a release of a buffer this iteration does not hold (not waited, already released)
 //   TL0717 `persistent` not on the Grid statement, or with a value
+//   TL0718 `stage` not on a statement of an `{overlap}` loop, or not 0 / 1
 // The async-copy protocol is a forward data-flow analysis: each async-filled buffer has a set of
 // possible states {empty, pending, held, released}; loops iterate to a fixed point (the first
 // iteration and the back edge), then the body is walked once more to report. Names only: the
@@ -56,6 +57,9 @@ bool is_g2s(const Stmt& s) {
   return s.kind == Stmt::Kind::Copy && s.copy.from == Space::Global && s.copy.to == Space::Shared;
 }
 bool is_async_copy(const Stmt& s) { return is_g2s(s) && has_attr(s, "async"); }
+bool is_store_of_o(const Stmt& s) {
+  return s.kind == Stmt::Kind::Copy && s.copy.from == Space::Register && s.copy.to == Space::Global && s.copy.name == "O";
+}
 const std::string* attr_name(const Attr& a) {
   return a.value && a.value->kind == Expr::Kind::Name ? &a.value->name : nullptr;
 }
@@ -238,6 +242,9 @@ class Schedule {
       }
       if (s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Shared) shared_.insert(s.alloc.name);
     });
+    for (const auto& s : prog_.stmts)
+      if (s.kind == Stmt::Kind::For && has_attr(s, "overlap"))
+        for (const auto& b : s.loop.body) overlapped_.insert(&b);
     SrcLoc first_use;  // first async / wait / release, for TL0707
     walk_all(prog_.stmts, 0, [&](const Stmt& s, int) {
       bool stages_seen = false;
@@ -246,6 +253,9 @@ class Schedule {
         if (a.key == "stages") {
           stages_attr(s, a, stages_seen);
           stages_seen = true;
+        } else if (a.key == "async" && is_store_of_o(s)) {
+          // the O store: issued now, completed in the background (checked like any async store)
+          if (a.value) error("TL0709", a.loc, s.loc, "`async` takes no value", "write `{async}`");
         } else if (a.key == "async") {
           if (!first_use.line) first_use = at;
           if (!is_g2s(s)) {
@@ -283,6 +293,14 @@ class Schedule {
                   "remove `{overlap}`: this loop has no second GEMM to overlap with the softmax");
           } else {
             info_.schedule.overlap = true;
+          }
+        } else if (a.key == "stage") {
+          if (!overlapped_.count(&s)) {
+            error("TL0718", a.loc, s.loc, "`stage` applies to a statement of a loop with `{overlap}` (its software pipeline)",
+                  "add `{overlap}` to the loop, or remove `{stage: ...}`");
+          } else if (!a.value || a.value->kind != Expr::Kind::Number || !a.value->is_int ||
+                     (a.value->value != 0 && a.value->value != 1)) {
+            error("TL0718", a.loc, s.loc, "`stage` is 0 or 1", "write `{stage: 1}` (run after the next iteration's first GEMM) or `{stage: 0}`");
           }
         } else if (a.key == "persistent") {
           if (s.kind != Stmt::Kind::Grid) {
@@ -506,6 +524,7 @@ class Schedule {
   Env env_;
   bool roles_ = false;                       // both Roles declared
   std::set<std::string> async_, shared_;
+  std::set<const Stmt*> overlapped_;         // the statements of loops with {overlap}
   std::map<std::string, SrcLoc> first_copy_;
   std::vector<LoopFrame> loops_;
   long visits_ = 0;
@@ -514,7 +533,8 @@ class Schedule {
 }  // namespace
 
 bool is_schedule_attr(const std::string& key) {
-  return key == "stages" || key == "async" || key == "wait" || key == "release" || key == "overlap" || key == "persistent";
+  return key == "stages" || key == "async" || key == "wait" || key == "release" || key == "overlap" || key == "persistent" ||
+         key == "stage";
 }
 
 void Walker::role_stmt(const Stmt& s) {

@@ -227,7 +227,8 @@ bool Machine::exec_reshape(const Stmt& s) {
 
 bool Machine::exec_copy(const Stmt& s) {
   for (const auto& a : s.attrs)
-    if (a.key == "async") return async_copy(s);
+    if (a.key == "async" && !(s.copy.name == "O" && s.copy.from == Space::Register && s.copy.to == Space::Global))
+      return async_copy(s);  // (an async store of O completes at once here: it changes no value)
   const auto& c = s.copy;
   auto it = slots_.find(c.name);
   if (it != slots_.end() && it->second.buf[kShared]) {

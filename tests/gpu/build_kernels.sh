@@ -99,6 +99,24 @@ CONFIGS=(
   # broken TL: the packed Grid launches one query head's worth of row tiles (the other heads' rows are never computed)
   "neg_sm90_pack_short_grid|h100|--preset llama3-8b --mask none --seqlen 16/4096|s/cdiv(seqlen_q \* (heads_q \/ heads_kv), BM)/cdiv(seqlen_q, BM)/"
   "neg_sm90_scale_no_log2e|h100|--preset llama2-7b --mask none|s/Multiply S, softmax_scale \* log2e/Multiply S, softmax_scale/"
+  # TL edits that change the Hopper kernel with no C++ change (issue 17, the kernel IR):
+  # a TL bug gives a kernel that computes it (here: O is never rescaled, the answer is wrong)
+  "neg_sm90_no_rescale_o|h100|--preset llama2-7b --mask none|/Compute Rescale O, alpha/d"
+  # a legal reordering of the softmax statements: alpha computed after P and its row sum
+  "sm90tl_reorder_d128_causal|h100|--preset llama3-8b|/^  Compute Subtract m, m_new and get alpha$/d; /^  Compute Exp2 alpha$/d; s/^  Compute RowSum P and get l_tile$/&\n  Compute Subtract m, m_new and get alpha\n  Compute Exp2 alpha/"
+  "sm90tl_reorder_d64_none|h100|--preset llama3.2-1b --mask none|/^  Compute Subtract m, m_new and get alpha$/d; /^  Compute Exp2 alpha$/d; s/^  Compute RowSum P and get l_tile$/&\n  Compute Subtract m, m_new and get alpha\n  Compute Exp2 alpha/"
+  # the schedule A/Bs of bench/results/2026-11-24-h100-sm90-ab that needed C++ edits, as TL edits:
+  # FlashAttention-3's order (O rescaled by the previous alpha right before the P V issue)
+  "sm90tl_fa3order_d128_none|h100|--preset llama2-7b --mask none|s/^  Compute Rescale O, alpha$/& {stage: 1}/"
+  "sm90tl_fa3order_d128_causal|h100|--preset llama3-8b|s/^  Compute Rescale O, alpha$/& {stage: 1}/"
+  # the P V wait and the conversion of P moved to the next step (the softmax runs under P V)
+  "sm90tl_pvnext_d128_none|h100|--preset llama2-7b --mask none|s/^  Compute Convert P and get Pc bf16$/& {stage: 1}/; s/^  Reshape Pc .*/& {stage: 1}/"
+  "sm90tl_pvnext_d128_causal|h100|--preset llama3-8b|s/^  Compute Convert P and get Pc bf16$/& {stage: 1}/; s/^  Reshape Pc .*/& {stage: 1}/"
+  # the O store waited for at once (the deferred TMA-store wait off)
+  "sm90tl_syncstore_d128_none|h100|--preset llama2-7b --mask none|s/^\(Copy O .*\) {async}$/\1/"
+  "sm90tl_syncstore_d128_causal|h100|--preset llama3-8b|s/^\(Copy O .*\) {async}$/\1/"
+  # no GEMM/softmax overlap within a warpgroup
+  "sm90tl_nooverlap_d128_none|h100|--preset llama2-7b --mask none|s/ {overlap}$//"
 )
 
 build_one() {

@@ -603,11 +603,20 @@ TEST(Schedule, MalformedAttributesAreRuntimeErrors) {
   expect_schedule_error(sm90_with("{wait: Q, wait: K, release: K}", "{wait: S, wait: Q, wait: K, release: K}"),
                         "Compute GEMM Q, K^T", "'S' has no shared buffer here");
   expect_schedule_error(sm90_with("Copy O (BM, d) in coordinate [m_block, 0] from register to global",
-                                  "Copy O (BM, d) in coordinate [m_block, 0] from register to global {async}"),
-                        "Copy O (BM, d)", "only copies from global to shared are asynchronous");
+                                  "Copy O (BM, d) in coordinate [m_block, 0] from register to global {async}\n"
+                                  "Copy m (BM) in coordinate [m_block] from register to global {async}"),
+                        "Copy m (BM)", "only copies from global to shared are asynchronous");
   expect_schedule_error(sm90_with("  Compute Max m, m_new\n",
                                   "  Copy V (BN, d) in coordinate [j, 0] from global to shared\n  Compute Max m, m_new\n"),
                         "  Copy V (BN, d) in coordinate [j, 0] from global to shared\n", "a synchronous Copy into 'V'");
+}
+
+TEST(Schedule, AnAsyncStoreOfOAndStagesDoNotChangeTheResult) {
+  std::string t = sm90_with("Copy O (BM, d) in coordinate [m_block, 0] from register to global",
+                            "Copy O (BM, d) in coordinate [m_block, 0] from register to global {async}");
+  t = replace_all_once(t, "  Compute Rescale O, alpha\n", "  Compute Rescale O, alpha {stage: 1}\n");
+  Outcome o = run_text(t, sm90_dims(Precision::Storage));
+  EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
 }
 
 TEST(Schedule, RolesAndOverlapDoNotChangeTheResult) {

@@ -31,6 +31,48 @@ struct RingPos {
   }
 };
 
+// Waits for phase `phase` of an mbarrier: one try first (the common case: the phase is complete),
+// the retry loop only when it is not, so the fast path is one instruction and a branch.
+__device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t phase) {
+  if (!EmptyBarrier::try_wait(bar, phase)) EmptyBarrier::wait(bar, phase);
+}
+
+// A TL ring: `Allocate X in shared (ROWS, COLS) {stages: S}` filled by `{async}` Copies. Slot s holds
+// kSlotElems elements at X + s * kSlotElems and is guarded by full[s] (the producer's TMA copy
+// landed: one arrive with the expected bytes) and empty[s] (one arrive per consumer warpgroup). The
+// barriers are 2 * kStages mbarriers in shared memory (kBarrierBytes).
+template <int kStages, int kSlotElems>
+struct Ring {
+  static constexpr int kBarrierBytes = 16 * kStages;
+  uint64_t* bar;
+  __device__ __forceinline__ uint64_t* full(int s) const { return bar + s; }
+  __device__ __forceinline__ uint64_t* empty(int s) const { return bar + kStages + s; }
+  __device__ __forceinline__ void init(int consumers) const {
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(full(s), 1);
+      EmptyBarrier::init(empty(s), consumers);
+    }
+  }
+  template <class Element>
+  __device__ __forceinline__ Element* slot(Element* base, RingPos pos) const {
+    return base + pos.slot * kSlotElems;
+  }
+  // Producer, TL `Copy X ... from global to shared {async}`: waits (the whole warp) until slot pos
+  // is free, then the leader expects `bytes` on its full barrier; returns that barrier for the copy.
+  __device__ __forceinline__ uint64_t* acquire(RingPos pos, int bytes, bool leader) const {
+    wait_phase(empty(pos.slot), pos.phase ^ 1u);  // a fresh barrier counts as released
+    if (leader) FullBarrier::arrive_and_expect_tx(full(pos.slot), bytes);
+    return full(pos.slot);
+  }
+  // Consumer, TL `{wait: X}`: the copy into slot pos has landed.
+  __device__ __forceinline__ void wait(RingPos pos) const { wait_phase(full(pos.slot), pos.phase); }
+  // Consumer, TL `{release: X}`: the warpgroup is done with slot pos (its leader arrives); pos moves on.
+  __device__ __forceinline__ void release(RingPos& pos, bool leader) const {
+    if (leader) EmptyBarrier::arrive(empty(pos.slot));
+    pos.advance(kStages);
+  }
+};
+
 // Named barrier ids: 0 is __syncthreads; 1..6 are ours (epilogue: one per consumer warpgroup).
 enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3 };
 

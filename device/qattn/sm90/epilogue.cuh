@@ -1,0 +1,72 @@
+// qattn device runtime, Hopper (sm90a): the stores of a consumer warpgroup's results.
+//   TL `Copy O (BM, d) in coordinate [m_block, 0] from register to global`
+//       store_o: the warpgroup's 64 rows of O, converted to O's dtype, staged in shared memory with
+//       the 128-byte swizzle and written by one TMA store (rows past seqlen_q are dropped by the
+//       copy engine). kDeferWait (a persistent block with its own O tile): the thread that issued
+//       the store waits for the copy engine to have read the rows only before the next tile's
+//       store rewrites them (finish_stores once before the block exits), so the warpgroup starts
+//       its next tile meanwhile; otherwise it waits right after issuing.
+//   TL `Copy LSE (BM) in coordinate [m_block] from register to global`
+//       store_rows: one value per row, written by the quad's first thread (p.lse may be NULL)
+#pragma once
+#include <cstdint>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "qattn/sm90/score.cuh"
+#include "qattn/sm90/sync.cuh"
+#include "qattn/sm90/tile.cuh"
+#include "qattn/sm90/tma.cuh"
+
+namespace qattn::sm90 {
+
+template <int BM, int DV, bool kBf16, bool kPack, bool kPersistent, bool kDeferWait, int N, class Element>
+__device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const RowMap<kPack>& rows, int tid,
+                                        const CUtensorMap* map, int head, int batch) {
+  static_assert(N == DV / 2, "O: a (64, DV) accumulator");
+  if constexpr (kPersistent) {
+    // The previous tile's store must have read the rows before they are rewritten.
+    if (kDeferWait && tid == 0) cute::tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
+  }
+  unsigned char* so = reinterpret_cast<unsigned char*>(sO);
+#pragma unroll
+  for (int i = 0; i < DV / 8; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t v = pack2<kBf16>(o[4 * i + 2 * h], o[4 * i + 2 * h + 1]);
+      *reinterpret_cast<uint32_t*>(so + swizzled_offset<BM>(rows.r + 8 * h, 8 * i + 2 * rows.c, 2)) = v;
+    }
+  }
+  cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the copy engine
+  cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
+  if (tid == 0) {
+    const int row0 = rows.tile_row0 + 64 * rows.wg;
+    if constexpr (kPack)
+      tma_store_packed<BM, DV>(map, sO, 64 * rows.wg, row0, head, batch, rows.pack);
+    else
+      tma_store_rows<BM, DV>(map, sO, 64 * rows.wg, row0, head, batch);
+    if constexpr (!kDeferWait) cute::tma_store_wait<0>();  // the copy engine has read the staged rows
+  }
+}
+
+// Before the block exits: the last deferred store has read shared memory.
+template <bool kDeferWait>
+__device__ __forceinline__ void finish_stores(int tid) {
+  if (kDeferWait && tid == 0) cute::tma_store_wait<0>();
+}
+
+// A row vector to global: out[(batch, head_of(row), query(row))] for the thread's two rows.
+template <bool kPack>
+__device__ __forceinline__ void store_rows(float* out, const float (&x)[2], const RowMap<kPack>& rows, int head, int batch,
+                                           int heads_q, int seqlen_q) {
+  if (out == nullptr || rows.c != 0) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int q = h == 0 ? rows.qa() : rows.qb();
+    if (q < seqlen_q) out[(int64_t(batch) * heads_q + rows.head_of(h, head)) * seqlen_q + q] = x[h];
+  }
+}
+
+}  // namespace qattn::sm90

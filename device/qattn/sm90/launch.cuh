@@ -1,0 +1,80 @@
+// qattn device runtime, Hopper (sm90a), host side: the Params of one launch of a generated kernel
+// (tensor maps over the C ABI's strided tensors, sizes, the TL Grid's tile count, the persistent
+// grid's counter) and the launch itself. Internal linkage, like qattn/host.cuh.
+#pragma once
+#include <climits>
+
+#include <cuda_runtime.h>
+
+#include "qattn/host.cuh"
+#include "qattn/qattn.h"
+#include "qattn/sm90/scheduler.cuh"
+#include "qattn/sm90/tma.cuh"
+
+namespace qattn::sm90 {
+
+// The kernel's shape as the translator built it.
+struct KernelShape {
+  int bm, bn, d_qk, d_v;
+  bool bf16, lse, pack, persistent;
+};
+
+// Fills kp for a call of `p` on `tiles` work tiles (the TL Grid's points); *blocks: how many blocks
+// to launch (one per tile, or one per SM at most with a persistent grid). QATTN_OK or a status.
+static inline int make_params(Params* kp, const qattn_fwd_params& p, const KernelShape& k, long long tiles, int window_left,
+                              int window_right, int* blocks) {
+  using qattn::host::fail;
+  kp->pack = k.pack ? p.heads_q / p.heads_kv : 1;
+  if (k.pack && 64 % kp->pack != 0)
+    return fail(QATTN_ERR_SHAPE,
+                "this kernel packs the heads_q / heads_kv = %d query heads of a kv head into its 64-row tiles: the group must "
+                "divide 64 (heads_q %d, heads_kv %d)",
+                kp->pack, p.heads_q, p.heads_kv);
+  const int pk = k.pack ? kp->pack : 0;  // packed kernels use the 5-D maps, also for a group of 1
+  if (!make_tile_map(&kp->tma_q, p.q, k.bf16, k.d_qk, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride,
+                     p.q_batch_stride, k.bm, pk) ||
+      !make_tile_map(&kp->tma_k, p.k, k.bf16, k.d_qk, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride,
+                     p.k_batch_stride, k.bn) ||
+      !make_tile_map(&kp->tma_v, p.v, k.bf16, k.d_v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride,
+                     p.v_batch_stride, k.bn) ||
+      !make_tile_map(&kp->tma_o, p.o, k.bf16, k.d_v, p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride,
+                     p.o_batch_stride, 64, pk))
+    return fail(QATTN_ERR_LAUNCH,
+                "cuTensorMapEncodeTiled refused a tensor (strides must be multiples of 16 bytes below 2^40; the driver must "
+                "support TMA)");
+  if (tiles > INT_MAX) return fail(QATTN_ERR_SHAPE, "%lld work tiles exceed 2^31", tiles);
+  kp->lse = k.lse ? p.lse : nullptr;
+  kp->seqlen_q = p.seqlen_q;
+  kp->seqlen_k = p.seqlen_k;
+  kp->heads_q = p.heads_q;
+  kp->heads_kv = p.heads_kv;
+  kp->batch = p.batch;
+  kp->softmax_scale = p.softmax_scale;
+  kp->window_left = window_left;
+  kp->window_right = window_right;
+  for (int i = 0; i < 4; ++i) kp->aux[i] = p.aux[i];
+  kp->num_tiles = int(tiles);
+  *blocks = kp->num_tiles;
+  kp->tile_counter = nullptr;
+  if (k.persistent) {
+    const int sms = qattn::host::sm_count();
+    if (sms > 0 && sms < kp->num_tiles) *blocks = sms;
+    kp->tile_counter = qattn::host::tile_counter();
+    if (!kp->tile_counter)
+      return fail(QATTN_ERR_LAUNCH,
+                  "could not allocate the persistent grid's tile counter (first launch on this device inside a stream capture?)");
+  }
+  return qattn::host::ok();
+}
+
+// Launches `kernel` on `blocks` blocks with its dynamic shared memory (raising the 48 KB limit once).
+template <class Kernel>
+static inline int launch(Kernel kernel, const Params& kp, int blocks, int threads, int smem_bytes, void* stream,
+                         const char* name) {
+  cudaError_t e = qattn::host::allow_smem(kernel, smem_bytes);
+  if (e != cudaSuccess) return qattn::host::launch_status(e, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  kernel<<<dim3(unsigned(blocks)), threads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(kp);
+  return qattn::host::launch_status(cudaGetLastError(), name);
+}
+
+}  // namespace qattn::sm90

@@ -1,0 +1,98 @@
+// qattn device runtime, Hopper (sm90a): the kernel parameters and the tile scheduler.
+//   TL `Grid m_block = .., head = .., b = ..`            one work tile per Grid point; the launch
+//       is 1-D, m_block fastest (blocks running together share one head's K and V in L2); with a
+//       causal mask the longest query rows start first (kReverseM)
+//   TL `Grid ... {persistent}`                           one block per SM walks the tiles: the
+//       producer warp takes the next tile from a global counter and hands its index to the
+//       consumer warpgroups through mbarriers (sync.cuh, TileExchange), after issuing the tile's
+//       first copies, so the next tile's loads run under this tile's last GEMMs and epilogue
+#pragma once
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "qattn/sm90/sync.cuh"
+
+namespace qattn::sm90 {
+
+// Kernel parameters (passed by value as a __grid_constant__: the tensor maps must stay in
+// parameter space for TMA). Filled by the generated launch code (src/backend/sm90/emit.cc).
+struct Params {
+  CUtensorMap tma_q, tma_k, tma_v, tma_o;
+  float* lse;                 // (batch, heads_q, seqlen_q) or nullptr
+  int seqlen_q, seqlen_k, heads_q, heads_kv, batch;
+  int pack;                   // TL {pack}: query heads per tile group (1 otherwise)
+  float softmax_scale;        // TL builtin softmax_scale
+  float scalars[4];           // the kernel's loop-invariant factors (a tile's pending scale), computed at launch
+  int window_left, window_right;
+  int num_tiles;              // the TL Grid's points; the launch has <= this many blocks
+  int* tile_counter;          // persistent: the next-tile counter (0 at launch; the last fetch resets it)
+  const void* aux[4];
+};
+
+// A work tile: the TL Grid point (m_block, head or kv-head group, batch).
+struct TileCoord {
+  int m_block, head, batch;
+};
+
+// Tile t of the 1-D launch -> its Grid point: m_block fastest; kReverseM: the last m_block first.
+// TL {pack}: m_block counts packed rows (pack per query) and `head` is the head group.
+template <int BM, bool kReverseM, bool kPack>
+__device__ __forceinline__ TileCoord tile_coord(int t, Params const& p) {
+  const int pack = kPack ? p.pack : 1;
+  const int m_blocks = (p.seqlen_q * pack + BM - 1) / BM, heads = p.heads_q / pack;
+  TileCoord c;
+  c.m_block = t % m_blocks;
+  if (kReverseM) c.m_block = m_blocks - 1 - c.m_block;
+  t /= m_blocks;
+  c.head = t % heads;
+  c.batch = t / heads;
+  return c;
+}
+
+// Which work tiles a block runs. One block per tile: tile blockIdx.x. Persistent: tiles from the
+// global counter, handed from the producer warp to the consumers (k counts the block's tiles).
+template <bool kPersistent, int kConsumers>
+struct Scheduler {
+  using Exchange = TileExchange<kConsumers>;
+  static constexpr int kBytes = kPersistent ? Exchange::kBytes : 0;
+  int* slots;  // persistent: the exchange's shared memory
+  __device__ __forceinline__ void init() const {
+    if constexpr (kPersistent) Exchange::init(slots);
+  }
+  // ---- producer warp
+  // True when t is past the last tile (persistent: the consumers are told so).
+  __device__ __forceinline__ bool done(int t, int k, bool leader, Params const& p) const {
+    if (t < p.num_tiles) return false;
+    if constexpr (kPersistent) Exchange::publish(slots, k, t, leader);
+    return true;
+  }
+  // Hands tile t (the block's k-th) to the consumers, once: after its first copies are issued.
+  __device__ __forceinline__ void publish(int k, int t, bool leader, bool& published) const {
+    if constexpr (kPersistent) {
+      if (!published) Exchange::publish(slots, k, t, leader);
+    }
+    published = true;
+  }
+  // The block's next tile: first come, first served. Every finished tile fetches once, so a
+  // launch makes num_tiles fetches; the last one resets the counter for the next launch.
+  __device__ __forceinline__ int next(bool leader, Params const& p) const {
+    if constexpr (kPersistent) {
+      int x = 0;
+      if (leader) {
+        x = atomicAdd(p.tile_counter, 1);
+        if (x == p.num_tiles - 1) atomicExch(p.tile_counter, 0);
+      }
+      return int(gridDim.x) + __shfl_sync(0xffffffffu, x, 0);
+    } else {
+      return p.num_tiles;
+    }
+  }
+  // ---- consumer warpgroups: the block's k-th tile (>= num_tiles: none left)
+  __device__ __forceinline__ int receive(int k, Params const& p) const {
+    if constexpr (kPersistent) return Exchange::receive(slots, k);
+    else return k == 0 ? int(blockIdx.x) : p.num_tiles;
+  }
+};
+
+}  // namespace qattn::sm90

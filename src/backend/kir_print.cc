@@ -1,0 +1,189 @@
+// The kernel IR printer (kernel.kir, the artifact people and the LLM repair loop read) and the
+// kernel-info JSON derived from the same Kernel (qattn_kernel_info()).
+#include <nlohmann/json.hpp>
+
+#include "backend/arch.h"
+#include "backend/kir_print.h"
+
+namespace qattn::backend::kir {
+
+const char* to_string(MaskKind k) {
+  switch (k) {
+    case MaskKind::None: return "none";
+    case MaskKind::Bounds: return "bounds";
+    case MaskKind::Causal: return "causal";
+    case MaskKind::CausalTopLeft: return "causal_top_left";
+    case MaskKind::Window: return "window";
+  }
+  return "none";
+}
+
+namespace {
+
+std::string at(const TlRef& r) { return r.line ? "  [TL " + std::to_string(r.line) + "]" : ""; }
+
+const char* kind_name(RegKind k) {
+  switch (k) {
+    case RegKind::Tile: return "tile";
+    case RegKind::Rows: return "rows";
+    case RegKind::OperandA: return "A operand";
+  }
+  return "?";
+}
+
+std::string scaled(const Op& o) { return o.xscale_cpp.empty() ? o.a : "(" + o.xscale_cpp + ") * " + o.a; }
+
+}  // namespace
+
+std::string op_text(const Op& o) {
+  using K = Op::Kind;
+  const std::string acc = o.accumulate ? " +=" : " =";
+  switch (o.kind) {
+    case K::Stmt: return o.tl.line ? "TL " + std::to_string(o.tl.line) + ": " + o.tl.text : "(" + o.tl.text + ")";
+    case K::RingWait: return "wait " + o.buffer;
+    case K::RingRelease: return "release " + o.buffer + (o.tl.text.empty() ? "" : "  (" + o.tl.text + ")");
+    case K::TurnWait: return "turn wait (pingpong)";
+    case K::TurnPass: return "turn pass (pingpong)";
+    case K::GemmSS:
+      return "gemm.ss #" + std::to_string(o.group) + " " + o.result + acc + " " + o.a + "[64 rows] x " + o.b + "^T  K " +
+             std::to_string(o.k_dim) + "  (" + o.atom + ")";
+    case K::GemmRS: return "gemm.rs #" + std::to_string(o.group) + " " + o.result + acc + " " + o.a + " x " + o.b + "  (" + o.atom + ")";
+    case K::GemmWait: {
+      std::string r;
+      for (const auto& x : o.regs) r += (r.empty() ? "" : ", ") + x;
+      return "gemm.wait through #" + std::to_string(o.group) + " (pending " + std::to_string(o.pending) + "): " + r;
+    }
+    case K::Scale: return o.a + " *= " + o.scalar_cpp;
+    case K::Mask: return "mask " + o.a + " with " + o.op + " at key tile " + o.coord_cpp;
+    case K::Modify: return o.a + " = score_" + o.op + "(" + scaled(o) + ") at key tile " + o.coord_cpp;
+    case K::RowMax: return o.result + acc + " rowmax(" + scaled(o) + ")";
+    case K::RowSum: return o.result + acc + " rowsum(" + scaled(o) + ")" + (o.partial ? " partial" : "");
+    case K::QuadSum: return o.a + " = quad_sum(" + o.a + ")  (whole)";
+    case K::Ew: return o.result + " = " + o.op + "(" + scaled(o) + ", " + o.b + ")";
+    case K::EwRows: return o.result + " = " + o.op + "(" + scaled(o) + ", rows " + o.b + ")";
+    case K::EwScalar: return o.result + " = " + o.op + "(" + scaled(o) + ", " + o.scalar_cpp + ")";
+    case K::Map: return o.result + " = " + o.op + "(" + scaled(o) + ")";
+    case K::Rescale: return o.a + " *= rows " + o.b;
+    case K::Normalize: return o.a + " /= rows " + o.b;
+    case K::Convert: return o.result + " = convert(" + scaled(o) + ")";
+    case K::Copy: return o.result + " = " + o.a + "  (folded)";
+    case K::Fill: return o.a + " = " + o.scalar_cpp + "  (folded value)";
+    case K::StoreO: return "store " + o.a + " -> global (staged in " + o.buffer + ", TMA) head " + o.head_cpp + " batch " + o.batch_cpp;
+    case K::StoreRows: return "store " + o.a + " -> global LSE head " + o.head_cpp + " batch " + o.batch_cpp;
+  }
+  return "?";
+}
+
+std::string print(const Kernel& k) {
+  std::string s;
+  auto line = [&](const std::string& x) { s += x + "\n"; };
+  line("# kernel IR (src/backend/kir.h), written by qattn stage 2; the CUDA is emitted from this");
+  line("kernel " + k.name + "  family " + k.family + "  arch " + k.arch + "  target " + k.target);
+  line("  tl " + k.tl_kernel + "  tl_hash " + k.tl_hash);
+  line("  dtype " + std::string(tl::to_string(k.elem)) + " -> " + tl::to_string(k.out) + "  d_qk " + std::to_string(k.d_qk) + "  d_v " +
+       std::to_string(k.d_v) + "  lse " + (k.lse ? "yes" : "no"));
+  for (const auto& h : k.header) line("  TL " + std::to_string(h.line) + ": " + h.text);
+  const Scope& sc = k.scope;
+  line("launch");
+  std::string g;
+  for (size_t i = 0; i < sc.grid.size() && i < sc.grid_extents_cpp.size(); ++i)
+    g += (g.empty() ? "" : ", ") + sc.grid[i].tl + " < " + sc.grid_extents_cpp[i];
+  line("  grid (" + g + ")" + (k.launch.persistent ? " persistent" : " one block per tile") +
+       (k.launch.reverse_m ? ", longest rows first" : "") + at(k.launch.grid_tl));
+  line("  threads " + std::to_string(k.launch.threads) + "  smem " + std::to_string(k.launch.smem_bytes) + " B (limit " +
+       std::to_string(k.smem_limit) + ")");
+  line("roles");
+  line("  producer " + std::to_string(k.roles.producer_wg) + " warpgroup x " + std::to_string(k.roles.producer_regs) + " registers" +
+       at(k.roles.producer_tl));
+  line("  consumer " + std::to_string(k.roles.consumer_wg) + " warpgroups x " + std::to_string(k.roles.consumer_regs) + " registers" +
+       (k.roles.pingpong ? " pingpong" : "") + at(k.roles.consumer_tl));
+  line("shared");
+  for (const auto& b : k.smem) {
+    std::string x = "  " + b.name + "  @" + std::to_string(b.offset) + "  (" + std::to_string(b.rows) + ", " + std::to_string(b.cols) +
+                    ") " + tl::to_string(b.dtype) + " x " + std::to_string(b.stages) + "  " + std::to_string(b.bytes) + " B";
+    if (!b.alias_of.empty()) x += "  in " + b.alias_of + "'s rows";
+    if (b.ring && b.name != "O") x += "  ring, mbarriers @" + std::to_string(b.barrier_offset);
+    line(x + (b.tl.line ? at(b.tl) : "  (" + b.tl.text + ")"));
+  }
+  line("scope");
+  std::string names;
+  for (const auto& n : sc.grid) names += " " + n.tl;
+  for (const auto& n : sc.runtime_dims) names += " " + n.tl;
+  line("  names" + names);
+  for (const auto& n : sc.lets) line("  let " + n.tl + " = " + n.value_cpp);
+  for (const auto& a : sc.aux) line("  aux[" + std::to_string(a.slot) + "] " + a.name + (a.is_int ? " int32" : " fp32") + at(a.tl));
+  for (const auto& d : sc.decls) line("  " + std::string(d.is_mask ? "mask " : "score ") + d.name + ": " + d.body_cpp + at(d.tl));
+  line("  mask " + std::string(to_string(sc.mask)) + at(sc.mask_tl));
+  for (size_t i = 0; i < sc.named_masks.size(); ++i) line("  mask " + sc.named_masks[i] + at(sc.named_masks_tl[i]));
+  if (!sc.skip.empty()) line("  skip key tiles where empty_" + sc.skip);
+  const Sm90& h = k.sm90;
+  if (k.family == "wgmma") {
+    line("producer");
+    for (const auto& l : h.loads)
+      line(std::string(l.in_loop ? "  loop: " : "  tile: ") + "load " + l.buffer + " (" + std::to_string(l.rows) + ", " +
+           std::to_string(l.cols) + ") rows " + l.row_cpp + " head " + l.head_cpp + " batch " + l.batch_cpp + (l.packed ? " packed" : "") +
+           (l.late ? " late" : "") + at(l.tl));
+    line("consumer");
+    line("  registers");
+    for (const auto& r : h.regs)
+      line("    " + r.name + " " + kind_name(r.kind) + " (64, " + std::to_string(r.kind == RegKind::Rows ? 1 : r.cols) + ") " +
+           tl::to_string(r.dtype) + (r.partial ? " partial" : "") + (r.init_cpp.empty() ? "" : " = " + r.init_cpp) + "  as " + r.cpp +
+           at(r.tl));
+    for (const auto& x : h.scalars) line("    " + x.cpp + " = " + x.value_cpp + at(x.tl));
+    auto block = [&](const char* name, const std::vector<Op>& ops) {
+      line("  " + std::string(name));
+      for (const auto& o : ops) line(std::string(o.kind == Op::Kind::Stmt ? "    " : "      ") + op_text(o));
+    };
+    block("before the loop", h.before);
+    std::string st;
+    for (int l : h.loop.stage1_lines) st += (st.empty() ? "" : ", ") + std::to_string(l);
+    line("  loop " + h.loop.var + " in [" + h.loop.lo_cpp + ", " + h.loop.hi_cpp + ") descending" +
+         (h.loop.overlap ? ", overlap: stage 1 = TL " + st : "") + at(h.loop.tl));
+    if (h.loop.overlap) block("first", h.loop.first);
+    block(h.loop.overlap ? "steady" : "body", h.loop.steady);
+    block("after the loop", h.released_after_loop);
+    if (h.loop.overlap) block("drain", h.loop.drain);
+    block("after", h.after);
+  }
+  return s;
+}
+
+std::string info_json(const Kernel& k) {
+  nlohmann::ordered_json j;
+  j["kernel"] = k.name;
+  j["tl_kernel"] = k.tl_kernel;
+  j["arch"] = k.arch;
+  j["family"] = k.family;
+  j["target"] = k.target;
+  std::string mma;
+  for (const auto* blk : {&k.sm90.loop.first, &k.sm90.loop.steady})
+    for (const auto& o : *blk)
+      if ((o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) && mma.find(o.atom) == std::string::npos)
+        mma += (mma.empty() ? "" : ", ") + o.atom;
+  j["mma"] = mma;
+  j["dtype"] = tl::to_string(k.elem);
+  j["out_dtype"] = tl::to_string(k.out);
+  j["d_qk"] = k.d_qk;
+  j["d_v"] = k.d_v;
+  j["mask"] = to_string(k.scope.kernel_mask);
+  if (k.scope.kernel_mask == MaskKind::Window) j["window"] = {k.scope.window_left, k.scope.window_right};
+  j["lse"] = k.lse;
+  j["aux"] = nlohmann::ordered_json::array();
+  for (const auto& a : k.scope.aux) j["aux"].push_back({{"name", a.name}, {"dtype", a.is_int ? "int32" : "fp32"}, {"shape", a.extents_cpp}});
+  nlohmann::ordered_json v = nlohmann::ordered_json::object();
+  for (const auto& d : k.scope.decls) v[d.name] = d.expr_tl;
+  j["variants"] = v;
+  nlohmann::ordered_json tiles = nlohmann::ordered_json::object();
+  for (const auto& c : k.consts) tiles[c.first] = c.second;
+  j["tiles"] = tiles;
+  j["threads"] = k.launch.threads;
+  j["smem_bytes"] = k.launch.smem_bytes;
+  j["pipelined"] = true;
+  j["persistent"] = k.launch.persistent;
+  j["roles"] = {{"producer_registers", k.roles.producer_regs}, {"consumers", k.roles.consumer_wg},
+                {"consumer_registers", k.roles.consumer_regs}, {"pingpong", k.roles.pingpong}};
+  j["tl_hash"] = k.tl_hash;
+  return j.dump();
+}
+
+}  // namespace qattn::backend::kir

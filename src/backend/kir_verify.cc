@@ -1,0 +1,228 @@
+// The kernel IR verifier (see kir_verify.h): what the lowering promised, checked again on the
+// finished Kernel before anything is emitted.
+#include "backend/kir_verify.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "backend/kir_print.h"
+#include "hw/sm90_policy.h"
+
+namespace qattn::backend::kir {
+
+namespace {
+
+class Verifier {
+ public:
+  Verifier(const Kernel& k, support::DiagSink& d) : k_(k), d_(d) {}
+
+  bool run() {
+    if (k_.family != "wgmma") return fail("unknown kernel family `" + k_.family + "`");
+    return smem() && roles() && registers() && gemms() && rings() && stores();
+  }
+
+ private:
+  bool fail(const std::string& what) {
+    d_.error("XL0901", {}, "the kernel IR of " + k_.name + " is inconsistent: " + what,
+             "a translator bug: please report it with the TL program and kernel.kir (`qattn_translate --kir`)");
+    return false;
+  }
+  const SharedBuf* buf(const std::string& n) const {
+    for (const auto& b : k_.smem)
+      if (b.name == n) return &b;
+    return nullptr;
+  }
+  const Reg* reg(const std::string& n) const {
+    for (const auto& r : k_.sm90.regs)
+      if (r.name == n) return &r;
+    return nullptr;
+  }
+  std::vector<const std::vector<Op>*> blocks() const {
+    const Sm90& h = k_.sm90;
+    return {&h.before, &h.loop.first, &h.loop.steady, &h.released_after_loop, &h.loop.drain, &h.after};
+  }
+
+  // Shared memory fits the target, tiles are 1024-byte aligned (the 128-byte swizzle) and do not
+  // overlap, barriers are 8-byte aligned and outside the tiles.
+  bool smem() {
+    if (k_.launch.smem_bytes > k_.smem_limit)
+      return fail("it needs " + std::to_string(k_.launch.smem_bytes) + " bytes of shared memory; the target has " +
+                  std::to_string(k_.smem_limit));
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    int64_t end = 0;
+    for (const auto& b : k_.smem) {
+      if (b.offset % 1024 != 0) return fail("shared " + b.name + " at offset " + std::to_string(b.offset) + " is not 1024-byte aligned");
+      if (b.cols_padded % 64 != 0 || b.cols_padded < b.cols) return fail("shared " + b.name + " is not padded to 64 columns");
+      if (!b.alias_of.empty()) {
+        const SharedBuf* a = buf(b.alias_of);
+        if (!a || a->offset != b.offset || int64_t(b.rows) * b.cols_padded > int64_t(a->rows) * a->cols_padded)
+          return fail("shared " + b.name + " does not fit in " + b.alias_of + "'s space");
+        continue;
+      }
+      spans.push_back({b.offset, b.offset + b.bytes});
+      end = std::max(end, b.offset + b.bytes);
+      if (b.ring && b.name != "O") {
+        if (b.barrier_offset % 8 != 0) return fail("the mbarriers of " + b.name + " are not 8-byte aligned");
+        spans.push_back({b.barrier_offset, b.barrier_offset + 16 * b.stages});
+        end = std::max(end, b.barrier_offset + 16 * b.stages);
+      }
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i)
+      if (spans[i].first < spans[i - 1].second) return fail("shared buffers overlap at byte " + std::to_string(spans[i].first));
+    if (end + hw::sm90::kAlignSlack > k_.launch.smem_bytes) return fail("the shared-memory size leaves no alignment slack");
+    return true;
+  }
+
+  // One producer warpgroup, 64-row consumer warpgroups, registers within the SM.
+  bool roles() {
+    const Roles& r = k_.roles;
+    if (r.producer_wg != 1) return fail(std::to_string(r.producer_wg) + " producer warpgroups");
+    if (r.consumer_wg * 64 != k_.sm90.bm || r.consumer_wg < 1 || r.consumer_wg > 3)
+      return fail(std::to_string(r.consumer_wg) + " consumer warpgroups for BM = " + std::to_string(k_.sm90.bm));
+    if (k_.launch.threads != 128 * (r.producer_wg + r.consumer_wg)) return fail("threads do not match the roles");
+    for (int x : {r.producer_regs, r.consumer_regs})
+      if (x < 24 || x > 256 || x % 8 != 0) return fail(std::to_string(x) + " registers per thread is not a setmaxnreg value");
+    const int64_t regs = 128LL * (r.producer_wg * r.producer_regs + r.consumer_wg * r.consumer_regs);
+    if (regs > k_.regs_per_sm) return fail("the roles take " + std::to_string(regs) + " registers; the SM has " + std::to_string(k_.regs_per_sm));
+    if (r.pingpong && r.consumer_wg != 2) return fail("ping-pong over " + std::to_string(r.consumer_wg) + " consumer warpgroups");
+    return true;
+  }
+
+  // Every register an op names is declared, with the kind the op needs.
+  bool registers() {
+    std::set<std::string> seen;
+    for (const auto& r : k_.sm90.regs) {
+      if (!seen.insert(r.name).second) return fail("register tensor " + r.name + " declared twice");
+      if (r.kind != RegKind::Rows && (r.cols <= 0 || r.cols % 8 != 0)) return fail("register tile " + r.name + " has " + std::to_string(r.cols) + " columns");
+    }
+    for (const auto* b : blocks())
+      for (const auto& o : *b)
+        for (const std::string* n : {&o.a, &o.b, &o.result}) {
+          if (n->empty() || (o.kind == Op::Kind::GemmSS && n == &o.a) || ((o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) && n == &o.b))
+            continue;
+          if (o.kind == Op::Kind::RingWait || o.kind == Op::Kind::RingRelease || o.kind == Op::Kind::Stmt) continue;
+          if (!reg(*n)) return fail("`" + op_text(o) + "` names " + *n + ", which is not a register tensor");
+        }
+    return true;
+  }
+
+  // wgmma shapes: M = 64 per warpgroup, N = 8..256 in steps of 8, K a multiple of 16; A/B/C shapes
+  // agree; every block ends with no GEMM in flight and waits never count more groups than issued.
+  bool gemms() {
+    for (const auto* b : blocks()) {
+      std::vector<int> flight;
+      for (const auto& o : *b) {
+        if (o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) {
+          const Reg* c = reg(o.result);
+          if (!c || c->kind != RegKind::Tile) return fail("`" + op_text(o) + "` accumulates into something that is not a tile");
+          if (!hw::sm90::wgmma_n_ok(c->cols)) return fail("`" + op_text(o) + "`: no wgmma has N = " + std::to_string(c->cols));
+          if (o.atom.find("MMA_64x" + std::to_string(c->cols) + "x16") == std::string::npos) return fail("`" + op_text(o) + "`: the atom's N is not the accumulator's");
+          const SharedBuf* bb = buf(o.b);
+          if (!bb || !bb->ring) return fail("`" + op_text(o) + "`: B is not a ring");
+          if (o.kind == Op::Kind::GemmSS) {
+            const SharedBuf* ab = buf(o.a);
+            if (!ab || o.a_rows != k_.sm90.bm || o.k_dim % 16 != 0 || o.k_dim != ab->cols_padded || bb->cols_padded != o.k_dim ||
+                bb->rows != c->cols)
+              return fail("`" + op_text(o) + "`: the operand shapes do not tile");
+          } else {
+            const Reg* a = reg(o.a);
+            if (!a || a->kind != RegKind::OperandA || a->cols != bb->rows || bb->rows % 16 != 0 || bb->cols != c->cols)
+              return fail("`" + op_text(o) + "`: the operand shapes do not tile");
+          }
+          flight.push_back(o.group);
+        }
+        if (o.kind == Op::Kind::GemmWait) {
+          if (o.pending < 0 || o.pending >= int(flight.size())) return fail("`" + op_text(o) + "` with " + std::to_string(flight.size()) + " GEMMs in flight");
+          flight.erase(flight.begin(), flight.end() - o.pending);
+        }
+      }
+      if (!flight.empty()) return fail("a block ends with GEMM #" + std::to_string(flight.front()) + " in flight");
+    }
+    return true;
+  }
+
+  // Every wait has a producer and every slot is released before the producer refills it: per key
+  // tile the consumer waits for and releases each ring as often as the producer loads it, in that
+  // order; a ring loaded once per tile is waited for and released once per tile.
+  bool rings() {
+    const Sm90& h = k_.sm90;
+    std::map<std::string, int> loads_loop, loads_once;
+    for (const auto& l : h.loads) {
+      const SharedBuf* b = buf(l.buffer);
+      if (!b || !b->ring) return fail("a load into " + l.buffer + ", which is not a ring");
+      (l.in_loop ? loads_loop : loads_once)[l.buffer]++;
+    }
+    auto count = [&](const std::vector<Op>& ops, Op::Kind kind, const std::string& ring) {
+      return int(std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.kind == kind && o.buffer == ring; }));
+    };
+    for (const auto& b : k_.smem) {
+      if (!b.ring || b.name == "O") continue;
+      const int loop = loads_loop[b.name], once = loads_once[b.name];
+      if (loop && once) return fail(b.name + " is loaded both once per tile and per key tile");
+      if (!loop && !once) return fail(b.name + " is never loaded: its waits have no producer");
+      for (auto kind : {Op::Kind::RingWait, Op::Kind::RingRelease}) {
+        const char* what = kind == Op::Kind::RingWait ? "waited for" : "released";
+        if (loop) {
+          const int steady = count(h.loop.steady, kind, b.name);
+          const int split = count(h.loop.first, kind, b.name) + count(h.loop.drain, kind, b.name);
+          if (steady != loop || (h.loop.overlap && split != loop))
+            return fail(b.name + " is loaded " + std::to_string(loop) + " time(s) per key tile but " + what + " " + std::to_string(steady) + " time(s)");
+          if (count(h.before, kind, b.name) + count(h.released_after_loop, kind, b.name) + count(h.after, kind, b.name))
+            return fail(b.name + " is " + what + " outside the key loop");
+        } else {
+          int n = 0;
+          for (const auto* blk : blocks()) n += count(*blk, kind, b.name);
+          const bool outside = count(h.before, kind, b.name) + count(h.released_after_loop, kind, b.name) + count(h.after, kind, b.name) == n;
+          if (n != once || !outside)
+            return fail(b.name + " is loaded once per tile but " + what + " " + std::to_string(n) + " time(s)" + (outside ? "" : " (in the key loop)"));
+        }
+      }
+      // wait before release, alternating, in every block
+      for (const auto* blk : {&h.loop.first, &h.loop.steady, &h.loop.drain}) {
+        int held = 0;
+        for (const auto& o : *blk) {
+          if (o.buffer != b.name) continue;
+          if (o.kind == Op::Kind::RingWait && ++held > 1) return fail(b.name + " is waited for twice before a release");
+          if (o.kind == Op::Kind::RingRelease && --held < 0) return fail(b.name + " is released before it is waited for");
+        }
+        if (held != 0) return fail(b.name + " is still held at the end of a block: the producer would wait forever");
+      }
+    }
+    // GEMM operands from a ring are read between its wait and its release
+    for (const auto* blk : {&h.loop.first, &h.loop.steady, &h.loop.drain}) {
+      std::map<std::string, bool> held;
+      for (const auto& w : h.before)
+        if (w.kind == Op::Kind::RingWait) held[w.buffer] = true;
+      for (const auto& o : *blk) {
+        if (o.kind == Op::Kind::RingWait) held[o.buffer] = true;
+        if (o.kind == Op::Kind::RingRelease) held[o.buffer] = false;
+        if (o.kind == Op::Kind::GemmSS && !held[o.a]) return fail("`" + op_text(o) + "` reads " + o.a + " without a wait");
+        if ((o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) && !held[o.b])
+          return fail("`" + op_text(o) + "` reads " + o.b + " without a wait");
+      }
+    }
+    return true;
+  }
+
+  bool stores() {
+    int o = 0, lse = 0;
+    for (const auto& op : k_.sm90.after) {
+      o += op.kind == Op::Kind::StoreO;
+      lse += op.kind == Op::Kind::StoreRows;
+    }
+    if (o != 1) return fail("O is stored " + std::to_string(o) + " times");
+    if (lse != (k_.lse ? 1 : 0)) return fail("LSE is stored " + std::to_string(lse) + " times");
+    return true;
+  }
+
+  const Kernel& k_;
+  support::DiagSink& d_;
+};
+
+}  // namespace
+
+bool verify(const Kernel& k, support::DiagSink& diags) { return Verifier(k, diags).run(); }
+
+}  // namespace qattn::backend::kir

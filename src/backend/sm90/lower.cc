@@ -1,0 +1,424 @@
+// sm90 lowering, the kernel's facts (see lower.h): header and work-tile names, the roles, the
+// rings and the shared-memory layout, the producer's TMA loads. Inputs: the front end's header
+// analysis (detail::Lowering::analyze_front: Dims, Consts, Grid, tensors, tiles), the checked
+// program and its CheckInfo. Diagnostics: XL0201-XL0303 at the statement the kernel cannot run.
+#include "backend/sm90/lower.h"
+
+#include <algorithm>
+
+#include "backend/translate.h"
+#include "hw/sm90_policy.h"
+#include "support/sha256.h"
+#include "tl/eval.h"
+#include "tl/printer.h"
+
+namespace qattn::backend::sm90 {
+
+namespace pol = hw::sm90;
+
+namespace {
+
+kir::MaskKind mask_kind(tl::MaskSpec::Kind k) {
+  using K = tl::MaskSpec::Kind;
+  switch (k) {
+    case K::Bounds: return kir::MaskKind::Bounds;
+    case K::Causal: return kir::MaskKind::Causal;
+    case K::CausalTopLeft: return kir::MaskKind::CausalTopLeft;
+    case K::Window: return kir::MaskKind::Window;
+    case K::None: case K::Named: break;
+  }
+  return kir::MaskKind::None;
+}
+
+}  // namespace
+
+bool Lower::error(const char* code, support::SrcLoc at, const std::string& msg, const std::string& hint) {
+  diags_.error(code, at, msg, hint);
+  return false;
+}
+
+kir::TlRef Lower::ref(const tl::Stmt& s) const {
+  kir::TlRef r;
+  r.line = s.loc.line;
+  tl::Program one;
+  tl::Stmt copy = s;
+  if (copy.kind == tl::Stmt::Kind::For) copy.loop.body.clear();
+  copy.trailing_comment.clear();
+  one.stmts.push_back(copy);
+  r.text = tl::print(one);
+  // one line: the statement without its trailing newline (a loop prints its `end` too)
+  r.text = r.text.substr(0, r.text.find('\n'));
+  return r;
+}
+
+const kir::SharedBuf* Lower::buf(const std::string& name) const {
+  for (const auto& b : k_.smem)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+std::optional<kir::Kernel> Lower::run() {
+  kernel_names_ = names_;
+  kernel_names_.scope_prefix = "v.";
+  kernel_names_.scoped.insert("softmax_scale");
+  for (const auto& [var, ext] : f_.grid_) kernel_names_.scoped.insert(var);
+  for (const auto& [name, fld] : f_.runtime_dims_) kernel_names_.scoped.insert(name);
+  for (const auto& st : prog_.stmts)
+    if (st.kind == tl::Stmt::Kind::Let) kernel_names_.scoped.insert(st.let.name);
+  if (!lower_header() || !lower_scope() || !lower_roles() || !lower_smem() || !lower_loads() || !lower_registers() ||
+      !schedule())
+    return std::nullopt;
+  return k_;
+}
+
+bool Lower::lower_header() {
+  k_.family = "wgmma";
+  k_.arch = "sm90";
+  k_.target = target_.name;
+  k_.tl_kernel = f_.tl_kernel_name_;
+  k_.name = f_.kernel_name_;
+  k_.tl_hash = support::sha256_hex(tl::print(prog_)).substr(0, 16);
+  k_.elem = f_.elem_;
+  k_.out = f_.out_;
+  k_.d_qk = f_.d_qk_;
+  k_.d_v = f_.d_v_;
+  k_.lse = f_.has_lse_;
+  k_.smem_limit = target_.smem_per_block;
+  k_.regs_per_sm = target_.regs_per_sm;
+  k_.nvcc_flags = f_.arch_.gencode;
+  for (const auto& fl : common_nvcc_flags()) k_.nvcc_flags.push_back(fl);
+  k_.consts = f_.consts_;
+  if (f_.kernel_stmt_) k_.header.push_back(ref(*f_.kernel_stmt_));
+  if (f_.dim_stmt_) k_.header.push_back(ref(*f_.dim_stmt_));
+  for (const auto* c : f_.const_stmts_) k_.header.push_back(ref(*c));
+  const support::SrcLoc at = f_.loop_ ? f_.loop_->loc : support::SrcLoc{};
+  if (!f_.loop_)
+    return error("XL0302", {}, "the program has no loop over K/V tiles", "the sm90 kernel streams K and V tiles in one `for j = ...` loop");
+  if (k_.elem != tl::DType::BF16 && k_.elem != tl::DType::F16)
+    return error("XL0102", at, std::string("Q, K, V in ") + tl::to_string(k_.elem) + " are not lowered on sm90 yet",
+                 "use bf16 or fp16 (fp8 runs on the sm89 path: `--gpu l40s`)");
+  if (k_.out != k_.elem)
+    return error("XL0102", at, "O in another dtype than Q, K, V is not lowered on sm90", "store O in the operands' dtype");
+  if (!f_.shared_.count("Q"))
+    return error("XL0301", at, "the sm90 kernel stages Q through shared memory", "allocate `Q in shared (BM, d)`");
+  k_.sm90.bm = f_.tile_m_;
+  return true;
+}
+
+// The TL names of a work tile: Grid variables, runtime Dims, fixed Dims and Consts, Lets, the
+// auxiliary globals, the Score / Mask declarations, the loop's mask and {skip}.
+bool Lower::lower_scope() {
+  kir::Scope& sc = k_.scope;
+  static const std::map<std::string, std::string> field = {{"seqlen_q", "p.seqlen_q"}, {"seqlen_k", "p.seqlen_k"},
+                                                           {"heads_q", "p.heads_q"},   {"heads_kv", "p.heads_kv"},
+                                                           {"batch", "p.batch"}};
+  for (const auto& [var, ext] : f_.grid_) {
+    sc.grid.push_back({var, names_.ident(var), ""});
+    sc.grid_extents_cpp.push_back(names_.int_expr(ext));
+  }
+  if (f_.grid_stmt_) k_.launch.grid_tl = ref(*f_.grid_stmt_);
+  if (sc.grid.size() != 3)
+    return error("XL0203", f_.grid_stmt_ ? f_.grid_stmt_->loc : support::SrcLoc{}, "the sm90 kernel's Grid has 3 axes",
+                 "write `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
+  for (const auto& [name, fld] : f_.runtime_dims_) sc.runtime_dims.push_back({name, names_.ident(name), field.at(fld)});
+  for (const auto& [n, v] : f_.fixed_dims_) sc.fixed.push_back({n, names_.ident(n), std::to_string(v)});
+  for (const auto& [n, v] : f_.consts_) sc.fixed.push_back({n, names_.ident(n), std::to_string(v)});
+  // auxiliary globals first: the declarations read them
+  for (const auto& st : prog_.stmts) {
+    if (st.kind != tl::Stmt::Kind::Allocate || st.alloc.space != tl::Space::Global) continue;
+    const auto& a = st.alloc;
+    if (a.name == "Q" || a.name == "K" || a.name == "V" || a.name == "O" || a.name == "LSE") continue;
+    if (std::find(info_.aux.begin(), info_.aux.end(), a.name) == info_.aux.end() || sc.aux.size() >= 4)
+      return error("XL0301", st.loc, "global tensor " + a.name + " has no ABI argument",
+                   "globals are Q, K, V, O, LSE and up to 4 auxiliary fp32/int32 inputs of Score/Mask declarations");
+    kir::Aux x;
+    x.name = a.name;
+    x.slot = int(sc.aux.size());
+    x.is_int = a.dtype && *a.dtype == tl::DType::I32;
+    for (const auto& e : a.shape) x.extents_cpp.push_back(names_.int_expr(e));
+    x.tl = ref(st);
+    sc.aux.push_back(x);
+    names_.aux_extents[a.name] = x.extents_cpp;
+  }
+  kernel_names_.aux_extents = names_.aux_extents;
+  for (const auto& st : prog_.stmts) {
+    if (st.kind == tl::Stmt::Kind::Let) sc.lets.push_back({st.let.name, names_.ident(st.let.name), names_.int_expr(st.let.value)});
+    if (st.kind == tl::Stmt::Kind::Variant) {
+      kir::Decl d;
+      const tl::VariantStmt& v = st.variant;
+      d.name = v.name;
+      d.is_mask = v.is_mask;
+      DeclType t;
+      d.body_cpp = names_.decl_expr(v.expr, t);
+      if (!v.is_mask && t != DeclType::Float) d.body_cpp = "float(" + d.body_cpp + ")";
+      DeclType ct;
+      d.empty_cpp = v.empty_when ? names_.decl_expr(*v.empty_when, ct) : "false";
+      d.full_cpp = v.full_when ? names_.decl_expr(*v.full_when, ct) : "false";
+      d.derived = v.derived;
+      d.expr_tl = tl::print_expr(v.expr);
+      d.tl = ref(st);
+      sc.decls.push_back(d);
+    }
+  }
+  // The loop: its kernel mask and named masks (statements of the score stage), and {skip}.
+  const tl::Stmt& loop = *f_.loop_;
+  for (const auto& s : loop.loop.body) {
+    if (s.kind != tl::Stmt::Kind::Compute || s.compute.op != "Mask") continue;
+    const tl::MaskSpec& m = s.compute.mask;
+    if (m.kind == tl::MaskSpec::Kind::Named) {
+      auto v = info_.variants.find(m.name);
+      if (v == info_.variants.end() || !v->second.is_mask)
+        return error("XL0301", s.loc, "`" + m.name + "` is not a Mask declaration", "declare `Mask " + m.name + " = ...`");
+      sc.named_masks.push_back(m.name);
+      sc.named_masks_tl.push_back(ref(s));
+      continue;
+    }
+    if (sc.mask_tl.line)
+      return error("XL0301", s.loc, "a second kernel Mask in the loop", "one `Compute Mask S ... with causal/window/...` per score tile");
+    sc.mask_tl = ref(s);
+    sc.mask = mask_kind(m.kind);
+    if (m.kind == tl::MaskSpec::Kind::Window) {
+      // the Kernel's window (the loop's Mask names the kind; its bounds are the Kernel's)
+      sc.window_left_cpp = names_.int_expr(f_.mask_.left);
+      sc.window_right_cpp = names_.int_expr(f_.mask_.right);
+      tl::Env env;
+      env.ints = f_.env_;
+      sc.window_left = tl::eval_int(f_.mask_.left, env, nullptr).value_or(-1);
+      sc.window_right = tl::eval_int(f_.mask_.right, env, nullptr).value_or(-1);
+    }
+  }
+  sc.kernel_mask = mask_kind(f_.mask_.kind);
+  k_.launch.reverse_m = f_.mask_.kind == tl::MaskSpec::Kind::Causal || f_.mask_.kind == tl::MaskSpec::Kind::CausalTopLeft;
+  for (const auto& a : loop.attrs) {
+    if (a.key != "skip") continue;
+    if (!a.value || a.value->kind != tl::Expr::Kind::Name)
+      return error("XL0301", a.loc, "`{skip}` without a Mask name", "`{skip: NAME}`");
+    const std::string name = a.value->name;
+    const tl::Stmt* mask = nullptr;
+    for (const auto& b : loop.loop.body)
+      if (b.kind == tl::Stmt::Kind::Compute && b.compute.op == "Mask" && b.compute.mask.kind == tl::MaskSpec::Kind::Named &&
+          b.compute.mask.name == name && b.compute.at.size() == 2)
+        mask = &b;
+    auto v = info_.variants.find(name);
+    const tl::Stmt* gemm = nullptr;
+    if (mask && mask->compute.operands.size() == 1)
+      for (const auto& b : loop.loop.body)
+        if (b.kind == tl::Stmt::Kind::Compute && b.compute.op == "GEMM" && b.compute.target == mask->compute.operands[0].expr.name &&
+            b.compute.operands.size() == 2 && b.compute.operands[1].transposed && f_.shared_.count(b.compute.operands[1].expr.name))
+          gemm = &b;
+    if (!mask || !gemm || v == info_.variants.end() || !v->second.empty_when)
+      return error("XL0301", loop.loc, "`{skip: " + name + "}` is not lowered here",
+                   "the loop needs `Compute GEMM Q, K^T and get S` and `Compute Mask S at [m_block, j] with " + name +
+                       "`, and the Mask an `empty when` clause");
+    sc.skip = name;
+    sc.skip_row_cpp = names_.int_expr(mask->compute.at[0]);
+    sc.skip_col_cpp = names_.int_expr(mask->compute.at[1]);
+    sc.skip_cols_cpp = std::to_string(f_.shared_.at(gemm->compute.operands[1].expr.name).rows);
+  }
+  return true;
+}
+
+// The warp roles: the TL's Role statements, or the policy's defaults when the program states none.
+bool Lower::lower_roles() {
+  const tl::ScheduleInfo& sc = info_.schedule;
+  const support::SrcLoc at = f_.loop_->loc;
+  k_.launch.persistent = sc.persistent;
+  const std::string why = pol::tile_problem(f_.tile_m_, f_.shared_.count("K") ? f_.shared_.at("K").rows : 0, k_.d_qk, k_.d_v);
+  if (!why.empty()) return error("XL0202", f_.const_stmt_ ? f_.const_stmt_->loc : at, why, "see docs/translation.md, \"Hopper\"");
+  kir::Roles& r = k_.roles;
+  r.consumer_wg = f_.tile_m_ / pol::kRowsPerConsumer;
+  const pol::RegisterSplit split = pol::register_split(r.consumer_wg, sc.persistent);
+  r.producer_regs = split.producer;
+  r.consumer_regs = split.consumer;
+  r.pingpong = r.consumer_wg == 2;
+  for (const auto& st : prog_.stmts)
+    if (st.kind == tl::Stmt::Kind::Role) (st.role.producer ? r.producer_tl : r.consumer_tl) = ref(st);
+  if (sc.present) {
+    const support::SrcLoc rat = r.producer_tl.line ? support::SrcLoc{r.producer_tl.line, 1} : at;
+    if (sc.producer_wg != 1)
+      return error("XL0202", rat, std::to_string(sc.producer_wg) + " producer warpgroups are not lowered",
+                   "the sm90 kernel has one producer warpgroup (its thread 0 issues every TMA): `Role producer warpgroups 1 ...`");
+    if (sc.consumer_wg != r.consumer_wg)
+      return error("XL0202", rat, std::to_string(sc.consumer_wg) + " consumer warpgroups do not split BM = " + std::to_string(f_.tile_m_) + " rows",
+                   "each consumer warpgroup owns 64 rows of the query tile: `Role consumer warpgroups " +
+                       std::to_string(r.consumer_wg) + " ...` for BM = " + std::to_string(f_.tile_m_));
+    if (sc.pingpong && sc.consumer_wg != 2)
+      return error("XL0202", rat, "ping-pong over " + std::to_string(sc.consumer_wg) + " consumer warpgroups is not lowered",
+                   "the kernel alternates exactly two consumer warpgroups; drop `pingpong` or use BM = 128");
+    r.producer_regs = sc.producer_regs;
+    r.consumer_regs = sc.consumer_regs;
+    r.pingpong = sc.pingpong;
+  }
+  k_.launch.threads = pol::kThreadsPerWarpgroup * (r.producer_wg + r.consumer_wg);
+  const int regs = pol::kThreadsPerWarpgroup * (r.producer_regs * r.producer_wg + r.consumer_wg * r.consumer_regs);
+  if (regs > pol::kRegistersPerSm)
+    return error("XL0202", r.consumer_tl.line ? support::SrcLoc{r.consumer_tl.line, 1} : at,
+                 "the roles ask for " + std::to_string(regs) + " registers; an SM has 65536", "lower the registers of a Role");
+  return true;
+}
+
+// Shared memory: every shared Allocate (Q, then the rings K and V, in Allocate order), the O staging
+// tile, the ring barriers and the tile exchange. Rings: buffers filled by {async} Copies, or, in a
+// program without Roles, every buffer filled from global memory (the producer issues them all).
+bool Lower::lower_smem() {
+  const tl::ScheduleInfo& sc = info_.schedule;
+  const int eb = dtype_bytes(k_.elem);
+  const support::SrcLoc at = f_.loop_->loc;
+  for (const auto& n : f_.shared_order_) {
+    const detail::SharedBuf& b = f_.shared_.at(n);
+    kir::SharedBuf s;
+    s.name = n;
+    s.cpp = "s" + names_.ident(n);
+    s.rows = b.rows;
+    s.cols = b.cols;
+    s.cols_padded = pol::padded_cols(b.cols);
+    s.dtype = b.dtype;
+    s.ring = true;
+    auto st = sc.stages.find(n);
+    s.stages = st != sc.stages.end() ? st->second : 1;
+    if (!sc.present && st == sc.stages.end()) {
+      // no Hopper schedule: the translator picks the ring depth of the buffers the loop refills (STAGES)
+      for (const auto& b2 : f_.loop_->loop.body)
+        if (b2.kind == tl::Stmt::Kind::Copy && b2.copy.name == n && b2.copy.to == tl::Space::Shared) s.stages = f_.stages_;
+    }
+    if (s.stages < 1 || s.stages > 4) return error("XL0202", at, n + " has " + std::to_string(s.stages) + " stages", "use 1 to 4 stages");
+    for (const auto& st2 : prog_.stmts)
+      if (st2.kind == tl::Stmt::Kind::Allocate && st2.alloc.space == tl::Space::Shared && st2.alloc.name == n) s.tl = ref(st2);
+    k_.smem.push_back(s);
+  }
+  if (!buf("K") || !buf("V"))
+    return error("XL0301", at, "the sm90 kernel stages K and V through shared memory", "allocate `K in shared (BN, d)` and `V in shared (BN, d)`");
+  k_.sm90.bn = buf("K")->rows;
+  if (buf("V")->rows != k_.sm90.bn)
+    return error("XL0202", at, "K and V tiles of different rows are not lowered", "give K and V the same BN rows");
+  if (sc.present && buf("K")->stages != buf("V")->stages)
+    return error("XL0202", at,
+                 "K has " + std::to_string(buf("K")->stages) + " stages and V " + std::to_string(buf("V")->stages),
+                 "the kernel keeps K and V in rings of one depth: give both the same `{stages: N}`");
+  // O staging: its own tile when a persistent grid can afford it (the next tile's Q load then does
+  // not wait for this tile's epilogue), else Q's rows.
+  const int stages = buf("K")->stages;
+  const auto with_o = pol::smem_plan(k_.sm90.bm, k_.sm90.bn, k_.d_qk, k_.d_v, stages, eb, true, k_.launch.persistent);
+  const bool separate_o = k_.launch.persistent && with_o.total <= target_.smem_per_block;
+  kir::SharedBuf o;
+  o.name = "O";
+  o.cpp = "sO";
+  o.rows = k_.sm90.bm;
+  o.cols = k_.d_v;
+  o.cols_padded = pol::padded_cols(k_.d_v);
+  o.dtype = k_.out;
+  o.alias_of = separate_o ? "" : "Q";
+  o.tl.text = separate_o ? "O staging (its own tile)" : "O staging (in Q's tile)";
+  // An O store marked {async} completes in the background: with O in its own tile the wait for it
+  // moves to just before the next tile's store (and the block's end).
+  bool async_store = false;
+  for (const auto& st : prog_.stmts)
+    if (st.kind == tl::Stmt::Kind::Copy && st.copy.name == "O" && st.copy.to == tl::Space::Global)
+      for (const auto& a : st.attrs) async_store = async_store || a.key == "async";
+  k_.launch.defer_store_wait = separate_o && async_store;
+  int64_t off = 0;
+  for (auto& s : k_.smem) {
+    s.offset = off;
+    s.bytes = int64_t(s.stages) * s.rows * s.cols_padded * eb;
+    off += s.bytes;
+  }
+  if (separate_o) {
+    o.offset = off;
+    o.bytes = int64_t(o.rows) * o.cols_padded * eb;
+    off += o.bytes;
+  } else {
+    o.offset = buf("Q")->offset;
+  }
+  k_.smem.push_back(o);
+  for (auto& s : k_.smem) {
+    if (!s.ring || !s.alias_of.empty() || s.name == "O") continue;
+    s.barrier_offset = off;
+    off += 16 * s.stages;
+  }
+  if (k_.launch.persistent) off += pol::kTileExchangeBytes;
+  k_.launch.smem_bytes = pol::kAlignSlack + off;
+  const auto plan = pol::smem_plan(k_.sm90.bm, k_.sm90.bn, k_.d_qk, k_.d_v, stages, eb, separate_o, k_.launch.persistent);
+  if (k_.smem.size() == 4 && plan.total != k_.launch.smem_bytes)
+    return error("XL0202", at, "internal: the shared-memory layout and the policy's formula disagree", "report this");
+  if (k_.launch.smem_bytes > target_.smem_per_block)
+    return error("XL0202", f_.const_stmt_ ? f_.const_stmt_->loc : at,
+                 "the tiles need " + std::to_string(k_.launch.smem_bytes / 1024) + " KB of shared memory; " + target_.name + " has " +
+                     std::to_string(target_.smem_per_block / 1024) + " KB per block",
+                 "lower BN or the stages");
+  const std::string ty = k_.elem == tl::DType::BF16 ? "BF16BF16" : "F16F16";
+  const std::string g = "cute::SM90::GMMA::";
+  k_.sm90.mma_qk = g + "MMA_64x" + std::to_string(k_.sm90.bn) + "x16_F32" + ty + "_SS<" + g + "Major::K, " + g + "Major::K>";
+  k_.sm90.mma_pv = g + "MMA_64x" + std::to_string(k_.d_v) + "x16_F32" + ty + "_RS<" + g + "Major::K, " + g + "Major::MN>";
+  // GQA packing
+  if (info_.pack) {
+    const std::string gx = tl::print_expr(*info_.pack);
+    if (gx != "heads_q / heads_kv")
+      return error("XL0202", info_.pack->loc.line ? info_.pack->loc : at, "`{pack: " + gx + "}` is not lowered on sm90",
+                   "the sm90 kernel packs every query head of a kv head into its tiles: write `{pack: heads_q / heads_kv}`");
+    k_.sm90.pack = true;
+    for (const auto& st : prog_.stmts)
+      for (const auto& a : st.attrs)
+        if (a.key == "pack" && !k_.sm90.pack_tl.line) k_.sm90.pack_tl = ref(st);
+  }
+  return true;
+}
+
+// The producer's loads: every global -> shared Copy, in program order (Q before the loop; K and V
+// in it). The tile row is the Copy's coordinate times the tile's rows; head and batch come from the
+// global view's offset `[b, head]`.
+bool Lower::lower_loads() {
+  const bool roles = info_.schedule.present;
+  auto visit = [&](const tl::Stmt& s, bool in_loop) -> bool {
+    if (s.kind != tl::Stmt::Kind::Copy || s.copy.from != tl::Space::Global || s.copy.to != tl::Space::Shared) return true;
+    const tl::CopyStmt& c = s.copy;
+    const bool async = std::any_of(s.attrs.begin(), s.attrs.end(), [](const tl::Attr& a) { return a.key == "async"; });
+    if (roles && !async)
+      return error("XL0301", s.loc, "the copy into shared " + c.name + " is not `{async}`",
+                   "in a program with Roles the producer fills shared buffers with TMA: mark the Copy `{async}`");
+    const kir::SharedBuf* b = buf(c.name);
+    auto g = info_.tensors.find(c.name);
+    if (!b || g == info_.tensors.end() || !g->second.in_global)
+      return error("XL0301", s.loc, "Copy of " + c.name + " has no global tensor and shared buffer", "");
+    if (c.name != "Q" && c.name != "K" && c.name != "V")
+      return error("XL0301", s.loc, "the sm90 kernel loads Q, K and V; " + c.name + " is not lowered", "");
+    if (c.coord.size() != 2 || c.tile.size() != 2 || !(c.coord[1].kind == tl::Expr::Kind::Number && c.coord[1].value == 0))
+      return error("XL0301", s.loc, "a Copy tile that does not span the head dim (column coordinate 0) is not lowered",
+                   "tiles hold whole rows: `Copy " + c.name + " (BN, d) in coordinate [j, 0] ...`");
+    const tl::Stmt* alloc = nullptr;
+    for (const auto& st : prog_.stmts)
+      if (st.kind == tl::Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == c.name) alloc = &st;
+    if (!alloc || alloc->alloc.offset.size() != 2)
+      return error("XL0301", s.loc, "the global " + c.name + " has no `with offset [batch, head]`",
+                   "`Allocate " + c.name + " in global (seqlen, d) with offset [b, head]`");
+    kir::Load l;
+    l.tl = ref(s);
+    l.buffer = c.name;
+    l.global = c.name;
+    l.rows = b->rows;
+    l.cols = b->cols;
+    l.row_cpp = kernel_names_.int_expr(tl::Expr::binary("*", c.coord[0], c.tile[0]));
+    l.batch_cpp = kernel_names_.int_expr(alloc->alloc.offset[0]);
+    l.head_cpp = kernel_names_.int_expr(alloc->alloc.offset[1]);
+    l.packed = k_.sm90.pack && c.name == "Q";
+    l.in_loop = in_loop;
+    k_.sm90.loads.push_back(l);
+    if (!in_loop) once_rings_.push_back(c.name);
+    return true;
+  };
+  for (const auto& s : prog_.stmts) {
+    if (&s == f_.loop_) {
+      for (const auto& b : s.loop.body)
+        if (!visit(b, true)) return false;
+      continue;
+    }
+    if (!visit(s, false)) return false;
+  }
+  for (const auto& b : k_.smem) {
+    if (b.name == "O") continue;
+    const bool loaded = std::any_of(k_.sm90.loads.begin(), k_.sm90.loads.end(), [&](const kir::Load& l) { return l.buffer == b.name; });
+    if (!loaded) return error("XL0301", b.tl.line ? support::SrcLoc{b.tl.line, 1} : support::SrcLoc{}, "shared " + b.name + " is never loaded", "");
+  }
+  return true;
+}
+
+}  // namespace qattn::backend::sm90

@@ -1,0 +1,35 @@
+#include "hw/sm90_policy.h"
+
+namespace qattn::hw::sm90 {
+
+RegisterSplit register_split(int consumer_warpgroups, bool persistent) {
+  if (consumer_warpgroups >= 3) return {32, 160};
+  if (persistent) return {40, 232};
+  return {24, 240};
+}
+
+SmemPlan smem_plan(int bm, int bn, int d_qk, int d_v, int stages, int elem_bytes, bool separate_o, bool persistent) {
+  SmemPlan p;
+  p.q = int64_t(bm) * padded_cols(d_qk) * elem_bytes;
+  p.k_slot = int64_t(bn) * padded_cols(d_qk) * elem_bytes;
+  p.v_slot = int64_t(bn) * padded_cols(d_v) * elem_bytes;
+  p.o = separate_o ? int64_t(bm) * padded_cols(d_v) * elem_bytes : 0;
+  p.barriers = 16 * (1 + 2 * int64_t(stages)) + (persistent ? kTileExchangeBytes : 0);
+  p.total = kAlignSlack + p.q + stages * (p.k_slot + p.v_slot) + p.o + p.barriers;
+  return p;
+}
+
+bool wgmma_n_ok(int n) { return n >= 8 && n <= 256 && n % 8 == 0; }
+
+std::string tile_problem(int bm, int bn, int d_qk, int d_v) {
+  if (bm % kRowsPerConsumer != 0 || bm < 64 || bm > 192)
+    return "BM = " + std::to_string(bm) + " rows cannot be split over 64-row consumer warpgroups (BM is 64, 128 or 192)";
+  if (!wgmma_n_ok(bn) || bn % 16 != 0)
+    return "BN = " + std::to_string(bn) + " is not a multiple of 16 up to 256 (the N of the S = Q K^T wgmma and the K of P V)";
+  if (!wgmma_n_ok(d_v) || d_qk > 256 || d_qk < 16 || d_qk % 16 != 0 || d_v > padded_cols(d_qk))
+    return "head dims (" + std::to_string(d_qk) + ", " + std::to_string(d_v) +
+           ") are not lowered: d_qk a multiple of 16 up to 256, d_v a multiple of 8 and not above d_qk rounded up to 64";
+  return "";
+}
+
+}  // namespace qattn::hw::sm90

@@ -1,0 +1,39 @@
+// Hopper (sm90a) kernel policy, in one place: the planner's resource model (plan/budget.cc), the TL
+// writer (plan/tl_text.cc) and the sm90 lowering (backend/sm90/lower.cc) all call these, so the
+// register split, the shared-memory formula and the tile rules cannot drift apart.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace qattn::hw::sm90 {
+
+// setmaxnreg per role (FlashAttention-3's split): 24 / 240 with 1-2 consumer warpgroups, 32 / 160
+// with 3; a persistent grid's producer warp also runs the tile scheduler, which spills at 24, so
+// 40 / 232 there. The roles' total must fit the SM's 65536 registers.
+struct RegisterSplit {
+  int producer = 24, consumer = 240;
+};
+RegisterSplit register_split(int consumer_warpgroups, bool persistent);
+constexpr int kRegistersPerSm = 65536;
+constexpr int kThreadsPerWarpgroup = 128;
+constexpr int kRowsPerConsumer = 64;  // one consumer warpgroup owns 64 rows of the wgmma tile
+
+// Shared memory of the kernel: the Q tile, `stages` slots of K and V, the O staging tile when it
+// has its own (else it reuses Q's rows), 2 mbarriers per ring slot (Q, K, V), the persistent tile
+// exchange, and 1024 bytes to align the base (the 128-byte swizzle repeats every 1024 bytes). Tiles
+// are stored as column blocks of 64 elements, so head dims round up to 64.
+struct SmemPlan {
+  int64_t q = 0, k_slot = 0, v_slot = 0, o = 0, barriers = 0, total = 0;
+};
+constexpr int kAlignSlack = 1024;
+constexpr int kTileExchangeBytes = 40;  // device/qattn/sm90/sync.cuh TileExchange::kBytes
+inline int padded_cols(int d) { return (d + 63) / 64 * 64; }
+SmemPlan smem_plan(int bm, int bn, int d_qk, int d_v, int stages, int elem_bytes, bool separate_o, bool persistent);
+
+// Why a tile shape cannot run on the sm90 kernel ("" when it can): BM a multiple of 64 up to 192
+// (64-row consumer warpgroups, at most 3), BN a multiple of 16 up to 256 (the N of the S = Q K^T
+// wgmma), head dims up to 256 with d_v a multiple of 8 and not above d_qk rounded up to 64.
+std::string tile_problem(int bm, int bn, int d_qk, int d_v);
+bool wgmma_n_ok(int n);  // a wgmma atom MMA_64xNx16 exists: N = 8..256 in steps of 8
+
+}  // namespace qattn::hw::sm90
