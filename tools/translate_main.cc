@@ -1,9 +1,10 @@
-// qattn_translate: a small test tool for stage 2 until `qattn generate` exists.
-//   qattn_translate code.tl --gpu a100 [-o k.cu] [--flags] [--info]
+// qattn_translate: stage 2 alone, for tests and for looking at what the translator decided.
+//   qattn_translate code.tl --gpu a100 [-o k.cu] [--flags] [--info] [--kir]
 // Reads TL code (a file, or - for stdin), translates it for the GPU (a name or alias of
 // data/gpus.json: a100, h100, t4, l40s, ...) and writes the .cu to -o or stdout. --flags prints the
-// nvcc flags (one line) instead; --info prints qattn_kernel_info()'s JSON. Diagnostics go to
-// stderr; the exit status is 1 when the program cannot be translated, 2 on a usage error.
+// nvcc flags (one line) instead; --info prints qattn_kernel_info()'s JSON; --kir prints the kernel
+// IR (kernel.kir, docs/translation.md). Diagnostics go to stderr; the exit status is 1 when the
+// program cannot be translated, 2 on a usage error.
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -17,15 +18,16 @@
 
 int main(int argc, char** argv) {
   std::string in, out, gpu = "a100";
-  bool flags = false, info = false;
+  bool flags = false, info = false, kir = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--gpu" && i + 1 < argc) gpu = argv[++i];
     else if (a == "-o" && i + 1 < argc) out = argv[++i];
     else if (a == "--flags") flags = true;
     else if (a == "--info") info = true;
+    else if (a == "--kir") kir = true;
     else if (a == "-h" || a == "--help") {
-      std::puts("usage: qattn_translate CODE.tl|- [--gpu NAME] [-o OUT.cu] [--flags] [--info]");
+      std::puts("usage: qattn_translate CODE.tl|- [--gpu NAME] [-o OUT.cu] [--flags] [--info] [--kir]");
       return 0;
     } else if (in.empty()) in = a;
     else {
@@ -34,7 +36,7 @@ int main(int argc, char** argv) {
     }
   }
   if (in.empty()) {
-    std::fprintf(stderr, "usage: qattn_translate CODE.tl|- [--gpu NAME] [-o OUT.cu] [--flags] [--info]\n");
+    std::fprintf(stderr, "usage: qattn_translate CODE.tl|- [--gpu NAME] [-o OUT.cu] [--flags] [--info] [--kir]\n");
     return 2;
   }
   qattn::support::DiagSink diags(in == "-" ? "<stdin>" : in);
@@ -57,6 +59,10 @@ int main(int argc, char** argv) {
   auto tr = qattn::backend::translate_text(text, qattn::plan::make_target(*g), diags, in);
   std::fputs(diags.render().c_str(), stderr);
   if (!tr) return 1;
+  if (kir) {
+    std::fputs(tr->kir.c_str(), stdout);
+    return 0;
+  }
   if (flags || info) {
     if (flags) {
       std::string f;

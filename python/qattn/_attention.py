@@ -358,7 +358,8 @@ def compile_many(specs, *, gpu=None, jobs=None, verbose=None):
 
 
 class Explanation:
-    """What qattn built and why: the target choice, the TL sketch and code, the plan, the CUDA source."""
+    """What qattn built and why: the target choice, the TL sketch and code, the plan, the kernel IR (.kir:
+    what stage 2 decided, statement by statement), the CUDA source."""
 
     def __init__(self, kernel):
         b = kernel._b
@@ -370,6 +371,7 @@ class Explanation:
         self.sketch = b.artifact("sketch.tl")
         self.tl = b.artifact("code.tl")
         self.plan = b.artifact("plan.md")
+        self.kir = b.artifact("kernel.kir")
         self.source = b.artifact("kernel.cu")
         self.build_log = b.artifact("build.log")
         self.library = kernel.library
@@ -381,7 +383,7 @@ class Explanation:
 
     def as_dict(self):
         return {k: getattr(self, k) for k in ("name", "spec", "kernel_spec", "target", "target_reason", "sketch",
-                                              "tl", "plan", "source", "build_log", "library", "dir", "info")}
+                                              "tl", "plan", "kir", "source", "build_log", "library", "dir", "info")}
 
     def __str__(self):
         lines = [f"qattn kernel {self.name}",
@@ -389,6 +391,7 @@ class Explanation:
                  f"library: {self.library}",
                  f"artifacts: {self.dir}",
                  "", "== TL code ==", self.tl or "(missing)",
+                 "", f"== kernel IR: {len((self.kir or '').splitlines())} lines in {self.dir}/kernel.kir ==",
                  "", f"== CUDA source: {len((self.source or '').splitlines())} lines in {self.dir}/kernel.cu =="]
         return "\n".join(lines)
 

@@ -168,48 +168,24 @@ void Lowering::emit_abi(Writer& w) {
   w.line("}");
   w.line();
   w.open("QATTN_EXPORT int qattn_fwd(const qattn_fwd_params* params, void* stream) {");
-  w.line("using qattn::host::fail;");
-  w.line("if (params == nullptr) return fail(QATTN_ERR_SHAPE, \"params is NULL\");");
+  unsigned aux_needed = 0;
+  for (const auto& n : aux_order_) aux_needed |= 1u << aux_.at(n).slot;
+  w.line("if (int st = qattn::host::check_fwd_params(params, " + std::to_string(d_qk_) + ", " + std::to_string(d_v_) +
+         ", int(sizeof(Element)), int(sizeof(ElementO)), " + (has_lse_ ? "true" : "false") + ", " + std::to_string(aux_needed) +
+         "u); st != QATTN_OK)");
+  w.line("  return st;");
   w.line("const qattn_fwd_params& p = *params;");
-  w.line("if (p.abi_version != QATTN_ABI_VERSION)");
-  w.line("  return fail(QATTN_ERR_ABI, \"abi_version %d; this library was built for %d\", p.abi_version, QATTN_ABI_VERSION);");
-  w.line("if (p.d_qk != " + std::to_string(d_qk_) + " || p.d_v != " + std::to_string(d_v_) + ")");
-  w.line("  return fail(QATTN_ERR_SHAPE, \"head dims (%d, %d); this kernel was generated for (" + std::to_string(d_qk_) + ", " +
-         std::to_string(d_v_) + ")\", p.d_qk, p.d_v);");
-  w.line("if (p.batch <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.seqlen_q < 0 || p.seqlen_k < 0)");
-  w.line("  return fail(QATTN_ERR_SHAPE, \"sizes must be positive (batch %d, heads %d/%d, seqlens %d/%d)\", p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k);");
-  w.line("if (p.heads_q % p.heads_kv != 0) return fail(QATTN_ERR_SHAPE, \"heads_q %d is not a multiple of heads_kv %d\", p.heads_q, p.heads_kv);");
-  w.line("if (!(p.softmax_scale > 0.f) || p.softmax_scale == INFINITY)");
-  w.line("  return fail(QATTN_ERR_SHAPE, \"softmax_scale %g must be positive and finite\", double(p.softmax_scale));");
-  w.line("if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.o == nullptr) return fail(QATTN_ERR_SHAPE, \"q, k, v and o must not be NULL\");");
-  for (const auto& n : aux_order_)
-    w.line("if (p.aux[" + std::to_string(aux_.at(n).slot) + "] == nullptr) return fail(QATTN_ERR_AUX, \"aux[" +
-           std::to_string(aux_.at(n).slot) + "] (" + n + ") must not be NULL\");");
-  w.line("using qattn::host::aligned16;");
-  w.line("using qattn::host::stride_aligned;");
-  w.line("constexpr int eb = int(sizeof(Element)), ob = int(sizeof(ElementO));");
-  w.line("if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o) ||");
-  w.line("    !stride_aligned(p.q_batch_stride, eb) || !stride_aligned(p.q_row_stride, eb) || !stride_aligned(p.q_head_stride, eb) ||");
-  w.line("    !stride_aligned(p.k_batch_stride, eb) || !stride_aligned(p.k_row_stride, eb) || !stride_aligned(p.k_head_stride, eb) ||");
-  w.line("    !stride_aligned(p.v_batch_stride, eb) || !stride_aligned(p.v_row_stride, eb) || !stride_aligned(p.v_head_stride, eb) ||");
-  w.line("    !stride_aligned(p.o_batch_stride, ob) || !stride_aligned(p.o_row_stride, ob) || !stride_aligned(p.o_head_stride, ob))");
-  w.line("  return fail(QATTN_ERR_ALIGNMENT, \"q, k, v, o and their strides must be 16-byte aligned (rows of whole 16-byte chunks)\");");
-  w.line("if (int64_t(p.seqlen_q + 1) * (p.q_row_stride > p.o_row_stride ? p.q_row_stride : p.o_row_stride) > 2147483647LL ||");
-  w.line("    int64_t(p.seqlen_k + 1) * (p.k_row_stride > p.v_row_stride ? p.k_row_stride : p.v_row_stride) > 2147483647LL)");
-  w.line("  return fail(QATTN_ERR_SHAPE, \"one (batch, head) matrix spans more than 2^31 elements (rows * row_stride)\");");
-  if (has_lse_) w.line("if (p.lse != nullptr && (reinterpret_cast<uintptr_t>(p.lse) & 3u)) return fail(QATTN_ERR_ALIGNMENT, \"lse must be 4-byte aligned\");");
   w.line("if (p.seqlen_q == 0) return qattn::host::ok();");
   std::string dims;
   for (const auto& [name, field] : runtime_dims_) dims += (dims.empty() ? "" : ", ") + ident(name) + " = p." + field;
   if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";");
-  for (const auto& [n, v] : fixed_dims_) (void)n, (void)v;
   // TL Grid
   if (grid_stmt_) comment_stmt(w, *grid_stmt_);
   std::string ext[3] = {"1", "1", "1"};
   for (size_t i = 0; i < grid_.size(); ++i) ext[i] = cpp_int(grid_[i].second);
   w.line("const long long gx = " + ext[0] + ", gy = " + ext[1] + ", gz = " + ext[2] + ";");
-  w.line("if (gx <= 0 || gy <= 0 || gz <= 0) return qattn::host::ok();");
-  w.line("if (gx > 2147483647LL || gy > 65535 || gz > 65535) return fail(QATTN_ERR_SHAPE, \"grid (%lld, %lld, %lld) exceeds CUDA's limits\", gx, gy, gz);");
+  w.line("bool empty = false;");
+  w.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
   w.line("cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);");
   w.line("if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");");
   w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);");

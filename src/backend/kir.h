@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct Name {
   std::string tl;   // TL spelling
   std::string cpp;  // C++ identifier (cpp_expr.h ident)
   std::string value_cpp;  // Lets: the C++ value; runtime Dims: the Params field; fixed: the number
+  TlRef stmt;             // Lets: the statement
 };
 struct Aux {  // an auxiliary global of the Score / Mask declarations (ABI aux[slot])
   std::string name;
@@ -62,6 +64,7 @@ struct Scope {
   std::vector<Name> runtime_dims; // Dims bound at launch (value_cpp: the Params field)
   std::vector<Name> fixed;        // fixed Dims and Consts (value_cpp: the number)
   std::vector<Name> lets;         // Lets, in order
+  std::vector<TlRef> globals;     // the `Allocate X in global` of Q, K, V, O (and LSE): the C ABI's tensors
   std::vector<Aux> aux;
   std::vector<Decl> decls;
   MaskKind mask = MaskKind::None;         // the loop's `Compute Mask S ... with KIND`
@@ -153,6 +156,10 @@ struct Op {
   std::string atom;            // GEMM: the wgmma atom (CuTe type)
   int a_rows = 0, b_rows = 0, k_dim = 0;  // GemmSS: the A buffer's rows, the B slot's rows, K
 };
+
+// The register tensors an op reads and writes (a GEMM writes its accumulator and reads its register
+// A operand; an accumulating one reads its accumulator too).
+void registers_of(const Op& op, std::set<std::string>& reads, std::set<std::string>& writes);
 
 // A TMA load the producer issues (TL `Copy X (rows, cols) in coordinate [r, 0] from global to
 // shared {async}`).

@@ -1,22 +1,13 @@
 // The kernel IR printer (kernel.kir, the artifact people and the LLM repair loop read) and the
 // kernel-info JSON derived from the same Kernel (qattn_kernel_info()).
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "backend/arch.h"
 #include "backend/kir_print.h"
 
 namespace qattn::backend::kir {
-
-const char* to_string(MaskKind k) {
-  switch (k) {
-    case MaskKind::None: return "none";
-    case MaskKind::Bounds: return "bounds";
-    case MaskKind::Causal: return "causal";
-    case MaskKind::CausalTopLeft: return "causal_top_left";
-    case MaskKind::Window: return "window";
-  }
-  return "none";
-}
 
 namespace {
 
@@ -41,7 +32,9 @@ std::string op_text(const Op& o) {
   switch (o.kind) {
     case K::Stmt: return o.tl.line ? "TL " + std::to_string(o.tl.line) + ": " + o.tl.text : "(" + o.tl.text + ")";
     case K::RingWait: return "wait " + o.buffer;
-    case K::RingRelease: return "release " + o.buffer + (o.tl.text.empty() ? "" : "  (" + o.tl.text + ")");
+    case K::RingRelease:
+      return "release " + o.buffer + (o.tl.line ? "  (TL " + std::to_string(o.tl.line) + " {release: " + o.buffer + "})"
+                                                : o.tl.text.empty() ? "" : "  (" + o.tl.text + ")");
     case K::TurnWait: return "turn wait (pingpong)";
     case K::TurnPass: return "turn pass (pingpong)";
     case K::GemmSS:
@@ -51,7 +44,8 @@ std::string op_text(const Op& o) {
     case K::GemmWait: {
       std::string r;
       for (const auto& x : o.regs) r += (r.empty() ? "" : ", ") + x;
-      return "gemm.wait through #" + std::to_string(o.group) + " (pending " + std::to_string(o.pending) + "): " + r;
+      return "gemm.wait through #" + std::to_string(o.group) + " (pending " + std::to_string(o.pending) + "): " + r +
+             (o.tl.line ? "  (for TL " + std::to_string(o.tl.line) + ")" : "");
     }
     case K::Scale: return o.a + " *= " + o.scalar_cpp;
     case K::Mask: return "mask " + o.a + " with " + o.op + " at key tile " + o.coord_cpp;
@@ -92,6 +86,8 @@ std::string print(const Kernel& k) {
        (k.launch.reverse_m ? ", longest rows first" : "") + at(k.launch.grid_tl));
   line("  threads " + std::to_string(k.launch.threads) + "  smem " + std::to_string(k.launch.smem_bytes) + " B (limit " +
        std::to_string(k.smem_limit) + ")");
+  if (k.sm90.pack) line("  pack heads_q / heads_kv query heads per tile (5-D maps for Q and O)" + at(k.sm90.pack_tl));
+  line(std::string("  O store: ") + (k.launch.defer_store_wait ? "{async}, waited for before the next tile's store" : "waited for at once"));
   line("roles");
   line("  producer " + std::to_string(k.roles.producer_wg) + " warpgroup x " + std::to_string(k.roles.producer_regs) + " registers" +
        at(k.roles.producer_tl));
@@ -105,12 +101,19 @@ std::string print(const Kernel& k) {
     if (b.ring && b.name != "O") x += "  ring, mbarriers @" + std::to_string(b.barrier_offset);
     line(x + (b.tl.line ? at(b.tl) : "  (" + b.tl.text + ")"));
   }
+  if (k.launch.persistent) {
+    int64_t end = 0;
+    for (const auto& b : k.smem)
+      if (b.ring && b.name != "O") end = std::max(end, b.barrier_offset + 16 * b.stages);
+    line("  tile exchange  @" + std::to_string(end) + "  40 B  (the persistent grid's hand-off)");
+  }
   line("scope");
   std::string names;
   for (const auto& n : sc.grid) names += " " + n.tl;
   for (const auto& n : sc.runtime_dims) names += " " + n.tl;
   line("  names" + names);
-  for (const auto& n : sc.lets) line("  let " + n.tl + " = " + n.value_cpp);
+  for (const auto& g : sc.globals) line("  global " + g.text + at(g));
+  for (const auto& n : sc.lets) line("  let " + n.tl + " = " + n.value_cpp + at(n.stmt));
   for (const auto& a : sc.aux) line("  aux[" + std::to_string(a.slot) + "] " + a.name + (a.is_int ? " int32" : " fp32") + at(a.tl));
   for (const auto& d : sc.decls) line("  " + std::string(d.is_mask ? "mask " : "score ") + d.name + ": " + d.body_cpp + at(d.tl));
   line("  mask " + std::string(to_string(sc.mask)) + at(sc.mask_tl));
@@ -141,9 +144,9 @@ std::string print(const Kernel& k) {
          (h.loop.overlap ? ", overlap: stage 1 = TL " + st : "") + at(h.loop.tl));
     if (h.loop.overlap) block("first", h.loop.first);
     block(h.loop.overlap ? "steady" : "body", h.loop.steady);
-    block("after the loop", h.released_after_loop);
-    if (h.loop.overlap) block("drain", h.loop.drain);
-    block("after", h.after);
+    block("when the loop ends (also without key tiles)", h.released_after_loop);
+    if (h.loop.overlap) block("drain (the last key tile's stage 1)", h.loop.drain);
+    block("after the loop", h.after);
   }
   return s;
 }

@@ -19,7 +19,7 @@ class Verifier {
 
   bool run() {
     if (k_.family != "wgmma") return fail("unknown kernel family `" + k_.family + "`");
-    return smem() && roles() && registers() && gemms() && rings() && stores();
+    return smem() && roles() && registers() && kinds() && gemms() && turns() && rings() && stores();
   }
 
  private:
@@ -109,10 +109,18 @@ class Verifier {
   }
 
   // wgmma shapes: M = 64 per warpgroup, N = 8..256 in steps of 8, K a multiple of 16; A/B/C shapes
-  // agree; every block ends with no GEMM in flight and waits never count more groups than issued.
+  // agree. The asynchrony: no op touches a register of a GEMM still in flight (its accumulator, its
+  // register A operand), no ring slot a GEMM in flight reads is released, a wait never counts more
+  // groups than are in flight and fences the registers of the groups it completes, and every block
+  // ends with no GEMM in flight.
   bool gemms() {
+    struct Flight {
+      int group;
+      std::set<std::string> hw_reads, hw_writes;
+      std::string ring, a_shared;
+    };
     for (const auto* b : blocks()) {
-      std::vector<int> flight;
+      std::vector<Flight> flight;
       for (const auto& o : *b) {
         if (o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) {
           const Reg* c = reg(o.result);
@@ -131,15 +139,108 @@ class Verifier {
             if (!a || a->kind != RegKind::OperandA || a->cols != bb->rows || bb->rows % 16 != 0 || bb->cols != c->cols)
               return fail("`" + op_text(o) + "`: the operand shapes do not tile");
           }
-          flight.push_back(o.group);
         }
         if (o.kind == Op::Kind::GemmWait) {
           if (o.pending < 0 || o.pending >= int(flight.size())) return fail("`" + op_text(o) + "` with " + std::to_string(flight.size()) + " GEMMs in flight");
+          for (size_t i = 0; i + size_t(o.pending) < flight.size(); ++i)
+            for (const auto* set : {&flight[i].hw_reads, &flight[i].hw_writes})
+              for (const auto& r : *set)
+                if (std::find(o.regs.begin(), o.regs.end(), r) == o.regs.end())
+                  return fail("`" + op_text(o) + "` does not fence " + r + " of GEMM #" + std::to_string(flight[i].group) + ", which it completes");
           flight.erase(flight.begin(), flight.end() - o.pending);
+          continue;
+        }
+        if (o.kind == Op::Kind::RingRelease) {
+          for (const auto& f : flight)
+            if (f.ring == o.buffer || f.a_shared == o.buffer)
+              return fail("`" + op_text(o) + "` while GEMM #" + std::to_string(f.group) + " still reads the slot (the producer could refill it)");
+          continue;
+        }
+        std::set<std::string> r, w;
+        registers_of(o, r, w);
+        for (const auto& f : flight) {
+          for (const auto& x : w)
+            if (f.hw_reads.count(x) || f.hw_writes.count(x))
+              return fail("`" + op_text(o) + "` writes " + x + " while GEMM #" + std::to_string(f.group) + " is in flight");
+          for (const auto& x : r)
+            if (f.hw_writes.count(x))
+              return fail("`" + op_text(o) + "` reads " + x + " while GEMM #" + std::to_string(f.group) + " still writes it");
+        }
+        if (o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) {
+          Flight f;
+          f.group = o.group;
+          f.ring = o.b;
+          f.a_shared = o.kind == Op::Kind::GemmSS ? o.a : "";
+          f.hw_writes.insert(o.result);
+          if (o.kind == Op::Kind::GemmRS) f.hw_reads.insert(o.a);
+          flight.push_back(f);
         }
       }
-      if (!flight.empty()) return fail("a block ends with GEMM #" + std::to_string(flight.front()) + " in flight");
+      if (!flight.empty()) return fail("a block ends with GEMM #" + std::to_string(flight.front().group) + " in flight");
     }
+    return true;
+  }
+
+  // Ping-pong: a block that issues GEMMs takes the turn once before the first and passes it once
+  // after the last; without ping-pong (or without GEMMs) a block has no turns.
+  bool turns() {
+    for (const auto* b : blocks()) {
+      int first = -1, last = -1, wait = -1, pass = -1, waits = 0, passes = 0;
+      for (int i = 0; i < int(b->size()); ++i) {
+        const Op& o = (*b)[size_t(i)];
+        if (o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) {
+          if (first < 0) first = i;
+          last = i;
+        }
+        if (o.kind == Op::Kind::TurnWait) wait = i, ++waits;
+        if (o.kind == Op::Kind::TurnPass) pass = i, ++passes;
+      }
+      if (!k_.roles.pingpong || first < 0) {
+        if (waits || passes) return fail("a block takes a ping-pong turn " + std::string(k_.roles.pingpong ? "without issuing a GEMM" : "in a kernel without ping-pong"));
+        continue;
+      }
+      if (waits == 1 && passes == 0)
+        return fail("a block takes the ping-pong turn but never passes it (the other consumer warpgroup waits forever)");
+      if (waits != 1 || passes != 1 || wait > first || pass < last)
+        return fail("a block's ping-pong turn does not enclose its GEMM issues (one turn wait before the first, one pass after the last)");
+    }
+    return true;
+  }
+
+  // Every op gets register tensors of the kinds it works on.
+  bool kinds() {
+    auto noun = [](RegKind k) {
+      return k == RegKind::Tile ? "a tile" : k == RegKind::Rows ? "a row vector" : "a register A operand";
+    };
+    for (const auto* b : blocks())
+      for (const auto& o : *b) {
+        using K = Op::Kind;
+        std::vector<std::pair<std::string, RegKind>> want;  // (operand, the kind it must have)
+        const Reg* a = reg(o.a);
+        switch (o.kind) {
+          case K::RowMax: case K::RowSum: want = {{o.a, RegKind::Tile}, {o.result, RegKind::Rows}}; break;
+          case K::EwRows: want = {{o.a, RegKind::Tile}, {o.b, RegKind::Rows}, {o.result, RegKind::Tile}}; break;
+          case K::Ew: case K::Copy: case K::EwScalar: case K::Map:
+            if (a && a->kind == RegKind::OperandA) return fail("`" + op_text(o) + "`: " + o.a + " is a register A operand, not a tile or row vector");
+            if (a) want = {{o.result, a->kind}};
+            if (a && o.kind == K::Ew) want.push_back({o.b, a->kind});
+            break;
+          case K::Rescale:
+            if (a && a->kind == RegKind::OperandA) return fail("`" + op_text(o) + "`: " + o.a + " is a register A operand, not a tile or row vector");
+            want = {{o.b, RegKind::Rows}};
+            break;
+          case K::Normalize: want = {{o.a, RegKind::Tile}, {o.b, RegKind::Rows}}; break;
+          case K::Convert: want = {{o.a, RegKind::Tile}, {o.result, RegKind::OperandA}}; break;
+          case K::Mask: case K::Modify: case K::StoreO: want = {{o.a, RegKind::Tile}}; break;
+          case K::QuadSum: case K::StoreRows: want = {{o.a, RegKind::Rows}}; break;
+          default: break;
+        }
+        for (const auto& [name, kind] : want) {
+          const Reg* r = reg(name);
+          if (!r) return fail("`" + op_text(o) + "` names " + (name.empty() ? std::string("no register") : name) + ", which is not a register tensor");
+          if (r->kind != kind) return fail("`" + op_text(o) + "` gets " + name + ", which is not " + noun(kind));
+        }
+      }
     return true;
   }
 
@@ -152,6 +253,9 @@ class Verifier {
     for (const auto& l : h.loads) {
       const SharedBuf* b = buf(l.buffer);
       if (!b || !b->ring) return fail("a load into " + l.buffer + ", which is not a ring");
+      if (l.rows != b->rows || l.cols != b->cols)
+        return fail("a load of (" + std::to_string(l.rows) + ", " + std::to_string(l.cols) + ") into " + l.buffer + "'s (" +
+                    std::to_string(b->rows) + ", " + std::to_string(b->cols) + ") slots: its byte count would never complete the slot");
       (l.in_loop ? loads_loop : loads_once)[l.buffer]++;
     }
     auto count = [&](const std::vector<Op>& ops, Op::Kind kind, const std::string& ring) {
@@ -207,6 +311,10 @@ class Verifier {
   }
 
   bool stores() {
+    for (const auto* b : blocks())
+      if (b != &k_.sm90.after)
+        for (const auto& op : *b)
+          if (op.kind == Op::Kind::StoreO || op.kind == Op::Kind::StoreRows) return fail("`" + op_text(op) + "` outside the statements after the key loop");
     int o = 0, lse = 0;
     for (const auto& op : k_.sm90.after) {
       o += op.kind == Op::Kind::StoreO;

@@ -300,7 +300,8 @@ def test_explain_shows_target_tl_and_source(cache_env):
     # Hopper: the sm90a translation, its schedule visible in the TL (Roles) and the source (wgmma)
     h = qattn.explain({"heads_q": 2, "head_dim": 64, "dtype": "fp16", "mask": "causal"}, gpu="h100")
     assert h.target == "h100" and "sm90a" in h.target_reason
-    assert "Role consumer warpgroups" in h.tl and "qattn::sm90::fwd_body" in h.source
+    assert "Role consumer warpgroups" in h.tl and "gemm_ss<" in h.source and "load_tile<" in h.source
+    assert h.kir.startswith("# kernel IR") and "gemm.ss" in h.kir
     assert h.info["arch"] == "sm90"
 
 

@@ -238,7 +238,7 @@ TEST(Emit, VariantsLowerStatementByStatement) {
                            "auto full_document = ", "qattn::apply_score<BM, BN>(tiled_mma, tSrS, (m_block) * BM, (j) * BN, score_softcap, tid);",
                            "qattn::apply_keep<BM, BN>(tiled_mma, tSrS, row0, col0, p.seqlen_k, full, mask_document, tid);",
                            "for (int j = first_j, it_j = 0; j < hi_j; j = next_j(j), ++it_j)", "static_cast<const int*>(p.aux[",
-                           "QATTN_ERR_AUX"})
+                           "false, 7u); st != QATTN_OK)"})  // aux[0..2] must be non-NULL (host.cuh check_fwd_params)
     EXPECT_NE(cu.find(want), std::string::npos) << want;
   EXPECT_NE(t->info_json.find("{\"name\": \"seg_q\", \"dtype\": \"int32\", \"shape\": [\"batch\", \"seqlen_q\"]}"), std::string::npos)
       << t->info_json;

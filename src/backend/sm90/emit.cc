@@ -142,7 +142,7 @@ void Emitter::scope() {
   std::string d;
   for (const auto& n : sc.runtime_dims) d += (d.empty() ? "" : ", ") + n.cpp;
   if (!d.empty()) w_.line("int " + d + ";  // TL Dims bound at launch");
-  for (const auto& n : sc.lets) w_.line("int " + n.cpp + ";  // TL Let");
+  for (const auto& n : sc.lets) w_.line("int " + n.cpp + ";  // TL " + std::to_string(n.stmt.line) + ": " + n.stmt.text);
   w_.line("float softmax_scale;");
   for (const auto& a : sc.aux)
     w_.line("const " + std::string(a.is_int ? "int" : "float") + "* __restrict__ aux_" + a.name + ";  // TL " +
@@ -481,7 +481,10 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
     case K::Copy: w_.line("copy(" + row + R(o.a) + ", " + R(o.result) + ");"); break;
     case K::Fill: w_.line("fill(" + R(o.a) + ", " + o.scalar_cpp + ");"); break;
     case K::RingWait: w_.line(ring(o.buffer) + ".wait(" + pos(o.buffer) + ");" + (o.tl.line ? "  // TL " + std::to_string(o.tl.line) + " {wait: " + o.buffer + "}" : "")); break;
-    case K::RingRelease: w_.line(ring(o.buffer) + ".release(" + pos(o.buffer) + ", tid == 0);" + (o.tl.text.empty() ? "" : "  // " + o.tl.text)); break;
+    case K::RingRelease:
+      w_.line(ring(o.buffer) + ".release(" + pos(o.buffer) + ", tid == 0);" +
+              (o.tl.line ? "  // TL " + std::to_string(o.tl.line) + " {release: " + o.buffer + "}" : o.tl.text.empty() ? "" : "  // " + o.tl.text));
+      break;
     case K::TurnWait: w_.line("PP::wait_turn(cw);"); break;
     case K::TurnPass: w_.line("PP::pass_turn(cw);"); break;
     case K::GemmSS: {
@@ -552,6 +555,7 @@ void Emitter::abi(const std::string& info_json) {
   unsigned aux = 0;
   for (const auto& a : sc.aux) aux |= 1u << a.slot;
   const int eb = dtype_bytes(k_.elem), ob = dtype_bytes(k_.out);
+  for (const auto& g : sc.globals) w_.line("// TL " + std::to_string(g.line) + ": " + g.text + "  (a tensor of qattn_fwd_params)");
   w_.line("if (int st = qattn::host::check_fwd_params(params, " + std::to_string(k_.d_qk) + ", " + std::to_string(k_.d_v) + ", " +
           std::to_string(eb) + ", " + std::to_string(ob) + ", " + cpp_bool(k_.lse) + ", " + std::to_string(aux) + "u); st != QATTN_OK)");
   w_.line("  return st;");

@@ -127,7 +127,10 @@ bool Lower::lower_scope() {
   for (const auto& st : prog_.stmts) {
     if (st.kind != tl::Stmt::Kind::Allocate || st.alloc.space != tl::Space::Global) continue;
     const auto& a = st.alloc;
-    if (a.name == "Q" || a.name == "K" || a.name == "V" || a.name == "O" || a.name == "LSE") continue;
+    if (a.name == "Q" || a.name == "K" || a.name == "V" || a.name == "O" || a.name == "LSE") {
+      sc.globals.push_back(ref(st));
+      continue;
+    }
     if (std::find(info_.aux.begin(), info_.aux.end(), a.name) == info_.aux.end() || sc.aux.size() >= 4)
       return error("XL0301", st.loc, "global tensor " + a.name + " has no ABI argument",
                    "globals are Q, K, V, O, LSE and up to 4 auxiliary fp32/int32 inputs of Score/Mask declarations");
@@ -142,7 +145,7 @@ bool Lower::lower_scope() {
   }
   kernel_names_.aux_extents = names_.aux_extents;
   for (const auto& st : prog_.stmts) {
-    if (st.kind == tl::Stmt::Kind::Let) sc.lets.push_back({st.let.name, names_.ident(st.let.name), names_.int_expr(st.let.value)});
+    if (st.kind == tl::Stmt::Kind::Let) sc.lets.push_back({st.let.name, names_.ident(st.let.name), names_.int_expr(st.let.value), ref(st)});
     if (st.kind == tl::Stmt::Kind::Variant) {
       kir::Decl d;
       const tl::VariantStmt& v = st.variant;
@@ -308,7 +311,7 @@ bool Lower::lower_smem() {
   o.cols_padded = pol::padded_cols(k_.d_v);
   o.dtype = k_.out;
   o.alias_of = separate_o ? "" : "Q";
-  o.tl.text = separate_o ? "O staging (its own tile)" : "O staging (in Q's tile)";
+  o.tl.text = separate_o ? "O staging: its own tile" : "O staging: in Q's rows";
   // An O store marked {async} completes in the background: with O in its own tile the wait for it
   // moves to just before the next tile's store (and the block's end).
   bool async_store = false;

@@ -445,6 +445,9 @@ bool Lower::lower_compute(const tl::Stmt& s, BodyStmt& out) {
       if (pending_.count(a) && x.cpp == pending_[a]) prev = x.value_cpp;
     k_.sm90.scalars.push_back({name, mul(prev, host.float_expr(c.operands[1].expr)), ref(s)});
     pending_[a] = name;
+    // the tile's later readers see the factor: the statement orders like a write of the tile
+    out.reads.insert(a);
+    out.writes.insert(a);
     out.ops.back().tl.text += "  (a positive factor: applied by the tile's consumers)";
     return true;
   }

@@ -25,39 +25,6 @@ namespace qattn::backend::sm90 {
 
 namespace {
 
-// Register tensors an op reads and writes.
-void op_regs(const kir::Op& op, std::set<std::string>& r, std::set<std::string>& w) {
-  using K = kir::Op::Kind;
-  switch (op.kind) {
-    case K::GemmSS:
-      if (op.accumulate) r.insert(op.result);
-      w.insert(op.result);
-      break;
-    case K::GemmRS:
-      r.insert(op.a);
-      r.insert(op.result);
-      w.insert(op.result);
-      break;
-    case K::Scale: case K::Mask: case K::Modify: case K::QuadSum:
-      r.insert(op.a);
-      w.insert(op.a);
-      break;
-    case K::RowMax: case K::RowSum: case K::Ew: case K::EwRows: case K::EwScalar: case K::Map: case K::Convert:
-      r.insert(op.a);
-      if (!op.b.empty()) r.insert(op.b);
-      if (op.accumulate) r.insert(op.result);
-      w.insert(op.result);
-      break;
-    case K::Rescale: case K::Normalize:
-      r.insert(op.a);
-      r.insert(op.b);
-      w.insert(op.a);
-      break;
-    case K::StoreO: case K::StoreRows: r.insert(op.a); break;
-    default: break;
-  }
-}
-
 bool meets(const std::set<std::string>& a, const std::set<std::string>& b) {
   return std::any_of(a.begin(), a.end(), [&](const std::string& x) { return b.count(x) > 0; });
 }
@@ -88,14 +55,16 @@ class Block {
         g.id = op.group;
         g.ring = op.buffer;
         g.a_shared = op.kind == kir::Op::Kind::GemmSS ? op.a : "";
-        op_regs(op, g.hw_reads, g.hw_writes);
+        kir::registers_of(op, g.hw_reads, g.hw_writes);
         g.hw_reads.erase(op.result);  // the accumulator is written (and read) by the hardware: a write
         if (first_gemm_ < 0) first_gemm_ = int(out_.size()) - 1;
         last_gemm_ = int(out_.size());
         flight_.push_back(g);
       }
     }
-    for (const auto& rel : s.releases) release(rel, {});
+    kir::TlRef at;
+    if (!s.ops.empty() && s.ops[0].kind == kir::Op::Kind::Stmt) at = s.ops[0].tl;
+    for (const auto& rel : s.releases) release(rel, at);
   }
 
   // A ring release: after the in-flight GEMMs that read the ring, else now.
@@ -139,7 +108,7 @@ class Block {
   // An op that touches registers of in-flight GEMMs waits for the newest such GEMM.
   void touch(const kir::Op& op) {
     std::set<std::string> r, w;
-    op_regs(op, r, w);
+    kir::registers_of(op, r, w);
     for (size_t i = flight_.size(); i-- > 0;) {
       const Group& g = flight_[i];
       if (meets(w, g.hw_reads) || meets(w, g.hw_writes) || meets(r, g.hw_writes)) {
@@ -179,8 +148,9 @@ class Block {
 // statement before the loop writes): a statement whose result follows from them exactly is folded
 // (FlashAttention's first-iteration specialisation): Max with -inf and Add to 0 become copies,
 // Subtract from -inf gives -inf and its Exp2 0, a Rescale of a zero tensor by that 0 changes nothing.
-// A folded value is written (Fill) before anything else reads it, and at the end of the block.
-void fold_first(std::vector<kir::Op>& ops, std::map<std::string, float> known) {
+// A folded value is written (Fill) before anything else reads it, and at the end of the block when
+// a later block reads it before writing it.
+void fold_first(std::vector<kir::Op>& ops, std::map<std::string, float> known, const std::set<std::string>& live_after) {
   std::set<std::string> unreal;  // known values not in their registers
   std::vector<kir::Op> out;
   auto fill = [&](const std::string& x) {
@@ -242,7 +212,7 @@ void fold_first(std::vector<kir::Op>& ops, std::map<std::string, float> known) {
     }
     // anything else: its operands are made real, its result is no longer known
     std::set<std::string> r, w;
-    op_regs(o, r, w);
+    kir::registers_of(o, r, w);
     for (const auto& x : r)
       if (unreal.count(x)) fill(x);
     for (const auto& x : w) {
@@ -251,7 +221,8 @@ void fold_first(std::vector<kir::Op>& ops, std::map<std::string, float> known) {
     }
     out.push_back(o);
   }
-  for (const auto& x : std::set<std::string>(unreal)) fill(x);
+  for (const auto& x : std::set<std::string>(unreal))
+    if (live_after.count(x)) fill(x);
   ops = std::move(out);
 }
 
@@ -315,7 +286,8 @@ bool Lower::schedule() {
   L.tl = ref(loop);
   L.var = loop.loop.var;
   L.var_cpp = kernel_names_.ident(L.var);
-  L.lo_cpp = "qattn::imax(0, " + kernel_names_.int_expr(loop.loop.lo) + ")";
+  const std::string lo = kernel_names_.int_expr(loop.loop.lo);  // tiles before 0 do not exist
+  L.lo_cpp = lo == "0" ? lo : "qattn::imax(0, " + lo + ")";
   L.hi_cpp = kernel_names_.int_expr(loop.loop.hi);
   L.overlap = std::any_of(loop.attrs.begin(), loop.attrs.end(), [](const tl::Attr& a) { return a.key == "overlap"; });
   const bool roles = info_.schedule.present;
@@ -399,20 +371,7 @@ bool Lower::schedule() {
       if (b->gemm) seen_gemm = true;
     }
     emit(L.first, first);
-    std::map<std::string, float> init;  // the values the tile starts from
-    for (const auto& r : k_.sm90.regs) {
-      if (!r.allocated || r.init_cpp.empty()) continue;
-      bool written_before = false;
-      for (const auto& o : k_.sm90.before) {
-        std::set<std::string> rr, ww;
-        op_regs(o, rr, ww);
-        written_before = written_before || ww.count(r.name);
-      }
-      if (written_before) continue;
-      if (r.init_cpp == "0.0f") init[r.name] = 0.f;
-      if (r.init_cpp == "-INFINITY") init[r.name] = -INFINITY;
-    }
-    fold_first(L.first, init);
+
     std::vector<const BodyStmt*> steady = p0;
     steady.insert(steady.end(), s1.begin(), s1.end());
     steady.insert(steady.end(), r0.begin(), r0.end());
@@ -461,6 +420,33 @@ bool Lower::schedule() {
     }
   }
   k_.sm90.after = after_ops;
+  if (L.overlap) {
+    std::map<std::string, float> init;  // the values the tile starts from
+    for (const auto& r : k_.sm90.regs) {
+      if (!r.allocated || r.init_cpp.empty()) continue;
+      bool written_before = false;
+      for (const auto& o : k_.sm90.before) {
+        std::set<std::string> rr, ww;
+        kir::registers_of(o, rr, ww);
+        written_before = written_before || ww.count(r.name);
+      }
+      if (written_before) continue;
+      if (r.init_cpp == "0.0f") init[r.name] = 0.f;
+      if (r.init_cpp == "-INFINITY") init[r.name] = -INFINITY;
+    }
+    std::set<std::string> live;  // registers a later block reads before it writes them
+    for (const auto* blk : {&L.steady, &L.drain, &k_.sm90.released_after_loop, &k_.sm90.after}) {
+      std::set<std::string> written;
+      for (const auto& o : *blk) {
+        std::set<std::string> r, w;
+        kir::registers_of(o, r, w);
+        for (const auto& x : r)
+          if (!written.count(x)) live.insert(x);
+        for (const auto& x : w) written.insert(x);
+      }
+    }
+    fold_first(L.first, init, live);
+  }
   return true;
 }
 

@@ -1,0 +1,406 @@
+// The kernel IR of the Hopper path (src/backend/kir.h):
+//  (A) golden IR: every tests/kir/<name>.tl translates for the H100 and its printed kernel IR
+//      (Translation::kir, i.e. kir::print, the kernel.kir artifact) is exactly tests/kir/<name>.kir.
+//      After an intended change of the lowering or the printer, refresh the goldens with
+//        QATTN_UPDATE_GOLDEN=1 ./build/tests/kir_test --gtest_filter='*KirGolden.*'
+//      and review `git diff tests/kir/`.
+//  (B) must-fail verifier tests: a real program lowered to a kir::Kernel (detail::Lowering +
+//      sm90::Lower, as translate.cc chains them) passes kir::verify; each test breaks one invariant
+//      (shared memory, alignment, wgmma shapes, registers, rings, GEMM waits, stores, register
+//      names) and expects XL0901 with a message naming the problem.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/kir.h"
+#include "backend/kir_print.h"
+#include "backend/kir_verify.h"
+#include "backend/lowering.h"
+#include "backend/sm90/lower.h"
+#include "backend/translate.h"
+#include "diag_test_util.h"
+#include "hw/gpu.h"
+#include "plan/plan.h"
+#include "tl/checker.h"
+#include "tl/parser.h"
+
+namespace qattn::backend {
+namespace {
+
+namespace fs = std::filesystem;
+using kir::Op;
+
+const fs::path kDir = fs::path(QATTN_SOURCE_DIR) / "tests" / "kir";
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+plan::Target h100() { return plan::make_target(*hw::find_gpu("h100")); }
+
+bool updating() {
+  const char* u = std::getenv("QATTN_UPDATE_GOLDEN");
+  return u && std::string(u) == "1";
+}
+
+// ---- (A) golden IR ------------------------------------------------------------------------------
+
+std::vector<std::string> golden_names() {
+  std::vector<std::string> names;
+  if (fs::is_directory(kDir))
+    for (const auto& e : fs::directory_iterator(kDir))
+      if (e.path().extension() == ".tl") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class KirGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KirGolden, PrintedIrMatches) {
+  const fs::path tl = kDir / (GetParam() + ".tl"), golden = kDir / (GetParam() + ".kir");
+  support::DiagSink d;
+  auto t = translate_text(read(tl), h100(), d, tl.filename().string());
+  ASSERT_TRUE(t.has_value()) << d.render();
+  ASSERT_FALSE(t->kir.empty()) << "no kernel IR: " << tl << " did not take the sm90 (wgmma) path";
+  if (updating()) {
+    std::ofstream(golden, std::ios::binary) << t->kir;
+    std::cout << "[kir_test] wrote " << golden.string() << "\n";
+    return;
+  }
+  ASSERT_TRUE(fs::exists(golden)) << golden << " is missing; create it with\n  QATTN_UPDATE_GOLDEN=1 ./build/tests/kir_test"
+                                  << " --gtest_filter='*KirGolden.*'";
+  const std::string want = read(golden);
+  if (t->kir == want) return;
+  // the first differing line, then the whole IR
+  std::istringstream a(want), b(t->kir);
+  std::string la, lb;
+  int n = 1;
+  while (true) {
+    const bool ea = !std::getline(a, la), eb = !std::getline(b, lb);
+    if (ea && eb) break;
+    if (ea || eb || la != lb) break;
+    ++n;
+  }
+  ADD_FAILURE() << "the kernel IR of " << tl.filename().string() << " differs from " << golden.filename().string()
+                << " at line " << n << ":\n  golden: " << la << "\n  now:    " << lb
+                << "\nIf the change is intended (lowering or printer changed), refresh the goldens with\n"
+                << "  QATTN_UPDATE_GOLDEN=1 ./build/tests/kir_test --gtest_filter='*KirGolden.*'\n"
+                << "and review `git diff tests/kir/`. The IR now:\n"
+                << t->kir;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tl, KirGolden, ::testing::ValuesIn(golden_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// The corpus is not empty and holds no stale goldens (a .kir without its .tl).
+TEST(KirGoldenCorpus, EveryGoldenHasItsProgram) {
+  EXPECT_GE(golden_names().size(), 5u) << kDir;
+  for (const auto& e : fs::directory_iterator(kDir))
+    if (e.path().extension() == ".kir") {
+      EXPECT_TRUE(fs::exists(kDir / (e.path().stem().string() + ".tl"))) << e.path() << " has no .tl";
+    }
+}
+
+// ---- (B) the verifier ---------------------------------------------------------------------------
+
+// A TL program lowered to the kernel IR the way translate.cc does it (not yet verified).
+kir::Kernel lower(const std::string& golden) {
+  support::DiagSink d;
+  tl::Program p = tl::parse(read(kDir / (golden + ".tl")), d, golden + ".tl");
+  tl::CheckInfo info;
+  EXPECT_TRUE(!d.has_errors() && tl::check(p, d, {}, info)) << d.render();
+  const plan::Target target = h100();
+  detail::Lowering front(p, info, target, d);
+  EXPECT_TRUE(front.analyze_front()) << d.render();
+  EXPECT_TRUE(front.wgmma()) << golden << " is not in the wgmma form";
+  auto k = sm90::Lower(front, p, info, target, d).run();
+  EXPECT_TRUE(k.has_value()) << d.render();
+  return k ? *k : kir::Kernel{};
+}
+
+class KirVerify : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    causal_ = new kir::Kernel(lower("sm90_llama3_8b_causal"));
+    mla_ = new kir::Kernel(lower("sm90_mla_lse"));
+    d64_ = new kir::Kernel(lower("sm90_d64_none"));
+  }
+  static void TearDownTestSuite() {
+    delete causal_;
+    delete mla_;
+    delete d64_;
+  }
+  void SetUp() override {
+    for (const kir::Kernel* k : {causal_, mla_, d64_}) ASSERT_EQ(k->family, "wgmma");
+  }
+
+  // `k` passes as lowered, and fails with XL0901 naming `what` once `mutate` has run on a copy.
+  static void expect_rejected(const kir::Kernel& k, const std::function<void(kir::Kernel&)>& mutate, const std::string& what) {
+    support::DiagSink ok;
+    ASSERT_TRUE(kir::verify(k, ok)) << "the unmutated kernel must verify:\n" << ok.render();
+    kir::Kernel m = k;
+    mutate(m);
+    support::DiagSink d;
+    EXPECT_FALSE(kir::verify(m, d)) << "the mutation was not caught (expected: " << what << ")\n" << kir::print(m);
+    const support::Diagnostic* x = test::find(d, "XL0901");
+    ASSERT_NE(x, nullptr) << d.render();
+    EXPECT_TRUE(test::contains(x->message, what)) << "expected the message to name `" << what << "`:\n" << d.render();
+  }
+
+  // The first op of `kind` (on ring `buffer`) in a block; the shared buffer or register tensor named.
+  // Not there (the lowering changed): the test fails with what is missing.
+  static std::vector<Op>::iterator find_op(std::vector<Op>& ops, Op::Kind kind, const std::string& buffer = {}) {
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const Op& o) { return o.kind == kind && (buffer.empty() || o.buffer == buffer); });
+    if (it == ops.end()) throw std::runtime_error("the block has no op of kind " + std::to_string(int(kind)) + " " + buffer);
+    return it;
+  }
+  static kir::SharedBuf& smem(kir::Kernel& k, const std::string& name) {
+    for (auto& b : k.smem)
+      if (b.name == name) return b;
+    throw std::runtime_error("no shared buffer " + name);
+  }
+  static kir::Reg& reg(kir::Kernel& k, const std::string& name) {
+    for (auto& r : k.sm90.regs)
+      if (r.name == name) return r;
+    throw std::runtime_error("no register tensor " + name);
+  }
+
+  static kir::Kernel* causal_;  // llama3-8b: 2 pingpong consumers, {overlap}, Q K V rings, O in its own tile
+  static kir::Kernel* mla_;     // d 192/128, LSE
+  static kir::Kernel* d64_;     // 3 consumers (BM 192), O staged in Q's tile
+};
+kir::Kernel* KirVerify::causal_ = nullptr;
+kir::Kernel* KirVerify::mla_ = nullptr;
+kir::Kernel* KirVerify::d64_ = nullptr;
+
+TEST_F(KirVerify, RealProgramsVerify) {
+  for (const auto& n : golden_names()) {
+    support::DiagSink d;
+    EXPECT_TRUE(kir::verify(lower(n), d)) << n << "\n" << d.render();
+  }
+}
+
+// ---- shared memory
+
+TEST_F(KirVerify, SharedMemoryOverTheTargetsLimit) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { k.launch.smem_bytes = k.smem_limit + 1024; }, "bytes of shared memory; the target has 232448");
+}
+
+TEST_F(KirVerify, SharedBuffersOverlap) {
+  // K moved onto the second half of Q (still 1024-aligned): the two tiles share bytes
+  expect_rejected(*causal_, [](kir::Kernel& k) { smem(k, "K").offset = smem(k, "Q").offset + 16384; }, "shared buffers overlap at byte 16384");
+}
+
+TEST_F(KirVerify, TileNotAlignedForTheSwizzle) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { smem(k, "V").offset += 512; }, "shared V at offset 98816 is not 1024-byte aligned");
+}
+
+TEST_F(KirVerify, StagedOutputLargerThanItsHost) {
+  // d64: O is staged in Q's tile; a wider O no longer fits there
+  expect_rejected(*d64_, [](kir::Kernel& k) { smem(k, "O").cols_padded = 128; }, "shared O does not fit in Q's space");
+}
+
+// ---- wgmma shapes
+
+TEST_F(KirVerify, GemmAccumulatorWithNoWgmmaN) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { reg(k, "S").cols = 264; }, "no wgmma has N = 264");
+}
+
+TEST_F(KirVerify, GemmAtomDoesNotMatchTheAccumulator) {
+  expect_rejected(*mla_, [](kir::Kernel& k) {
+    auto it = find_op(k.sm90.loop.steady, Op::Kind::GemmSS);
+    const size_t at = it->atom.find("MMA_64x112x16");
+    ASSERT_NE(at, std::string::npos) << it->atom;
+    it->atom.replace(at, 13, "MMA_64x128x16");
+  }, "the atom's N is not the accumulator's");
+}
+
+TEST_F(KirVerify, GemmOperandShapesDoNotTile) {
+  // MLA: S = Q K^T over K = 192; a GEMM that claims K = 128 reads only part of the rows of Q and K
+  expect_rejected(*mla_, [](kir::Kernel& k) { find_op(k.sm90.loop.first, Op::Kind::GemmSS)->k_dim = 128; }, "the operand shapes do not tile");
+}
+
+// ---- registers and roles
+
+TEST_F(KirVerify, RegistersOverTheSm) {
+  // 3 consumer warpgroups x 256 + a producer of 32: 128 * 800 = 102400 registers > 65536
+  expect_rejected(*d64_, [](kir::Kernel& k) { k.roles.consumer_regs = 256; }, "the roles take 102400 registers; the SM has 65536");
+}
+
+TEST_F(KirVerify, RegisterCountNotASetmaxnregValue) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { k.roles.producer_regs = 36; }, "36 registers per thread is not a setmaxnreg value");
+}
+
+TEST_F(KirVerify, OpNamesAnUndeclaredRegisterTensor) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { find_op(k.sm90.loop.steady, Op::Kind::RowMax)->result = "m_tmp"; },
+                  "names m_tmp, which is not a register tensor");
+}
+
+// ---- rings
+
+TEST_F(KirVerify, RingWaitWithNoLoad) {
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& l = k.sm90.loads;
+    l.erase(std::remove_if(l.begin(), l.end(), [](const kir::Load& x) { return x.buffer == "K"; }), l.end());
+  }, "K is never loaded: its waits have no producer");
+}
+
+TEST_F(KirVerify, RingSlotNeverReleased) {
+  // the steady block waits for a K slot every key tile but never gives it back: the producer's
+  // third load of K would wait forever
+  expect_rejected(*causal_, [](kir::Kernel& k) { k.sm90.loop.steady.erase(find_op(k.sm90.loop.steady, Op::Kind::RingRelease, "K")); },
+                  "K is loaded 1 time(s) per key tile but released 0 time(s)");
+}
+
+TEST_F(KirVerify, RingWaitedForTwice) {
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& s = k.sm90.loop.steady;
+    auto w = find_op(s, Op::Kind::RingWait, "K");
+    const Op copy = *w;
+    s.insert(w + 1, copy);
+  }, "K is loaded 1 time(s) per key tile but waited for 2 time(s)");
+}
+
+TEST_F(KirVerify, RingWaitedForTwiceBeforeARelease) {
+  // two K loads per key tile, waited for and released twice: counts agree, but the second wait
+  // comes before the first release (it would wait for a slot the consumer still holds)
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& l = k.sm90.loads;
+    auto kl = std::find_if(l.begin(), l.end(), [](const kir::Load& x) { return x.buffer == "K"; });
+    const kir::Load load = *kl;
+    l.insert(kl, load);
+    for (auto* b : {&k.sm90.loop.first, &k.sm90.loop.steady}) {
+      auto w = find_op(*b, Op::Kind::RingWait, "K");
+      const Op wait = *w;
+      b->insert(w + 1, wait);
+      auto r = find_op(*b, Op::Kind::RingRelease, "K");
+      const Op release = *r;
+      b->insert(r + 1, release);
+    }
+  }, "K is waited for twice before a release");
+}
+
+TEST_F(KirVerify, RingReleasedBeforeItsWait) {
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& s = k.sm90.loop.steady;
+    Op rel = *find_op(s, Op::Kind::RingRelease, "V");
+    s.erase(find_op(s, Op::Kind::RingRelease, "V"));
+    s.insert(find_op(s, Op::Kind::RingWait, "V"), rel);
+  }, "V is released before it is waited for");
+}
+
+TEST_F(KirVerify, GemmReadsARingWithoutAWait) {
+  // the wait for K after the GEMM that reads it
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& s = k.sm90.loop.steady;
+    Op w = *find_op(s, Op::Kind::RingWait, "K");
+    s.erase(find_op(s, Op::Kind::RingWait, "K"));
+    s.insert(find_op(s, Op::Kind::GemmSS) + 1, w);
+  }, "reads K without a wait");
+}
+
+// ---- GEMM completion
+
+TEST_F(KirVerify, GemmWaitCountsMoreGroupsThanInFlight) {
+  // steady: `gemm.wait through #0 (pending 1)` with #0 and #1 in flight; pending 2 waits for nothing
+  expect_rejected(*causal_, [](kir::Kernel& k) { find_op(k.sm90.loop.steady, Op::Kind::GemmWait)->pending = 2; },
+                  "(pending 2): S  (for TL 30)` with 2 GEMMs in flight");
+}
+
+TEST_F(KirVerify, BlockEndsWithAGemmInFlight) {
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& d = k.sm90.loop.drain;
+    auto last = std::find_if(d.rbegin(), d.rend(), [](const Op& o) { return o.kind == Op::Kind::GemmWait; });
+    ASSERT_NE(last, d.rend());
+    // the wait and the release it allows: the drain then ends with the P V GEMM in flight
+    auto w = std::next(last).base();
+    if (std::next(w) != d.end() && std::next(w)->kind == Op::Kind::RingRelease) d.erase(std::next(w));
+    d.erase(w);
+  }, "a block ends with GEMM #1 in flight");
+}
+
+// ---- stores
+
+TEST_F(KirVerify, OutputStoredTwice) {
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& a = k.sm90.after;
+    const Op store = *find_op(a, Op::Kind::StoreO);
+    a.push_back(store);
+  }, "O is stored 2 times");
+}
+
+TEST_F(KirVerify, OutputNeverStored) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { k.sm90.after.erase(find_op(k.sm90.after, Op::Kind::StoreO)); }, "O is stored 0 times");
+}
+
+TEST_F(KirVerify, LseNeverStored) {
+  expect_rejected(*mla_, [](kir::Kernel& k) { k.sm90.after.erase(find_op(k.sm90.after, Op::Kind::StoreRows)); }, "LSE is stored 0 times");
+}
+
+// ---- the in-flight, turn, kind, load-shape and store-placement checks of kir_verify.cc
+
+TEST_F(KirVerify, OpTouchesTheAccumulatorOfAnInFlightGemm) {
+  // steady: the wait for S = Q K^T moved after `mask S`: the mask reads S while the wgmma still writes it
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& s = k.sm90.loop.steady;
+    // the wait moves with the releases it allows
+    auto at = find_op(s, Op::Kind::GemmWait);
+    auto end = std::next(at);
+    while (end != s.end() && end->kind == Op::Kind::RingRelease) ++end;
+    std::vector<Op> moved(at, end);
+    s.erase(at, end);
+    s.insert(find_op(s, Op::Kind::Mask) + 1, moved.begin(), moved.end());
+  }, "`mask S with causal at key tile j` writes S while GEMM #0 is in flight");
+}
+
+TEST_F(KirVerify, GemmWaitFencesTooFewRegisters) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { find_op(k.sm90.loop.steady, Op::Kind::GemmWait)->regs.clear(); },
+                  "does not fence S");
+}
+
+TEST_F(KirVerify, RingReleasedWhileItsGemmIsInFlight) {
+  // first: `release K` moved from after `gemm.wait through #0` to right after the GEMM's issue
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    auto& f = k.sm90.loop.first;
+    Op r = *find_op(f, Op::Kind::RingRelease, "K");
+    f.erase(find_op(f, Op::Kind::RingRelease, "K"));
+    f.insert(find_op(f, Op::Kind::GemmSS) + 1, r);
+  }, "`release K  (TL 28 {release: K})` while GEMM #0 still reads the slot");
+}
+
+TEST_F(KirVerify, PingpongTurnNeverPassed) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { k.sm90.loop.steady.erase(find_op(k.sm90.loop.steady, Op::Kind::TurnPass)); },
+                  "takes the ping-pong turn but never passes it");
+}
+
+TEST_F(KirVerify, OpGetsARegisterOfTheWrongKind) {
+  // `O *= rows alpha` with a tile for the row vector
+  expect_rejected(*causal_, [](kir::Kernel& k) { find_op(k.sm90.loop.steady, Op::Kind::Rescale)->b = "P"; },
+                  "P, which is not a row vector");
+}
+
+TEST_F(KirVerify, LoadShapeDoesNotMatchItsRing) {
+  expect_rejected(*causal_, [](kir::Kernel& k) {
+    for (auto& l : k.sm90.loads)
+      if (l.buffer == "K") l.rows = 64;
+  }, "a load of (64, 128) into K's (128, 128) slots");
+}
+
+TEST_F(KirVerify, OutputStoredInTheKeyLoop) {
+  expect_rejected(*causal_, [](kir::Kernel& k) { k.sm90.loop.steady.push_back(*find_op(k.sm90.after, Op::Kind::StoreO)); },
+                  "outside the statements after the key loop");
+}
+
+}  // namespace
+}  // namespace qattn::backend
