@@ -498,33 +498,17 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
 // `{skip: NAME}` on the main loop: the tile pair is the one `Compute Mask S at [r, c] with NAME`
 // masks; S comes from a GEMM whose B operand (K^T) has a shared buffer of BN rows.
 bool Lowering::analyze_skip(const tl::Stmt& loop, const std::string& name) {
-  const tl::Stmt* mask = nullptr;
-  for (const auto& b : loop.loop.body)
-    if (b.kind == tl::Stmt::Kind::Compute && b.compute.op == "Mask" && b.compute.mask.kind == tl::MaskSpec::Kind::Named &&
-        b.compute.mask.name == name && b.compute.at.size() == 2)
-      mask = &b;
-  auto v = info_.variants.find(name);
-  const tl::Stmt* gemm = nullptr;
-  if (mask && mask->compute.operands.size() == 1)
-    for (const auto& b : loop.loop.body)
-      if (b.kind == tl::Stmt::Kind::Compute && b.compute.op == "GEMM" && b.compute.target == mask->compute.operands[0].expr.name &&
-          b.compute.operands.size() == 2 && b.compute.operands[1].transposed)
-        gemm = &b;
-  const tl::TensorInfo* bt = nullptr;
-  if (gemm) {
-    auto it = info_.tensors.find(gemm->compute.operands[1].expr.name);
-    if (it != info_.tensors.end() && it->second.in_shared && it->second.shared_shape.size() == 2) bt = &it->second;
-  }
-  if (!mask || !gemm || !bt || v == info_.variants.end() || !v->second.empty_when) {
+  const auto t = skip_tile(loop, name, names());
+  if (!t) {
     diags_.error("XL0301", loop.loc, "`{skip: " + name + "}` is not lowered here",
                  "the loop needs `Compute GEMM Q, K^T and get S` and `Compute Mask S at [m_block, j] with " + name +
                      "`, and the Mask an `empty when` clause");
     return false;
   }
   skip_mask_ = name;
-  skip_row_ = cpp_int(mask->compute.at[0]);
-  skip_col_ = cpp_int(mask->compute.at[1]);
-  skip_cols_ = cpp_int(bt->shared_shape[0]);
+  skip_row_ = t->row;
+  skip_col_ = t->col;
+  skip_cols_ = t->cols;
   return true;
 }
 

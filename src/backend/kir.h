@@ -224,6 +224,50 @@ struct Sm90 {
   std::string lse_global;             // the global LSE tensor's name ("" = no LSE)
 };
 
+// ---- the mma.sync program (sm75 / sm80 / sm89) --------------------------------------------------
+// All warps run every statement (no roles); each warp owns tile_m / warps rows of the block's
+// tiles. The plan the emitter follows: where each GEMM reads its operands, and the cp.async
+// pipeline of the two tiles the key loop streams (X = K, Y = V): X(j) is waited for before its
+// first read, Y(j + 1) issued once X(j)'s last read is done, X(j + 1) once Y(j)'s is.
+struct MmaGemm {
+  TlRef tl;
+  std::string a, b, c;          // TL names: c = a b (b^T when b_kmajor)
+  enum class ASource { Streamed, Resident, Register } a_source = ASource::Streamed;
+  // Streamed: fragments loaded from shared memory inside the GEMM; Resident: a register copy made
+  // once before the loop; Register: a converted accumulator (a Reshape to MMA_A)
+  bool b_kmajor = true;         // B stated transposed (K^T): ldmatrix; else the V^T view (fp8: the V^T buffer)
+  bool accumulate = false;
+  std::string descale_cpp;      // fp8: the product of the operands' descales ("" = none)
+};
+struct MmaStmt {                // one statement of the key loop, for the pipeline's verifier
+  TlRef tl;
+  std::string fills;            // a global -> shared Copy: the buffer it fills
+  std::vector<std::string> reads;  // shared buffers it reads (GEMM operands, shared -> register Copies)
+};
+struct MmaPipeline {            // indices into Mma::loop
+  bool pipelined = false;
+  std::string why_not;          // not pipelined: why (each copy is waited for at its first read)
+  std::string x, y;             // the streamed buffers (K, V)
+  int x_copy = -1, y_copy = -1;  // their global -> shared Copies
+  int x_first = -1, x_last = -1, y_first = -1;  // the first and last read of X, the first of Y
+  // 1 stage: at X's first read: wait, barrier, issue Y(j); after X's last read: wait, barrier,
+  //          issue X(j + 1).  S >= 2 stages: at X's first read: wait until 2S - 3 groups are in
+  //          flight, barrier, issue X(j + S - 1), Y(j + S - 1); at Y's first read: wait until 2S - 2.
+  TlRef prologue_after;         // the statement after which the prologue's copies go (line 0: before the loop)
+};
+struct Mma {
+  std::string atom;             // the CuTe MMA atom
+  std::string instr;            // its PTX, for the reader
+  int tile_m = 0, warps = 0, stages = 1, tile_k = 0;
+  bool cp_async = true;         // sm75: ld.global + st.shared instead
+  std::vector<MmaGemm> gemms;   // in program order
+  std::vector<MmaStmt> loop;    // the key loop's statements
+  MmaPipeline pipeline;
+  std::vector<std::string> resident_a;  // A operands copied to registers once
+  std::string vt_buffer;        // fp8: the shared buffer whose transpose the P V GEMM reads ("" = none)
+  int64_t epilogue_bytes = 0;   // O staged through shared memory (reuses the tiles)
+};
+
 // ---- the kernel -------------------------------------------------------------------------------
 struct Kernel {
   std::string family;      // "wgmma" (sm90a: TMA + wgmma, warp-specialised) or "mma" (mma.sync)
@@ -240,7 +284,8 @@ struct Kernel {
   std::vector<SharedBuf> smem;       // in offset order
   Roles roles;
   Launch launch;
-  Sm90 sm90;
+  Sm90 sm90;                         // family "wgmma"
+  Mma mma;                           // family "mma"
   std::vector<std::string> nvcc_flags;
   int64_t smem_limit = 0, regs_per_sm = 65536;  // the target's, for the verifier
 };

@@ -86,13 +86,21 @@ std::string print(const Kernel& k) {
        (k.launch.reverse_m ? ", longest rows first" : "") + at(k.launch.grid_tl));
   line("  threads " + std::to_string(k.launch.threads) + "  smem " + std::to_string(k.launch.smem_bytes) + " B (limit " +
        std::to_string(k.smem_limit) + ")");
-  if (k.sm90.pack) line("  pack heads_q / heads_kv query heads per tile (5-D maps for Q and O)" + at(k.sm90.pack_tl));
-  line(std::string("  O store: ") + (k.launch.defer_store_wait ? "{async}, waited for before the next tile's store" : "waited for at once"));
-  line("roles");
-  line("  producer " + std::to_string(k.roles.producer_wg) + " warpgroup x " + std::to_string(k.roles.producer_regs) + " registers" +
-       at(k.roles.producer_tl));
-  line("  consumer " + std::to_string(k.roles.consumer_wg) + " warpgroups x " + std::to_string(k.roles.consumer_regs) + " registers" +
-       (k.roles.pingpong ? " pingpong" : "") + at(k.roles.consumer_tl));
+  if (k.family == "wgmma") {
+    if (k.sm90.pack) line("  pack heads_q / heads_kv query heads per tile (5-D maps for Q and O)" + at(k.sm90.pack_tl));
+    line(std::string("  O store: ") + (k.launch.defer_store_wait ? "{async}, waited for before the next tile's store" : "waited for at once"));
+    line("roles");
+    line("  producer " + std::to_string(k.roles.producer_wg) + " warpgroup x " + std::to_string(k.roles.producer_regs) + " registers" +
+         at(k.roles.producer_tl));
+    line("  consumer " + std::to_string(k.roles.consumer_wg) + " warpgroups x " + std::to_string(k.roles.consumer_regs) + " registers" +
+         (k.roles.pingpong ? " pingpong" : "") + at(k.roles.consumer_tl));
+  } else {
+    const Mma& m = k.mma;
+    line("  warps " + std::to_string(m.warps) + ", each " + std::to_string(m.tile_m / std::max(1, m.warps)) + " of the " +
+         std::to_string(m.tile_m) + " rows; every warp runs every statement");
+    line("  mma " + m.atom + "  (" + m.instr + ", k " + std::to_string(m.tile_k) + ")");
+    line(std::string("  copies ") + (m.cp_async ? "cp.async" : "ld.global + st.shared") + ", stages " + std::to_string(m.stages));
+  }
   line("shared");
   for (const auto& b : k.smem) {
     std::string x = "  " + b.name + "  @" + std::to_string(b.offset) + "  (" + std::to_string(b.rows) + ", " + std::to_string(b.cols) +
@@ -101,6 +109,7 @@ std::string print(const Kernel& k) {
     if (b.ring && b.name != "O") x += "  ring, mbarriers @" + std::to_string(b.barrier_offset);
     line(x + (b.tl.line ? at(b.tl) : "  (" + b.tl.text + ")"));
   }
+  if (k.family == "mma") line("  O staging  @0  " + std::to_string(k.mma.epilogue_bytes) + " B  (the epilogue, over the tiles)");
   if (k.launch.persistent) {
     int64_t end = 0;
     for (const auto& b : k.smem)
@@ -147,6 +156,45 @@ std::string print(const Kernel& k) {
     block("when the loop ends (also without key tiles)", h.released_after_loop);
     if (h.loop.overlap) block("drain (the last key tile's stage 1)", h.loop.drain);
     block("after the loop", h.after);
+  } else {
+    const Mma& m = k.mma;
+    line("gemms");
+    for (const auto& g : m.gemms) {
+      const char* src = g.a_source == MmaGemm::ASource::Register   ? "registers (a Reshape of an accumulator)"
+                        : g.a_source == MmaGemm::ASource::Resident ? "registers, copied once before the loop"
+                                                                   : "shared, fragments loaded inside the GEMM";
+      line("  " + g.c + (g.accumulate ? " += " : " = ") + g.a + " x " + g.b + (g.b_kmajor ? "^T" : "") + "  A from " + src + "; B " +
+           (g.b_kmajor ? "K-major (ldmatrix)" : "transposed view") + (g.descale_cpp.empty() ? "" : "; descale " + g.descale_cpp) +
+           at(g.tl));
+    }
+    if (!m.vt_buffer.empty()) line("  " + m.vt_buffer + "t: " + m.vt_buffer + " transposed in shared memory for the fp8 P V GEMM");
+    const MmaPipeline& p = m.pipeline;
+    line("loop");
+    for (size_t i = 0; i < m.loop.size(); ++i) {
+      const MmaStmt& x = m.loop[i];
+      std::string r;
+      for (const auto& b : x.reads) r += (r.empty() ? "" : ", ") + b;
+      line("  [" + std::to_string(i) + "] TL " + std::to_string(x.tl.line) + ": " + x.tl.text +
+           (x.fills.empty() ? "" : "  (fills " + x.fills + ")") + (r.empty() ? "" : "  (reads " + r + ")"));
+    }
+    if (!p.pipelined) {
+      line("pipeline none: " + p.why_not + "; each copy is waited for at its first read");
+    } else {
+      const int s = m.stages;
+      line("pipeline " + p.x + " [" + std::to_string(p.x_copy) + "], " + p.y + " [" + std::to_string(p.y_copy) + "], " +
+           std::to_string(s) + " stage(s); prologue " +
+           (p.prologue_after.line ? "after TL " + std::to_string(p.prologue_after.line) : std::string("at the loop")) + ": " +
+           (s == 1 ? p.x + "(lo)" : std::to_string(s - 1) + " stage(s) of " + p.x + " and " + p.y));
+      if (s == 1) {
+        line("  before [" + std::to_string(p.x_first) + "] (" + p.x + "'s first read): wait all, barrier, issue " + p.y + "(j)");
+        line("  after [" + std::to_string(p.x_last) + "] (" + p.x + "'s last read): wait all, barrier, issue " + p.x + "(j + 1)");
+      } else {
+        line("  before [" + std::to_string(p.x_first) + "] (" + p.x + "'s first read): wait until " + std::to_string(2 * s - 3) +
+             " group(s) in flight, barrier, issue " + p.x + ", " + p.y + "(j + " + std::to_string(s - 1) + ")");
+        line("  before [" + std::to_string(p.y_first) + "] (" + p.y + "'s first read): wait until " + std::to_string(2 * s - 2) +
+             " group(s) in flight, barrier");
+      }
+    }
   }
   return s;
 }
@@ -158,7 +206,7 @@ std::string info_json(const Kernel& k) {
   j["arch"] = k.arch;
   j["family"] = k.family;
   j["target"] = k.target;
-  std::string mma;
+  std::string mma = k.family == "mma" ? k.mma.atom : "";
   for (const auto* blk : {&k.sm90.loop.first, &k.sm90.loop.steady})
     for (const auto& o : *blk)
       if ((o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) && mma.find(o.atom) == std::string::npos)
@@ -181,10 +229,14 @@ std::string info_json(const Kernel& k) {
   j["tiles"] = tiles;
   j["threads"] = k.launch.threads;
   j["smem_bytes"] = k.launch.smem_bytes;
-  j["pipelined"] = true;
-  j["persistent"] = k.launch.persistent;
-  j["roles"] = {{"producer_registers", k.roles.producer_regs}, {"consumers", k.roles.consumer_wg},
-                {"consumer_registers", k.roles.consumer_regs}, {"pingpong", k.roles.pingpong}};
+  if (k.family == "mma") {
+    j["pipelined"] = k.mma.pipeline.pipelined;
+  } else {
+    j["pipelined"] = true;
+    j["persistent"] = k.launch.persistent;
+    j["roles"] = {{"producer_registers", k.roles.producer_regs}, {"consumers", k.roles.consumer_wg},
+                  {"consumer_registers", k.roles.consumer_regs}, {"pingpong", k.roles.pingpong}};
+  }
   j["tl_hash"] = k.tl_hash;
   return j.dump();
 }

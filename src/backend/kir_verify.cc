@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "backend/arch.h"
 #include "backend/kir_print.h"
 #include "hw/sm90_policy.h"
 
@@ -18,6 +19,7 @@ class Verifier {
   Verifier(const Kernel& k, support::DiagSink& d) : k_(k), d_(d) {}
 
   bool run() {
+    if (k_.family == "mma") return mma_shape() && mma_smem() && mma_gemms() && mma_pipeline();
     if (k_.family != "wgmma") return fail("unknown kernel family `" + k_.family + "`");
     return smem() && roles() && registers() && kinds() && gemms() && turns() && rings() && stores();
   }
@@ -41,6 +43,111 @@ class Verifier {
   std::vector<const std::vector<Op>*> blocks() const {
     const Sm90& h = k_.sm90;
     return {&h.before, &h.loop.first, &h.loop.steady, &h.released_after_loop, &h.loop.drain, &h.after};
+  }
+
+  // ---- mma.sync kernels
+  // Every warp owns whole 16-row MMA slices of the tile.
+  bool mma_shape() {
+    const Mma& m = k_.mma;
+    if (m.warps < 1 || m.warps > 16) return fail(std::to_string(m.warps) + " warps");
+    if (m.tile_m <= 0 || m.tile_m % (16 * m.warps) != 0)
+      return fail("a " + std::to_string(m.tile_m) + "-row tile over " + std::to_string(m.warps) + " warps of 16-row MMAs");
+    if (k_.launch.threads != 32 * m.warps) return fail("threads do not match the warps");
+    if (m.stages < 1) return fail(std::to_string(m.stages) + " pipeline stages");
+    return true;
+  }
+  // The buffers sit at 128-byte aligned, disjoint offsets; the block's shared memory holds them and
+  // the O staging of the epilogue, within the target's limit.
+  bool mma_smem() {
+    int64_t end = 0;
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (const auto& b : k_.smem) {
+      if (b.offset % 128 != 0) return fail("shared " + b.name + " at offset " + std::to_string(b.offset) + " is not 128-byte aligned");
+      const int64_t want = int64_t(b.rows) * b.cols * b.stages * dtype_bytes(b.dtype);
+      if (b.bytes != want) return fail("shared " + b.name + " holds " + std::to_string(b.bytes) + " bytes for " + std::to_string(want));
+      spans.push_back({b.offset, b.offset + b.bytes});
+      end = std::max(end, b.offset + (b.bytes + 127) / 128 * 128);
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i)
+      if (spans[i].first < spans[i - 1].second) return fail("shared buffers overlap at byte " + std::to_string(spans[i].first));
+    if (k_.launch.smem_bytes != std::max(end, k_.mma.epilogue_bytes))
+      return fail("the block's " + std::to_string(k_.launch.smem_bytes) + " bytes of shared memory are not its tiles' " +
+                  std::to_string(end) + " or the O staging's " + std::to_string(k_.mma.epilogue_bytes));
+    if (k_.smem_limit > 0 && k_.launch.smem_bytes > k_.smem_limit)
+      return fail("it needs " + std::to_string(k_.launch.smem_bytes) + " bytes of shared memory; the target has " +
+                  std::to_string(k_.smem_limit));
+    return true;
+  }
+  // A GEMM's B is a shared buffer; its A is where the plan says (a streamed or resident A operand
+  // lives in shared memory, a register A is not a buffer); fp8's untransposed B has its V^T buffer.
+  bool mma_gemms() {
+    const Mma& m = k_.mma;
+    for (const auto& g : m.gemms) {
+      const std::string what = "GEMM `" + g.tl.text + "`";
+      if (!buf(g.b)) return fail(what + " reads B = " + g.b + ", which is not a shared buffer");
+      const bool resident = std::find(m.resident_a.begin(), m.resident_a.end(), g.a) != m.resident_a.end();
+      switch (g.a_source) {
+        case MmaGemm::ASource::Streamed:
+          if (!buf(g.a)) return fail(what + " streams A = " + g.a + ", which is not a shared buffer");
+          if (resident) return fail(what + " streams " + g.a + ", which the plan keeps in registers");
+          break;
+        case MmaGemm::ASource::Resident:
+          if (!buf(g.a) || !resident) return fail(what + " reads A = " + g.a + " from registers the plan never fills");
+          break;
+        case MmaGemm::ASource::Register:
+          if (buf(g.a)) return fail(what + " reads A = " + g.a + " from registers, but it is a shared buffer");
+          break;
+      }
+      if (!g.b_kmajor && !m.vt_buffer.empty() && (m.vt_buffer != g.b || !buf(g.b + "t")))
+        return fail(what + " reads " + g.b + " untransposed without its V^T buffer");
+    }
+    for (const auto& r : m.resident_a)
+      if (std::none_of(m.gemms.begin(), m.gemms.end(), [&](const MmaGemm& g) { return g.a == r && g.a_source == MmaGemm::ASource::Resident; }))
+        return fail(r + " is copied to registers but no GEMM reads it from there");
+    return true;
+  }
+  // The cp.async pipeline of the key loop: X and Y are the loop's only copies into shared memory;
+  // X(j) is read first, and every read of X comes before the first read of Y (so Y(j) lands while X
+  // is read and X(j + 1) while Y is); each is copied before its first read.
+  bool mma_pipeline() {
+    const Mma& m = k_.mma;
+    const MmaPipeline& p = m.pipeline;
+    if (!p.pipelined) {
+      if (p.why_not.empty()) return fail("the loop's copies are not pipelined and the IR does not say why");
+      return true;
+    }
+    const int n = int(m.loop.size());
+    auto in = [&](int i) { return i >= 0 && i < n; };
+    if (!in(p.x_copy) || !in(p.y_copy) || !in(p.x_first) || !in(p.x_last) || !in(p.y_first))
+      return fail("the pipeline names statements outside the loop");
+    if (p.x == p.y || !buf(p.x) || !buf(p.y)) return fail("the pipeline streams " + p.x + " and " + p.y);
+    for (const auto& name : {p.x, p.y})
+      if (buf(name)->stages != m.stages) return fail(name + " has " + std::to_string(buf(name)->stages) + " buffers for " + std::to_string(m.stages) + " stages");
+    int first_shared = -1, x_first = -1, x_last = -1, y_first = -1;
+    for (int i = 0; i < n; ++i) {
+      const MmaStmt& s = m.loop[size_t(i)];
+      if (!s.fills.empty() && !((i == p.x_copy && s.fills == p.x) || (i == p.y_copy && s.fills == p.y)))
+        return fail("TL " + std::to_string(s.tl.line) + " copies into " + s.fills + " outside the pipeline");
+      if (!s.reads.empty() && first_shared < 0) first_shared = i;
+      for (const auto& r : s.reads) {
+        if (r == p.x) {
+          if (x_first < 0) x_first = i;
+          x_last = i;
+        }
+        if (r == p.y && y_first < 0) y_first = i;
+      }
+    }
+    if (m.loop[size_t(p.x_copy)].fills != p.x || m.loop[size_t(p.y_copy)].fills != p.y)
+      return fail("the pipeline's copies are not the loop's copies of " + p.x + " and " + p.y);
+    if (p.x_first != x_first || p.x_last != x_last || p.y_first != y_first)
+      return fail("the pipeline waits at [" + std::to_string(p.x_first) + ", " + std::to_string(p.x_last) + ", " +
+                  std::to_string(p.y_first) + "]; " + p.x + " is first read at [" + std::to_string(x_first) + "], last at [" +
+                  std::to_string(x_last) + "], " + p.y + " first at [" + std::to_string(y_first) + "]");
+    if (first_shared != x_first) return fail("a shared buffer is read before " + p.x + ", the pipeline's first wait");
+    if (!(p.x_copy < x_first && p.y_copy < y_first && x_last < y_first))
+      return fail(p.x + " and " + p.y + " are not copied, read and refilled in pipeline order");
+    return true;
   }
 
   // Shared memory fits the target, tiles are 1024-byte aligned (the 128-byte swizzle) and do not
@@ -314,7 +421,10 @@ class Verifier {
     for (const auto* b : blocks())
       if (b != &k_.sm90.after)
         for (const auto& op : *b)
-          if (op.kind == Op::Kind::StoreO || op.kind == Op::Kind::StoreRows) return fail("`" + op_text(op) + "` outside the statements after the key loop");
+          if (op.kind == Op::Kind::StoreO || op.kind == Op::Kind::StoreRows) {
+            std::string what = op_text(op);
+            return fail("`" + what + "` outside the statements after the key loop");
+          }
     int o = 0, lse = 0;
     for (const auto& op : k_.sm90.after) {
       o += op.kind == Op::Kind::StoreO;

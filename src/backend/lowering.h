@@ -4,6 +4,9 @@
 //   emit_kernel.cc  the kernel body, statement by statement (`// TL n:` blocks)
 //   emit_ops.cc     the Compute / Reshape lowerings (element-wise, rows, GEMM, Mask, epilogue)
 //   emit_host.cc    the preamble (types, tile constants, architecture choices) and the C ABI
+//   describe.cc     the kernel IR (kir.h) of a lowering: the facts every family shares (header,
+//                   work-tile names, mask program) and the mma.sync kernel's plan (shared memory,
+//                   GEMMs, the cp.async pipeline), printed, verified, and read by the emitter
 // A Hopper program in the wgmma form takes analyze_front() here, then the sm90 lowering
 // (sm90/lower.h) to the kernel IR.
 //   expr.cc         TL expressions -> C++ expressions
@@ -17,6 +20,7 @@
 
 #include "backend/arch.h"
 #include "backend/cpp_expr.h"
+#include "backend/kir.h"
 #include "backend/translate.h"
 #include "tl/checker.h"
 
@@ -92,6 +96,15 @@ struct AuxInfo {
   std::vector<std::string> extents;
 };
 
+// `{skip: NAME}`: the key-tile test's tile (the Mask's [row, col] and the key tile's width), as C++.
+struct SkipTile {
+  std::string row, col, cols;
+};
+
+// A TL statement as the kernel IR names it: its line and its one-line printed form.
+kir::TlRef tl_ref(const tl::Stmt& s);
+kir::MaskKind mask_kind(tl::MaskSpec::Kind k);
+
 struct SharedBuf {
   std::string name;
   int rows = 0, cols = 0;
@@ -109,7 +122,14 @@ class Lowering {
   bool analyze_front();      // analyze.cc: header + tensors (every family); then wgmma() picks the lowering
   bool wgmma() const { return wgmma_; }
   bool analyze_mma();        // analyze.cc: the rest of the mma.sync analysis
-  Translation emit();        // emit_host.cc (drives emit_kernel.cc)
+  // describe.cc: the kernel IR. describe() after analyze_mma: the whole mma.sync kernel plan;
+  // describe_header / describe_scope: the parts every family shares (the sm90 lowering uses them).
+  kir::Kernel describe() const;
+  void describe_header(kir::Kernel& k) const;
+  void describe_scope(kir::Kernel& k, CppNames& names) const;
+  // The `{skip: NAME}` tile of the loop, or nullopt when the loop has no such Mask / GEMM pair.
+  std::optional<SkipTile> skip_tile(const tl::Stmt& loop, const std::string& name, const CppNames& names) const;
+  Translation emit(const kir::Kernel& k);  // emit_host.cc (drives emit_kernel.cc); k = describe()
 
  private:
   friend struct ExprPrinter;
@@ -166,9 +186,8 @@ class Lowering {
 
   // ---- emit_host.cc
   void emit_tl_header(Writer& w);
-  void emit_preamble(Writer& w);
-  void emit_abi(Writer& w);
-  std::string info_json() const;
+  void emit_preamble(Writer& w, const kir::Kernel& k);
+  void emit_abi(Writer& w, const std::string& info_json);
 
   // inputs
   const tl::Program& prog_;

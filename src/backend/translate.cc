@@ -1,5 +1,7 @@
-// Stage 2 driver: check -> analyze -> emit (see translate.h and lowering.h). Hopper programs in the
-// wgmma form: check -> lower to the kernel IR (sm90/lower.h) -> verify (kir_verify.h) -> emit.
+// Stage 2 driver (see translate.h and lowering.h). Hopper programs in the wgmma form: check ->
+// lower to the kernel IR (sm90/lower.h) -> verify (kir_verify.h) -> emit from the IR (sm90/emit.h).
+// The mma.sync families: check -> analyze -> describe the kernel IR -> verify -> emit (the statement
+// walk of emit_kernel.cc, on the IR's pipeline and shared-memory plan).
 #include "backend/translate.h"
 
 #include "backend/kir_print.h"
@@ -48,8 +50,11 @@ std::optional<Translation> translate(const tl::Program& code, const plan::Target
     t.kir = kir::print(*k);
     return t;
   }
+  // sm75 / sm80 / sm89: analysis -> the kernel IR (its plan) -> verified -> CUDA
   if (!lowering.analyze_mma()) return refused();
-  Translation t = lowering.emit();
+  const kir::Kernel k = lowering.describe();
+  if (!kir::verify(k, diags)) return std::nullopt;
+  Translation t = lowering.emit(k);
   if (diags.error_count() != before) return std::nullopt;
   return t;
 }

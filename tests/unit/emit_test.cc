@@ -8,6 +8,7 @@
 //    `Compute Rescale O, alpha` deletes the rescale (the kernel then computes what the TL says).
 // Compilation with nvcc is in emit_compile_test.cc.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -219,9 +220,13 @@ TEST(Emit, InfoJsonDescribesTheKernel) {
   support::DiagSink d;
   auto t = xlate(plan_code("mistral-7b", "a100", {{"window", "256,0"}, {"lse", "true"}}), "a100", d);
   ASSERT_TRUE(t) << d.render();
-  EXPECT_NE(t->info_json.find("\"arch\": \"sm80\""), std::string::npos) << t->info_json;
-  EXPECT_NE(t->info_json.find("\"window\": [256, 0]"), std::string::npos) << t->info_json;
-  EXPECT_NE(t->info_json.find("\"lse\": true"), std::string::npos) << t->info_json;
+  const auto j = nlohmann::json::parse(t->info_json);  // derived from the kernel IR (kir_print.h)
+  EXPECT_EQ(j.at("arch"), "sm80") << t->info_json;
+  EXPECT_EQ(j.at("family"), "mma") << t->info_json;
+  EXPECT_EQ(j.at("window"), nlohmann::json::array({256, 0})) << t->info_json;
+  EXPECT_EQ(j.at("lse"), true) << t->info_json;
+  EXPECT_EQ(j.at("pipelined"), true) << t->info_json;
+  EXPECT_EQ(j.at("smem_bytes"), t->smem_bytes) << t->info_json;
   EXPECT_NE(t->cuda_source.find(t->info_json), std::string::npos);
 }
 
@@ -240,8 +245,9 @@ TEST(Emit, VariantsLowerStatementByStatement) {
                            "for (int j = first_j, it_j = 0; j < hi_j; j = next_j(j), ++it_j)", "static_cast<const int*>(p.aux[",
                            "false, 7u); st != QATTN_OK)"})  // aux[0..2] must be non-NULL (host.cuh check_fwd_params)
     EXPECT_NE(cu.find(want), std::string::npos) << want;
-  EXPECT_NE(t->info_json.find("{\"name\": \"seg_q\", \"dtype\": \"int32\", \"shape\": [\"batch\", \"seqlen_q\"]}"), std::string::npos)
-      << t->info_json;
+  const nlohmann::json seg_q = {{"name", "seg_q"}, {"dtype", "int32"}, {"shape", {"batch", "seqlen_q"}}};
+  const auto aux = nlohmann::json::parse(t->info_json).at("aux");
+  EXPECT_NE(std::find(aux.begin(), aux.end(), seg_q), aux.end()) << t->info_json;
   // the TL decides: no Modify statement, no apply_score; no skip attribute, a plain loop
   std::string edited = code;
   edited.erase(edited.find("  Compute Modify S at [m_block, j] with softcap\n"), std::string("  Compute Modify S at [m_block, j] with softcap\n").size());

@@ -1,13 +1,16 @@
-// The kernel IR of the Hopper path (src/backend/kir.h):
-//  (A) golden IR: every tests/kir/<name>.tl translates for the H100 and its printed kernel IR
-//      (Translation::kir, i.e. kir::print, the kernel.kir artifact) is exactly tests/kir/<name>.kir.
+// The kernel IR (src/backend/kir.h) of every architecture:
+//  (A) golden IR: every tests/kir/<name>.tl translates for the GPU its name starts with (sm90_: H100,
+//      sm80_: A100, sm75_: T4, sm89_: L40S) and its printed kernel IR (Translation::kir, i.e.
+//      kir::print, the kernel.kir artifact) is exactly tests/kir/<name>.kir.
 //      After an intended change of the lowering or the printer, refresh the goldens with
 //        QATTN_UPDATE_GOLDEN=1 ./build/tests/kir_test --gtest_filter='*KirGolden.*'
 //      and review `git diff tests/kir/`.
 //  (B) must-fail verifier tests: a real program lowered to a kir::Kernel (detail::Lowering +
 //      sm90::Lower, as translate.cc chains them) passes kir::verify; each test breaks one invariant
 //      (shared memory, alignment, wgmma shapes, registers, rings, GEMM waits, stores, register
-//      names) and expects XL0901 with a message naming the problem.
+//      names) and expects XL0901 with a message naming the problem. The mma.sync kernels
+//      (detail::Lowering::describe) likewise: shared memory, warps, GEMM operands, the cp.async
+//      pipeline; and the mma emitter follows the IR's plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -48,6 +52,11 @@ std::string read(const fs::path& p) {
 }
 
 plan::Target h100() { return plan::make_target(*hw::find_gpu("h100")); }
+// The GPU a golden translates for, from its name's prefix.
+plan::Target target_of(const std::string& name) {
+  const char* gpu = name.rfind("sm80_", 0) == 0 ? "a100" : name.rfind("sm75_", 0) == 0 ? "t4" : name.rfind("sm89_", 0) == 0 ? "l40s" : "h100";
+  return plan::make_target(*hw::find_gpu(gpu));
+}
 
 bool updating() {
   const char* u = std::getenv("QATTN_UPDATE_GOLDEN");
@@ -70,9 +79,10 @@ class KirGolden : public ::testing::TestWithParam<std::string> {};
 TEST_P(KirGolden, PrintedIrMatches) {
   const fs::path tl = kDir / (GetParam() + ".tl"), golden = kDir / (GetParam() + ".kir");
   support::DiagSink d;
-  auto t = translate_text(read(tl), h100(), d, tl.filename().string());
+  auto t = translate_text(read(tl), target_of(GetParam()), d, tl.filename().string());
   ASSERT_TRUE(t.has_value()) << d.render();
-  ASSERT_FALSE(t->kir.empty()) << "no kernel IR: " << tl << " did not take the sm90 (wgmma) path";
+  ASSERT_FALSE(t->kir.empty()) << "no kernel IR for " << tl;
+  EXPECT_NE(t->kir.find(GetParam().rfind("sm90_", 0) == 0 ? "family wgmma" : "family mma"), std::string::npos) << t->kir;
   if (updating()) {
     std::ofstream(golden, std::ios::binary) << t->kir;
     std::cout << "[kir_test] wrote " << golden.string() << "\n";
@@ -105,7 +115,10 @@ INSTANTIATE_TEST_SUITE_P(Tl, KirGolden, ::testing::ValuesIn(golden_names()),
 
 // The corpus is not empty and holds no stale goldens (a .kir without its .tl).
 TEST(KirGoldenCorpus, EveryGoldenHasItsProgram) {
-  EXPECT_GE(golden_names().size(), 5u) << kDir;
+  EXPECT_GE(golden_names().size(), 10u) << kDir;
+  const std::vector<std::string> names = golden_names();
+  for (const char* arch : {"sm90_", "sm80_", "sm75_", "sm89_"})
+    EXPECT_TRUE(std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(arch, 0) == 0; })) << "no golden for " << arch;
   for (const auto& e : fs::directory_iterator(kDir))
     if (e.path().extension() == ".kir") {
       EXPECT_TRUE(fs::exists(kDir / (e.path().stem().string() + ".tl"))) << e.path() << " has no .tl";
@@ -127,6 +140,29 @@ kir::Kernel lower(const std::string& golden) {
   auto k = sm90::Lower(front, p, info, target, d).run();
   EXPECT_TRUE(k.has_value()) << d.render();
   return k ? *k : kir::Kernel{};
+}
+
+// A TL program analysed for an mma.sync architecture and described as IR (not yet verified), with
+// its Lowering kept for emitting: translate.cc's chain.
+struct MmaLowered {
+  tl::Program prog;
+  tl::CheckInfo info;
+  plan::Target target;
+  support::DiagSink d;
+  std::unique_ptr<detail::Lowering> front;
+  kir::Kernel k;
+};
+std::unique_ptr<MmaLowered> lower_mma(const std::string& golden) {
+  auto m = std::make_unique<MmaLowered>();
+  m->prog = tl::parse(read(kDir / (golden + ".tl")), m->d, golden + ".tl");
+  EXPECT_TRUE(!m->d.has_errors() && tl::check(m->prog, m->d, {}, m->info)) << m->d.render();
+  m->target = target_of(golden);
+  m->front = std::make_unique<detail::Lowering>(m->prog, m->info, m->target, m->d);
+  EXPECT_TRUE(m->front->analyze_front()) << m->d.render();
+  EXPECT_FALSE(m->front->wgmma()) << golden;
+  EXPECT_TRUE(m->front->analyze_mma()) << m->d.render();
+  m->k = m->front->describe();
+  return m;
 }
 
 class KirVerify : public ::testing::Test {
@@ -187,7 +223,8 @@ kir::Kernel* KirVerify::d64_ = nullptr;
 TEST_F(KirVerify, RealProgramsVerify) {
   for (const auto& n : golden_names()) {
     support::DiagSink d;
-    EXPECT_TRUE(kir::verify(lower(n), d)) << n << "\n" << d.render();
+    if (n.rfind("sm90_", 0) == 0) EXPECT_TRUE(kir::verify(lower(n), d)) << n << "\n" << d.render();
+    else EXPECT_TRUE(kir::verify(lower_mma(n)->k, d)) << n << "\n" << d.render();
   }
 }
 
@@ -400,6 +437,126 @@ TEST_F(KirVerify, LoadShapeDoesNotMatchItsRing) {
 TEST_F(KirVerify, OutputStoredInTheKeyLoop) {
   expect_rejected(*causal_, [](kir::Kernel& k) { k.sm90.loop.steady.push_back(*find_op(k.sm90.after, Op::Kind::StoreO)); },
                   "outside the statements after the key loop");
+}
+
+// ---- the mma.sync kernels' IR
+
+class KirVerifyMma : public KirVerify {
+ protected:
+  static void SetUpTestSuite() {
+    KirVerify::SetUpTestSuite();
+    fa2_ = lower_mma("sm80_llama2_7b_causal").release();
+    st2_ = lower_mma("sm80_stages2_window").release();
+    fp8_ = lower_mma("sm89_fp8_llama3").release();
+  }
+  static void TearDownTestSuite() {
+    KirVerify::TearDownTestSuite();
+    delete fa2_;
+    delete st2_;
+    delete fp8_;
+  }
+  static int index_of(const kir::Kernel& k, const std::string& text) {
+    for (size_t i = 0; i < k.mma.loop.size(); ++i)
+      if (k.mma.loop[i].tl.text.find(text) != std::string::npos) return int(i);
+    throw std::runtime_error("no loop statement " + text);
+  }
+  static MmaLowered* fa2_;
+  static MmaLowered* st2_;
+  static MmaLowered* fp8_;
+};
+MmaLowered* KirVerifyMma::fa2_ = nullptr;
+MmaLowered* KirVerifyMma::st2_ = nullptr;
+MmaLowered* KirVerifyMma::fp8_ = nullptr;
+
+TEST_F(KirVerifyMma, TheLoweringsVerify) {
+  for (const MmaLowered* m : {fa2_, st2_, fp8_}) {
+    support::DiagSink d;
+    EXPECT_EQ(m->k.family, "mma");
+    EXPECT_TRUE(kir::verify(m->k, d)) << d.render() << kir::print(m->k);
+  }
+  EXPECT_TRUE(fa2_->k.mma.pipeline.pipelined);
+  EXPECT_EQ(st2_->k.mma.stages, 2);
+  EXPECT_EQ(fp8_->k.mma.vt_buffer, "V");
+}
+
+TEST_F(KirVerifyMma, SharedMemoryOverTheLimit) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { k.smem_limit = k.launch.smem_bytes - 128; }, "bytes of shared memory; the target has");
+}
+
+TEST_F(KirVerifyMma, BuffersOverlap) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { smem(k, "V").offset = smem(k, "K").offset + 128; }, "overlap");
+}
+
+TEST_F(KirVerifyMma, BlockSizeIsNotTheTilesOrTheStaging) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { k.launch.smem_bytes += 1024; }, "are not its tiles'");
+}
+
+TEST_F(KirVerifyMma, TileRowsNotSplitOverTheWarps) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { k.mma.warps = 3; k.launch.threads = 96; }, "16-row MMAs");
+}
+
+TEST_F(KirVerifyMma, GemmReadsAnUnknownBuffer) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { k.mma.gemms.at(0).b = "W"; }, "which is not a shared buffer");
+}
+
+TEST_F(KirVerifyMma, ResidentOperandNeverCopied) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) {
+    for (auto& g : k.mma.gemms)
+      if (g.a == "Q") g.a_source = kir::MmaGemm::ASource::Resident;
+    k.mma.resident_a.clear();
+  }, "from registers the plan never fills");
+}
+
+TEST_F(KirVerifyMma, Fp8VWithoutItsTranspose) {
+  expect_rejected(fp8_->k, [](kir::Kernel& k) { k.smem.pop_back(); k.launch.smem_bytes = std::max<int64_t>(k.mma.epilogue_bytes, k.smem.back().offset + k.smem.back().bytes); },
+                  "untransposed without its V^T buffer");
+}
+
+// The pipeline: a wait after the first read of K (the GEMM would read a tile still in flight)
+TEST_F(KirVerifyMma, PipelineWaitsAfterTheFirstRead) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { ++k.mma.pipeline.x_first; }, "the pipeline waits at");
+  expect_rejected(st2_->k, [](kir::Kernel& k) { ++k.mma.pipeline.y_first; }, "the pipeline waits at");
+}
+
+// K(j + 1) issued before K(j)'s last read (1 stage: one K buffer, refilled while still read)
+TEST_F(KirVerifyMma, PipelineRefillsBeforeTheLastRead) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { k.mma.pipeline.x_last = k.mma.pipeline.x_first - 1; }, "the pipeline waits at");
+}
+
+TEST_F(KirVerifyMma, AThirdCopyInTheLoop) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { k.mma.loop.at(size_t(k.mma.pipeline.x_first)).fills = "Q"; }, "outside the pipeline");
+}
+
+TEST_F(KirVerifyMma, PipelineWithoutAReason) {
+  expect_rejected(fa2_->k, [](kir::Kernel& k) { k.mma.pipeline = kir::MmaPipeline{}; }, "does not say why");
+}
+
+TEST_F(KirVerifyMma, StagesDoNotMatchTheBuffers) {
+  expect_rejected(st2_->k, [](kir::Kernel& k) { k.mma.stages = 3; }, "buffers for 3 stages");
+}
+
+// The emitter takes its shared-memory offsets and its pipeline from the IR, not from the analysis.
+TEST_F(KirVerifyMma, TheEmitterFollowsTheIr) {
+  auto m = lower_mma("sm80_llama2_7b_causal");
+  const std::string base = m->front->emit(m->k).cuda_source;
+  EXPECT_NE(base.find("constexpr int kSmemOffsetK = " + std::to_string(smem(m->k, "K").offset) + ";"), std::string::npos) << base;
+  // K and V swap places in the IR: the kernel's offsets follow
+  kir::Kernel swapped = m->k;
+  std::swap(smem(swapped, "K").offset, smem(swapped, "V").offset);
+  support::DiagSink d;
+  ASSERT_TRUE(kir::verify(swapped, d)) << d.render();
+  auto m2 = lower_mma("sm80_llama2_7b_causal");
+  const std::string cu = m2->front->emit(swapped).cuda_source;
+  EXPECT_NE(cu.find("constexpr int kSmemOffsetK = " + std::to_string(smem(m->k, "V").offset) + ";"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("constexpr int kSmemOffsetV = " + std::to_string(smem(m->k, "K").offset) + ";"), std::string::npos) << cu;
+  // the IR says "not pipelined": the loop waits for each copy where it is read
+  kir::Kernel plain = m->k;
+  plain.mma.pipeline = kir::MmaPipeline{};
+  plain.mma.pipeline.why_not = "as the test says";
+  auto m3 = lower_mma("sm80_llama2_7b_causal");
+  const std::string cu3 = m3->front->emit(plain).cuda_source;
+  EXPECT_NE(cu3.find("// no copy pipelining: as the test says"), std::string::npos) << cu3;
+  EXPECT_EQ(base.find("// no copy pipelining"), std::string::npos);
 }
 
 }  // namespace

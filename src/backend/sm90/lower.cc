@@ -16,40 +16,13 @@ namespace qattn::backend::sm90 {
 
 namespace pol = hw::sm90;
 
-namespace {
-
-kir::MaskKind mask_kind(tl::MaskSpec::Kind k) {
-  using K = tl::MaskSpec::Kind;
-  switch (k) {
-    case K::Bounds: return kir::MaskKind::Bounds;
-    case K::Causal: return kir::MaskKind::Causal;
-    case K::CausalTopLeft: return kir::MaskKind::CausalTopLeft;
-    case K::Window: return kir::MaskKind::Window;
-    case K::None: case K::Named: break;
-  }
-  return kir::MaskKind::None;
-}
-
-}  // namespace
 
 bool Lower::error(const char* code, support::SrcLoc at, const std::string& msg, const std::string& hint) {
   diags_.error(code, at, msg, hint);
   return false;
 }
 
-kir::TlRef Lower::ref(const tl::Stmt& s) const {
-  kir::TlRef r;
-  r.line = s.loc.line;
-  tl::Program one;
-  tl::Stmt copy = s;
-  if (copy.kind == tl::Stmt::Kind::For) copy.loop.body.clear();
-  copy.trailing_comment.clear();
-  one.stmts.push_back(copy);
-  r.text = tl::print(one);
-  // one line: the statement without its trailing newline (a loop prints its `end` too)
-  r.text = r.text.substr(0, r.text.find('\n'));
-  return r;
-}
+kir::TlRef Lower::ref(const tl::Stmt& s) const { return detail::tl_ref(s); }
 
 const kir::SharedBuf* Lower::buf(const std::string& name) const {
   for (const auto& b : k_.smem)
@@ -72,25 +45,8 @@ std::optional<kir::Kernel> Lower::run() {
 }
 
 bool Lower::lower_header() {
+  f_.describe_header(k_);
   k_.family = "wgmma";
-  k_.arch = "sm90";
-  k_.target = target_.name;
-  k_.tl_kernel = f_.tl_kernel_name_;
-  k_.name = f_.kernel_name_;
-  k_.tl_hash = support::sha256_hex(tl::print(prog_)).substr(0, 16);
-  k_.elem = f_.elem_;
-  k_.out = f_.out_;
-  k_.d_qk = f_.d_qk_;
-  k_.d_v = f_.d_v_;
-  k_.lse = f_.has_lse_;
-  k_.smem_limit = target_.smem_per_block;
-  k_.regs_per_sm = target_.regs_per_sm;
-  k_.nvcc_flags = f_.arch_.gencode;
-  for (const auto& fl : common_nvcc_flags()) k_.nvcc_flags.push_back(fl);
-  k_.consts = f_.consts_;
-  if (f_.kernel_stmt_) k_.header.push_back(ref(*f_.kernel_stmt_));
-  if (f_.dim_stmt_) k_.header.push_back(ref(*f_.dim_stmt_));
-  for (const auto* c : f_.const_stmts_) k_.header.push_back(ref(*c));
   const support::SrcLoc at = f_.loop_ ? f_.loop_->loc : support::SrcLoc{};
   if (!f_.loop_)
     return error("XL0302", {}, "the program has no loop over K/V tiles", "the sm90 kernel streams K and V tiles in one `for j = ...` loop");
@@ -108,63 +64,19 @@ bool Lower::lower_header() {
 // The TL names of a work tile: Grid variables, runtime Dims, fixed Dims and Consts, Lets, the
 // auxiliary globals, the Score / Mask declarations, the loop's mask and {skip}.
 bool Lower::lower_scope() {
-  kir::Scope& sc = k_.scope;
-  static const std::map<std::string, std::string> field = {{"seqlen_q", "p.seqlen_q"}, {"seqlen_k", "p.seqlen_k"},
-                                                           {"heads_q", "p.heads_q"},   {"heads_kv", "p.heads_kv"},
-                                                           {"batch", "p.batch"}};
-  for (const auto& [var, ext] : f_.grid_) {
-    sc.grid.push_back({var, names_.ident(var), ""});
-    sc.grid_extents_cpp.push_back(names_.int_expr(ext));
-  }
-  if (f_.grid_stmt_) k_.launch.grid_tl = ref(*f_.grid_stmt_);
-  if (sc.grid.size() != 3)
-    return error("XL0203", f_.grid_stmt_ ? f_.grid_stmt_->loc : support::SrcLoc{}, "the sm90 kernel's Grid has 3 axes",
-                 "write `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
-  for (const auto& [name, fld] : f_.runtime_dims_) sc.runtime_dims.push_back({name, names_.ident(name), field.at(fld)});
-  for (const auto& [n, v] : f_.fixed_dims_) sc.fixed.push_back({n, names_.ident(n), std::to_string(v)});
-  for (const auto& [n, v] : f_.consts_) sc.fixed.push_back({n, names_.ident(n), std::to_string(v)});
-  // auxiliary globals first: the declarations read them
+  // what the sm90 kernel cannot bind: more than 4 auxiliary globals, two kernel masks, a {skip} tile
+  // the key loop does not compute
+  int aux = 0;
   for (const auto& st : prog_.stmts) {
     if (st.kind != tl::Stmt::Kind::Allocate || st.alloc.space != tl::Space::Global) continue;
     const auto& a = st.alloc;
-    if (a.name == "Q" || a.name == "K" || a.name == "V" || a.name == "O" || a.name == "LSE") {
-      sc.globals.push_back(ref(st));
-      continue;
-    }
-    if (std::find(info_.aux.begin(), info_.aux.end(), a.name) == info_.aux.end() || sc.aux.size() >= 4)
+    if (a.name == "Q" || a.name == "K" || a.name == "V" || a.name == "O" || a.name == "LSE") continue;
+    if (std::find(info_.aux.begin(), info_.aux.end(), a.name) == info_.aux.end() || ++aux > 4)
       return error("XL0301", st.loc, "global tensor " + a.name + " has no ABI argument",
                    "globals are Q, K, V, O, LSE and up to 4 auxiliary fp32/int32 inputs of Score/Mask declarations");
-    kir::Aux x;
-    x.name = a.name;
-    x.slot = int(sc.aux.size());
-    x.is_int = a.dtype && *a.dtype == tl::DType::I32;
-    for (const auto& e : a.shape) x.extents_cpp.push_back(names_.int_expr(e));
-    x.tl = ref(st);
-    sc.aux.push_back(x);
-    names_.aux_extents[a.name] = x.extents_cpp;
   }
-  kernel_names_.aux_extents = names_.aux_extents;
-  for (const auto& st : prog_.stmts) {
-    if (st.kind == tl::Stmt::Kind::Let) sc.lets.push_back({st.let.name, names_.ident(st.let.name), names_.int_expr(st.let.value), ref(st)});
-    if (st.kind == tl::Stmt::Kind::Variant) {
-      kir::Decl d;
-      const tl::VariantStmt& v = st.variant;
-      d.name = v.name;
-      d.is_mask = v.is_mask;
-      DeclType t;
-      d.body_cpp = names_.decl_expr(v.expr, t);
-      if (!v.is_mask && t != DeclType::Float) d.body_cpp = "float(" + d.body_cpp + ")";
-      DeclType ct;
-      d.empty_cpp = v.empty_when ? names_.decl_expr(*v.empty_when, ct) : "false";
-      d.full_cpp = v.full_when ? names_.decl_expr(*v.full_when, ct) : "false";
-      d.derived = v.derived;
-      d.expr_tl = tl::print_expr(v.expr);
-      d.tl = ref(st);
-      sc.decls.push_back(d);
-    }
-  }
-  // The loop: its kernel mask and named masks (statements of the score stage), and {skip}.
   const tl::Stmt& loop = *f_.loop_;
+  bool kernel_mask = false;
   for (const auto& s : loop.loop.body) {
     if (s.kind != tl::Stmt::Kind::Compute || s.compute.op != "Mask") continue;
     const tl::MaskSpec& m = s.compute.mask;
@@ -172,52 +84,27 @@ bool Lower::lower_scope() {
       auto v = info_.variants.find(m.name);
       if (v == info_.variants.end() || !v->second.is_mask)
         return error("XL0301", s.loc, "`" + m.name + "` is not a Mask declaration", "declare `Mask " + m.name + " = ...`");
-      sc.named_masks.push_back(m.name);
-      sc.named_masks_tl.push_back(ref(s));
       continue;
     }
-    if (sc.mask_tl.line)
+    if (kernel_mask)
       return error("XL0301", s.loc, "a second kernel Mask in the loop", "one `Compute Mask S ... with causal/window/...` per score tile");
-    sc.mask_tl = ref(s);
-    sc.mask = mask_kind(m.kind);
-    if (m.kind == tl::MaskSpec::Kind::Window) {
-      // the Kernel's window (the loop's Mask names the kind; its bounds are the Kernel's)
-      sc.window_left_cpp = names_.int_expr(f_.mask_.left);
-      sc.window_right_cpp = names_.int_expr(f_.mask_.right);
-      tl::Env env;
-      env.ints = f_.env_;
-      sc.window_left = tl::eval_int(f_.mask_.left, env, nullptr).value_or(-1);
-      sc.window_right = tl::eval_int(f_.mask_.right, env, nullptr).value_or(-1);
-    }
+    kernel_mask = true;
   }
-  sc.kernel_mask = mask_kind(f_.mask_.kind);
-  k_.launch.reverse_m = f_.mask_.kind == tl::MaskSpec::Kind::Causal || f_.mask_.kind == tl::MaskSpec::Kind::CausalTopLeft;
   for (const auto& a : loop.attrs) {
     if (a.key != "skip") continue;
     if (!a.value || a.value->kind != tl::Expr::Kind::Name)
       return error("XL0301", a.loc, "`{skip}` without a Mask name", "`{skip: NAME}`");
-    const std::string name = a.value->name;
-    const tl::Stmt* mask = nullptr;
-    for (const auto& b : loop.loop.body)
-      if (b.kind == tl::Stmt::Kind::Compute && b.compute.op == "Mask" && b.compute.mask.kind == tl::MaskSpec::Kind::Named &&
-          b.compute.mask.name == name && b.compute.at.size() == 2)
-        mask = &b;
-    auto v = info_.variants.find(name);
-    const tl::Stmt* gemm = nullptr;
-    if (mask && mask->compute.operands.size() == 1)
-      for (const auto& b : loop.loop.body)
-        if (b.kind == tl::Stmt::Kind::Compute && b.compute.op == "GEMM" && b.compute.target == mask->compute.operands[0].expr.name &&
-            b.compute.operands.size() == 2 && b.compute.operands[1].transposed && f_.shared_.count(b.compute.operands[1].expr.name))
-          gemm = &b;
-    if (!mask || !gemm || v == info_.variants.end() || !v->second.empty_when)
-      return error("XL0301", loop.loc, "`{skip: " + name + "}` is not lowered here",
-                   "the loop needs `Compute GEMM Q, K^T and get S` and `Compute Mask S at [m_block, j] with " + name +
+    if (!f_.skip_tile(loop, a.value->name, names_))
+      return error("XL0301", loop.loc, "`{skip: " + a.value->name + "}` is not lowered here",
+                   "the loop needs `Compute GEMM Q, K^T and get S` and `Compute Mask S at [m_block, j] with " + a.value->name +
                        "`, and the Mask an `empty when` clause");
-    sc.skip = name;
-    sc.skip_row_cpp = names_.int_expr(mask->compute.at[0]);
-    sc.skip_col_cpp = names_.int_expr(mask->compute.at[1]);
-    sc.skip_cols_cpp = std::to_string(f_.shared_.at(gemm->compute.operands[1].expr.name).rows);
   }
+  f_.describe_scope(k_, names_);
+  kernel_names_.aux_extents = names_.aux_extents;
+  if (k_.scope.grid.size() != 3)
+    return error("XL0203", f_.grid_stmt_ ? f_.grid_stmt_->loc : support::SrcLoc{}, "the sm90 kernel's Grid has 3 axes",
+                 "write `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
+  k_.launch.reverse_m = f_.mask_.kind == tl::MaskSpec::Kind::Causal || f_.mask_.kind == tl::MaskSpec::Kind::CausalTopLeft;
   return true;
 }
 
