@@ -17,7 +17,7 @@ overhead does not show; warm-up, then the median of --reps batches; fresh random
 never zeros) per point. Before timing, qattn's output is checked against cuDNN's (or FA2's).
 --e2e times `qattn generate --preset P --gpu TARGET --no-cache` per preset (TARGET: the binding's choice
 for this GPU, h100 on Hopper): the wall time from a spec
-to a kernel verified (tests/gpu/verify.py) and timed on this GPU.
+to a kernel verified (qattn.verify) and timed on this GPU.
 Writes DIR/results.csv (impl,config,hq,hkv,d_qk,d_v,dtype,causal,seqlen,batch,tflops,ms,note),
 DIR/e2e.csv and DIR/meta.json; bench/plot.py turns them into PNG plots and results.md.
 """
@@ -228,8 +228,8 @@ def implementations(torch, args):
 # ---- spec -> verified kernel ----------------------------------------------------------------------
 
 def e2e(presets, out_dir):
-    """Wall time of `qattn generate --preset P --gpu TARGET --no-cache` (plan, translate, nvcc, verify.py,
-    time_kernel.py on this GPU), one preset after the other; TARGET is the binding's choice for this GPU
+    """Wall time of `qattn generate --preset P --gpu TARGET --no-cache` (plan, translate, nvcc, qattn.verify,
+    qattn.timing on this GPU), one preset after the other; TARGET is the binding's choice for this GPU
     (qattn.target_for_capability: h100 on Hopper)."""
     import torch
     import qattn

@@ -235,8 +235,8 @@ def markdown(rows, meta, e2e, src_dir):
         L.append("")
         L.append("## From spec to verified kernel (wall time, cold: `qattn generate --preset P --gpu a100 --no-cache`)")
         L.append("")
-        L.append("Plan (rules engine) + TL check and CPU interpretation + translation + nvcc + verify.py "
-                 "(numerics on the GPU) + time_kernel.py, one command:")
+        L.append("Plan (rules engine) + TL check and CPU interpretation + translation + nvcc + qattn.verify "
+                 "(numerics on the GPU) + qattn.timing, one command:")
         L.append("")
         L.append("| preset | target | wall time | of which nvcc | checks | TFLOPS | status |")
         L.append("|---|---|---|---|---|---|---|")

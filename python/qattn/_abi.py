@@ -1,8 +1,8 @@
 """The C ABI of a generated kernel library (include/qattn/qattn.h), in ctypes: the ONE Python copy.
 
-Everything that calls a generated .so from Python (this package, tests/gpu/qattn_lib.py and through
-it tests/gpu/verify.py, time_kernel.py and bench/bench_sm80.py) uses the struct below, so a change of
-the C header is an edit here. Torch-free: tensors are any objects with data_ptr(), stride() and
+Everything that calls a generated .so from Python (this package, qattn.verify and qattn.timing (the
+GPU step of `qattn generate`), tests/gpu/qattn_lib.py and the benchmarks) uses the struct below, so a
+change of the C header is an edit here. Torch-free: tensors are any objects with data_ptr(), stride() and
 shape (torch tensors in (batch, seqlen, heads, dim) views whose last dimension is contiguous).
 """
 import ctypes
@@ -74,3 +74,24 @@ class Library:
     def fwd(self, params, stream=None):
         """Launches on `stream` (an integer cudaStream_t handle, or None for the default stream)."""
         return self.lib.qattn_fwd(ctypes.byref(params), stream)
+
+
+class Kernel:
+    """One generated library for tests and benchmarks: kernel(q, k, v, o, lse=None, scale=None,
+    descale=(dq, dk, dv)) -> status. (qattn.compile's Kernel is the user-facing one.)"""
+
+    def __init__(self, path):
+        self.path = path
+        self._lib = Library(path)
+        self.lib = self._lib.lib
+        self.info = self._lib.info
+
+    def last_error(self):
+        return self._lib.last_error()
+
+    def params(self, q, k, v, o, lse=None, scale=None, descale=None):
+        return fill_params(q, k, v, o, lse, scale, descale)
+
+    def __call__(self, q, k, v, o, lse=None, scale=None, descale=None, stream=None, params=None):
+        p = params if params is not None else self.params(q, k, v, o, lse, scale, descale)
+        return self._lib.fwd(p, stream)

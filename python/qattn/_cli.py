@@ -71,7 +71,7 @@ def _env():
     repo = repo_root()
     if repo and not env.get("QATTN_HOME"):
         env["QATTN_HOME"] = repo
-    env.setdefault("PYTHON", sys.executable)  # `qattn generate` runs tests/gpu/verify.py with it
+    env.setdefault("PYTHON", sys.executable)  # `qattn generate` runs `python -m qattn.verify` with it
     return env
 
 

@@ -29,7 +29,7 @@ std::optional<plan::Plan> verify_code(const std::string& text, const std::string
                                       bool translate_too, support::DiagSink& diags);
 
 // The numerics step of stage 2: given the built library, pass or report LLM0304. On a GPU it is
-// gpu_numerics (tests/gpu/verify.py); tests inject a fake one (there is no GPU in CI).
+// gpu_numerics (python -m qattn.verify); tests inject a fake one (there is no GPU in CI).
 using NumericsCheck = std::function<bool(const build::BuildResult& built, support::DiagSink& diags)>;
 
 struct CudaCheck {
@@ -42,7 +42,8 @@ struct CudaCheck {
 std::optional<backend::Translation> verify_cuda(const std::string& source, const backend::Translation& meta,
                                                 const CudaCheck& check, support::DiagSink& diags);
 
-// Runs `PYTHON tests/gpu/verify.py` on a temporary folder holding the built library.
+// Runs `PYTHON -m qattn.verify` (the package in support::python_dir()) on a temporary folder holding
+// the built library.
 NumericsCheck gpu_numerics(const std::string& python);
 
 }  // namespace qattn::llm

@@ -1,10 +1,12 @@
 // verify_cuda (stage 2 by the LLM, and the vanilla baseline) and gpu_numerics: see verify.h.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
 #include "llm/verify.h"
 #include "support/io.h"
+#include "support/process.h"
 
 namespace qattn::llm {
 namespace fs = std::filesystem;
@@ -47,20 +49,12 @@ NumericsCheck gpu_numerics(const std::string& python) {
       diags.error("LLM0304", {}, "cannot stage the kernel for the numerics check: " + ec.message(), "check $TMPDIR");
       return false;
     }
-    const fs::path script = support::source_dir() / "tests" / "gpu" / "verify.py";
-    std::string cmd = python + " '" + script.string() + "' '" + dir.string() + "' 2>&1";
-    std::string out;
-    if (FILE* f = popen(cmd.c_str(), "r")) {
-      char buf[4096];
-      size_t n;
-      while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-      int rc = pclose(f);
-      fs::remove_all(dir, ec);
-      if (rc == 0) return true;
-    } else {
-      fs::remove_all(dir, ec);
-    }
-    // The failing rows of verify.py's table are what the LLM needs to see.
+    // the package's numerics check (python/qattn/verify.py), no shell
+    const auto run = support::run_process({python, "-m", "qattn.verify", dir.string()}, {support::python_path_env()}, true);
+    fs::remove_all(dir, ec);
+    if (run.started && run.status == 0) return true;
+    const std::string out = run.started ? run.output : run.error;
+    // The failing rows of qattn.verify's table are what the LLM needs to see.
     std::string fails;
     size_t pos = 0;
     int n = 0;
@@ -70,7 +64,7 @@ NumericsCheck gpu_numerics(const std::string& python) {
       pos = nl == std::string::npos ? out.size() : nl + 1;
       if (line.find("FAIL") != std::string::npos || line.find("Error") != std::string::npos) fails += "\n    " + line, ++n;
     }
-    diags.error("LLM0304", {}, "the kernel compiles but fails the GPU numerics check (tests/gpu/verify.py)" + fails,
+    diags.error("LLM0304", {}, "the kernel compiles but fails the GPU numerics check (python -m qattn.verify)" + fails,
                 "compare with the reference: softmax scale, masking, the online-softmax rescale, the GQA head mapping");
     return false;
   };

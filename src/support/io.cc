@@ -32,7 +32,11 @@ namespace {
 
 fs::path temp_name(const fs::path& path) {
   static std::mt19937_64 rng{std::random_device{}()};
-  return path.parent_path() / ("." + path.filename().string() + ".tmp" + std::to_string(rng() % 1000000007));
+  std::string name = ".";
+  name += path.filename().string();
+  name += ".tmp";
+  name += std::to_string(rng() % 1000000007);
+  return path.parent_path() / name;
 }
 
 bool write_raw(const fs::path& path, const std::string& content, DiagSink& diags) {
@@ -105,5 +109,14 @@ namespace qattn::support {
 std::filesystem::path source_dir() {
   if (const char* v = std::getenv("QATTN_HOME"); v && *v) return v;
   return QATTN_SOURCE_DIR;
+}
+std::filesystem::path python_dir() {
+  if (const char* v = std::getenv("QATTN_PYTHON_DIR"); v && *v) return v;
+  return source_dir() / "python";
+}
+std::pair<std::string, std::string> python_path_env() {
+  std::string path = python_dir().string();
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += std::string(":") + old;
+  return {"PYTHONPATH", path};
 }
 }  // namespace qattn::support

@@ -3,6 +3,7 @@
 // leaves a half-written artifact behind.
 #pragma once
 #include <filesystem>
+#include <utility>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +35,12 @@ class ArtifactSet {
 }  // namespace qattn::support
 
 namespace qattn::support {
-// The qattn source tree (device runtime headers, include/, tests/gpu): $QATTN_HOME when set (for a
+// The qattn source tree (device runtime headers, include/, python/): $QATTN_HOME when set (for a
 // binary moved to another machine), else the tree it was built from.
 std::filesystem::path source_dir();
+// The Python package's folder (holds qattn/): $QATTN_PYTHON_DIR, else <source_dir>/python.
+std::filesystem::path python_dir();
+// PYTHONPATH for a helper Python process that imports the package: python_dir(), then the current
+// PYTHONPATH.
+std::pair<std::string, std::string> python_path_env();
 }  // namespace qattn::support

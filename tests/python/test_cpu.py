@@ -79,6 +79,23 @@ def test_gpu_helpers_reuse_the_package_struct():
         sys.path.pop(0)
     assert qattn_lib.Params.__name__ == "Params" and qattn_lib.QATTN_ABI_VERSION == qattn.QATTN_ABI_VERSION
     assert [f[0] for f in qattn_lib.Params._fields_] == [f[0] for f in _abi.Params._fields_]
+    assert qattn_lib.Kernel is _abi.Kernel
+
+
+def test_gpu_step_modules_live_in_the_package():
+    """`qattn generate` runs `python -m qattn.verify` and `-m qattn.timing` (src/pipeline/generate.cc);
+    tests/gpu/verify.py and time_kernel.py only forward to them. Checked on the source (the modules
+    import torch, which the CPU-only CI does not install)."""
+    import ast
+    for module, wrapper in (("verify", "verify.py"), ("timing", "time_kernel.py")):
+        src = os.path.join(REPO, "python", "qattn", module + ".py")
+        tree = ast.parse(open(src).read())
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), src
+        imports = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert any(n.module == "qattn._abi" for n in imports), "the ABI comes from the package"
+        assert not any(n.module == "qattn_lib" for n in imports)
+        fwd = open(os.path.join(REPO, "tests", "gpu", wrapper)).read()
+        assert f"from qattn.{module} import main" in fwd
 
 
 # ---- target policy and variants -----------------------------------------------------------------

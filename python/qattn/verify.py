@@ -1,0 +1,234 @@
+"""Numerical verification of generated qattn kernels on a GPU (the numerics half of the last step
+of `qattn generate`, and the GPU suites' check).
+
+    python3 -m qattn.verify OUT_DIR [--only REGEX] [--seed N]     # or tests/gpu/verify.py
+
+Loads every OUT_DIR/*.so (built by tests/gpu/build_kernels.sh), reads what it computes from
+qattn_kernel_info() (head dims, mask, window, LSE, dtype), and runs it on many shapes: ragged
+sequence lengths (seqlen_q < and > seqlen_k, 1), batch > 1, MHA, GQA, MQA, BSHD and BHSD strides.
+Every run uses fresh random inputs and poisoned outputs (O and LSE filled with NaN). Reference:
+fp64 attention with the kernel's mask. Verdict (FlashAttention's rule): max |O - ref| <=
+2 * max |O_naive - ref| + atol, where O_naive is a naive same-precision implementation (S and the
+softmax in fp32, probabilities rounded to V's dtype, P V rounded to O's dtype); atol = 1e-5 * max(1,
+max |ref|) (1e-3 for fp8). LSE likewise against an fp32 naive LSE. Also checks the C ABI's error
+statuses. Kernels named neg_* were built from deliberately broken TL (build_kernels.sh): they must
+compute wrong answers (the translator must not repair the TL). Prints a table; exits 1 if anything
+fails.
+"""
+import argparse
+import glob
+import math
+import os
+import re
+import sys
+
+import torch
+
+from qattn._abi import QATTN_ABI_VERSION, Kernel
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}
+
+
+def visible(info, sq, sk, device):
+    qi = torch.arange(sq, device=device)[:, None]
+    kj = torch.arange(sk, device=device)[None, :]
+    off = sk - sq
+    mask = info["mask"]
+    if mask == "causal":
+        return kj <= qi + off
+    if mask == "causal_top_left":
+        return kj <= qi
+    if mask == "window":
+        left, right = info["window"]
+        return (kj >= qi + off - left) & (kj <= qi + off + right)
+    return torch.ones(sq, sk, dtype=torch.bool, device=device)
+
+
+def attention(q, k, v, vis, scale, acc, p_dtype=None, out_dtype=None):
+    """q (B,Sq,Hq,D), k/v (B,Sk,Hkv,D) -> O (B,Sq,Hq,Dv), LSE (B,Hq,Sq) computed in `acc`."""
+    hq, hkv = q.shape[2], k.shape[2]
+    qd = q.to(acc).permute(0, 2, 1, 3)
+    kd = k.to(acc).permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
+    vd = v.to(acc).permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
+    s = (qd @ kd.transpose(-1, -2)) * scale
+    s = s.masked_fill(~vis, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    if p_dtype is not None:
+        p = p.to(p_dtype).to(acc)
+    o = p @ vd
+    if out_dtype is not None:
+        o = o.to(out_dtype).to(acc)
+    return o.permute(0, 2, 1, 3), lse
+
+
+def make_inputs(info, b, hq, hkv, sq, sk, layout, gen):
+    dt = DTYPES[info["dtype"]]
+    dqk, dv = info["d_qk"], info["d_v"]
+
+    def rnd(bb, s, h, d):
+        if layout == "bhsd":  # (B, H, S, D) memory, (B, S, H, D) view
+            t = torch.randn(bb, h, s, d, device="cuda", generator=gen).permute(0, 2, 1, 3)
+        else:
+            t = torch.randn(bb, s, h, d, device="cuda", generator=gen)
+        return t.to(dt)
+
+    return rnd(b, sq, hq, dqk), rnd(b, sk, hkv, dqk), rnd(b, sk, hkv, dv)
+
+
+def max_abs(a, b):
+    d = (a - b).abs()
+    return d.max().item() if d.numel() else 0.0
+
+
+def run_case(kern, case, gen):
+    info = kern.info
+    b, hq, hkv, sq, sk, layout = case
+    q, k, v = make_inputs(info, b, hq, hkv, sq, sk, layout, gen)
+    out_dt = DTYPES[info["out_dtype"]]
+    o = torch.full((b, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=out_dt)
+    if layout == "bhsd":
+        o = torch.full((b, hq, sq, info["d_v"]), float("nan"), device="cuda", dtype=out_dt).permute(0, 2, 1, 3)
+    lse = torch.full((b, hq, sq), float("nan"), device="cuda", dtype=torch.float32) if info["lse"] else None
+    scale = info["d_qk"] ** -0.5
+    descale = None
+    fp8 = info["dtype"].startswith("fp8")
+    qf, kf, vf = q.float(), k.float(), v.float()
+    if fp8:
+        dq, dk, dvs = 0.5, 1.25, 0.75
+        descale = tuple(torch.tensor([x], device="cuda", dtype=torch.float32) for x in (dq, dk, dvs))
+        qf, kf, vf = qf * dq, kf * dk, vf * dvs
+    st = kern(q, k, v, o, lse, scale, descale)
+    torch.cuda.synchronize()
+    if st != 0:
+        return False, f"status {st}: {kern.last_error()}", None
+    vis = visible(info, sq, sk, q.device)
+    o_ref, lse_ref = attention(qf, kf, vf, vis, scale, torch.float64)
+    p_dt = DTYPES[info["dtype"]] if not fp8 else torch.float8_e4m3fn
+    o_naive, lse_naive = attention(qf, kf, vf, vis, scale, torch.float32, p_dtype=p_dt, out_dtype=out_dt)
+    o64 = o.double()
+    nan = torch.isnan(o64).sum().item()
+    err = max_abs(o64, o_ref)
+    naive = max_abs(o_naive.double(), o_ref)
+    atol = (1e-3 if fp8 else 1e-5) * max(1.0, o_ref.abs().max().item() if o_ref.numel() else 1.0)
+    ok = nan == 0 and err <= 2 * naive + atol
+    msg = f"err {err:.2e} naive {naive:.2e}"
+    if nan:
+        msg += f" NaN x{nan}"
+    if lse is not None:
+        lse64 = lse.double()
+        fin = torch.isfinite(lse_ref)
+        lnan = torch.isnan(lse64).sum().item()
+        same_inf = bool(((lse64 == float("-inf")) == ~fin).all().item())
+        lerr = max_abs(lse64[fin], lse_ref[fin])
+        lnaive = max_abs(lse_naive.double()[fin], lse_ref[fin])
+        lok = lnan == 0 and same_inf and lerr <= 2 * lnaive + 1e-5 * max(1.0, lse_ref[fin].abs().max().item() if fin.any() else 1.0)
+        msg += f" | lse err {lerr:.2e} naive {lnaive:.2e}" + ("" if same_inf else " -inf rows differ") + (f" NaN x{lnan}" if lnan else "")
+        ok = ok and lok
+    return ok, msg, err
+
+
+def abi_checks(kern):
+    """The C ABI refuses bad calls with the documented statuses."""
+    info = kern.info
+    dt = DTYPES[info["dtype"]]
+    q = torch.randn(1, 64, 2, info["d_qk"], device="cuda").to(dt)
+    k = torch.randn(1, 64, 2, info["d_qk"], device="cuda").to(dt)
+    v = torch.randn(1, 64, 2, info["d_v"], device="cuda").to(dt)
+    o = torch.empty(1, 64, 2, info["d_v"], device="cuda", dtype=DTYPES[info["out_dtype"]])
+    results = []
+    p = kern.params(q, k, v, o)
+    p.abi_version = QATTN_ABI_VERSION + 1
+    results.append(("abi_version", kern(q, k, v, o, params=p) == 1))
+    p = kern.params(q, k, v, o)
+    p.d_qk += 8
+    results.append(("head dim", kern(q, k, v, o, params=p) == 2))
+    p = kern.params(q, k, v, o)
+    p.heads_kv = 3
+    results.append(("heads_q % heads_kv", kern(q, k, v, o, params=p) == 2))
+    p = kern.params(q, k, v, o)
+    p.q = p.q + 2
+    results.append(("misaligned q", kern(q, k, v, o, params=p) == 3))
+    p = kern.params(q, k, v, o)
+    p.k_row_stride = p.k_row_stride + 1
+    results.append(("misaligned stride", kern(q, k, v, o, params=p) == 3))
+    return results
+
+
+CASES = [
+    # batch, heads_q, heads_kv, seqlen_q, seqlen_k, layout
+    (1, 1, 1, 128, 128, "bshd"),
+    (2, 4, 4, 200, 333, "bshd"),
+    (2, 8, 2, 77, 513, "bshd"),      # GQA, seqlen_q < seqlen_k
+    (1, 4, 1, 300, 100, "bshd"),     # MQA, seqlen_q > seqlen_k (causal: rows with no key)
+    (3, 2, 2, 1, 517, "bshd"),
+    (1, 2, 1, 517, 1, "bshd"),
+    (2, 4, 2, 1000, 1000, "bhsd"),   # BHSD strides
+    (1, 6, 3, 1024, 1024, "bshd"),
+    (1, 2, 2, 2047, 3001, "bshd"),
+    (4, 2, 1, 64, 64, "bhsd"),
+    (3, 16, 4, 1100, 1234, "bshd"),  # 400+ work tiles: a persistent block runs several
+    (2, 32, 8, 16, 1000, "bshd"),    # GQA, a short query chunk over a long cache (packed tiles: 4 heads)
+    (1, 16, 1, 3, 777, "bhsd"),      # MQA, 3 queries (packed: 16 heads, one tile row per (query, head))
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verbose", action="store_true", help="print each case before it runs (to find the one a crash comes from)")
+    args = ap.parse_args()
+    libs = sorted(glob.glob(os.path.join(args.out_dir, "*.so")))
+    libs = [p for p in libs if re.search(args.only, os.path.basename(p))]
+    if not libs:
+        print(f"no kernels in {args.out_dir}", file=sys.stderr)
+        return 1
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(args.seed)
+    failures = 0
+    rows = []
+    for path in libs:
+        name = os.path.basename(path)[:-3]
+        try:
+            kern = Kernel(path)
+        except OSError as e:
+            rows.append((name, "load", False, str(e)))
+            failures += 1
+            continue
+        i = kern.info
+        desc = f"{i['arch']} {i['dtype']} d{i['d_qk']}/{i['d_v']} {i['mask']}{' lse' if i['lse'] else ''}"
+        if name.startswith("neg_"):
+            wrong = 0
+            for case in CASES:
+                if args.verbose:
+                    print(f"  {name} {case}", flush=True)
+                ok, msg, _ = run_case(kern, case, gen)
+                wrong += 0 if ok else 1
+            ok = wrong > 0
+            rows.append((name, "broken TL -> wrong kernel", ok, f"{wrong}/{len(CASES)} cases wrong"))
+            failures += 0 if ok else 1
+            print(f"{name}: {desc} (from broken TL)", flush=True)
+            continue
+        for case in CASES:
+            if args.verbose:
+                print(f"  {name} {case}", flush=True)
+            ok, msg, _ = run_case(kern, case, gen)
+            b, hq, hkv, sq, sk, layout = case
+            rows.append((name, f"b{b} h{hq}/{hkv} s{sq}/{sk} {layout}", ok, msg))
+            failures += 0 if ok else 1
+        for what, ok in abi_checks(kern):
+            rows.append((name, f"abi: {what}", ok, ""))
+            failures += 0 if ok else 1
+        print(f"{name}: {desc}", flush=True)
+    w = max(len(r[0]) for r in rows)
+    print(f"\n{'kernel':<{w}}  {'case':<32} {'ok':<4} detail")
+    for name, case, ok, msg in rows:
+        print(f"{name:<{w}}  {case:<32} {'PASS' if ok else 'FAIL':<4} {msg}")
+    print(f"\n{len(rows) - failures}/{len(rows)} passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+// The pipeline as a library function (src/pipeline/generate.h) and the process runner it uses for
+// the GPU step (src/support/process.h):
+//  - run_process passes argv verbatim (no shell), adds environment variables, captures output,
+//    closes stdin, reports exit statuses and programs that cannot start;
+//  - the GPU step's modules live in the Python package (support::python_dir()), not in tests/;
+//  - generate() runs the stages in order and writes the artifacts folder, kernel.kir included; a
+//    failing stage writes nothing; without a CUDA toolchain it writes the sources and says so.
+// There is no GPU here: the GPU step itself runs in tests/gpu (kir_suite.sh, device_suite.sh).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pipeline/generate.h"
+#include "spec/spec.h"
+#include "support/io.h"
+#include "support/process.h"
+
+namespace qattn {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(RunProcess, ArgumentsReachTheProgramVerbatim) {
+  const std::vector<std::string> args = {"a b", "; rm -rf /tmp/qattn-never", "q'uote", "$HOME", "`id`", ""};
+  std::vector<std::string> argv = {"/bin/sh", "-c", "for a in \"$@\"; do printf '<%s>' \"$a\"; done", "sh"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto r = support::run_process(argv, {}, true);
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "<a b><; rm -rf /tmp/qattn-never><q'uote><$HOME><`id`><>");
+}
+
+TEST(RunProcess, EnvironmentStatusStdinAndFailures) {
+  auto r = support::run_process({"/bin/sh", "-c", "printf %s \"$QATTN_TEST_VAR\"; exit 3"}, {{"QATTN_TEST_VAR", "x y"}}, true);
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.output, "x y");
+  EXPECT_EQ(r.status, 3);
+  r = support::run_process({"cat"}, {}, true);  // stdin is /dev/null: returns at once
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "");
+  r = support::run_process({"/nonexistent/qattn-no-such-program"}, {}, true);
+  EXPECT_FALSE(r.started);
+  EXPECT_NE(r.error.find("cannot start"), std::string::npos) << r.error;
+  r = support::run_process({}, {}, true);
+  EXPECT_FALSE(r.started);
+  r = support::run_process({"/bin/sh", "-c", "head -c 5000 /dev/zero"}, {}, true, 100);
+  EXPECT_EQ(r.output.size(), 100u);  // bounded
+}
+
+TEST(Pipeline, TheGpuStepRunsThePackageNotTests) {
+  const fs::path py = support::python_dir();
+  EXPECT_TRUE(fs::exists(py / "qattn" / "verify.py")) << py;
+  EXPECT_TRUE(fs::exists(py / "qattn" / "timing.py")) << py;
+  const auto [name, value] = support::python_path_env();
+  EXPECT_EQ(name, "PYTHONPATH");
+  EXPECT_EQ(value.substr(0, py.string().size()), py.string());
+  // the shipped sources never name tests/ as something to run
+  for (const char* f : {"src/pipeline/generate.cc", "src/llm/verify_cuda.cc", "src/cli/cli_generate.cc"}) {
+    std::ifstream in(support::source_dir() / f);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(text.empty()) << f;
+    EXPECT_EQ(text.find("\"tests\""), std::string::npos) << f;
+    EXPECT_EQ(text.find("tests/gpu"), std::string::npos) << f;
+  }
+}
+
+class PipelineRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = fs::temp_directory_path() / ("qattn-pipeline-test-" + std::to_string(rd()));
+    fs::create_directories(dir_);
+    // no CUDA toolchain: the pipeline stops after writing the sources (fast, and the same on every machine)
+    old_nvcc_ = std::getenv("QATTN_NVCC") ? std::getenv("QATTN_NVCC") : "";
+    setenv("QATTN_NVCC", (dir_ / "no-nvcc-here").c_str(), 1);
+  }
+  void TearDown() override {
+    if (old_nvcc_.empty()) unsetenv("QATTN_NVCC");
+    else setenv("QATTN_NVCC", old_nvcc_.c_str(), 1);
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::optional<pipeline::Result> run(spec::AttentionSpec s, const std::string& out, support::DiagSink& d) {
+    pipeline::Options o;
+    o.out = dir_ / out;
+    o.use_gpu = false;
+    o.progress = [this](const std::string& line) { lines_.push_back(line); };
+    return pipeline::generate(s, o, d);
+  }
+  fs::path dir_;
+  std::string old_nvcc_;
+  std::vector<std::string> lines_;
+};
+
+TEST_F(PipelineRun, StagesInOrderAndTheSourcesWithoutAToolchain) {
+  const spec::AttentionSpec* p = spec::find_preset("llama3-8b");
+  ASSERT_NE(p, nullptr);
+  spec::AttentionSpec s = *p;
+  s.gpu = "a100";
+  support::DiagSink d;
+  const auto r = run(s, "out", d);
+  ASSERT_TRUE(r.has_value()) << d.render();
+  EXPECT_FALSE(r->built);
+  EXPECT_EQ(r->stopped, "no CUDA toolchain");
+  EXPECT_EQ(r->reached, pipeline::Reached::Written);
+  for (const char* f : {"spec.json", "sketch.tl", "code.tl", "plan.md", "kernel.cu", "kernel.kir"}) {
+    EXPECT_TRUE(fs::exists(dir_ / "out" / f)) << f;
+    EXPECT_NE(std::find(r->files.begin(), r->files.end(), f), r->files.end()) << f;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "libqattn_kernel.so"));
+  std::ifstream kir(dir_ / "out" / "kernel.kir");
+  std::string first;
+  std::getline(kir, first);
+  EXPECT_EQ(first.rfind("# kernel IR", 0), 0u) << first;
+  // the stages, in order
+  std::vector<std::string> want = {"[1/4] plan:", "TL interpreted: PASS", "[2/4] translate TL code -> kernel IR", "[3/4] build",
+                                   "stopped before compiling"};
+  size_t at = 0;
+  for (const auto& l : lines_)
+    if (at < want.size() && l.find(want[at]) != std::string::npos) ++at;
+  EXPECT_EQ(at, want.size()) << "missing or out of order: " << (at < want.size() ? want[at] : "");
+}
+
+TEST_F(PipelineRun, AFailingStageWritesNothing) {
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  s.gpu = "no-such-gpu";
+  support::DiagSink d;
+  EXPECT_FALSE(run(s, "bad", d).has_value());
+  EXPECT_TRUE(d.has_errors());
+  EXPECT_FALSE(fs::exists(dir_ / "bad"));
+  // an unknown mode is refused before anything runs
+  pipeline::Options o;
+  o.mode = "sometimes";
+  o.out = dir_ / "bad2";
+  support::DiagSink d2;
+  s.gpu = "a100";
+  EXPECT_FALSE(pipeline::generate(s, o, d2).has_value());
+  EXPECT_TRUE(d2.has_errors());
+  EXPECT_FALSE(fs::exists(dir_ / "bad2"));
+}
+
+}  // namespace
+}  // namespace qattn
