@@ -11,22 +11,12 @@
 #include <cutlass/numeric_conversion.h>
 
 #include "qattn/layout.cuh"
+#include "qattn/ops.cuh"
 
 namespace qattn {
 using namespace cute;
 
-// ---- scalar functors (TL semantics) ---------------------------------------------------------------
-namespace op {
-struct Add { __device__ __forceinline__ float operator()(float a, float b) const { return (a == -INFINITY || b == -INFINITY) ? -INFINITY : a + b; } };
-struct Sub { __device__ __forceinline__ float operator()(float a, float b) const { return a == -INFINITY ? -INFINITY : a - b; } };
-struct Mul { __device__ __forceinline__ float operator()(float a, float b) const { return a * b; } };
-struct Div { __device__ __forceinline__ float operator()(float a, float b) const { return a / b; } };
-struct Max { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };
-struct Exp { __device__ __forceinline__ float operator()(float a) const { return __expf(a); } };
-struct Exp2 { __device__ __forceinline__ float operator()(float a) const { return exp2f(a); } };
-struct Log { __device__ __forceinline__ float operator()(float a) const { return __logf(a); } };
-struct Log2 { __device__ __forceinline__ float operator()(float a) const { return __log2f(a); } };
-}  // namespace op
+// ---- scalar functors (TL semantics): qattn::op, ops.cuh -------------------------------------------
 
 // ---- row vectors ----------------------------------------------------------------------------------
 // A row vector for the rows of accumulator `acc` (any N): (2 * MMA_M) values.

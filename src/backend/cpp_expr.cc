@@ -227,4 +227,13 @@ bool is_positive_scalar(const tl::Expr& e) {
 }
 
 
+const char* op_functor(const std::string& op) {
+  static const std::pair<const char*, const char*> table[] = {{"Add", "Add"},   {"Subtract", "Sub"}, {"Multiply", "Mul"},
+                                                              {"Divide", "Div"}, {"Max", "Max"},      {"Exp", "Exp"},
+                                                              {"Exp2", "Exp2"},  {"Log", "Log"},      {"Log2", "Log2"}};
+  for (const auto& [tl, fn] : table)
+    if (op == tl) return fn;
+  return nullptr;
+}
+
 }  // namespace qattn::backend

@@ -29,6 +29,10 @@ struct CppNames {
   std::string decl_expr(const tl::Expr& e, DeclType& t) const;
 };
 
+// The device functor (device/qattn/ops.cuh, qattn::op::NAME) of an element-wise TL Compute: "Add",
+// "Sub", "Mul", "Div", "Max", "Exp", "Exp2", "Log", "Log2"; nullptr for any other op.
+const char* op_functor(const std::string& tl_op);
+
 // A product/quotient of positive literals and the positive builtins (softmax_scale, log2e, ln2):
 // a factor that commutes with a row max and with a mask's -inf.
 bool is_positive_scalar(const tl::Expr& e);

@@ -8,6 +8,23 @@
 #include "tl/printer.h"
 
 namespace qattn::backend::detail {
+
+void write_abi_exports(Writer& w, const std::string& info_json) {
+  w.line("}  // namespace qattn_generated");
+  w.line();
+  w.line("// ---- the C ABI (include/qattn/qattn.h) ----");
+  w.line("#pragma GCC visibility pop");
+  w.line("using namespace qattn_generated;");
+  w.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
+  w.line("extern \"C\" {");
+  w.line();
+  w.line("QATTN_EXPORT const char* qattn_last_error(void) { return qattn::host::error_buffer(); }");
+  w.line();
+  w.line("QATTN_EXPORT const char* qattn_kernel_info(void) {");
+  w.line("  return R\"json(" + info_json + ")json\";");
+  w.line("}");
+  w.line();
+}
 // The TL header as C++ constants (Kernel, Dim, Const), shared by every architecture's preamble.
 void Lowering::emit_tl_header(Writer& w) {
   w.line("// ---- the TL header: problem dims and tile parameters ----");
@@ -91,20 +108,7 @@ void Lowering::emit_preamble(Writer& w, const kir::Kernel& k) {
 }
 
 void Lowering::emit_abi(Writer& w, const std::string& info_json) {
-  w.line("}  // namespace qattn_generated");
-  w.line();
-  w.line("// ---- the C ABI (include/qattn/qattn.h) ----");
-  w.line("#pragma GCC visibility pop");
-  w.line("using namespace qattn_generated;");
-  w.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
-  w.line("extern \"C\" {");
-  w.line();
-  w.line("QATTN_EXPORT const char* qattn_last_error(void) { return qattn::host::error_buffer(); }");
-  w.line();
-  w.line("QATTN_EXPORT const char* qattn_kernel_info(void) {");
-  w.line("  return R\"json(" + info_json + ")json\";");
-  w.line("}");
-  w.line();
+  write_abi_exports(w, info_json);
   w.open("QATTN_EXPORT int qattn_fwd(const qattn_fwd_params* params, void* stream) {");
   unsigned aux_needed = 0;
   for (const auto& n : aux_order_) aux_needed |= 1u << aux_.at(n).slot;

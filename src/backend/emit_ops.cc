@@ -12,19 +12,6 @@
 namespace qattn::backend::detail {
 namespace {
 
-std::string op_functor(const std::string& op) {
-  if (op == "Add") return "qattn::op::Add";
-  if (op == "Subtract") return "qattn::op::Sub";
-  if (op == "Multiply") return "qattn::op::Mul";
-  if (op == "Divide") return "qattn::op::Div";
-  if (op == "Max") return "qattn::op::Max";
-  if (op == "Exp") return "qattn::op::Exp";
-  if (op == "Exp2") return "qattn::op::Exp2";
-  if (op == "Log") return "qattn::op::Log";
-  if (op == "Log2") return "qattn::op::Log2";
-  return "";
-}
-
 std::string with_scale(const RegTensor& t) { return t.pending_scale.empty() ? "" : ", " + t.pending_scale; }
 
 }  // namespace
@@ -90,7 +77,8 @@ void Lowering::emit_compute(Writer& w, const tl::Stmt& s) {
     return unsupported("its first operand is not a register tile or row vector in this kernel");
   }
   RegTensor& x = *xp;
-  const std::string fn = op_functor(c.op);
+  const char* base = op_functor(c.op);
+  const std::string fn = base ? std::string("qattn::op::") + base : "";
   const tl::DType dt = c.target_dtype.value_or(tl::DType::F32);
 
   if (c.op == "Add" || c.op == "Subtract" || c.op == "Multiply" || c.op == "Divide" || c.op == "Max") {

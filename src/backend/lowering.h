@@ -101,6 +101,10 @@ struct SkipTile {
   std::string row, col, cols;
 };
 
+// The C ABI's opening of a generated .cu (every family): closes the kernel's namespace, opens
+// extern "C", qattn_last_error and qattn_kernel_info (returning `info_json`); qattn_fwd follows.
+void write_abi_exports(Writer& w, const std::string& info_json);
+
 // A TL statement as the kernel IR names it: its line and its one-line printed form.
 kir::TlRef tl_ref(const tl::Stmt& s);
 kir::MaskKind mask_kind(tl::MaskSpec::Kind k);

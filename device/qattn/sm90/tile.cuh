@@ -20,17 +20,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "qattn/ops.cuh"
 #include "qattn/sm90/wgmma.cuh"
 
 namespace qattn::sm90 {
 
-// ---- TL scalar semantics (the same rules as the mma.sync runtime's op:: functors) ----------------
+// ---- TL scalar semantics: the mma.sync runtime's functors (qattn::op, ops.cuh), plus ----------------
 namespace op {
-struct Add { __device__ __forceinline__ float operator()(float a, float b) const { return (a == -INFINITY || b == -INFINITY) ? -INFINITY : a + b; } };
-struct Sub { __device__ __forceinline__ float operator()(float a, float b) const { return a == -INFINITY ? -INFINITY : a - b; } };
-struct Mul { __device__ __forceinline__ float operator()(float a, float b) const { return a * b; } };
-struct Div { __device__ __forceinline__ float operator()(float a, float b) const { return a / b; } };
-struct Max { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+using namespace qattn::op;
 // The same operations where the lowering has proved a fact about the operands (no guard needed):
 // AddNonNeg: neither operand can be -inf (both are >= 0: sums of exponentials, a rescale of them).
 // SubMax: b is an upper bound of a (b = max(a, ...)): a - b, where b = -inf implies a = -inf.
@@ -38,10 +35,6 @@ struct AddNonNeg { __device__ __forceinline__ float operator()(float a, float b)
 struct SubMax { __device__ __forceinline__ float operator()(float a, float b) const { return a - (b == -INFINITY ? 0.f : b); } };
 // MaxOfUpper: max(a, b) where b is an upper bound of a, i.e. b.
 struct MaxOfUpper { __device__ __forceinline__ float operator()(float, float b) const { return b; } };
-struct Exp { __device__ __forceinline__ float operator()(float a) const { return __expf(a); } };
-struct Exp2 { __device__ __forceinline__ float operator()(float a) const { return exp2f(a); } };
-struct Log { __device__ __forceinline__ float operator()(float a) const { return __logf(a); } };
-struct Log2 { __device__ __forceinline__ float operator()(float a) const { return __log2f(a); } };
 }  // namespace op
 
 // Row (0 or 1: r or r + 8) of accumulator register e.

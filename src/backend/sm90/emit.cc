@@ -537,20 +537,7 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
 
 void Emitter::abi(const std::string& info_json) {
   const kir::Scope& sc = k_.scope;
-  w_.line("}  // namespace qattn_generated");
-  w_.line();
-  w_.line("// ---- the C ABI (include/qattn/qattn.h) ----");
-  w_.line("#pragma GCC visibility pop");
-  w_.line("using namespace qattn_generated;");
-  w_.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
-  w_.line("extern \"C\" {");
-  w_.line();
-  w_.line("QATTN_EXPORT const char* qattn_last_error(void) { return qattn::host::error_buffer(); }");
-  w_.line();
-  w_.line("QATTN_EXPORT const char* qattn_kernel_info(void) {");
-  w_.line("  return R\"json(" + info_json + ")json\";");
-  w_.line("}");
-  w_.line();
+  detail::write_abi_exports(w_, info_json);
   w_.open("QATTN_EXPORT int qattn_fwd(const qattn_fwd_params* params, void* stream) {");
   unsigned aux = 0;
   for (const auto& a : sc.aux) aux |= 1u << a.slot;

@@ -20,19 +20,6 @@ namespace {
 
 bool is_name(const tl::Operand& o) { return o.expr.kind == tl::Expr::Kind::Name; }
 
-const char* functor(const std::string& op) {
-  if (op == "Add") return "Add";
-  if (op == "Subtract") return "Sub";
-  if (op == "Multiply") return "Mul";
-  if (op == "Divide") return "Div";
-  if (op == "Max") return "Max";
-  if (op == "Exp") return "Exp";
-  if (op == "Exp2") return "Exp2";
-  if (op == "Log") return "Log";
-  if (op == "Log2") return "Log2";
-  return nullptr;
-}
-
 std::string mul(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   if (b.empty()) return a;
@@ -387,7 +374,7 @@ bool Lower::lower_compute(const tl::Stmt& s, BodyStmt& out) {
     if (ra->kind == kir::RegKind::Rows && !whole(a, in_loop, s, out)) return false;
     define(target, ra->kind, ra->cols, tl::DType::F32, s);
     op.kind = kir::Op::Kind::Map;
-    op.op = functor(c.op);
+    op.op = op_functor(c.op);
     op.xscale_cpp = target == a ? take_pending(a) : (pending_.count(a) ? pending_[a] : "");
     return finish(op);
   }
@@ -417,7 +404,7 @@ bool Lower::lower_compute(const tl::Stmt& s, BodyStmt& out) {
     op.xscale_cpp = pending_.count(a) ? pending_[a] : "";
     return finish(op);
   }
-  const char* fn = functor(c.op);
+  const char* fn = op_functor(c.op);
   if (!fn || c.operands.size() != 2) return error("XL0301", s.loc, "`Compute " + c.op + "` is not lowered on sm90", "");
   op.op = fn;
   std::string b = opname(1);

@@ -174,18 +174,10 @@ void fold_first(std::vector<kir::Op>& ops, std::map<std::string, float> known, c
     auto is = [&](const std::string& x, float v) { return known.count(x) && known.at(x) == v; };
     const bool max_like = o.kind == K::Ew && (o.op == "Max" || o.op == "MaxOfUpper");
     const bool add_like = o.kind == K::Ew && (o.op == "Add" || o.op == "AddNonNeg") && o.xscale_cpp.empty();
-    if (max_like && is(o.a, ninf) && !known.count(o.b)) {
-      note(o, "first key tile: " + o.a + " = -inf, so the max is " + o.b);
-      kir::Op c = o;
-      c.kind = K::Copy;
-      c.a = o.b;
-      out.push_back(c);
-      known.erase(o.result);
-      unreal.erase(o.result);
-      continue;
-    }
-    if (add_like && is(o.a, 0.f) && !known.count(o.b)) {
-      note(o, "first key tile: " + o.a + " = 0, so the sum is " + o.b);
+    // max(-inf, b) and 0 + b: the result is a copy of b
+    const bool to_copy = (max_like && is(o.a, ninf)) || (add_like && is(o.a, 0.f));
+    if (to_copy && !known.count(o.b)) {
+      note(o, "first key tile: " + o.a + (max_like ? " = -inf, so the max is " : " = 0, so the sum is ") + o.b);
       kir::Op c = o;
       c.kind = K::Copy;
       c.a = o.b;
