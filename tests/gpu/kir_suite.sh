@@ -1,43 +1,59 @@
 #!/usr/bin/env bash
-# Issue 17 (the kernel IR and the composing sm90 emitter) on a lent H100/H200, in two parts that
-# each fit one device command:
-#   part 1  build the sm90 kernels of tests/gpu/build_kernels.sh with the new translator (BIN_DIR)
-#           and the planner kernels with the previous one (OLD_DIR/bin + OLD_DIR/device: the parent
-#           commit's qattn, qattn_translate and device runtime) as old_*.so; numerics of the new ones
-#           and of the TL-edit kernels (tests/gpu/verify.py; neg_* must fail); the 84-row sweep with
-#           qattn (new) and qattn_old in one process with cuDNN and FA2 (bench/bench_sm90.py)
+# Issue 17 (the kernel IR and the composing sm90 emitter) on a lent H100/H200, in parts that each
+# fit one device command:
+#   part 1  build every kernel of tests/gpu/build_kernels.sh with the new translator (BIN_DIR: the
+#           sm90 kernels, the TL-edit kernels and the mma.sync ones, whose IR-driven shared-memory
+#           plan and ABI checks are new too) and the planner kernels with the previous one
+#           (OLD_DIR/bin + OLD_DIR/device: the parent commit's qattn, qattn_translate and device
+#           runtime) as old_*.so; numerics of all new ones (tests/gpu/verify.py; neg_* must fail)
+#   sweep   the 84-row sweep with qattn (new) and qattn_old in one process with cuDNN and FA2
+#           (bench/bench_sm90.py); then `qattn generate` end to end on the GPU (the pipeline's GPU
+#           step: python -m qattn.verify and qattn.timing)
+#   (part 1 then sweep on one warm machine; `all` runs both)
 #   part 2  the TL-edit schedule variants timed against the shipped TL (bench_sm90.py --also);
 #           compute-sanitizer (memcheck, racecheck, synccheck) and 20 bit-identical repeats; the
 #           variant kernels (qattn generate) old and new, verified and timed against FlexAttention
-# Usage: tests/gpu/kir_suite.sh 1|2 OUT_DIR BIN_DIR OLD_DIR
+# Usage: tests/gpu/kir_suite.sh 1|sweep|all|2 OUT_DIR BIN_DIR OLD_DIR [PREBUILT_DIR]
+# PREBUILT_DIR: kernels built elsewhere with the same translator, copied in before the numerics (the
+# mma.sync set builds on any machine with nvcc: build_kernels.sh DIR --run-sm 90 --only
+# '^(sm80|sm75|sm89|neg_sm80)'), so the GPU's time goes to the sm90 builds.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-PART=$1; OUT=$2; BIN=$3; OLD=$4
+PART=$1; OUT=$2; BIN=$3; OLD=$4; PREBUILT=${5:-}
 mkdir -p "$OUT"
 export QATTN_HOME=$ROOT PYTHONUNBUFFERED=1
 CUT=$ROOT/.cutlass/include
 K=$ROOT/out/kir   # kept between the two parts while the machine stays warm (git-ignored)
 status=0
-if [ "$PART" = 1 ]; then
+if [ "$PART" = 1 ] || [ "$PART" = all ]; then
   rm -rf "$K" "$K.old"
-  echo "== 1. build: new translator, and the parent commit's for the old kernels == ($SECONDS s)"
-  bash "$ROOT/tests/gpu/build_kernels.sh" "$K" --run-sm 90 --bin "$BIN" --cutlass "$CUT" -j 12 \
-    --only '^(sm90|neg_sm90)' > "$OUT/build_new.txt" 2>&1 || status=1 &
+  echo "== 1. build: new translator (every kernel), and the parent commit's for the old kernels == ($SECONDS s)"
+  only='^(sm|neg_)'; [ -n "$PREBUILT" ] && only='^(sm90|neg_sm90)'
+  bash "$ROOT/tests/gpu/build_kernels.sh" "$K" --run-sm 90 --bin "$BIN" --cutlass "$CUT" -j 12 --only "$only" > "$OUT/build_new.txt" 2>&1 || status=1 &
   bash "$ROOT/tests/gpu/build_kernels.sh" "$K.old" --run-sm 90 --bin "$OLD/bin" --device "$OLD/device" --cutlass "$CUT" -j 6 \
     --only '^sm90_(d64|d128|d256|mla)_(causal|none)(_lse)?$' > "$OUT/build_old.txt" 2>&1 || status=1 &
   wait
   for f in "$K.old"/*.so; do cp "$f" "$K/old_$(basename "$f")"; done
+  if [ -n "$PREBUILT" ]; then cp "$PREBUILT"/*.so "$PREBUILT"/*.tl "$K"/ && cat "$PREBUILT/ptxas.txt" >> "$K/ptxas.txt"; fi
   cp "$K/ptxas.txt" "$OUT/ptxas_new.txt"; cp "$K.old/ptxas.txt" "$OUT/ptxas_old.txt"
   grep -v ": ok" "$OUT/build_new.txt" "$OUT/build_old.txt" | head -20
   grep -l "C75[0-9][0-9]" "$K"/*.log 2>/dev/null | sed 's/^/ptxas serialised wgmma: /'
-  echo "== 2. numerics (new kernels, TL edits; neg_* must fail) == ($SECONDS s)"
-  python3 "$ROOT/tests/gpu/verify.py" "$K" --only '^(sm90|neg_sm90)' > "$OUT/verify.txt" 2>&1 || status=1
+  echo "== 2. numerics (every new kernel, TL edits, mma.sync; neg_* must fail) == ($SECONDS s)"
+  python3 "$ROOT/tests/gpu/verify.py" "$K" --only '^(sm|neg_)' > "$OUT/verify.txt" 2>&1 || status=1
   grep -E "FAIL|passed" "$OUT/verify.txt" | tail -12
+  echo "part 1 done in $SECONDS s"
+  [ "$PART" = 1 ] && exit $status
+fi
+if [ "$PART" = sweep ] || [ "$PART" = all ]; then
   echo "== 3. the sweep: new emitter (qattn) vs the parent's kernels (qattn_old), cuDNN, FA2 == ($SECONDS s)"
   python3 "$ROOT/bench/bench_sm90.py" "$K" --out "$OUT" --also 'old=^old_sm90_(d\d+|mla)_(causal|none)(_lse)?\.so$' \
     > "$OUT/bench_sweep.log" 2>&1 || status=1
   tail -7 "$OUT/bench_sweep.log"
-  echo "part 1 done in $SECONDS s"
+  echo "== 4. qattn generate end to end on this GPU (the pipeline's GPU step) == ($SECONDS s)"
+  QATTN_CUTLASS_INCLUDE=$CUT QATTN_CACHE_DIR=/tmp/qattn_e2e_cache "$BIN/qattn" generate --preset llama3-8b --gpu h100 \
+    --out /tmp/qattn_e2e > "$OUT/generate_e2e.log" 2>&1 || status=1
+  tail -12 "$OUT/generate_e2e.log"
+  echo "sweep done in $SECONDS s"
   exit $status
 fi
 
