@@ -36,7 +36,7 @@ constexpr bool kDeferStoreWait = true;  // O has its own tile: a store is waited
 constexpr int kSmemQ = 0;  // TL 19: (128, 128)
 constexpr int kSmemK = 32768;  // TL 20: (128, 128) x 2 stages
 constexpr int kSmemV = 98304;  // TL 21: (128, 128) x 2 stages
-constexpr int kSmemO = 163840;  // O staging (its own tile): (128, 128)
+constexpr int kSmemO = 163840;  // O staging: its own tile: (128, 128)
 constexpr int kBarQ = 196608;  // 2 mbarriers: full and empty per slot
 constexpr int kBarK = 196624;  // 4 mbarriers: full and empty per slot
 constexpr int kBarV = 196656;  // 4 mbarriers: full and empty per slot
@@ -47,7 +47,7 @@ constexpr int kSmemBytes = 197752;  // + 1024 bytes of alignment slack
 struct Scope {
   int m_block, head, b;  // TL 6: Grid
   int batch, heads_kv, heads_q, seqlen_k, seqlen_q;  // TL Dims bound at launch
-  int kv_head;  // TL Let
+  int kv_head;  // TL 8: Let kv_head = head / (heads_q / heads_kv)
   float softmax_scale;
   int sq_, sk_, wl_, wr_;  // the kernel's mask: seqlen_q, seqlen_k, window (left, right)
   __device__ Scope(const TileCoord& t, const Params& p) {
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_llama3_8b_sm90(const __
   Element* sK = reinterpret_cast<Element*>(smem + kSmemK);  // (128, 128) x 2 stages
   // TL 21: Allocate V in shared (BN, d) bf16 {stages: STAGES}
   Element* sV = reinterpret_cast<Element*>(smem + kSmemV);  // (128, 128) x 2 stages
-  Element* sO = reinterpret_cast<Element*>(smem + kSmemO);  // (128, 128): O staging (its own tile)
+  Element* sO = reinterpret_cast<Element*>(smem + kSmemO);  // (128, 128): O staging: its own tile
   const Ring<1, 16384> ringQ{reinterpret_cast<uint64_t*>(smem + kBarQ)};  // Q's slots and their mbarriers
   const Ring<2, 16384> ringK{reinterpret_cast<uint64_t*>(smem + kBarK)};  // K's slots and their mbarriers
   const Ring<2, 16384> ringV{reinterpret_cast<uint64_t*>(smem + kBarV)};  // V's slots and their mbarriers
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_llama3_8b_sm90(const __
       // TL 26: Copy Q (BM, d) in coordinate [m_block, 0] from global to shared {async}
       load_tile<128, 128>(ringQ, posQ, &p.tma_q, sQ, v.m_block * BM, v.head, v.b, leader);
       // TL 27: for j = 0: min(cdiv(seqlen_k, BN), cdiv((m_block + 1) * BM + seqlen_k - seqlen_q, BN)) {overlap}  (key tiles in descending order: the tiles a mask cuts come first)
-      const int j_lo = qattn::imax(0, 0), j_hi = qattn::imin(qattn::cdiv(v.seqlen_k, BN), qattn::cdiv((v.m_block + 1) * BM + v.seqlen_k - v.seqlen_q, BN));
+      const int j_lo = 0, j_hi = qattn::imin(qattn::cdiv(v.seqlen_k, BN), qattn::cdiv((v.m_block + 1) * BM + v.seqlen_k - v.seqlen_q, BN));
       for (int j = prev_tile(j_hi, j_lo, v); j >= j_lo; j = prev_tile(j, j_lo, v)) {
         // TL 28: Copy K (BN, d) in coordinate [j, 0] from global to shared {async}
         load_tile<128, 128>(ringK, posK, &p.tma_k, sK, j * BN, v.kv_head, v.b, leader);
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_llama3_8b_sm90(const __
     uint32_t tOrPc[32];  // Pc (64, 128) bf16 pairs: a wgmma A operand (TL 44)
     ringQ.wait(posQ);  // TL 29 {wait: Q}
     // TL 27: for j = 0: min(cdiv(seqlen_k, BN), cdiv((m_block + 1) * BM + seqlen_k - seqlen_q, BN)) {overlap}  (key tiles in descending order; stage 1, TL 47, 48, of a tile runs after the next tile's first GEMM)
-    const int j_lo = qattn::imax(0, 0), j_hi = qattn::imin(qattn::cdiv(v.seqlen_k, BN), qattn::cdiv((v.m_block + 1) * BM + v.seqlen_k - v.seqlen_q, BN));
+    const int j_lo = 0, j_hi = qattn::imin(qattn::cdiv(v.seqlen_k, BN), qattn::cdiv((v.m_block + 1) * BM + v.seqlen_k - v.seqlen_q, BN));
     int j = prev_tile(j_hi, j_lo, v);
     const bool any_kv = j >= j_lo;
     if (any_kv) {
@@ -168,13 +168,13 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_llama3_8b_sm90(const __
       PP::pass_turn(cw);
       // TL 30: Compute Multiply S, softmax_scale  (a positive factor: applied by the tile's consumers)
       gemm_wait<0>(tSrS);  // no GEMM in flight
-      ringK.release(posK, tid == 0);
+      ringK.release(posK, tid == 0);  // TL 29 {release: K}
       // TL 31: Compute Modify S at [m_block, j] with softcap
       v.modify_tile_softcap(tSrS, rows, j, scale_S);
       // TL 32: Compute Multiply S, log2e  (a positive factor: applied by the tile's consumers)
       // TL 33: Compute Mask S at [m_block, j] with causal
       v.mask_tile_causal(tSrS, rows, j);
-      for (int h = 0; h < 2; ++h) {  // TL 34-44 row by row: the thread's rows r and r + 8 are independent
+      for (int h = 0; h < 2; ++h) {  // TL 34-45 row by row: the thread's rows r and r + 8 are independent
         // TL 34: Compute RowMax S and get m_tile
         row_max<false>(Row{h}, tSrS, rm_tile, scale_S_2);
         // TL 35: Compute Max m, m_tile and get m_new
@@ -199,9 +199,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_llama3_8b_sm90(const __
         // (first key tile: O = 0 stays 0)
         // TL 44: Compute Convert P and get Pc bf16
         convert<kBf16>(Row{h}, tSrP, tOrPc);
+        // TL 45: Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)  (free: the wgmma accumulator layout is the register-A layout)
       }
-      // TL 45: Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)  (free: the wgmma accumulator layout is the register-A layout)
-      fill(ralpha, 0.f);
       for (j = prev_tile(j, j_lo, v); j >= j_lo; j = prev_tile(j, j_lo, v)) {
         // -- key tile j: stage 0 up to its first GEMM, stage 1 of the previous tile, the rest of stage 0
         // TL 29: Compute GEMM Q, K^T and get S {wait: Q, wait: K, release: K}
@@ -216,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_llama3_8b_sm90(const __
         ew<op::MaxOfUpper>(rm, rm_new, rm);
         // TL 30: Compute Multiply S, softmax_scale  (a positive factor: applied by the tile's consumers)
         gemm_wait<1>(tSrS);  // 1 newer GEMM still in flight
-        ringK.release(posK, tid == 0);
+        ringK.release(posK, tid == 0);  // TL 29 {release: K}
         // TL 31: Compute Modify S at [m_block, j] with softcap
         v.modify_tile_softcap(tSrS, rows, j, scale_S);
         // TL 32: Compute Multiply S, log2e  (a positive factor: applied by the tile's consumers)
@@ -243,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_llama3_8b_sm90(const __
           ew<op::AddNonNeg>(Row{h}, rl, rl_tile, rl);
         }
         gemm_wait<0>(tOrO, tOrPc);  // no GEMM in flight
-        ringV.release(posV, tid == 0);
+        ringV.release(posV, tid == 0);  // TL 47 {release: V}
         for (int h = 0; h < 2; ++h) {  // TL 43-45 row by row: the thread's rows r and r + 8 are independent
           // TL 43: Compute Rescale O, alpha
           rescale(Row{h}, tOrO, ralpha);
@@ -264,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_llama3_8b_sm90(const __
       // TL 48: Compute Max m, m_new
       ew<op::MaxOfUpper>(rm, rm_new, rm);
       gemm_wait<0>(tOrO, tOrPc);  // no GEMM in flight
-      ringV.release(posV, tid == 0);
+      ringV.release(posV, tid == 0);  // TL 47 {release: V}
     }
     for (int h = 0; h < 2; ++h) {  // TL 50-50 row by row: the thread's rows r and r + 8 are independent
       // TL 50: Compute Normalize O, l
@@ -293,6 +292,10 @@ QATTN_EXPORT const char* qattn_kernel_info(void) {
 }
 
 QATTN_EXPORT int qattn_fwd(const qattn_fwd_params* params, void* stream) {
+  // TL 13: Allocate Q in global (seqlen_q, d) bf16 with offset [b, head]  (a tensor of qattn_fwd_params)
+  // TL 14: Allocate K in global (seqlen_k, d) bf16 with offset [b, kv_head]  (a tensor of qattn_fwd_params)
+  // TL 15: Allocate V in global (seqlen_k, d) bf16 with offset [b, kv_head]  (a tensor of qattn_fwd_params)
+  // TL 16: Allocate O in global (seqlen_q, d) bf16 with offset [b, head]  (a tensor of qattn_fwd_params)
   if (int st = qattn::host::check_fwd_params(params, 128, 128, 2, 2, false, 0u); st != QATTN_OK)
     return st;
   const qattn_fwd_params& p = *params;
