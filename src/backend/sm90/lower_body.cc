@@ -8,6 +8,7 @@
 //     share; quad_sum once, at its first other use after the loop)
 // Every statement the sm90 kernel cannot lower is an XL diagnostic naming it.
 #include <algorithm>
+#include <optional>
 
 #include "backend/sm90/lower.h"
 #include "hw/sm90_policy.h"
@@ -335,8 +336,10 @@ bool Lower::lower_compute(const tl::Stmt& s, BodyStmt& out) {
   if (c.op == "Mask" || c.op == "Modify") return lower_score_op(s, out);
   auto opname = [&](size_t i) { return i < c.operands.size() && is_name(c.operands[i]) ? c.operands[i].expr.name : std::string(); };
   const std::string a = opname(0);
-  kir::Reg* ra = a.empty() ? nullptr : reg(a);
-  if (!ra) return error("XL0301", s.loc, "`" + c.op + "` of something that is not a register tensor", "Computes work on register tensors");
+  if (a.empty() || !reg(a)) return error("XL0301", s.loc, "`" + c.op + "` of something that is not a register tensor", "Computes work on register tensors");
+  // copies: define() grows the register list and would leave pointers into it dangling
+  const kir::Reg a_reg = *reg(a);
+  const kir::Reg* ra = &a_reg;
   const bool get = c.result == tl::ComputeStmt::Result::Get;
   const bool acc = c.result == tl::ComputeStmt::Result::Accumulate;
   const std::string target = get || acc ? c.target : a;
@@ -408,7 +411,9 @@ bool Lower::lower_compute(const tl::Stmt& s, BodyStmt& out) {
   if (!fn || c.operands.size() != 2) return error("XL0301", s.loc, "`Compute " + c.op + "` is not lowered on sm90", "");
   op.op = fn;
   std::string b = opname(1);
-  kir::Reg* rb = b.empty() ? nullptr : reg(b);
+  std::optional<kir::Reg> b_reg;
+  if (!b.empty() && reg(b)) b_reg = *reg(b);
+  const kir::Reg* rb = b_reg ? &*b_reg : nullptr;
   if (!rb) b.clear();  // a scalar: a number, a builtin (ln2, softmax_scale), a Dim or Const
   if (acc) return error("XL0301", s.loc, "`and accumulate` on " + c.op, "");
   // A positive scalar Multiply of a computed tile waits for its consumers (pending).
