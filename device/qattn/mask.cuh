@@ -5,18 +5,19 @@
 //   causal           also k <= q + off   (bottom-right aligned)
 //   causal_top_left  also k <= q
 //   window(L, R)     also q + off - L <= k <= q + off + R
-// Query rows past seqlen_q are not masked (TL: computed, never stored).
+// Query rows past seqlen_q are not masked (TL: computed, never stored). MaskKind is the pipeline's
+// one mask vocabulary (include/qattn/kinds.h); the device takes Bounds, Causal, CausalTopLeft and
+// Window (a kernel without a mask uses Bounds; None would mean the same, Named never comes here).
 // On a tile that the mask leaves whole, masking is the identity: tile_needs_mask() says so from
 // the tile's corners (one uniform branch per tile), and apply_mask() skips such tiles.
 #pragma once
 #include <cute/tensor.hpp>
 
+#include "qattn/kinds.h"
 #include "qattn/layout.cuh"
 
 namespace qattn {
 using namespace cute;
-
-enum class MaskKind { Bounds, Causal, CausalTopLeft, Window };
 
 struct MaskArgs {
   int seqlen_q, seqlen_k;
@@ -25,6 +26,7 @@ struct MaskArgs {
 
 template <MaskKind K>
 __device__ __forceinline__ bool key_visible(int q, int k, MaskArgs const& a) {
+  static_assert(K != MaskKind::Named, "a Named mask is a TL declaration, not a device mask kind");
   const int off = a.seqlen_k - a.seqlen_q;
   bool ok = k >= 0 && k < a.seqlen_k;
   if constexpr (K == MaskKind::Causal) ok = ok && k <= q + off;

@@ -3,17 +3,6 @@
 
 namespace qattn::backend::kir {
 
-const char* to_string(MaskKind k) {
-  switch (k) {
-    case MaskKind::None: return "none";
-    case MaskKind::Bounds: return "bounds";
-    case MaskKind::Causal: return "causal";
-    case MaskKind::CausalTopLeft: return "causal_top_left";
-    case MaskKind::Window: return "window";
-  }
-  return "none";
-}
-
 void registers_of(const Op& op, std::set<std::string>& r, std::set<std::string>& w) {
   using K = Op::Kind;
   switch (op.kind) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "qattn/kinds.h"
 #include "tl/ast.h"
 
 namespace qattn::backend::kir {
@@ -55,9 +56,11 @@ struct Decl {  // a Score / Mask declaration as C++ (cpp_expr.h decl_expr)
   bool derived = false;                 // the clauses were derived by the front end
   TlRef tl;
 };
-// The kernel's mask (the `Compute Mask S ... with KIND` of the loop) in one vocabulary.
-enum class MaskKind { None, Bounds, Causal, CausalTopLeft, Window };
-const char* to_string(MaskKind k);  // "none", "bounds", "causal", "causal_top_left", "window"
+// The kernel's mask (the `Compute Mask S ... with KIND` of the loop) in the one vocabulary of
+// include/qattn/kinds.h: None, Bounds, Causal, CausalTopLeft or Window (a Named mask is in
+// Scope::named_masks, never a MaskKind here). to_string: "none", "bounds", "causal", ...
+using MaskKind = qattn::MaskKind;
+using qattn::to_string;
 struct Scope {
   std::vector<Name> grid;         // Grid variables, in axis order (m_block, head, b)
   std::vector<std::string> grid_extents_cpp;

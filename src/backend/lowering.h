@@ -107,7 +107,7 @@ void write_abi_exports(Writer& w, const std::string& info_json);
 
 // A TL statement as the kernel IR names it: its line and its one-line printed form.
 kir::TlRef tl_ref(const tl::Stmt& s);
-kir::MaskKind mask_kind(tl::MaskSpec::Kind k);
+kir::MaskKind mask_kind(tl::MaskSpec::Kind k);  // k itself, except Named (a declaration): None
 
 struct SharedBuf {
   std::string name;

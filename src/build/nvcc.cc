@@ -149,8 +149,12 @@ std::optional<BuildResult> build_library(const backend::Translation& t, const To
   std::string flags;
   for (const auto& f : t.nvcc_flags) flags += f + "\n";
   flags += "also_sm=" + std::to_string(opts.also_sm) + "\n";
-  r.key = support::sha256_hex(t.cuda_source + "\n--flags--\n" + flags + tc.nvcc_version + "\n" +
-                              runtime_digest(tc.include_dirs[1]) + "\n" + tc.include_dirs[0]);
+  // The device runtime and include/ (qattn.h, and kinds.h that the runtime's mask.cuh includes) are
+  // part of every kernel: include_dirs[1] and [2].
+  std::string headers;
+  for (size_t i = 1; i < tc.include_dirs.size(); ++i) headers += runtime_digest(tc.include_dirs[i]);
+  r.key = support::sha256_hex(t.cuda_source + "\n--flags--\n" + flags + tc.nvcc_version + "\n" + headers + "\n" +
+                              tc.include_dirs[0]);
   fs::path cache = opts.cache_dir.empty() ? default_cache_dir() : opts.cache_dir;
   r.entry = cache / r.key.substr(0, 2) / r.key;
   r.library = r.entry / "libqattn_kernel.so";

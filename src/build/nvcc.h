@@ -2,7 +2,7 @@
 // include/qattn/qattn.h, built by nvcc, with a content-addressed cache on by default.
 //
 // Cache: <cache>/<key[0:2]>/<key>/{kernel.cu, libqattn_kernel.so, build.log}, key = SHA-256 of the
-// source, the flags, the nvcc version and the device runtime headers. <cache> is $QATTN_CACHE_DIR,
+// source, the flags, the nvcc version and the headers it includes (device/ and include/). <cache> is $QATTN_CACHE_DIR,
 // else $XDG_CACHE_HOME/qattn, else ~/.cache/qattn. An entry appears atomically (built in a
 // temporary folder and renamed), so an interrupted build never leaves a half-written entry.
 // Diagnostics: BUILD0101 nvcc missing, BUILD0102 CUTLASS headers missing, BUILD0103 device

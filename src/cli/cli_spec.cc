@@ -140,8 +140,8 @@ int cmd_gpus(const std::string& name, bool json) {
     std::cout << std::left << std::setw(11) << g.name << std::setw(6) << g.arch << std::right << std::setw(5)
               << g.sm_count << std::setw(8) << kb(g.smem_per_sm) << std::setw(9) << kb(g.smem_per_block_optin)
               << std::setw(6) << g.l2_bytes / (1024 * 1024) << std::setw(7) << g.memory_bandwidth_gbps
-              << std::setw(6) << tflops(g, spec::DType::FP16) << std::setw(6) << tflops(g, spec::DType::BF16)
-              << std::setw(6) << tflops(g, spec::DType::FP8_E4M3) << "  " << features(g) << "\n";
+              << std::setw(6) << tflops(g, spec::DType::F16) << std::setw(6) << tflops(g, spec::DType::BF16)
+              << std::setw(6) << tflops(g, spec::DType::F8E4M3) << "  " << features(g) << "\n";
   }
   std::cout << "(tensor TFLOPS dense, fp32 accumulate; `qattn gpus NAME` shows one GPU in full)\n\n";
   std::string why;

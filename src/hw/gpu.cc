@@ -234,12 +234,12 @@ void check_gpu(TableReader& r, const GpuFacts& f, const std::string& p) {
   if (f.smem_per_block_default > f.smem_per_block_optin) bad("default smem per block exceeds the opt-in maximum");
   if (f.max_threads_per_block > f.max_threads_per_sm) bad("max threads per block exceeds max threads per SM");
   if (f.max_threads_per_sm % f.warp_size != 0) bad("max threads per SM is not a whole number of warps");
-  for (DType t : {DType::FP16, DType::BF16, DType::FP8_E4M3})
+  for (DType t : {DType::F16, DType::BF16, DType::F8E4M3})
     if (f.mma.count(t) != f.tensor_tflops.count(t))
       bad(std::string("mma and tensor_tflops disagree on ") + spec::to_string(t));
   if (f.features.bf16 != f.supports(DType::BF16)) bad("feature bf16 disagrees with the bf16 mma list");
-  if (f.features.fp8 != f.supports(DType::FP8_E4M3)) bad("feature fp8 disagrees with the fp8 mma list");
-  if (!f.supports(DType::FP16)) bad("every supported GPU has an fp16 tensor-core path");
+  if (f.features.fp8 != f.supports(DType::F8E4M3)) bad("feature fp8 disagrees with the fp8 mma list");
+  if (!f.supports(DType::F16)) bad("every supported GPU has an fp16 tensor-core path");
   bool any_wgmma = false;
   for (const auto& [t, v] : f.mma)
     for (const auto& m : v) any_wgmma |= m.kind == "wgmma";

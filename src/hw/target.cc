@@ -41,9 +41,9 @@ bool validate_for_gpu(const spec::AttentionSpec& s, const GpuFacts& gpu, DiagSin
     if (s.dtype == DType::BF16) {
       diags.error("SPEC0230", loc, on + "; available on " + gpu.name + ": " + gpu.dtypes_supported(),
                   "use \"dtype\": \"fp16\" (--dtype fp16), or target a GPU with bf16: " + gpus_with(DType::BF16));
-    } else if (s.dtype == DType::FP8_E4M3) {
+    } else if (s.dtype == DType::F8E4M3) {
       diags.error("SPEC0231", loc,
-                  on + "; use " + gpu.dtypes_supported() + " or target " + gpus_with(DType::FP8_E4M3),
+                  on + "; use " + gpu.dtypes_supported() + " or target " + gpus_with(DType::F8E4M3),
                   "set \"dtype\" to " + spec::join(dtypes_of(gpu), " or ") +
                       " (--dtype), or \"gpu\" to an sm89/sm90 GPU (--gpu l40s, --gpu h100)");
     } else {

@@ -28,24 +28,13 @@ Problem make_problem(const spec::AttentionSpec& s) {
   p.heads_kv = s.heads_kv;
   p.d_qk = s.head_dim_qk;
   p.d_v = s.head_dim_v;
-  switch (s.dtype) {
-    case spec::DType::FP16: p.dtype = p.out_dtype = tl::DType::F16; break;
-    case spec::DType::BF16: p.dtype = p.out_dtype = tl::DType::BF16; break;
-    case spec::DType::FP8_E4M3:
-      p.dtype = tl::DType::F8E4M3;
-      p.out_dtype = tl::DType::BF16;  // FlashAttention-3 convention: fp8 in, bf16 out
-      break;
-  }
-  switch (s.mask.kind) {
-    case spec::Mask::Kind::None: p.mask = tl::MaskSpec::Kind::None; break;
-    case spec::Mask::Kind::Causal:
-      p.mask = s.mask.align == spec::Mask::Align::TopLeft ? tl::MaskSpec::Kind::CausalTopLeft : tl::MaskSpec::Kind::Causal;
-      break;
-    case spec::Mask::Kind::Window:
-      p.mask = tl::MaskSpec::Kind::Window;
-      p.window_left = s.mask.window_left;
-      p.window_right = s.mask.window_right;
-      break;
+  // The spec's dtype (fp16, bf16 or fp8_e4m3) and mask kind are the TL's (include/qattn/kinds.h).
+  p.dtype = p.out_dtype = s.dtype;
+  if (s.dtype == tl::DType::F8E4M3) p.out_dtype = tl::DType::BF16;  // FlashAttention-3 convention: fp8 in, bf16 out
+  p.mask = s.mask.kind;
+  if (s.mask.kind == tl::MaskSpec::Kind::Window) {
+    p.window_left = s.mask.window_left;
+    p.window_right = s.mask.window_right;
   }
   p.return_lse = s.return_lse;
   p.variants = s.variants;

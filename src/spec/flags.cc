@@ -73,8 +73,7 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
   };
   bool window_set = false;
   bool prefix_lm_set = false;
-  std::optional<Mask::Kind> mask_kind;
-  std::optional<Mask::Align> mask_align;
+  std::optional<MaskKind> mask_kind;
   for (const auto& [raw, value] : flags) {
     std::string flag = strip_dashes(raw);
     std::string key = name_key(flag);
@@ -85,10 +84,10 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
       else bad(flag, value, "fp16, bf16 or fp8_e4m3");
     } else if (key == "mask") {
       std::string k = name_key(value);
-      if (k == "none") mask_kind = Mask::Kind::None;
-      else if (k == "causal" || k == "causalbottomright") mask_kind = Mask::Kind::Causal, mask_align = Mask::Align::BottomRight;
-      else if (k == "causaltopleft" || k == "topleft") mask_kind = Mask::Kind::Causal, mask_align = Mask::Align::TopLeft;
-      else if (k == "window" || k == "local") mask_kind = Mask::Kind::Window;
+      if (k == "none") mask_kind = MaskKind::None;
+      else if (k == "causal" || k == "causalbottomright") mask_kind = MaskKind::Causal;
+      else if (k == "causaltopleft" || k == "topleft") mask_kind = MaskKind::CausalTopLeft;
+      else if (k == "window" || k == "local") mask_kind = MaskKind::Window;
       else bad(flag, value, "none, causal, causal_top_left or window (with --window L,R)");
     } else if (key == "window") {
       auto v = parse_int_pair(value);
@@ -187,24 +186,25 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
                       join(kFlags, ", --"));
     }
   }
-  if (window_set) s.mask.kind = Mask::Kind::Window, s.mask.align = Mask::Align::BottomRight;
+  if (window_set) s.mask.kind = MaskKind::Window;
   if (mask_kind) {
-    if (*mask_kind == Mask::Kind::Window && !window_set && s.mask.kind != Mask::Kind::Window) {
+    if (*mask_kind == MaskKind::Window && !window_set && s.mask.kind != MaskKind::Window) {
       diags.error("SPEC0120", SrcLoc{}, "--mask window needs the window sizes", "add --window LEFT,RIGHT, e.g. --window 4096,0");
-    } else if (*mask_kind != Mask::Kind::Window && window_set) {
-      diags.error("SPEC0120", SrcLoc{}, std::string("--window conflicts with --mask ") + to_string(*mask_kind),
+    } else if (*mask_kind != MaskKind::Window && window_set) {
+      // Named by its kind as the JSON writes it: "causal" for either alignment.
+      const MaskKind named = *mask_kind == MaskKind::CausalTopLeft ? MaskKind::Causal : *mask_kind;
+      diags.error("SPEC0120", SrcLoc{}, std::string("--window conflicts with --mask ") + to_string(named),
                   "drop --mask (a --window implies the window mask)");
     } else {
       s.mask.kind = *mask_kind;
-      if (mask_align) s.mask.align = *mask_align;
-      if (s.mask.kind != Mask::Kind::Window) s.mask.window_left = s.mask.window_right = 0;
-      if (s.mask.kind != Mask::Kind::Causal) s.mask.align = Mask::Align::BottomRight;
+      if (s.mask.kind != MaskKind::Window) s.mask.window_left = s.mask.window_right = 0;
     }
   }
   // Prefix-LM replaces a causal mask (it is causal outside the prefix): `--preset llama3-8b
   // --prefix-lm 64` means what it says. An explicit --mask or --window is kept (validate() reports
   // the conflict).
-  if (prefix_lm_set && !mask_kind && !window_set && s.mask.kind == Mask::Kind::Causal) s.mask = Mask{};
+  const bool causal = s.mask.kind == MaskKind::Causal || s.mask.kind == MaskKind::CausalTopLeft;
+  if (prefix_lm_set && !mask_kind && !window_set && causal) s.mask = Mask{};
   return diags.error_count() == before;
 }
 

@@ -23,7 +23,7 @@ Preset make(std::string name, int hq, int hkv, int dqk, int dv, Mask mask, std::
   return p;
 }
 
-const Mask kCausal{Mask::Kind::Causal};
+const Mask kCausal{MaskKind::Causal};
 const Mask kNone{};
 
 std::vector<Preset> build() {
@@ -39,7 +39,7 @@ std::vector<Preset> build() {
   v.push_back(make("llama3.2-1b", 32, 8, 64, 64, kCausal, "Llama 3.2 1B: GQA 32/8 with head dim 64",
                    "meta-llama/Llama-3.2-1B: hidden_size 2048, num_attention_heads 32, num_key_value_heads 8, "
                    "head_dim 64"));
-  v.push_back(make("mistral-7b", 32, 8, 128, 128, Mask{Mask::Kind::Window, Mask::Align::BottomRight, 4096, 0},
+  v.push_back(make("mistral-7b", 32, 8, 128, 128, Mask{MaskKind::Window, 4096, 0},
                    "Mistral 7B v0.1: GQA 32/8, causal sliding window (a token sees itself and 4096 before)",
                    "mistralai/Mistral-7B-v0.1: num_attention_heads 32, num_key_value_heads 8, sliding_window "
                    "4096; mistral-src masks with triu(diagonal=-sliding_window)"));

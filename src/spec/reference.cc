@@ -66,21 +66,11 @@ double dot(const double* a, const double* b, int64_t n) {
 
 }  // namespace
 
-const char* to_string(MaskKind m) {
-  switch (m) {
-    case MaskKind::None: return "none";
-    case MaskKind::Causal: return "causal";
-    case MaskKind::CausalTopLeft: return "causal_top_left";
-    case MaskKind::Window: return "window";
-  }
-  return "?";
-}
-
 bool AttentionProblem::visible(int64_t q, int64_t k) const {
   if (k < 0 || k >= seqlen_k) return false;
   int64_t off = seqlen_k - seqlen_q;
   switch (mask) {
-    case MaskKind::None: return true;
+    case MaskKind::None: case MaskKind::Bounds: case MaskKind::Named: return true;
     case MaskKind::Causal: return k <= q + off;
     case MaskKind::CausalTopLeft: return k <= q;
     case MaskKind::Window: return k >= q + off - window_left && k <= q + off + window_right;

@@ -12,13 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "qattn/kinds.h"
+
 namespace qattn::spec {
 
-// Which keys a query sees. With off = seqlen_k - seqlen_q:
+// Which keys a query sees (include/qattn/kinds.h). With off = seqlen_k - seqlen_q:
 //   None: every key; Causal (bottom-right aligned): k <= q + off; CausalTopLeft: k <= q;
-//   Window: q + off - window_left <= k <= q + off + window_right.
-enum class MaskKind { None, Causal, CausalTopLeft, Window };
-const char* to_string(MaskKind m);
+//   Window: q + off - window_left <= k <= q + off + window_right. Bounds and Named see every key
+//   here (the bounds always apply; a Named mask is the ScoreVariant's keep).
+using MaskKind = qattn::MaskKind;
+using qattn::to_string;
 
 struct AttentionProblem {
   int64_t batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, d_qk = 1, d_v = 1;

@@ -11,46 +11,33 @@
 namespace qattn::spec {
 
 // ---- enums --------------------------------------------------------------------------------
-const char* to_string(DType t) {
-  switch (t) {
-    case DType::FP16: return "fp16";
-    case DType::BF16: return "bf16";
-    case DType::FP8_E4M3: return "fp8_e4m3";
-  }
-  return "?";
-}
-
 std::optional<DType> parse_dtype(std::string_view s) {
   std::string k = name_key(s);
-  if (k == "fp16" || k == "f16" || k == "half" || k == "float16") return DType::FP16;
+  if (k == "fp16" || k == "f16" || k == "half" || k == "float16") return DType::F16;
   if (k == "bf16" || k == "bfloat16") return DType::BF16;
-  if (k == "fp8e4m3" || k == "e4m3" || k == "fp8" || k == "f8e4m3") return DType::FP8_E4M3;
+  if (k == "fp8e4m3" || k == "e4m3" || k == "fp8" || k == "f8e4m3") return DType::F8E4M3;
   return std::nullopt;
 }
 
-int dtype_bytes(DType t) { return t == DType::FP8_E4M3 ? 1 : 2; }
-
-const char* to_string(Mask::Kind k) {
-  switch (k) {
-    case Mask::Kind::None: return "none";
-    case Mask::Kind::Causal: return "causal";
-    case Mask::Kind::Window: return "window";
+int dtype_bytes(DType t) {
+  switch (t) {
+    case DType::F8E4M3: case DType::F8E5M2: return 1;
+    case DType::F16: case DType::BF16: return 2;
+    case DType::F32: case DType::I32: return 4;
   }
-  return "?";
-}
-
-const char* to_string(Mask::Align a) {
-  return a == Mask::Align::TopLeft ? "top_left" : "bottom_right";
+  return 2;
 }
 
 std::string describe(const Mask& m) {
   switch (m.kind) {
-    case Mask::Kind::None: return "none";
-    case Mask::Kind::Causal: return m.align == Mask::Align::TopLeft ? "causal (top-left)" : "causal";
-    case Mask::Kind::Window:
+    case MaskKind::None: return "none";
+    case MaskKind::Causal: return "causal";
+    case MaskKind::CausalTopLeft: return "causal (top-left)";
+    case MaskKind::Window:
       return "window(" + std::to_string(m.window_left) + "," + std::to_string(m.window_right) + ")";
+    case MaskKind::Bounds: case MaskKind::Named: break;  // not spec masks (validate() says so)
   }
-  return "?";
+  return to_string(m.kind);
 }
 
 std::string describe(const Variants& v) {
@@ -240,7 +227,7 @@ void check_variants(const AttentionSpec& s, DiagSink& diags, const SourceMap* wh
     if (*v.prefix_lm < 0)
       diags.error("SPEC0213", at("prefix_lm"), "prefix_lm = " + std::to_string(*v.prefix_lm) + " must be >= 0",
                   "the number of leading keys every query sees (bidirectional prefix); 0 is plain causal");
-    if (s.mask.kind != Mask::Kind::None)
+    if (s.mask.kind != MaskKind::None)
       diags.error("SPEC0213", at("prefix_lm"),
                   std::string("prefix_lm needs mask \"none\", but the mask is ") + describe(s.mask) +
                       ": prefix-LM is already causal outside the prefix",
@@ -301,19 +288,18 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
                 "swap the two if they were reversed, or pad head_dim_qk with zeros");
   }
 
-  // Mask.
-  if (s.mask.kind == Mask::Kind::Window) {
+  // Mask. (A window aligned top-left, SPEC0206, cannot be written in a Mask: the JSON reader reports it.)
+  if (s.mask.kind == MaskKind::Bounds || s.mask.kind == MaskKind::Named) {
+    diags.error("SPEC0107", at("/mask"), std::string("mask kind \"") + to_string(s.mask.kind) + "\" is not a spec mask",
+                "valid values: none, causal, causal_top_left, window");
+  }
+  if (s.mask.kind == MaskKind::Window) {
     if (s.mask.window_left < 0 || s.mask.window_right < 0) {
       diags.error("SPEC0205", at("/mask"),
                   "window sizes must be >= 0, got left = " + std::to_string(s.mask.window_left) +
                       ", right = " + std::to_string(s.mask.window_right),
                   "use right = 0 for causal sliding-window attention; for no limit on a side use "
                   "mask \"causal\" or \"none\"");
-    }
-    if (s.mask.align == Mask::Align::TopLeft) {
-      diags.error("SPEC0206", at("/mask"),
-                  "window masks are always bottom-right aligned; align \"top_left\" is only for causal",
-                  "remove \"align\" from the window mask");
     }
   }
 
@@ -324,8 +310,14 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
                 "omit softmax_scale to use 1/sqrt(head_dim_qk)");
   }
 
+  // Dtype: Q, K and V are fp16, bf16 or fp8_e4m3 (the other qattn::DType values are internal).
+  if (s.dtype != DType::F16 && s.dtype != DType::BF16 && s.dtype != DType::F8E4M3) {
+    diags.error("SPEC0107", at("/dtype"), std::string("dtype \"") + to_string(s.dtype) + "\" is not a spec dtype",
+                "valid values: fp16, bf16, fp8_e4m3");
+  }
+
   // FP8 descale flags.
-  if (s.dtype != DType::FP8_E4M3 && s.fp8.any()) {
+  if (s.dtype != DType::F8E4M3 && s.fp8.any()) {
     diags.error("SPEC0208", at("/fp8"),
                 std::string("fp8 descale factors are set but dtype is ") + to_string(s.dtype),
                 "remove \"fp8\" or set \"dtype\": \"fp8_e4m3\"");
@@ -344,8 +336,8 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
     } else {
       // Bottom-right aligned causal/window masks leave the first rows without any key when
       // seqlen_q > seqlen_k (row i sees keys up to i + seqlen_k - seqlen_q + right).
-      int right = s.mask.kind == Mask::Kind::Window ? s.mask.window_right : 0;
-      long empty = s.mask.kind == Mask::Kind::None || s.mask.align == Mask::Align::TopLeft
+      int right = s.mask.kind == MaskKind::Window ? s.mask.window_right : 0;
+      long empty = s.mask.kind == MaskKind::None || s.mask.kind == MaskKind::CausalTopLeft
                        ? 0
                        : long(p.seqlen_q) - p.seqlen_k - right;
       if (empty > 0) {
@@ -353,7 +345,7 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
                       "seqlen_q = " + std::to_string(p.seqlen_q) + " > seqlen_k = " + std::to_string(p.seqlen_k) +
                           " with a bottom-right aligned mask: the first " + std::to_string(empty) +
                           " query rows see no key (their output is 0 and their lse -inf)",
-                      s.mask.kind == Mask::Kind::Causal
+                      s.mask.kind == MaskKind::Causal
                           ? "use \"align\": \"top_left\" if row 0 should see key 0"
                           : "make seqlen_k >= seqlen_q");
       }

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qattn/kinds.h"
 #include "support/diag.h"
 
 namespace qattn::spec {
@@ -17,30 +18,32 @@ namespace qattn::spec {
 using support::DiagSink;
 using support::SrcLoc;
 
-// Element type of Q, K and V. O is written in the same type, except for fp8_e4m3 where O is bf16
-// (the FlashAttention-3 convention). Accumulation is always fp32.
-enum class DType { FP16, BF16, FP8_E4M3 };
-const char* to_string(DType t);                         // "fp16", "bf16", "fp8_e4m3"
-std::optional<DType> parse_dtype(std::string_view s);   // also accepts "e4m3", "fp8", case-insensitive
-int dtype_bytes(DType t);                               // 2, 2, 1
+// The mask kinds and dtypes are the pipeline's one vocabulary (include/qattn/kinds.h); to_string()
+// of either is qattn::to_string.
+using DType = qattn::DType;
+using MaskKind = qattn::MaskKind;
+using qattn::to_string;
+
+// Element type of Q, K and V: F16, BF16 or F8E4M3 (validate() rejects the others). O is written in
+// the same type, except for fp8_e4m3 where O is bf16 (the FlashAttention-3 convention).
+// Accumulation is always fp32. JSON and CLI spelling: to_string(), "fp16", "bf16", "fp8_e4m3".
+std::optional<DType> parse_dtype(std::string_view s);   // those three only; also accepts "e4m3", "fp8", case-insensitive
+int dtype_bytes(DType t);                               // 2, 2, 1 (4 for fp32 / int32)
 
 // Which keys a query row may see. Coordinates: query row i in [0, seqlen_q), key column j in
-// [0, seqlen_k); off = seqlen_k - seqlen_q for bottom-right alignment, 0 for top-left.
-//   None:   every key.
-//   Causal: j <= i + off.
-//   Window: i + off - window_left <= j <= i + off + window_right (always bottom-right aligned;
-//           window_right = 0 is causal sliding-window attention, e.g. Mistral).
+// [0, seqlen_k); off = seqlen_k - seqlen_q.
+//   None:          every key.
+//   Causal:        j <= i + off (bottom-right aligned).
+//   CausalTopLeft: j <= i (JSON: kind "causal" with "align": "top_left").
+//   Window:        i + off - window_left <= j <= i + off + window_right (always bottom-right
+//                  aligned; window_right = 0 is causal sliding-window attention, e.g. Mistral).
+// Bounds and Named are not spec masks (validate() rejects them).
 struct Mask {
-  enum class Kind { None, Causal, Window };
-  enum class Align { BottomRight, TopLeft };
-  Kind kind = Kind::None;
-  Align align = Align::BottomRight;  // Causal only (Window must be BottomRight)
+  MaskKind kind = MaskKind::None;
   int window_left = 0;               // Window only, >= 0
   int window_right = 0;              // Window only, >= 0
   bool operator==(const Mask&) const = default;
 };
-const char* to_string(Mask::Kind k);    // "none", "causal", "window"
-const char* to_string(Mask::Align a);   // "bottom_right", "top_left"
 std::string describe(const Mask& m);    // "causal", "causal (top-left)", "window(256,0)", "none"
 
 enum class Layout { BSHD, BHSD };       // memory order of Q/K/V/O: (batch, seq, head, dim) or (b, h, s, d)
@@ -129,6 +132,7 @@ struct SourceMap {
 // Parse spec JSON text. Strict: unknown keys, wrong types, bad enum values and malformed JSON are
 // diagnostics (SPEC01xx) located at line:col with the JSON pointer in the message. Accepts the
 // shorthands documented in docs/spec.md ("preset" base, "head_dim", mask as a string, "seqlen").
+// A window mask with "align": "top_left" has no Mask to become: SPEC0206 here.
 // Returns nullopt on any error. Does not run validate().
 std::optional<AttentionSpec> parse_json(std::string_view text, DiagSink& diags, SourceMap* where = nullptr);
 // Read and parse a file (SPEC0101 if it cannot be read); sets diags' file name to `path`.

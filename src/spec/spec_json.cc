@@ -281,8 +281,8 @@ void read_mask(Reader& r, const json& j, AttentionSpec& s) {
   if (j.is_string()) {
     std::string k = name_key(j.get<std::string>());
     if (k == "none") s.mask = Mask{};
-    else if (k == "causal") s.mask = Mask{Mask::Kind::Causal};
-    else if (k == "causaltopleft") s.mask = Mask{Mask::Kind::Causal, Mask::Align::TopLeft};
+    else if (k == "causal") s.mask = Mask{MaskKind::Causal};
+    else if (k == "causaltopleft") s.mask = Mask{MaskKind::CausalTopLeft};
     else if (k == "window")
       r.error("SPEC0107", p, "a window mask needs its sizes",
               "write \"mask\": {\"kind\": \"window\", \"left\": 4095, \"right\": 0}");
@@ -298,22 +298,23 @@ void read_mask(Reader& r, const json& j, AttentionSpec& s) {
   if (!r.get_string(j, "kind", p, kind)) return;
   Mask m;
   std::string k = name_key(kind);
-  if (k == "none") m.kind = Mask::Kind::None;
-  else if (k == "causal") m.kind = Mask::Kind::Causal;
-  else if (k == "window") m.kind = Mask::Kind::Window;
+  if (k == "none") m.kind = MaskKind::None;
+  else if (k == "causal") m.kind = MaskKind::Causal;
+  else if (k == "window") m.kind = MaskKind::Window;
   else return r.bad_value(p + "/kind", kind, kMaskKinds);
+  bool top_left = false;  // "align": "top_left" (causal: MaskKind::CausalTopLeft; window: SPEC0206)
   if (j.contains("align")) {
     std::string a;
     if (!r.get_string(j, "align", p, a)) return;
-    if (name_key(a) == "bottomright") m.align = Mask::Align::BottomRight;
-    else if (name_key(a) == "topleft") m.align = Mask::Align::TopLeft;
+    if (name_key(a) == "bottomright") top_left = false;
+    else if (name_key(a) == "topleft") top_left = true;
     else return r.bad_value(p + "/align", a, {"bottom_right", "top_left"});
-    if (m.kind == Mask::Kind::None) {
+    if (m.kind == MaskKind::None) {
       r.error("SPEC0104", p + "/align", "\"align\" has no meaning for kind \"none\"", "remove it");
       return;
     }
   }
-  if (m.kind == Mask::Kind::Window) {
+  if (m.kind == MaskKind::Window) {
     for (const char* key : {"left", "right"})
       if (!j.contains(key)) {
         r.error("SPEC0106", p, std::string("missing required key \"") + key + "\" for a window mask",
@@ -329,6 +330,13 @@ void read_mask(Reader& r, const json& j, AttentionSpec& s) {
         return;
       }
   }
+  if (top_left && m.kind == MaskKind::Window) {
+    r.diags_.error("SPEC0206", r.at(p),
+                   "window masks are always bottom-right aligned; align \"top_left\" is only for causal",
+                   "remove \"align\" from the window mask");
+    return;
+  }
+  if (top_left) m.kind = MaskKind::CausalTopLeft;
   s.mask = m;
 }
 
@@ -539,13 +547,13 @@ std::string to_json(const AttentionSpec& s) {
   j["head_dim_qk"] = s.head_dim_qk;
   j["head_dim_v"] = s.head_dim_v;
   j["dtype"] = to_string(s.dtype);
-  if (s.dtype == DType::FP8_E4M3 || s.fp8.any())
+  if (s.dtype == DType::F8E4M3 || s.fp8.any())
     j["fp8"] = {{"descale_q", s.fp8.descale_q}, {"descale_k", s.fp8.descale_k}, {"descale_v", s.fp8.descale_v}};
-  ojson m;
-  m["kind"] = to_string(s.mask.kind);
-  if (s.mask.kind == Mask::Kind::Causal || s.mask.align != Mask::Align::BottomRight)
-    m["align"] = to_string(s.mask.align);
-  if (s.mask.kind == Mask::Kind::Window) {
+  ojson m;  // a causal mask is "kind": "causal" with its "align"
+  const bool causal = s.mask.kind == MaskKind::Causal || s.mask.kind == MaskKind::CausalTopLeft;
+  m["kind"] = causal ? "causal" : to_string(s.mask.kind);
+  if (causal) m["align"] = s.mask.kind == MaskKind::CausalTopLeft ? "top_left" : "bottom_right";
+  if (s.mask.kind == MaskKind::Window) {
     m["left"] = s.mask.window_left;
     m["right"] = s.mask.window_right;
   }

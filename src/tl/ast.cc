@@ -78,30 +78,6 @@ const char* to_string(Space s) {
   return "?";
 }
 
-const char* to_string(DType t) {
-  switch (t) {
-    case DType::F32: return "fp32";
-    case DType::F16: return "fp16";
-    case DType::BF16: return "bf16";
-    case DType::F8E4M3: return "fp8_e4m3";
-    case DType::F8E5M2: return "fp8_e5m2";
-    case DType::I32: return "int32";
-  }
-  return "?";
-}
-
-const char* to_string(MaskSpec::Kind k) {
-  switch (k) {
-    case MaskSpec::Kind::None: return "none";
-    case MaskSpec::Kind::Bounds: return "bounds";
-    case MaskSpec::Kind::Causal: return "causal";
-    case MaskSpec::Kind::CausalTopLeft: return "causal_top_left";
-    case MaskSpec::Kind::Window: return "window";
-    case MaskSpec::Kind::Named: return "named";
-  }
-  return "?";
-}
-
 std::optional<Space> parse_space(const std::string& s) {
   if (s == "global") return Space::Global;
   if (s == "shared") return Space::Shared;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "qattn/kinds.h"
 #include "support/diag.h"
 
 namespace qattn::tl {
@@ -45,22 +46,22 @@ inline bool operator!=(const Expr& a, const Expr& b) { return !(a == b); }
 
 // ---- enums ---------------------------------------------------------------------------------
 enum class Space { Global, Shared, Register };
-enum class DType { F32, F16, BF16, F8E4M3, F8E5M2, I32 };  // I32: auxiliary tensors only
+using DType = qattn::DType;  // include/qattn/kinds.h; I32: auxiliary tensors only
 
 const char* to_string(Space s);  // "global", "shared", "register"
-const char* to_string(DType t);  // "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int32"
+using qattn::to_string;          // DType: "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int32";
+                                 // MaskSpec::Kind: "none", "bounds", "causal", "causal_top_left", "window", "named"
 std::optional<Space> parse_space(const std::string& s);
 std::optional<DType> parse_dtype(const std::string& s);
 
 // A mask as written after `with` in `Kernel ... with mask M` and `Compute Mask S at [..] with M`.
 struct MaskSpec {
-  enum class Kind { None, Bounds, Causal, CausalTopLeft, Window, Named };
+  using Kind = qattn::MaskKind;  // include/qattn/kinds.h
   Kind kind = Kind::None;
   Expr left, right;  // Window only: keys in [i+off-left, i+off+right], off = seqlen_k - seqlen_q
   std::string name;  // Named only (Compute statements): a `Mask NAME = ...` or `Score NAME = ...` declaration
   SrcLoc loc;
 };
-const char* to_string(MaskSpec::Kind k);  // "none", "bounds", "causal", "causal_top_left", "window", "named"
 
 // Schedule attributes in braces after a statement: `{async}`, `{stages: 2}`, `{wait: K, release: K}`.
 // Parsed and printed for every statement (keys may repeat, in order); the checker says which are

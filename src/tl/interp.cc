@@ -126,26 +126,20 @@ bool Machine::setup_header(const Program& p) {
       grid_.push_back({it.var, *v});
     }
   }
-  // The kernel's mask: the reference's contract.
+  // The kernel's mask: the reference's contract (the bounds always apply, and a Named mask is not
+  // a kernel mask: both are None to the reference).
   if (kernel) {
     const MaskSpec& m = kernel->kernel.mask;
-    switch (m.kind) {
-      case MaskSpec::Kind::None:
-      case MaskSpec::Kind::Named:
-      case MaskSpec::Kind::Bounds: prob_.mask = spec::MaskKind::None; break;
-      case MaskSpec::Kind::Causal: prob_.mask = spec::MaskKind::Causal; break;
-      case MaskSpec::Kind::CausalTopLeft: prob_.mask = spec::MaskKind::CausalTopLeft; break;
-      case MaskSpec::Kind::Window: {
-        prob_.mask = spec::MaskKind::Window;
-        auto l = eval_int(m.left, header_env_, &diags_);
-        auto r = eval_int(m.right, header_env_, &diags_);
-        if (!l || !r) return false;
-        if (*l < -(int64_t(1) << 31) || *l > (int64_t(1) << 31) || *r < -(int64_t(1) << 31) || *r > (int64_t(1) << 31))
-          return error("TL0901", m.loc.line ? m.loc : kernel->loc, "window bound out of range");
-        prob_.window_left = *l;
-        prob_.window_right = *r;
-        break;
-      }
+    const bool plain = m.kind == MaskSpec::Kind::Bounds || m.kind == MaskSpec::Kind::Named;
+    prob_.mask = plain ? MaskSpec::Kind::None : m.kind;
+    if (m.kind == MaskSpec::Kind::Window) {
+      auto l = eval_int(m.left, header_env_, &diags_);
+      auto r = eval_int(m.right, header_env_, &diags_);
+      if (!l || !r) return false;
+      if (*l < -(int64_t(1) << 31) || *l > (int64_t(1) << 31) || *r < -(int64_t(1) << 31) || *r > (int64_t(1) << 31))
+        return error("TL0901", m.loc.line ? m.loc : kernel->loc, "window bound out of range");
+      prob_.window_left = *l;
+      prob_.window_right = *r;
     }
   }
   return true;

@@ -263,23 +263,16 @@ bool Machine::compute_mask(const Stmt& s) {
   const int64_t lim = int64_t(1) << 31;
   if (*r < -lim || *r > lim || *k < -lim || *k > lim)
     return error("TL0901", s.loc, "Mask tile coordinate out of range");
-  spec::AttentionProblem mp = prob_;
-  switch (c.mask.kind) {
-    case MaskSpec::Kind::None:
-    case MaskSpec::Kind::Named:
-    case MaskSpec::Kind::Bounds: mp.mask = spec::MaskKind::None; break;
-    case MaskSpec::Kind::Causal: mp.mask = spec::MaskKind::Causal; break;
-    case MaskSpec::Kind::CausalTopLeft: mp.mask = spec::MaskKind::CausalTopLeft; break;
-    case MaskSpec::Kind::Window: {
-      mp.mask = spec::MaskKind::Window;
-      auto wl = ev_int(c.mask.left);
-      auto wr = ev_int(c.mask.right);
-      if (!wl || !wr) return false;
-      if (std::llabs(*wl) > lim || std::llabs(*wr) > lim) return error("TL0901", s.loc, "window bound out of range");
-      mp.window_left = *wl;
-      mp.window_right = *wr;
-      break;
-    }
+  spec::AttentionProblem mp = prob_;  // the reference's visible() masks like the kernel's tile mask
+  const bool plain = c.mask.kind == MaskSpec::Kind::Bounds || c.mask.kind == MaskSpec::Kind::Named;
+  mp.mask = plain ? MaskSpec::Kind::None : c.mask.kind;  // visible() always applies the bounds
+  if (c.mask.kind == MaskSpec::Kind::Window) {
+    auto wl = ev_int(c.mask.left);
+    auto wr = ev_int(c.mask.right);
+    if (!wl || !wr) return false;
+    if (std::llabs(*wl) > lim || std::llabs(*wr) > lim) return error("TL0901", s.loc, "window bound out of range");
+    mp.window_left = *wl;
+    mp.window_right = *wr;
   }
   if (!count(double(x->data.size()), s.loc)) return false;
   int64_t rows = x->rows(), cols = x->cols();

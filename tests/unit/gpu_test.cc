@@ -58,8 +58,8 @@ TEST(gpuTable, EveryEntryIsSane) {
     EXPECT_GT(g.memory_gb, 0);
     EXPECT_GT(g.boost_clock_mhz, 0);
     EXPECT_GT(g.fp32_tflops, 0);
-    EXPECT_TRUE(g.supports(DType::FP16));
-    EXPECT_GT(g.peak_tflops(DType::FP16), g.fp32_tflops);  // tensor cores beat CUDA cores
+    EXPECT_TRUE(g.supports(DType::F16));
+    EXPECT_GT(g.peak_tflops(DType::F16), g.fp32_tflops);  // tensor cores beat CUDA cores
     EXPECT_EQ(g.features.bf16, g.sm >= 80);
     EXPECT_EQ(g.features.fp8, g.sm >= 89);
     EXPECT_EQ(g.features.cp_async, g.sm >= 80);
@@ -68,13 +68,13 @@ TEST(gpuTable, EveryEntryIsSane) {
     EXPECT_EQ(g.features.wgmma, g.sm >= 90);
     EXPECT_EQ(g.features.setmaxnreg, g.sm >= 90);
     if (g.features.fp8) {
-      EXPECT_NEAR(g.peak_tflops(DType::FP8_E4M3), 2 * g.peak_tflops(DType::BF16), 10.0);
+      EXPECT_NEAR(g.peak_tflops(DType::F8E4M3), 2 * g.peak_tflops(DType::BF16), 10.0);
     }
     if (g.features.bf16) {
-      EXPECT_EQ(g.peak_tflops(DType::BF16), g.peak_tflops(DType::FP16));
+      EXPECT_EQ(g.peak_tflops(DType::BF16), g.peak_tflops(DType::F16));
     }
     // Tensor-core instruction shapes per architecture.
-    const MmaInstr* f16 = g.preferred_mma(DType::FP16);
+    const MmaInstr* f16 = g.preferred_mma(DType::F16);
     ASSERT_NE(f16, nullptr);
     if (g.sm == 75) {
       EXPECT_EQ(f16->text, "mma.sync.m16n8k8");
@@ -87,14 +87,14 @@ TEST(gpuTable, EveryEntryIsSane) {
       EXPECT_EQ(f16->m, 64);
       EXPECT_TRUE(f16->n_variable());
       EXPECT_EQ(f16->k, 16);
-      EXPECT_EQ(g.preferred_mma(DType::FP8_E4M3)->text, "wgmma.m64nNk32");
+      EXPECT_EQ(g.preferred_mma(DType::F8E4M3)->text, "wgmma.m64nNk32");
       EXPECT_TRUE(contains(g.nvcc_gencode, "compute_90a,code=sm_90a"));
     }
     if (g.sm == 89) {
-      EXPECT_EQ(g.preferred_mma(DType::FP8_E4M3)->text, "mma.sync.m16n8k32");
+      EXPECT_EQ(g.preferred_mma(DType::F8E4M3)->text, "mma.sync.m16n8k32");
     }
     if (g.sm < 89) {
-      EXPECT_EQ(g.preferred_mma(DType::FP8_E4M3), nullptr);
+      EXPECT_EQ(g.preferred_mma(DType::F8E4M3), nullptr);
     }
     EXPECT_TRUE(contains(g.nvcc_gencode, "code=sm_" + std::to_string(g.sm)));
   }
@@ -115,19 +115,19 @@ TEST(gpuTable, DatasheetNumbers) {
   EXPECT_EQ(a100.sm_count, 108);
   EXPECT_EQ(a100.smem_per_sm, 164 * 1024);
   EXPECT_EQ(a100.smem_per_block_optin, 163 * 1024);
-  EXPECT_DOUBLE_EQ(a100.peak_tflops(DType::FP16), 312);
+  EXPECT_DOUBLE_EQ(a100.peak_tflops(DType::F16), 312);
   EXPECT_DOUBLE_EQ(a100.memory_bandwidth_gbps, 2039);
   EXPECT_DOUBLE_EQ(gpu("A100-SXM4-40GB").memory_bandwidth_gbps, 1555);
   const GpuFacts& t4 = gpu("t4");
   EXPECT_EQ(t4.sm_count, 40);
   EXPECT_EQ(t4.smem_per_sm, 64 * 1024);
-  EXPECT_DOUBLE_EQ(t4.peak_tflops(DType::FP16), 65);
+  EXPECT_DOUBLE_EQ(t4.peak_tflops(DType::F16), 65);
   const GpuFacts& l40s = gpu("l40s");
   EXPECT_EQ(l40s.sm_count, 142);
   EXPECT_EQ(l40s.smem_per_sm, 100 * 1024);
   EXPECT_EQ(l40s.smem_per_block_optin, 99 * 1024);
-  EXPECT_NEAR(l40s.peak_tflops(DType::FP16), 362, 1);
-  EXPECT_DOUBLE_EQ(l40s.peak_tflops(DType::FP8_E4M3), 733);
+  EXPECT_NEAR(l40s.peak_tflops(DType::F16), 362, 1);
+  EXPECT_DOUBLE_EQ(l40s.peak_tflops(DType::F8E4M3), 733);
   EXPECT_EQ(gpu("rtx 4090").sm_count, 128);
   EXPECT_EQ(gpu("rtx 4090").smem_per_sm, 100 * 1024);
   EXPECT_EQ(gpu("a10").sm_count, 72);
@@ -227,7 +227,7 @@ TEST(gpuTarget, PresetsValidOnHopperAndAmpere) {
 
 TEST(gpuTarget, Fp8OnA100Rejected) {
   AttentionSpec s = *qattn::spec::find_preset("llama3-8b");
-  s.dtype = DType::FP8_E4M3;
+  s.dtype = DType::F8E4M3;
   DiagSink d;
   EXPECT_FALSE(validate_for_gpu(s, gpu("a100"), d));
   const Diagnostic* x = find(d, "SPEC0231");
@@ -261,7 +261,7 @@ TEST(gpuTarget, Bf16OnTuringRejectedWithAlternative) {
     EXPECT_TRUE(contains(x->hint, "\"dtype\": \"fp16\"")) << x->hint;
     EXPECT_TRUE(contains(x->hint, "A100")) << x->hint;
   }
-  s.dtype = DType::FP16;
+  s.dtype = DType::F16;
   DiagSink d;
   EXPECT_TRUE(validate_for_gpu(s, gpu("t4"), d)) << d.render();
 }

@@ -29,7 +29,7 @@ bool has_code(const support::DiagSink& d, const std::string& code) {
 
 // The spec a user would run on this GPU: bf16 where the GPU has it, else fp16.
 spec::AttentionSpec for_gpu(spec::AttentionSpec s, const hw::GpuFacts& g) {
-  if (!g.supports(s.dtype)) s.dtype = spec::DType::FP16;
+  if (!g.supports(s.dtype)) s.dtype = spec::DType::F16;
   s.gpu = g.aliases.empty() ? g.name : g.aliases.front();
   return s;
 }
@@ -48,7 +48,7 @@ TEST(planMatrix, EveryPresetEveryGpuCausalAndNot) {
     for (const auto& g : hw::gpus()) {
       for (bool causal : {false, true}) {
         spec::AttentionSpec s = for_gpu(preset.spec, g);
-        if (causal && s.mask.kind == spec::Mask::Kind::None) s.mask.kind = spec::Mask::Kind::Causal;
+        if (causal && s.mask.kind == spec::MaskKind::None) s.mask.kind = spec::MaskKind::Causal;
         if (!causal) s.mask = spec::Mask{};
         const std::string what = preset.spec.name + " on " + g.name + (causal ? " causal" : "");
         support::DiagSink d;
@@ -277,7 +277,7 @@ TEST(planCandidates, EnumeratedBestFirstAndAllFit) {
 
 TEST(planImpossible, Fp8OnAmpereIsRefused) {
   spec::AttentionSpec s = *spec::find_preset("llama3-8b");
-  s.dtype = spec::DType::FP8_E4M3;
+  s.dtype = spec::DType::F8E4M3;
   support::DiagSink d;
   EXPECT_FALSE(make_plan(s, *hw::find_gpu("a100"), d).has_value());
   EXPECT_TRUE(d.has_errors());
@@ -286,7 +286,7 @@ TEST(planImpossible, Fp8OnAmpereIsRefused) {
 
 TEST(planImpossible, HeadDimThatFitsNowhereOnTuring) {
   spec::AttentionSpec s = *spec::find_preset("llama2-7b");
-  s.dtype = spec::DType::FP16;
+  s.dtype = spec::DType::F16;
   s.head_dim_qk = s.head_dim_v = 512;
   support::DiagSink d;
   EXPECT_FALSE(make_plan(s, *hw::find_gpu("t4"), d).has_value());

@@ -40,9 +40,9 @@ spec::Variants with(std::function<void(spec::Variants&)> f) {
   return v;
 }
 
-const spec::Mask kCausal{spec::Mask::Kind::Causal};
+const spec::Mask kCausal{spec::MaskKind::Causal};
 const spec::Mask kNone{};
-const spec::Mask kWindow{spec::Mask::Kind::Window, spec::Mask::Align::BottomRight, 40, 0};
+const spec::Mask kWindow{spec::MaskKind::Window, 40, 0};
 
 std::vector<Case> cases() {
   return {
@@ -70,7 +70,7 @@ spec::AttentionSpec spec_for(const Case& c, const hw::GpuFacts& g) {
   s.name = std::string("var_") + c.name;
   s.mask = c.mask;
   s.variants = c.v;
-  s.dtype = g.supports(spec::DType::BF16) ? spec::DType::BF16 : spec::DType::FP16;
+  s.dtype = g.supports(spec::DType::BF16) ? spec::DType::BF16 : spec::DType::F16;
   return s;
 }
 
@@ -256,7 +256,7 @@ TEST(planVariants, BadCustomExpressionsAreRefused) {
 
 TEST(planVariants, SpecsBuiltInCodeGetTheVariantChecks) {
   spec::AttentionSpec s = *spec::find_preset("llama3-8b");
-  s.dtype = spec::DType::FP8_E4M3;
+  s.dtype = spec::DType::F8E4M3;
   s.variants.softcap = 30;
   support::DiagSink d;
   auto fp8 = make_plan(s, *hw::find_gpu("l40s"), d);  // fp8 + a variant: the sm89 path

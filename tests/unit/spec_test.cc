@@ -7,8 +7,17 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 
+#include "backend/kir.h"
+#include "plan/problem.h"
+#include "qattn/kinds.h"
+#include "spec/reference.h"
 #include "spec/spec.h"
+#include "tl/ast.h"
+#include "tl/parser.h"
 
 using namespace qattn::spec;
 using qattn::support::Diagnostic;
@@ -71,11 +80,11 @@ TEST(specPresets, RealModelShapes) {
     EXPECT_EQ(variant_name(*s), r.variant) << r.name;
     EXPECT_EQ(s->dtype, DType::BF16) << r.name;
   }
-  EXPECT_EQ(find_preset("llama3-8b")->mask.kind, Mask::Kind::Causal);
-  EXPECT_EQ(find_preset("bert-large")->mask.kind, Mask::Kind::None);
+  EXPECT_EQ(find_preset("llama3-8b")->mask.kind, MaskKind::Causal);
+  EXPECT_EQ(find_preset("bert-large")->mask.kind, MaskKind::None);
   const AttentionSpec* mistral = find_preset("mistral-7b");
   ASSERT_NE(mistral, nullptr);
-  EXPECT_EQ(mistral->mask.kind, Mask::Kind::Window);
+  EXPECT_EQ(mistral->mask.kind, MaskKind::Window);
   EXPECT_EQ(mistral->mask.window_right, 0);
   const AttentionSpec* ds = find_preset("deepseek-v3-mla-prefill");
   ASSERT_TRUE(ds->softmax_scale);
@@ -150,15 +159,24 @@ TEST(specValidate, HeadDims) {
 
 TEST(specValidate, Window) {
   AttentionSpec s = base();
-  s.mask = Mask{Mask::Kind::Window, Mask::Align::BottomRight, 256, 0};
+  s.mask = Mask{MaskKind::Window, 256, 0};
   DiagSink ok;
   EXPECT_TRUE(validate(s, ok));
   s.mask.window_left = -1;
   Diagnostic x = expect_error(s, "SPEC0205");
   EXPECT_TRUE(contains(x.message, "left = -1"));
-  s.mask.window_left = 4;
-  s.mask.align = Mask::Align::TopLeft;
-  expect_error(s, "SPEC0206");
+  // A window aligned top-left cannot be written in a Mask (one MaskKind): the JSON reader refuses it.
+  DiagSink d("w.json");
+  EXPECT_FALSE(parse_json(R"({"heads_q": 8, "head_dim": 64, "mask": {"kind": "window", "align": "top_left", "left": 4, "right": 0}})", d));
+  ASSERT_EQ(d.error_count(), 1) << d.render();
+  const Diagnostic* y = find(d, "SPEC0206");
+  ASSERT_NE(y, nullptr) << d.render();
+  EXPECT_EQ(y->message, "window masks are always bottom-right aligned; align \"top_left\" is only for causal");
+  EXPECT_EQ(y->loc.line, 1);
+  DiagSink ok2;
+  auto br = parse_json(R"({"heads_q": 8, "head_dim": 64, "mask": {"kind": "window", "align": "bottom_right", "left": 4, "right": 0}})", ok2);
+  ASSERT_TRUE(br) << ok2.render();
+  EXPECT_EQ(br->mask, (Mask{MaskKind::Window, 4, 0}));
 }
 
 TEST(specValidate, SoftmaxScale) {
@@ -177,7 +195,7 @@ TEST(specValidate, Fp8DescaleNeedsFp8) {
   s.fp8.descale_q = true;
   Diagnostic x = expect_error(s, "SPEC0208");
   EXPECT_TRUE(contains(x.message, "bf16"));
-  s.dtype = DType::FP8_E4M3;
+  s.dtype = DType::F8E4M3;
   DiagSink ok;
   EXPECT_TRUE(validate(s, ok));
 }
@@ -193,7 +211,7 @@ TEST(specValidate, ProblemSizes) {
   ASSERT_NE(w, nullptr);
   EXPECT_EQ(w->severity, qattn::support::Severity::Warning);
   EXPECT_TRUE(contains(w->message, "3072"));
-  s.mask.align = Mask::Align::TopLeft;
+  s.mask.kind = MaskKind::CausalTopLeft;
   DiagSink d2;
   EXPECT_TRUE(validate(s, d2));
   EXPECT_EQ(find(d2, "SPEC0210"), nullptr);
@@ -207,9 +225,9 @@ TEST(specJson, FullRoundTrip) {
   s.heads_kv = 8;
   s.head_dim_qk = 192;
   s.head_dim_v = 128;
-  s.dtype = DType::FP8_E4M3;
+  s.dtype = DType::F8E4M3;
   s.fp8 = Fp8Scales{true, false, true};
-  s.mask = Mask{Mask::Kind::Window, Mask::Align::BottomRight, 1024, 16};
+  s.mask = Mask{MaskKind::Window, 1024, 16};
   s.softmax_scale = 0.1234567890123;
   s.layout = Layout::BHSD;
   s.return_lse = true;
@@ -220,7 +238,7 @@ TEST(specJson, FullRoundTrip) {
   auto back = parse_json(to_json(s), d);
   ASSERT_TRUE(back) << d.render();
   EXPECT_EQ(*back, s) << to_json(s);
-  s.mask = Mask{Mask::Kind::Causal, Mask::Align::TopLeft};
+  s.mask = Mask{MaskKind::CausalTopLeft};
   back = parse_json(to_json(s), d);
   ASSERT_TRUE(back);
   EXPECT_EQ(*back, s);
@@ -233,7 +251,7 @@ TEST(specJson, MinimalAndShorthands) {
   EXPECT_EQ(s->heads_kv, 16);
   EXPECT_EQ(s->head_dim_v, 64);
   EXPECT_EQ(s->dtype, DType::BF16);
-  EXPECT_EQ(s->mask.kind, Mask::Kind::None);
+  EXPECT_EQ(s->mask.kind, MaskKind::None);
   EXPECT_EQ(s->layout, Layout::BSHD);
   s = parse(R"({
     // comments are allowed
@@ -241,7 +259,7 @@ TEST(specJson, MinimalAndShorthands) {
     "problem": {"batch": 2, "seqlen": 8192}, "softmax_scale": null })",
             d);
   ASSERT_TRUE(s) << d.render();
-  EXPECT_EQ(s->mask, (Mask{Mask::Kind::Causal, Mask::Align::TopLeft}));
+  EXPECT_EQ(s->mask, (Mask{MaskKind::CausalTopLeft}));
   EXPECT_EQ(s->problem, (ProblemSize{2, 8192, 8192}));
   EXPECT_FALSE(s->softmax_scale);
 }
@@ -252,7 +270,7 @@ TEST(specJson, PresetBase) {
   ASSERT_TRUE(s) << d.render();
   EXPECT_EQ(s->name, "llama3-8b");
   EXPECT_EQ(s->heads_kv, 8);
-  EXPECT_EQ(s->dtype, DType::FP16);
+  EXPECT_EQ(s->dtype, DType::F16);
   EXPECT_EQ(s->gpu, "a100");
   DiagSink d2;
   EXPECT_FALSE(parse(R"({"preset": "llama9"})", d2));
@@ -386,8 +404,8 @@ TEST(specFlags, Apply) {
   EXPECT_EQ(s.heads_kv, 8);
   EXPECT_EQ(s.head_dim_qk, 192);
   EXPECT_EQ(s.head_dim_v, 128);
-  EXPECT_EQ(s.mask, (Mask{Mask::Kind::Window, Mask::Align::BottomRight, 256, 0}));
-  EXPECT_EQ(s.dtype, DType::FP8_E4M3);
+  EXPECT_EQ(s.mask, (Mask{MaskKind::Window, 256, 0}));
+  EXPECT_EQ(s.dtype, DType::F8E4M3);
   EXPECT_EQ(s.layout, Layout::BHSD);
   EXPECT_TRUE(s.return_lse);
   EXPECT_EQ(s.gpu, "h100");
@@ -395,7 +413,7 @@ TEST(specFlags, Apply) {
   EXPECT_EQ(s.softmax_scale, 0.125);
   EXPECT_EQ(s.fp8, (Fp8Scales{true, true, false}));
   EXPECT_TRUE(apply_flags(s, {{"mask", "causal"}}, d));
-  EXPECT_EQ(s.mask, (Mask{Mask::Kind::Causal}));
+  EXPECT_EQ(s.mask, (Mask{MaskKind::Causal}));
   EXPECT_TRUE(apply_flags(s, {{"heads", "16"}}, d));
   EXPECT_EQ(s.heads_kv, 16);
 }
@@ -423,7 +441,7 @@ TEST(specFlags, SpecFromCli) {
   auto s = spec_from_cli("qwen2.5-72b", "", {{"dtype", "fp16"}}, d);
   ASSERT_TRUE(s) << d.render();
   EXPECT_EQ(s->heads_q, 64);
-  EXPECT_EQ(s->dtype, DType::FP16);
+  EXPECT_EQ(s->dtype, DType::F16);
   DiagSink d2;
   EXPECT_FALSE(spec_from_cli("llama3-8b", "x.json", {}, d2));
   EXPECT_NE(find(d2, "SPEC0122"), nullptr);
@@ -442,4 +460,109 @@ TEST(specFlags, SpecFromCli) {
 TEST(specSummary, ReadsWell) {
   EXPECT_EQ(summary(*find_preset("llama3-8b")), "llama3-8b: GQA 32/8 heads, d 128, bf16, causal, bshd");
   EXPECT_EQ(describe(find_preset("mistral-7b")->mask), "window(4096,0)");
+}
+
+// ---- one vocabulary: include/qattn/kinds.h ------------------------------------------------
+// The spec, its reference, the TL, the planner and the kernel IR spell a mask kind and a dtype
+// with the same two types (the device runtime's mask.cuh includes the same header).
+static_assert(std::is_same_v<decltype(Mask::kind), qattn::MaskKind>);
+static_assert(std::is_same_v<MaskKind, qattn::MaskKind>);  // spec::MaskKind (reference.h)
+static_assert(std::is_same_v<qattn::tl::MaskSpec::Kind, qattn::MaskKind>);
+static_assert(std::is_same_v<decltype(qattn::plan::Problem::mask), qattn::MaskKind>);
+static_assert(std::is_same_v<qattn::backend::kir::MaskKind, qattn::MaskKind>);
+static_assert(std::is_same_v<DType, qattn::DType>);
+static_assert(std::is_same_v<qattn::tl::DType, qattn::DType>);
+static_assert(std::is_same_v<decltype(qattn::backend::kir::Kernel::elem), qattn::DType>);
+static_assert(std::string_view(qattn::to_string(qattn::MaskKind::CausalTopLeft)) == "causal_top_left");  // constexpr
+
+TEST(specKinds, ToStringRoundTrips) {
+  using K = qattn::MaskKind;
+  const std::pair<K, const char*> masks[] = {{K::None, "none"},     {K::Bounds, "bounds"}, {K::Causal, "causal"},
+                                             {K::CausalTopLeft, "causal_top_left"}, {K::Window, "window"},
+                                             {K::Named, "named"}};
+  for (const auto& [k, text] : masks) {
+    EXPECT_STREQ(qattn::to_string(k), text);
+    // Every namespace's to_string is the same one.
+    EXPECT_EQ(qattn::spec::to_string(k), qattn::to_string(k));
+    EXPECT_EQ(qattn::tl::to_string(k), qattn::to_string(k));
+    EXPECT_EQ(qattn::backend::kir::to_string(k), qattn::to_string(k));
+    if (k == K::Named) continue;  // a declaration's name, not a TL keyword
+    // The TL reads the word back (a window takes its sizes).
+    const std::string header = std::string("Kernel k with mask ") + text + (k == K::Window ? "(8, 0)" : "");
+    DiagSink d;
+    qattn::tl::Program p = qattn::tl::parse(header, d, "k.tl");
+    ASSERT_FALSE(d.has_errors()) << header << "\n" << d.render();
+    ASSERT_EQ(p.stmts.size(), 1u) << header;
+    EXPECT_EQ(p.stmts[0].kernel.mask.kind, k) << header;
+  }
+  // The spec reads back the words of its own masks (the string shorthand).
+  for (K k : {K::None, K::Causal, K::CausalTopLeft}) {
+    DiagSink d;
+    auto s = parse(std::string(R"({"heads_q": 8, "head_dim": 64, "mask": ")") + qattn::to_string(k) + "\"}", d);
+    ASSERT_TRUE(s) << d.render();
+    EXPECT_EQ(s->mask.kind, k);
+  }
+  using T = qattn::DType;
+  const std::pair<T, const char*> dtypes[] = {{T::F32, "fp32"},         {T::F16, "fp16"},         {T::BF16, "bf16"},
+                                              {T::F8E4M3, "fp8_e4m3"}, {T::F8E5M2, "fp8_e5m2"}, {T::I32, "int32"}};
+  for (const auto& [t, text] : dtypes) {
+    EXPECT_STREQ(qattn::to_string(t), text);
+    EXPECT_EQ(qattn::spec::to_string(t), qattn::to_string(t));
+    EXPECT_EQ(qattn::tl::to_string(t), qattn::to_string(t));
+    EXPECT_EQ(qattn::tl::parse_dtype(text), t) << text;
+    // The spec accepts fp16, bf16 and fp8_e4m3 only.
+    const bool spec_dtype = t == T::F16 || t == T::BF16 || t == T::F8E4M3;
+    EXPECT_EQ(parse_dtype(text).has_value(), spec_dtype) << text;
+    if (spec_dtype) {
+      EXPECT_EQ(parse_dtype(text), t) << text;
+    }
+  }
+}
+
+TEST(specKinds, CausalTopLeftIsOneKind) {
+  // "causal" + top-left alignment in JSON, the shorthand and the CLI flag: MaskKind::CausalTopLeft.
+  DiagSink d;
+  auto s = parse(R"({"name": "ctl", "heads_q": 32, "heads_kv": 8, "head_dim": 128, "mask": {"kind": "causal", "align": "top_left"}})", d);
+  ASSERT_TRUE(s) << d.render();
+  EXPECT_EQ(s->mask.kind, MaskKind::CausalTopLeft);
+  EXPECT_EQ(s->mask, (Mask{MaskKind::CausalTopLeft}));
+  EXPECT_EQ(describe(s->mask), "causal (top-left)");
+  EXPECT_TRUE(validate(*s, d)) << d.render();
+  // Printed back exactly as before the one vocabulary: kind "causal" with its align.
+  const char* kJson = R"({
+  "name": "ctl",
+  "heads_q": 32,
+  "heads_kv": 8,
+  "head_dim_qk": 128,
+  "head_dim_v": 128,
+  "dtype": "bf16",
+  "mask": {
+    "kind": "causal",
+    "align": "top_left"
+  },
+  "layout": "bshd",
+  "return_lse": false,
+  "gpu": ""
+}
+)";
+  EXPECT_EQ(to_json(*s), kJson);
+  auto shorthand = parse(R"({"name": "ctl", "heads_q": 32, "heads_kv": 8, "head_dim": 128, "mask": "causal_top_left"})", d);
+  ASSERT_TRUE(shorthand) << d.render();
+  EXPECT_EQ(*shorthand, *s);
+  AttentionSpec f = *find_preset("llama3-8b");
+  ASSERT_TRUE(apply_flags(f, {{"mask", "causal_top_left"}}, d)) << d.render();
+  EXPECT_EQ(f.mask, (Mask{MaskKind::CausalTopLeft}));
+  EXPECT_EQ(summary(f), "llama3-8b: GQA 32/8 heads, d 128, bf16, causal (top-left), bshd");
+  // Bottom-right causal keeps its explicit align, as before.
+  auto br = parse(R"({"heads_q": 8, "head_dim": 64, "mask": "causal"})", d);
+  ASSERT_TRUE(br) << d.render();
+  EXPECT_EQ(br->mask.kind, MaskKind::Causal);
+  EXPECT_NE(to_json(*br).find("\"kind\": \"causal\",\n    \"align\": \"bottom_right\""), std::string::npos) << to_json(*br);
+  // Kinds the spec does not have are refused by validate() (they cannot come from JSON or flags).
+  AttentionSpec bad = *s;
+  bad.mask.kind = MaskKind::Bounds;
+  EXPECT_TRUE(contains(expect_error(bad, "SPEC0107").hint, "none, causal, causal_top_left, window"));
+  bad = *s;
+  bad.dtype = DType::F32;
+  EXPECT_TRUE(contains(expect_error(bad, "SPEC0107").hint, "fp16, bf16, fp8_e4m3"));
 }

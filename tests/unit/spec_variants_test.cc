@@ -145,7 +145,7 @@ TEST(specVariants, Validation) {
   EXPECT_TRUE(contains(expect_error(s, "SPEC0215").message, "mask_mod"));
   // fp8 and variants: accepted (the sm89 fp8 lowering applies them after the descale factors).
   s = base();
-  s.dtype = DType::FP8_E4M3;
+  s.dtype = DType::F8E4M3;
   s.variants.softcap = 30;
   DiagSink d;
   EXPECT_TRUE(validate(s, d)) << d.render();
@@ -181,7 +181,7 @@ TEST(specVariants, Flags) {
   EXPECT_EQ(s.variants.relative_bias, 32);
   EXPECT_EQ(s.variants.score_mod, "score * 0.5");
   EXPECT_EQ(s.variants.mask_mod, "kv_idx < 100");
-  EXPECT_EQ(s.mask.kind, Mask::Kind::Causal);  // untouched
+  EXPECT_EQ(s.mask.kind, MaskKind::Causal);  // untouched
   EXPECT_TRUE(apply_flags(s, {{"softcap", "none"}, {"alibi", "false"}, {"relative-bias", "none"}, {"score-mod", ""}}, d));
   EXPECT_FALSE(s.variants.softcap);
   EXPECT_FALSE(s.variants.alibi);
@@ -212,7 +212,7 @@ TEST(specVariants, PrefixLmFlagReplacesACausalMask) {
   DiagSink d;
   auto s = spec_from_cli("llama3-8b", "", {{"prefix-lm", "64"}}, d);
   ASSERT_TRUE(s) << d.render();
-  EXPECT_EQ(s->mask.kind, Mask::Kind::None);
+  EXPECT_EQ(s->mask.kind, MaskKind::None);
   EXPECT_EQ(s->variants.prefix_lm, 64);
   // An explicit mask stays, and is refused.
   DiagSink d2;

@@ -185,7 +185,7 @@ void Emitter::scope() {
     w_.close();
   };
   switch (sc.mask) {
-    case kir::MaskKind::None: break;
+    case kir::MaskKind::None: case kir::MaskKind::Named: break;  // Named: never the loop's kind (named_masks)
     case kir::MaskKind::Bounds: mask_fns("bounds", sc.mask_tl, "", ""); break;
     case kir::MaskKind::Causal: mask_fns("causal", sc.mask_tl, " && k <= q + off", " || last_col > q_lo + off"); break;
     case kir::MaskKind::CausalTopLeft: mask_fns("causal_top_left", sc.mask_tl, " && k <= q", " || last_col > q_lo"); break;
