@@ -6,7 +6,11 @@
 #include <string>
 #include <unistd.h>
 
+#include <chrono>
+#include <fstream>
+
 #include "build/nvcc.h"
+#include "support/process.h"
 #include "support/sha256.h"
 
 namespace qattn::build {
@@ -62,6 +66,114 @@ TEST(build, CacheBuildsOnceThenHits) {
     for (auto& e : fs::directory_iterator(shard)) entries += e.path().filename().string()[0] != '.';
   EXPECT_EQ(entries, 1);
   fs::remove_all(o.cache_dir);
+}
+
+// ---- run_process: limits and the sandbox (support/process.h) ----
+
+struct TempDir {
+  fs::path dir;
+  explicit TempDir(const std::string& name) : dir(fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempDir() { fs::remove_all(dir); }
+};
+
+TEST(RunProcess, TimeoutKillsTheSleepingChildAndItsGroup) {
+  support::ProcessOptions o;
+  o.capture = true;
+  o.limits.timeout_s = 0.5;
+  const auto t0 = std::chrono::steady_clock::now();
+  // a grandchild in the background holds the output pipe open: the whole group goes
+  const auto r = support::run_process({"sh", "-c", "sleep 30 & sleep 30"}, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.started);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.status, 128 + 9) << "SIGKILL";
+  EXPECT_LT(s, 10.0);
+  EXPECT_NE(r.error.find("time limit"), std::string::npos) << r.error;
+}
+
+TEST(RunProcess, AddressSpaceLimitMakesAnAllocationFail) {
+  support::ProcessOptions o;
+  o.capture = true;
+  o.limits.address_space = 256ull << 20;
+  // dd allocates its 1 GiB block buffer first
+  const auto r = support::run_process({"dd", "if=/dev/zero", "of=/dev/null", "bs=1G", "count=1"}, o);
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("memory exhausted"), std::string::npos) << r.output;
+  o.limits.address_space = 0;
+  o.limits.file_size = 4096;  // RLIMIT_FSIZE: a bigger file fails too
+  TempDir t("qattn-fsize");
+  const auto f = support::run_process({"dd", "if=/dev/zero", "of=" + (t.dir / "big").string(), "bs=64k", "count=1"}, o);
+  EXPECT_NE(f.status, 0) << f.output;
+  EXPECT_LE(fs::file_size(t.dir / "big"), 4096u);
+}
+
+TEST(RunProcess, WorkingDirectoryAndPlainCallsKeepTheirBehaviour) {
+  TempDir t("qattn-cwd");
+  support::ProcessOptions o;
+  o.capture = true;
+  o.cwd = t.dir.string();
+  const auto r = support::run_process({"pwd"}, o);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, fs::canonical(t.dir).string() + "\n");
+  const auto plain = support::run_process({"sh", "-c", "echo out; echo err >&2; exit 3"}, {}, true);
+  EXPECT_EQ(plain.status, 3);
+  EXPECT_EQ(plain.output, "out\nerr\n");
+  EXPECT_FALSE(support::run_process({"/nonexistent/program"}, o).started);
+}
+
+TEST(RunProcess, SandboxedChildWritesOnlyInsideItsScratchFolder) {
+  TempDir t("qattn-sandbox");
+  fs::create_directories(t.dir / "scratch");
+  support::ProcessOptions o;
+  o.capture = true;
+  o.sandbox.enabled = true;
+  o.sandbox.scratch = (t.dir / "scratch").string();
+  const std::string outside = (t.dir / "outside.txt").string(), inside = (t.dir / "scratch" / "inside.txt").string();
+  const auto r = support::run_process(
+      {"sh", "-c", "echo a > '" + outside + "'; echo b > '" + inside + "'; mkdir '" + (t.dir / "d").string() + "'; " +
+                       "ln -s / '" + (t.dir / "link").string() + "'; echo c > /tmp/qattn-sandbox-probe-" +
+                       std::to_string(::getpid()) + "; true"},
+      o);
+  std::string what;
+  for (const auto& p : r.protections) what += p + "; ";
+  for (const auto& m : r.missing) what += "[missing] " + m + "; ";
+  bool landlock = false;
+  for (const auto& p : r.protections) landlock |= p.rfind("landlock", 0) == 0;
+  if (!landlock) GTEST_SKIP() << "this kernel offers no file-write restriction: " << what;
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(inside)) << "writes inside the scratch folder work: " << r.output;
+  EXPECT_FALSE(fs::exists(outside)) << what;
+  EXPECT_FALSE(fs::exists(t.dir / "d"));
+  EXPECT_FALSE(fs::is_symlink(t.dir / "link"));
+  EXPECT_FALSE(fs::exists("/tmp/qattn-sandbox-probe-" + std::to_string(::getpid())));
+  EXPECT_NE(r.output.find("Permission denied"), std::string::npos) << r.output;
+  // every protection applied is named, and the report says what this kernel offers
+  EXPECT_NE(what.find("no_new_privs"), std::string::npos) << what;
+  EXPECT_NE(support::sandbox_report().find("landlock"), std::string::npos) << support::sandbox_report();
+}
+
+TEST(RunProcess, SandboxCanForbidExecAndForkAfterStart) {
+  TempDir t("qattn-noexec");
+  support::ProcessOptions o;
+  o.capture = true;
+  o.sandbox.enabled = true;
+  o.sandbox.scratch = t.dir.string();
+  o.sandbox.forbid_exec = true;
+  const auto r = support::run_process({"sh", "-c", "echo builtin-ok; /bin/echo ran-a-program"}, o);
+  bool seccomp = false;
+  for (const auto& p : r.protections) seccomp |= p.find("no exec/fork") != std::string::npos;
+  if (!seccomp) GTEST_SKIP() << "no seccomp filter here";
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.output.find("ran-a-program"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("builtin-ok"), std::string::npos) << r.output;
+  o.sandbox.forbid_exec = false;
+  const auto ok = support::run_process({"sh", "-c", "/bin/echo ran-a-program"}, o);
+  EXPECT_NE(ok.output.find("ran-a-program"), std::string::npos) << ok.output;
 }
 
 }  // namespace
