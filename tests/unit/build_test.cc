@@ -176,5 +176,92 @@ TEST(RunProcess, SandboxCanForbidExecAndForkAfterStart) {
   EXPECT_NE(ok.output.find("ran-a-program"), std::string::npos) << ok.output;
 }
 
+// ---- the cache: manifest checked before reuse, abandoned build folders removed ----
+
+Toolchain fake_toolchain() {
+  Toolchain tc;
+  tc.nvcc = (fs::path(QATTN_SOURCE_DIR) / "tests" / "llm" / "fake_nvcc.sh").string();
+  tc.nvcc_version = "fake";
+  tc.include_dirs = {"/nonexistent-cutlass", (fs::path(QATTN_SOURCE_DIR) / "device").string(),
+                     (fs::path(QATTN_SOURCE_DIR) / "include").string()};
+  return tc;
+}
+
+backend::Translation probe_translation() {
+  backend::Translation t;
+  t.kernel_name = "cache_probe";
+  t.arch = "sm80";
+  t.cuda_source = "// probe " + std::to_string(::getpid()) + "\n";
+  return t;
+}
+
+TEST(build, TruncatedCachedLibraryIsRebuilt) {
+  TempDir cache("qattn-cache-truncated");
+  BuildOptions o;
+  o.cache_dir = cache.dir;
+  std::string said;
+  o.progress = [&](const std::string& l) { said += l + "\n"; };
+  support::DiagSink d;
+  const auto tc = fake_toolchain();
+  const auto t = probe_translation();
+  auto first = build_library(t, tc, d, o);
+  ASSERT_TRUE(first) << d.render();
+  const auto size = fs::file_size(first->library);
+  ASSERT_GT(size, 10u);
+  fs::resize_file(first->library, size / 2);  // a crash, a full disk, a careless copy
+  auto second = build_library(t, tc, d, o);
+  ASSERT_TRUE(second) << d.render();
+  EXPECT_FALSE(second->cache_hit) << said;
+  EXPECT_EQ(fs::file_size(second->library), size);
+  EXPECT_NE(said.find("damaged"), std::string::npos) << said;
+  // same size, other bytes: the hash catches it
+  {
+    std::fstream f(second->library, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0);
+    f.put('X');
+  }
+  said.clear();
+  auto third = build_library(t, tc, d, o);
+  ASSERT_TRUE(third) << d.render();
+  EXPECT_FALSE(third->cache_hit) << said;
+  EXPECT_NE(said.find("SHA-256"), std::string::npos) << said;
+  auto fourth = build_library(t, tc, d, o);
+  ASSERT_TRUE(fourth) << d.render();
+  EXPECT_TRUE(fourth->cache_hit) << "an intact entry is reused";
+}
+
+TEST(build, AbandonedBuildFoldersAreRemoved) {
+  TempDir cache("qattn-cache-abandoned");
+  const fs::path old_tmp = cache.dir / "ab" / ".tmp-abandoned-1", new_tmp = cache.dir / "cd" / ".tmp-in-progress-2";
+  fs::create_directories(old_tmp);
+  fs::create_directories(new_tmp);
+  std::ofstream(old_tmp / "kernel.cu") << "// half a build\n";
+  fs::last_write_time(old_tmp, fs::file_time_type::clock::now() - std::chrono::hours(3));
+  BuildOptions o;
+  o.cache_dir = cache.dir;
+  support::DiagSink d;
+  ASSERT_TRUE(build_library(probe_translation(), fake_toolchain(), d, o)) << d.render();
+  EXPECT_FALSE(fs::exists(old_tmp)) << "older than an hour: removed";
+  EXPECT_TRUE(fs::exists(new_tmp)) << "a build that may still be running: kept";
+}
+
+TEST(build, NvccTimeLimitIsADiagnostic) {
+  TempDir cache("qattn-cache-slow");
+  const fs::path slow = cache.dir / "slow_nvcc.sh";
+  std::ofstream(slow) << "#!/bin/sh\nsleep 30\n";
+  fs::permissions(slow, fs::perms::owner_all);
+  auto tc = fake_toolchain();
+  tc.nvcc = slow.string();
+  BuildOptions o;
+  o.cache_dir = cache.dir / "c";
+  o.timeout_s = 0.5;
+  support::DiagSink d;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(build_library(probe_translation(), tc, d, o));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  ASSERT_TRUE(d.has_errors());
+  EXPECT_EQ(d.all().back().code, "BUILD0203") << d.render();
+}
+
 }  // namespace
 }  // namespace qattn::build
