@@ -1,8 +1,8 @@
 #include "build/nvcc.h"
 
-#include <sys/wait.h>
-
 #include <algorithm>
+#include <cctype>
+#include <set>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "support/io.h"
+#include "support/process.h"
 #include "support/sha256.h"
 
 namespace qattn::build {
@@ -23,22 +24,16 @@ std::string env(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// Runs a command through the shell, capturing stdout+stderr. Returns the exit status (-1 on failure
-// to start).
-int run_capture(const std::string& cmd, std::string& out) {
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return -1;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  int st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+// Runs argv (no shell), capturing stdout+stderr. Returns the exit status (-1 on failure to start).
+int run_capture(const std::vector<std::string>& argv, std::string& out, double timeout_s = 120) {
+  support::ProcessOptions po;
+  po.capture = true;
+  po.max_output = 4 << 20;
+  po.limits.timeout_s = timeout_s;
+  po.limits.no_core = true;
+  const auto r = support::run_process(argv, po);
+  out += r.output;
+  return r.started && !r.timed_out ? r.status : -1;
 }
 
 std::string find_nvcc() {
@@ -57,7 +52,7 @@ std::string find_cutlass() {
   if (auto v = env("QATTN_CUTLASS_INCLUDE"); !v.empty()) return ok(v) ? v : std::string();
   std::string out;
   std::string py = env("PYTHON").empty() ? "python3" : env("PYTHON");
-  if (run_capture(py + " -c \"import cutlass_library; print(cutlass_library.source_path + '/include')\"", out) == 0) {
+  if (run_capture({py, "-c", "import cutlass_library; print(cutlass_library.source_path + '/include')"}, out, 60) == 0) {
     while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
     auto nl = out.rfind('\n');
     if (nl != std::string::npos) out = out.substr(nl + 1);
@@ -89,6 +84,110 @@ std::string runtime_digest(const fs::path& dir) {
   return support::sha256_hex(all);
 }
 
+
+const char* const kManifest = "manifest.txt";
+
+std::string manifest_text(const std::string& lib) {
+  return "libqattn_kernel.so size " + std::to_string(lib.size()) + " sha256 " + support::sha256_hex(lib) + "\n";
+}
+
+// A cache entry is reused only when its manifest (written last) matches the library's size and hash.
+bool entry_intact(const fs::path& entry, std::string& why) {
+  support::DiagSink ignore;
+  const auto m = support::read_file(entry / kManifest, ignore);
+  if (!m) {
+    why = "no manifest";
+    return false;
+  }
+  std::error_code ec;
+  const auto size = fs::file_size(entry / "libqattn_kernel.so", ec);
+  if (ec) {
+    why = "no library";
+    return false;
+  }
+  std::istringstream in(*m);
+  std::string name, w1, w2, hash;
+  uint64_t want = 0;
+  if (!(in >> name >> w1 >> want >> w2 >> hash) || name != "libqattn_kernel.so") {
+    why = "unreadable manifest";
+    return false;
+  }
+  if (size != want) {
+    why = "library is " + std::to_string(size) + " bytes, the manifest says " + std::to_string(want);
+    return false;
+  }
+  const auto lib = support::read_file(entry / "libqattn_kernel.so", ignore);
+  if (!lib || support::sha256_hex(*lib) != hash) {
+    why = "library's SHA-256 differs from the manifest";
+    return false;
+  }
+  return true;
+}
+
+// Removes build folders (.tmp-*) of interrupted builds older than an hour.
+void clean_abandoned(const fs::path& cache, const std::function<void(const std::string&)>& say) {
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  int removed = 0;
+  for (auto top = fs::directory_iterator(cache, ec); !ec && top != fs::directory_iterator(); top.increment(ec)) {
+    if (!top->is_directory(ec) || top->path().filename().string().size() != 2) continue;
+    std::error_code ec2;
+    for (auto it = fs::directory_iterator(top->path(), ec2); !ec2 && it != fs::directory_iterator(); it.increment(ec2)) {
+      if (it->path().filename().string().rfind(".tmp-", 0) != 0) continue;
+      std::error_code ec3;
+      const auto t = fs::last_write_time(it->path(), ec3);
+      if (!ec3 && now - t > std::chrono::hours(1)) {
+        fs::remove_all(it->path(), ec3);
+        if (!ec3) ++removed;
+      }
+    }
+  }
+  if (removed > 0) say("removed " + std::to_string(removed) + " abandoned build folder(s) (.tmp-*, older than 1 h) from the cache");
+}
+
+bool header_allowed(const std::string& name, std::string& why) {
+  static const std::set<std::string> kStd = {
+      // C
+      "assert.h", "complex.h", "ctype.h", "errno.h", "fenv.h", "float.h", "inttypes.h", "iso646.h", "limits.h",
+      "locale.h", "math.h", "setjmp.h", "signal.h", "stdalign.h", "stdarg.h", "stdbool.h", "stddef.h", "stdint.h",
+      "stdio.h", "stdlib.h", "string.h", "time.h", "uchar.h", "wchar.h", "wctype.h",
+      // C++
+      "algorithm", "any", "array", "atomic", "bit", "bitset", "cassert", "cctype", "cerrno", "cfenv", "cfloat",
+      "charconv", "chrono", "cinttypes", "climits", "clocale", "cmath", "complex", "condition_variable", "cstdarg",
+      "cstddef", "cstdint", "cstdio", "cstdlib", "cstring", "ctime", "cwchar", "deque", "exception", "functional",
+      "initializer_list", "iomanip", "ios", "iosfwd", "iostream", "istream", "iterator", "limits", "list", "map",
+      "memory", "mutex", "new", "numeric", "optional", "ostream", "queue", "random", "ratio", "set", "sstream",
+      "stack", "stdexcept", "string", "string_view", "system_error", "thread", "tuple", "type_traits", "typeinfo",
+      "unordered_map", "unordered_set", "utility", "valarray", "variant", "vector",
+      // CUDA headers without the cuda prefix
+      "mma.h", "cooperative_groups.h", "sm_60_atomic_functions.h", "sm_61_intrinsics.h", "vector_types.h"};
+  if (name.empty()) {
+    why = "empty header name";
+    return false;
+  }
+  if (name[0] == '/') {
+    why = "absolute paths are not allowed";
+    return false;
+  }
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/')) {
+      why = "unexpected character in the header name";
+      return false;
+    }
+  std::istringstream parts(name);
+  for (std::string part; std::getline(parts, part, '/');)
+    if (part.empty() || part == "." || part == "..") {
+      why = "'..', '.' and empty path components are not allowed";
+      return false;
+    }
+  auto under = [&](const char* dir) { return name.rfind(std::string(dir) + "/", 0) == 0; };
+  if (under("qattn") || under("cute") || under("cutlass") || under("cooperative_groups") || under("cub") ||
+      name.rfind("cuda", 0) == 0 || kStd.count(name))
+    return true;
+  why = "not the device runtime, CUDA, CuTe/CUTLASS or a standard header";
+  return false;
+}
+
 }  // namespace
 
 fs::path default_cache_dir() {
@@ -107,7 +206,7 @@ std::optional<Toolchain> find_toolchain(support::DiagSink& diags) {
     return std::nullopt;
   }
   std::string ver;
-  run_capture(shell_quote(tc.nvcc) + " --version", ver);
+  run_capture({tc.nvcc, "--version"}, ver, 60);
   auto pos = ver.rfind("Cuda compilation tools");
   tc.nvcc_version = pos == std::string::npos ? ver : ver.substr(pos, ver.find('\n', pos) - pos);
   std::string cutlass = find_cutlass();
@@ -159,12 +258,20 @@ std::optional<BuildResult> build_library(const backend::Translation& t, const To
   r.entry = cache / r.key.substr(0, 2) / r.key;
   r.library = r.entry / "libqattn_kernel.so";
   std::error_code ec;
-  if (opts.use_cache && fs::exists(r.library, ec)) {
-    r.cache_hit = true;
-    support::DiagSink ignore;
-    r.log = support::read_file(r.entry / "build.log", ignore).value_or("");
-    say("cache hit " + r.key.substr(0, 12) + " (" + r.entry.string() + ")");
-    return r;
+  if (opts.use_cache) {
+    clean_abandoned(cache, say);
+    if (fs::exists(r.entry, ec)) {
+      std::string why;
+      if (entry_intact(r.entry, why)) {
+        r.cache_hit = true;
+        support::DiagSink ignore;
+        r.log = support::read_file(r.entry / "build.log", ignore).value_or("");
+        say("cache hit " + r.key.substr(0, 12) + " (" + r.entry.string() + ")");
+        return r;
+      }
+      say("cache entry " + r.key.substr(0, 12) + " is damaged (" + why + "): removed, rebuilding");
+      fs::remove_all(r.entry, ec);
+    }
   }
   // Build in a fresh temporary folder next to the entry, then rename it into place.
   static std::mt19937_64 rng{std::random_device{}()};
@@ -178,22 +285,51 @@ std::optional<BuildResult> build_library(const backend::Translation& t, const To
   if (!support::write_file_atomic(tmp / "kernel.cu", t.cuda_source, diags)) return std::nullopt;
   auto cmd = nvcc_command(t, tc, tmp / "kernel.cu", tmp / "libqattn_kernel.so", opts.also_sm);
   std::string line;
-  for (const auto& a : cmd) line += shell_quote(a) + " ";
+  for (const auto& a : cmd) line += a + " ";
   say("nvcc " + t.arch + ": compiling " + t.kernel_name + " (this takes a minute)...");
   auto start = std::chrono::steady_clock::now();
-  int rc = run_capture(line, r.log);
+  support::ProcessOptions po;
+  po.capture = true;
+  po.max_output = 4 << 20;
+  po.cwd = tmp.string();
+  po.limits.timeout_s = opts.timeout_s;
+  po.limits.address_space = opts.memory_bytes;
+  po.limits.file_size = opts.file_size_bytes;
+  po.limits.no_core = true;
+  const auto run = support::run_process(cmd, po);
+  r.log = run.output;
+  const int rc = run.started ? run.status : -1;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   support::write_file_atomic(tmp / "build.log", line + "\n\n" + r.log, diags);
+  if (run.timed_out) {
+    diags.error("BUILD0203", {}, "nvcc did not finish " + t.kernel_name + " within " +
+                std::to_string(static_cast<long>(opts.timeout_s)) + " s and was stopped",
+                "the full log is in " + (tmp / "build.log").string());
+    return std::nullopt;
+  }
   if (rc != 0) {
     std::string first;
     std::istringstream in(r.log);
     std::string l;
     int n = 0;
     while (std::getline(in, l) && n < 8)
-      if (l.find("error") != std::string::npos) first += "\n    " + l, ++n;
+      if (l.find("error") != std::string::npos || l.find("memory") != std::string::npos) first += "\n    " + l, ++n;
+    if (!run.started) first += "\n    " + run.error;
     diags.error("BUILD0201", {}, "nvcc failed for " + t.kernel_name + " (exit " + std::to_string(rc) + ")" + first,
-                "the full log is in " + (tmp / "build.log").string());
+                "the full log is in " + (tmp / "build.log").string() + "; nvcc runs with a memory limit of " +
+                    std::to_string(opts.memory_bytes >> 30) + " GiB");
     return std::nullopt;
+  }
+  // the manifest, written last: the library's size and SHA-256, checked before every reuse
+  {
+    support::DiagSink ignore;
+    const auto lib = support::read_file(tmp / "libqattn_kernel.so", ignore);
+    if (!lib) {
+      diags.error("BUILD0201", {}, "nvcc reported success but wrote no library for " + t.kernel_name,
+                  "the full log is in " + (tmp / "build.log").string());
+      return std::nullopt;
+    }
+    if (!support::write_file_atomic(tmp / kManifest, manifest_text(*lib), diags)) return std::nullopt;
   }
   if (opts.use_cache) {
     fs::rename(tmp, r.entry, ec);
@@ -209,6 +345,83 @@ std::optional<BuildResult> build_library(const backend::Translation& t, const To
   }
   say("nvcc done in " + std::to_string(static_cast<int>(r.seconds + 0.5)) + " s");
   return r;
+}
+
+bool check_includes(const std::string& source, support::DiagSink& diags) {
+  // Logical lines: backslash-newlines joined, as the preprocessor does first.
+  std::string text;
+  text.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\\') {
+      size_t j = i + 1;
+      if (j < source.size() && source[j] == '\r') ++j;
+      if (j < source.size() && source[j] == '\n') {
+        i = j;
+        continue;
+      }
+    }
+    text += source[i];
+  }
+  bool ok = true;
+  int line_no = 0;
+  std::istringstream in(text);
+  std::string line;
+  auto reject = [&](const std::string& what, const std::string& why) {
+    ok = false;
+    diags.error("BUILD0301", {line_no, 1}, "#" + what + ": " + why,
+                "include only \"qattn/...\" (the device runtime and qattn.h), <cute/...>, <cutlass/...>, <cuda...> "
+                "and standard C/C++ headers by name; no absolute paths, no '..', no files of the build machine");
+  };
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find("incbin") != std::string::npos || line.find("INCBIN") != std::string::npos)
+      reject("incbin", "assembler .incbin reads a file of the build machine into the kernel");
+    // Every place a directive could start: the line's start and after each "*/" (a block comment
+    // that began on an earlier line). Seeing more directives than the preprocessor is safe.
+    std::vector<size_t> starts = {0};
+    for (size_t p = line.find("*/"); p != std::string::npos; p = line.find("*/", p + 2)) starts.push_back(p + 2);
+    for (size_t p0 : starts) {
+      size_t p = p0;
+      auto skip = [&] {
+        while (p < line.size()) {
+          if (line[p] == ' ' || line[p] == '\t' || line[p] == '\r' || line[p] == '\f' || line[p] == '\v') ++p;
+          else if (line.compare(p, 2, "/*") == 0) {
+            const size_t e = line.find("*/", p + 2);
+            p = e == std::string::npos ? line.size() : e + 2;
+          } else break;
+        }
+      };
+      skip();
+      if (p < line.size() && line[p] == '#') ++p;
+      else if (line.compare(p, 2, "%:") == 0) p += 2;
+      else continue;
+      skip();
+      size_t q = p;
+      while (q < line.size() && (std::isalnum(static_cast<unsigned char>(line[q])) || line[q] == '_')) ++q;
+      const std::string directive = line.substr(p, q - p);
+      if (directive != "include" && directive != "include_next" && directive != "import" && directive != "embed") continue;
+      p = q;
+      skip();
+      if (directive != "include") {
+        reject(directive, "not allowed in LLM-written CUDA");
+        continue;
+      }
+      if (p >= line.size() || (line[p] != '"' && line[p] != '<')) {
+        reject(directive, "only a literal \"header\" or <header> may be included (no macros)");
+        continue;
+      }
+      const char close = line[p] == '"' ? '"' : '>';
+      const size_t e = line.find(close, p + 1);
+      if (e == std::string::npos) {
+        reject(directive, "unterminated header name");
+        continue;
+      }
+      const std::string name = line.substr(p + 1, e - p - 1);
+      std::string why;
+      if (!header_allowed(name, why)) reject("include " + line.substr(p, e - p + 1), why);
+    }
+  }
+  return ok;
 }
 
 }  // namespace qattn::build

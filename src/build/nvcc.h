@@ -1,14 +1,20 @@
 // The build driver: a Translation (the generated .cu) -> a shared library exporting the C ABI of
 // include/qattn/qattn.h, built by nvcc, with a content-addressed cache on by default.
 //
-// Cache: <cache>/<key[0:2]>/<key>/{kernel.cu, libqattn_kernel.so, build.log}, key = SHA-256 of the
+// Cache: <cache>/<key[0:2]>/<key>/{kernel.cu, libqattn_kernel.so, build.log, manifest.txt}, key = SHA-256 of the
 // source, the flags, the nvcc version and the headers it includes (device/ and include/). <cache> is $QATTN_CACHE_DIR,
 // else $XDG_CACHE_HOME/qattn, else ~/.cache/qattn. An entry appears atomically (built in a
-// temporary folder and renamed), so an interrupted build never leaves a half-written entry.
+// temporary folder and renamed), so an interrupted build never leaves a half-written entry;
+// manifest.txt (written last) holds the library's size and SHA-256, checked before every reuse: a
+// damaged entry is removed and rebuilt. Build folders of interrupted builds (.tmp-*) older than an
+// hour are removed whenever the cache is used. nvcc runs without a shell, in the build folder,
+// with a time limit and a memory (address space) limit (BuildOptions).
 // Diagnostics: BUILD0101 nvcc missing, BUILD0102 CUTLASS headers missing, BUILD0103 device
 // runtime headers missing, BUILD0201 nvcc failed (first error lines; the log is kept), BUILD0202
-// cache folder not writable.
+// cache folder not writable, BUILD0203 nvcc stopped at its time limit, BUILD0301 an #include (or
+// .incbin) of LLM-written CUDA that is not allowed (check_includes).
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -37,6 +43,9 @@ struct BuildOptions {
   // Also build machine code for this newer GPU (e.g. 90 to run an sm80 kernel natively on an
   // H100: -gencode=arch=compute_80,code=sm_90). 0: only the target's own code.
   int also_sm = 0;
+  double timeout_s = 1800;                    // nvcc's wall-clock limit (BUILD0203)
+  uint64_t memory_bytes = 32ull << 30;        // RLIMIT_AS of nvcc and its children
+  uint64_t file_size_bytes = 4ull << 30;      // RLIMIT_FSIZE: largest file nvcc may write
 };
 
 struct BuildResult {
@@ -52,6 +61,12 @@ std::optional<BuildResult> build_library(const backend::Translation& t, const To
                                           const BuildOptions& opts = {});
 
 std::filesystem::path default_cache_dir();
+
+// For CUDA written by an LLM, before nvcc sees it: every #include names "qattn/...", <cute/...>,
+// <cutlass/...>, <cub/...>, <cuda...>, <cooperative_groups...> or a standard C/C++ header; no
+// absolute path, no '..', no macro; no #include_next / #import / #embed, no .incbin. Each offence
+// is a BUILD0301 error at its line of kernel.cu. Returns whether the source passed.
+bool check_includes(const std::string& source, support::DiagSink& diags);
 
 // The full nvcc command line for `source` -> `output` (exposed for tests and for --dry-run).
 std::vector<std::string> nvcc_command(const backend::Translation& t, const Toolchain& tc,

@@ -54,7 +54,13 @@ int cmd_generate(const GenerateArgs& a) {
   std::string files;
   for (const auto& f : r->files) files += (files.empty() ? "" : ",") + f;
   std::cout << "wrote " << r->out.string() << "/{" << files << "}\n";
-  return r->gpu_failed ? kFailed : kOk;
+  if (r->gpu_failed) return kFailed;
+  if (r->unverified) {  // the LLM's CUDA compiled, nothing checked its numerics: never "succeeded"
+    std::cerr << "compiled but unverified: the LLM wrote this kernel's CUDA and no GPU numerics check ran on it (exit "
+              << kUnverified << ")\n";
+    return kUnverified;
+  }
+  return kOk;
 }
 
 }  // namespace

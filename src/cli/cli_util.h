@@ -16,7 +16,8 @@ class Option;
 namespace qattn::cli {
 
 // Exit codes of every subcommand (README.md).
-enum Exit : int { kOk = 0, kFailed = 1, kUsage = 2 };
+// kUnverified: `generate` compiled CUDA written by an LLM that no GPU numerics check ran on.
+enum Exit : int { kOk = 0, kFailed = 1, kUsage = 2, kUnverified = 3 };
 
 // The process exit status, set by the subcommand that ran.
 int& exit_status();

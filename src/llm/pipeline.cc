@@ -242,10 +242,11 @@ Result run(const spec::AttentionSpec& s, const hw::GpuFacts& g, const plan::Plan
                                                                 : run.run_cuda_stage("2", "translate", m.translate));
   }
   r.ok = ok && !diags.has_errors();
+  r.unverified = r.ok && r.translation && !o.cuda.numerics;
   const Transcript& tr = run.tr;
-  r.summary_md = tr.summary_md(client.endpoint(), client.usage(), r.ok);
+  r.summary_md = tr.summary_md(client.endpoint(), client.usage(), r.ok, r.unverified);
   r.files = {{"llm/transcript.jsonl", tr.jsonl()},
-             {"llm/summary.json", tr.summary_json(client.endpoint(), client.usage(), r.ok)},
+             {"llm/summary.json", tr.summary_json(client.endpoint(), client.usage(), r.ok, r.unverified)},
              {"llm/summary.md", r.summary_md}};
   return r;
 }

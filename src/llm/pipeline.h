@@ -50,6 +50,7 @@ struct Result {
   plan::Plan plan;                                   // sketch, code, tiles the run settled on
   std::optional<backend::Translation> translation;   // set when the LLM wrote the CUDA
   bool vanilla = false;                              // no TL: the CUDA came straight from the spec
+  bool unverified = false;  // the LLM wrote CUDA that compiled, but no numerics check ran (no GPU)
   std::vector<std::pair<std::string, std::string>> files;  // llm/transcript.jsonl, llm/summary.{json,md}
   std::string summary_md;
 };

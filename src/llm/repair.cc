@@ -1,14 +1,75 @@
 #include "llm/repair.h"
 
 #include <algorithm>
+#include <cctype>
+#include <sstream>
 
 #include "llm/extract.h"
 #include "llm/prompt.h"
 
 namespace qattn::llm {
 
+namespace {
+
+// The files of the build itself: the kernel's source and the build's own outputs.
+bool own_file(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return base == "kernel.cu" || base == "build.log" || base == "libqattn_kernel.so";
+}
+
+// A line that names a file other than the kernel's own (an absolute path outside the build, or
+// "In file included from"): nvcc and the host compiler quote that file's text in it and after it.
+bool quotes_other_file(const std::string& line) {
+  if (line.find("included from") != std::string::npos) return true;
+  for (size_t p = line.find('/'); p != std::string::npos; p = line.find('/', p + 1)) {
+    if (p > 0 && !(line[p - 1] == ' ' || line[p - 1] == '\t' || line[p - 1] == '"' || line[p - 1] == '\'' ||
+                   line[p - 1] == '(' || line[p - 1] == '<' || line[p - 1] == '='))
+      continue;  // not the start of an absolute path
+    size_t e = p;
+    while (e < line.size() && !std::isspace(static_cast<unsigned char>(line[e])) && line[e] != ':' && line[e] != '(' &&
+           line[e] != ')' && line[e] != '"' && line[e] != '\'' && line[e] != '>' && line[e] != ',')
+      ++e;
+    const std::string path = line.substr(p, e - p);
+    if (path.size() > 1 && !own_file(path)) return true;
+    p = e == p ? p : e - 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string without_outside_files(const std::string& text) {
+  std::istringstream in(text);
+  std::string out, line;
+  bool skipping = false;
+  int dropped = 0;
+  while (std::getline(in, line)) {
+    const bool indented = !line.empty() && (line[0] == ' ' || line[0] == '\t');
+    const bool hint = line.rfind("  hint:", 0) == 0;
+    // quoted tool output (nvcc's log) is indented inside our diagnostics
+    if (indented && !hint && quotes_other_file(line)) {
+      skipping = true;
+      ++dropped;
+      continue;
+    }
+    // what follows such a line (code excerpts, carets, notes) until the next line about kernel.cu,
+    // the next diagnostic or its hint
+    if (skipping && indented && !hint && line.find("kernel.cu") == std::string::npos) {
+      ++dropped;
+      continue;
+    }
+    if (skipping && dropped > 0) out += "    (" + std::to_string(dropped) + " line(s) about files outside the build left out)\n";
+    skipping = false;
+    dropped = 0;
+    out += line + "\n";
+  }
+  if (dropped > 0) out += "    (" + std::to_string(dropped) + " line(s) about files outside the build left out)\n";
+  return out;
+}
+
 std::string diagnostics_for_llm(const support::DiagSink& d, size_t limit) {
-  std::string text = d.render();
+  std::string text = without_outside_files(d.render());
   if (text.size() > limit) text = text.substr(0, limit) + "\n... (more diagnostics cut)\n";
   return text;
 }

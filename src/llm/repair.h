@@ -34,7 +34,13 @@ struct StageResult {
 StageResult run_stage(Client& client, Transcript& transcript, StageRequest req, const Verifier& verify,
                       support::DiagSink& diags);
 
-// Diagnostics rendered for the LLM, capped at `limit` bytes.
+// Diagnostics rendered for the LLM, capped at `limit` bytes, without_outside_files.
 std::string diagnostics_for_llm(const support::DiagSink& d, size_t limit = 8000);
+
+// `text` without the quoted tool output (indented lines) that names a file other than the build's
+// own (kernel.cu, build.log) -- an absolute path elsewhere, "In file included from" -- nor the
+// excerpt lines after it, replaced by a count: what goes back to the endpoint carries no content
+// of files outside the build.
+std::string without_outside_files(const std::string& text);
 
 }  // namespace qattn::llm

@@ -75,8 +75,9 @@ StageRecord& Transcript::stage(const std::string& name, const std::string& engin
   return stages_.back();
 }
 
-std::string Transcript::summary_json(const Endpoint& ep, const Usage& usage, bool ok) const {
+std::string Transcript::summary_json(const Endpoint& ep, const Usage& usage, bool ok, bool unverified) const {
   json j{{"ok", ok},
+         {"verdict", !ok ? "FAILED" : unverified ? "compiled but unverified" : "succeeded"},
          {"endpoint", {{"url", ep.url}, {"model", ep.model}, {"key_env", ep.key_env}}},
          {"seconds", elapsed()},
          {"requests", usage.requests},
@@ -98,9 +99,12 @@ std::string Transcript::summary_json(const Endpoint& ep, const Usage& usage, boo
   return redact_(dump(j, 2) + "\n");
 }
 
-std::string Transcript::summary_md(const Endpoint& ep, const Usage& usage, bool ok) const {
+std::string Transcript::summary_md(const Endpoint& ep, const Usage& usage, bool ok, bool unverified) const {
   std::ostringstream os;
-  os << "# LLM run: " << (ok ? "succeeded" : "FAILED") << "\n\n";
+  os << "# LLM run: " << (!ok ? "FAILED" : unverified ? "compiled but unverified" : "succeeded") << "\n\n";
+  if (ok && unverified)
+    os << "The LLM's CUDA compiled; no GPU numerics check ran on it (no GPU of the target here, or --no-verify), "
+          "so it is not verified.\n\n";
   os << "Endpoint " << ep.url << ", model " << ep.model << "; " << usage.requests << " requests (" << usage.retries
      << " retried), " << usage.prompt_tokens << " prompt + " << usage.completion_tokens << " completion tokens, "
      << fixed(elapsed(), 1) << " s.\n\n";

@@ -40,8 +40,10 @@ class Transcript {
   const std::vector<StageRecord>& stages() const { return stages_; }
 
   std::string jsonl() const { return lines_; }
-  std::string summary_json(const Endpoint& ep, const Usage& usage, bool ok) const;
-  std::string summary_md(const Endpoint& ep, const Usage& usage, bool ok) const;
+  // unverified: the LLM's CUDA compiled but no numerics check ran (no GPU): the run is reported as
+  // "compiled but unverified", never as succeeded
+  std::string summary_json(const Endpoint& ep, const Usage& usage, bool ok, bool unverified = false) const;
+  std::string summary_md(const Endpoint& ep, const Usage& usage, bool ok, bool unverified = false) const;
   double elapsed() const;
 
  private:

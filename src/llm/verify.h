@@ -8,8 +8,10 @@
 //     mask, dtypes, head dims and LSE (LLM0302), tiles that fit the target (LLM0302, from the
 //     resource model), interprets correctly against the reference at small sizes (TL0801), and,
 //     when stage 2 runs on the rules engine, translates (XL....).
-//   verify_cuda (2, vanilla): defines the C ABI (LLM0305), compiles with nvcc through the build
-//     driver (BUILD0201), then passes the numerics check when one is given (LLM0304).
+//   verify_cuda (2, vanilla): defines the C ABI (LLM0305), includes only allowed headers
+//     (BUILD0301, build::check_includes), compiles with nvcc through the build driver (BUILD0201,
+//     BUILD0203), then passes the numerics check when one is given (LLM0304); without one the
+//     kernel is compiled but unverified (llm::Result::unverified).
 #pragma once
 #include <functional>
 #include <optional>
@@ -19,6 +21,7 @@
 #include "build/nvcc.h"
 #include "plan/plan.h"
 #include "support/diag.h"
+#include "support/process.h"
 
 namespace qattn::llm {
 
@@ -43,7 +46,19 @@ std::optional<backend::Translation> verify_cuda(const std::string& source, const
                                                 const CudaCheck& check, support::DiagSink& diags);
 
 // Runs `PYTHON -m qattn.verify` (the package in support::python_dir()) on a temporary folder holding
-// the built library.
+// the built library, in the sandbox of untrusted_process (the library's host code is the LLM's).
 NumericsCheck gpu_numerics(const std::string& python);
+
+// How a process that loads LLM-written host code runs: in the sandbox of support::run_process with
+// `scratch` as its only writable folder (and its HOME, TMPDIR, caches), a time limit, a 1 GiB file
+// size limit, no core dumps, no network; forbid_exec: no exec or fork after start. Refuses to run
+// where no file-write restriction is available (ProcessResult::error says why).
+support::ProcessOptions untrusted_process(const std::filesystem::path& scratch, double timeout_s, bool forbid_exec);
+
+// The GPU step of `qattn generate` (python -m qattn.verify / qattn.timing ARTIFACTS) for a kernel whose
+// CUDA the LLM wrote: in untrusted_process's sandbox with the artifacts folder as scratch (HOME and
+// caches in a .sandbox-home folder there, removed after); the protections applied go to stderr.
+support::ProcessResult run_sandboxed_python(const std::string& python, const std::string& module,
+                                            const std::filesystem::path& artifacts);
 
 }  // namespace qattn::llm

@@ -96,6 +96,7 @@ class Run {
     by_llm_ = llm::run(s_, *g_, *plan_, *modes_, client, lo, d_);
     say(by_llm_->summary_md);
     if (!by_llm_->ok) return fail("the LLM stages failed: nothing written");
+    r_.unverified = by_llm_->unverified;  // the LLM's CUDA without a numerics check: never "succeeded"
     plan_ = by_llm_->plan;
     return true;
   }
@@ -181,7 +182,10 @@ class Run {
     for (const char* module : {"qattn.verify", "qattn.timing"}) {
       say(std::string("[4/4] ") + (std::string(module) == "qattn.verify" ? "verify" : "time") + " on " + local_->name + ": " + py +
           " -m " + module + " " + r_.out.string());
-      const auto p = support::run_process({py, "-m", module, r_.out.string()}, {support::python_path_env()});
+      // CUDA written by the LLM: its host code runs in the sandbox, writing only in the artifacts folder
+      const auto p = by_llm_ && by_llm_->translation
+                         ? llm::run_sandboxed_python(py, module, r_.out)
+                         : support::run_process({py, "-m", module, r_.out.string()}, {support::python_path_env()});
       if (!p.started || p.status != 0) {
         d_.error("GEN0401", {}, std::string(module) + (p.started ? " failed (exit status " + std::to_string(p.status) + ")" : ": " + p.error),
                  std::string(module) == "qattn.verify"

@@ -46,6 +46,8 @@ struct Result {
   bool built = false;                 // libqattn_kernel.so is there (false: no CUDA toolchain)
   std::string stopped;                // why it stopped before the GPU step ("" when it ran)
   bool gpu_failed = false;            // the GPU step ran and failed (GEN0401 in the diagnostics)
+  bool unverified = false;            // the LLM wrote the CUDA and no GPU numerics check ran on it:
+                                      // compiled but unverified (`qattn generate` exits 3)
 };
 
 // Runs the pipeline for `s`. nullopt: a stage failed, diagnostics in `diags`, nothing written.

@@ -17,6 +17,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -29,7 +30,11 @@
 
 namespace qattn::testing {
 
-inline std::filesystem::path llm_test_dir() { return std::filesystem::path(QATTN_SOURCE_DIR) / "tests" / "llm"; }
+// The source tree: $QATTN_HOME when set (a test binary carried to another machine), else the build's.
+inline std::filesystem::path llm_test_dir() {
+  const char* home = std::getenv("QATTN_HOME");
+  return std::filesystem::path(home && *home ? home : QATTN_SOURCE_DIR) / "tests" / "llm";
+}
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

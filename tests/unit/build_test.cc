@@ -6,7 +6,11 @@
 #include <string>
 #include <unistd.h>
 
+#include <chrono>
+#include <fstream>
+
 #include "build/nvcc.h"
+#include "support/process.h"
 #include "support/sha256.h"
 
 namespace qattn::build {
@@ -62,6 +66,201 @@ TEST(build, CacheBuildsOnceThenHits) {
     for (auto& e : fs::directory_iterator(shard)) entries += e.path().filename().string()[0] != '.';
   EXPECT_EQ(entries, 1);
   fs::remove_all(o.cache_dir);
+}
+
+// ---- run_process: limits and the sandbox (support/process.h) ----
+
+struct TempDir {
+  fs::path dir;
+  explicit TempDir(const std::string& name) : dir(fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempDir() { fs::remove_all(dir); }
+};
+
+TEST(RunProcess, TimeoutKillsTheSleepingChildAndItsGroup) {
+  support::ProcessOptions o;
+  o.capture = true;
+  o.limits.timeout_s = 0.5;
+  const auto t0 = std::chrono::steady_clock::now();
+  // a grandchild in the background holds the output pipe open: the whole group goes
+  const auto r = support::run_process({"sh", "-c", "sleep 30 & sleep 30"}, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.started);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.status, 128 + 9) << "SIGKILL";
+  EXPECT_LT(s, 10.0);
+  EXPECT_NE(r.error.find("time limit"), std::string::npos) << r.error;
+}
+
+TEST(RunProcess, AddressSpaceLimitMakesAnAllocationFail) {
+  support::ProcessOptions o;
+  o.capture = true;
+  o.limits.address_space = 256ull << 20;
+  // dd allocates its 1 GiB block buffer first
+  const auto r = support::run_process({"dd", "if=/dev/zero", "of=/dev/null", "bs=1G", "count=1"}, o);
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("memory exhausted"), std::string::npos) << r.output;
+  o.limits.address_space = 0;
+  o.limits.file_size = 4096;  // RLIMIT_FSIZE: a bigger file fails too
+  TempDir t("qattn-fsize");
+  const auto f = support::run_process({"dd", "if=/dev/zero", "of=" + (t.dir / "big").string(), "bs=64k", "count=1"}, o);
+  EXPECT_NE(f.status, 0) << f.output;
+  EXPECT_LE(fs::file_size(t.dir / "big"), 4096u);
+}
+
+TEST(RunProcess, WorkingDirectoryAndPlainCallsKeepTheirBehaviour) {
+  TempDir t("qattn-cwd");
+  support::ProcessOptions o;
+  o.capture = true;
+  o.cwd = t.dir.string();
+  const auto r = support::run_process({"pwd"}, o);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, fs::canonical(t.dir).string() + "\n");
+  const auto plain = support::run_process({"sh", "-c", "echo out; echo err >&2; exit 3"}, {}, true);
+  EXPECT_EQ(plain.status, 3);
+  EXPECT_EQ(plain.output, "out\nerr\n");
+  EXPECT_FALSE(support::run_process({"/nonexistent/program"}, o).started);
+}
+
+TEST(RunProcess, SandboxedChildWritesOnlyInsideItsScratchFolder) {
+  TempDir t("qattn-sandbox");
+  fs::create_directories(t.dir / "scratch");
+  support::ProcessOptions o;
+  o.capture = true;
+  o.sandbox.enabled = true;
+  o.sandbox.scratch = (t.dir / "scratch").string();
+  const std::string outside = (t.dir / "outside.txt").string(), inside = (t.dir / "scratch" / "inside.txt").string();
+  const auto r = support::run_process(
+      {"sh", "-c", "echo a > '" + outside + "'; echo b > '" + inside + "'; mkdir '" + (t.dir / "d").string() + "'; " +
+                       "ln -s / '" + (t.dir / "link").string() + "'; echo c > /tmp/qattn-sandbox-probe-" +
+                       std::to_string(::getpid()) + "; true"},
+      o);
+  std::string what;
+  for (const auto& p : r.protections) what += p + "; ";
+  for (const auto& m : r.missing) what += "[missing] " + m + "; ";
+  bool landlock = false;
+  for (const auto& p : r.protections) landlock |= p.rfind("landlock", 0) == 0;
+  if (!landlock) GTEST_SKIP() << "this kernel offers no file-write restriction: " << what;
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(inside)) << "writes inside the scratch folder work: " << r.output;
+  EXPECT_FALSE(fs::exists(outside)) << what;
+  EXPECT_FALSE(fs::exists(t.dir / "d"));
+  EXPECT_FALSE(fs::is_symlink(t.dir / "link"));
+  EXPECT_FALSE(fs::exists("/tmp/qattn-sandbox-probe-" + std::to_string(::getpid())));
+  EXPECT_NE(r.output.find("Permission denied"), std::string::npos) << r.output;
+  // every protection applied is named, and the report says what this kernel offers
+  EXPECT_NE(what.find("no_new_privs"), std::string::npos) << what;
+  EXPECT_NE(support::sandbox_report().find("landlock"), std::string::npos) << support::sandbox_report();
+}
+
+TEST(RunProcess, SandboxCanForbidExecAndForkAfterStart) {
+  TempDir t("qattn-noexec");
+  support::ProcessOptions o;
+  o.capture = true;
+  o.sandbox.enabled = true;
+  o.sandbox.scratch = t.dir.string();
+  o.sandbox.forbid_exec = true;
+  const auto r = support::run_process({"sh", "-c", "echo builtin-ok; /bin/echo ran-a-program"}, o);
+  bool seccomp = false;
+  for (const auto& p : r.protections) seccomp |= p.find("no exec/fork") != std::string::npos;
+  if (!seccomp) GTEST_SKIP() << "no seccomp filter here";
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.output.find("ran-a-program"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("builtin-ok"), std::string::npos) << r.output;
+  o.sandbox.forbid_exec = false;
+  const auto ok = support::run_process({"sh", "-c", "/bin/echo ran-a-program"}, o);
+  EXPECT_NE(ok.output.find("ran-a-program"), std::string::npos) << ok.output;
+}
+
+// ---- the cache: manifest checked before reuse, abandoned build folders removed ----
+
+Toolchain fake_toolchain() {
+  Toolchain tc;
+  tc.nvcc = (fs::path(QATTN_SOURCE_DIR) / "tests" / "llm" / "fake_nvcc.sh").string();
+  tc.nvcc_version = "fake";
+  tc.include_dirs = {"/nonexistent-cutlass", (fs::path(QATTN_SOURCE_DIR) / "device").string(),
+                     (fs::path(QATTN_SOURCE_DIR) / "include").string()};
+  return tc;
+}
+
+backend::Translation probe_translation() {
+  backend::Translation t;
+  t.kernel_name = "cache_probe";
+  t.arch = "sm80";
+  t.cuda_source = "// probe " + std::to_string(::getpid()) + "\n";
+  return t;
+}
+
+TEST(build, TruncatedCachedLibraryIsRebuilt) {
+  TempDir cache("qattn-cache-truncated");
+  BuildOptions o;
+  o.cache_dir = cache.dir;
+  std::string said;
+  o.progress = [&](const std::string& l) { said += l + "\n"; };
+  support::DiagSink d;
+  const auto tc = fake_toolchain();
+  const auto t = probe_translation();
+  auto first = build_library(t, tc, d, o);
+  ASSERT_TRUE(first) << d.render();
+  const auto size = fs::file_size(first->library);
+  ASSERT_GT(size, 10u);
+  fs::resize_file(first->library, size / 2);  // a crash, a full disk, a careless copy
+  auto second = build_library(t, tc, d, o);
+  ASSERT_TRUE(second) << d.render();
+  EXPECT_FALSE(second->cache_hit) << said;
+  EXPECT_EQ(fs::file_size(second->library), size);
+  EXPECT_NE(said.find("damaged"), std::string::npos) << said;
+  // same size, other bytes: the hash catches it
+  {
+    std::fstream f(second->library, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0);
+    f.put('X');
+  }
+  said.clear();
+  auto third = build_library(t, tc, d, o);
+  ASSERT_TRUE(third) << d.render();
+  EXPECT_FALSE(third->cache_hit) << said;
+  EXPECT_NE(said.find("SHA-256"), std::string::npos) << said;
+  auto fourth = build_library(t, tc, d, o);
+  ASSERT_TRUE(fourth) << d.render();
+  EXPECT_TRUE(fourth->cache_hit) << "an intact entry is reused";
+}
+
+TEST(build, AbandonedBuildFoldersAreRemoved) {
+  TempDir cache("qattn-cache-abandoned");
+  const fs::path old_tmp = cache.dir / "ab" / ".tmp-abandoned-1", new_tmp = cache.dir / "cd" / ".tmp-in-progress-2";
+  fs::create_directories(old_tmp);
+  fs::create_directories(new_tmp);
+  std::ofstream(old_tmp / "kernel.cu") << "// half a build\n";
+  fs::last_write_time(old_tmp, fs::file_time_type::clock::now() - std::chrono::hours(3));
+  BuildOptions o;
+  o.cache_dir = cache.dir;
+  support::DiagSink d;
+  ASSERT_TRUE(build_library(probe_translation(), fake_toolchain(), d, o)) << d.render();
+  EXPECT_FALSE(fs::exists(old_tmp)) << "older than an hour: removed";
+  EXPECT_TRUE(fs::exists(new_tmp)) << "a build that may still be running: kept";
+}
+
+TEST(build, NvccTimeLimitIsADiagnostic) {
+  TempDir cache("qattn-cache-slow");
+  const fs::path slow = cache.dir / "slow_nvcc.sh";
+  std::ofstream(slow) << "#!/bin/sh\nsleep 30\n";
+  fs::permissions(slow, fs::perms::owner_all);
+  auto tc = fake_toolchain();
+  tc.nvcc = slow.string();
+  BuildOptions o;
+  o.cache_dir = cache.dir / "c";
+  o.timeout_s = 0.5;
+  support::DiagSink d;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(build_library(probe_translation(), tc, d, o));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  ASSERT_TRUE(d.has_errors());
+  EXPECT_EQ(d.all().back().code, "BUILD0203") << d.render();
 }
 
 }  // namespace

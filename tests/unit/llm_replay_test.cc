@@ -297,5 +297,26 @@ TEST(LlmCli, CleanRunWritesTranscriptsAndTheKeyAppearsNowhere) {
   EXPECT_GE(scanned, 12);
 }
 
+// Without a GPU nothing checks the numerics of CUDA the LLM wrote: compiled but unverified, in the
+// summary and in the exit status (3), never "succeeded" with 0.
+TEST(LlmCli, VanillaWithoutAGpuIsCompiledButUnverified) {
+  ReplayServer srv("vanilla.json");
+  Cli c;
+  fs::copy_file(qattn::testing::llm_test_dir() / "fake_nvcc.sh", c.dir / "nvcc");
+  fs::permissions(c.dir / "nvcc", fs::perms::owner_all);
+  c.generate("QATTN_NVCC='" + (c.dir / "nvcc").string() + "'",
+             "--mode vanilla --llm-url " + srv.url() + " --llm-model replay-model");
+  expect_replayed(srv);
+  EXPECT_EQ(c.rc, 3) << c.err;
+  EXPECT_NE(c.err.find("# LLM run: compiled but unverified"), std::string::npos) << c.err;
+  EXPECT_EQ(c.err.find("LLM run: succeeded"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("compiled but unverified: the LLM wrote this kernel's CUDA"), std::string::npos) << c.err;
+  const std::string md = slurp(c.dir / "out" / "llm" / "summary.md");
+  EXPECT_EQ(md.rfind("# LLM run: compiled but unverified", 0), 0u) << md;
+  const json summary = json::parse(slurp(c.dir / "out" / "llm" / "summary.json"));
+  EXPECT_EQ(summary["verdict"], "compiled but unverified");
+  EXPECT_TRUE(fs::exists(c.dir / "out" / "kernel.cu")) << "the artifacts are written";
+}
+
 }  // namespace
 }  // namespace qattn::llm
