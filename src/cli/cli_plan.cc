@@ -42,7 +42,7 @@ const hw::GpuFacts* resolve_gpu(const spec::AttentionSpec& s, support::DiagSink&
 std::string default_out(const spec::AttentionSpec& s, const hw::GpuFacts& g) {
   // The GPU as the user named it ("h100"), else the architecture of the detected one ("sm90").
   std::string gpu = s.gpu.empty() ? g.arch : spec::name_key(s.gpu);
-  return "artifacts/" + (s.name.empty() ? std::string("spec") : s.name) + "-" + gpu;
+  return "artifacts/" + (s.name.empty() ? std::string("spec") : spec::safe_name(s.name)) + "-" + gpu;
 }
 
 std::optional<spec::AttentionSpec> load_spec(const SpecArgs& a, support::DiagSink& diags) {

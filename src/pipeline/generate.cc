@@ -127,7 +127,7 @@ class Run {
     if (!tr_) return fail("translation failed: nothing written");
     r_.out = !o_.out.empty() ? o_.out
                              : fs::path("artifacts") / (s_.name.empty() ? std::string("spec")
-                                                                       : s_.name + "-" + (s_.gpu.empty() ? g_->arch : spec::name_key(s_.gpu)));
+                                                                       : spec::safe_name(s_.name) + "-" + (s_.gpu.empty() ? g_->arch : spec::name_key(s_.gpu)));
     return true;
   }
 
