@@ -69,6 +69,7 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False):
     sequences (short_queries): the spec states seqlen_q = SHORT_QUERIES, so the planner packs heads."""
     name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \
         ("_lse" if return_lse else "") + ("_short" if short else "")
+    name = name[:128]  # a spec name is at most 128 characters (SPEC0217); the cache key is the whole spec
     spec = {"name": name, "heads_q": 2, "heads_kv": 1, "head_dim_qk": int(d_qk), "head_dim_v": int(d_v),
             "dtype": dtype, "layout": "bshd", "return_lse": bool(return_lse), "gpu": target}
     if short:

@@ -16,6 +16,7 @@
 #include "plan/plan.h"
 #include "plan/rules.h"
 #include "plan/sketch.h"
+#include "support/artifact_dir.h"
 #include "support/io.h"
 
 namespace qattn::cli {
@@ -42,7 +43,7 @@ const hw::GpuFacts* resolve_gpu(const spec::AttentionSpec& s, support::DiagSink&
 std::string default_out(const spec::AttentionSpec& s, const hw::GpuFacts& g) {
   // The GPU as the user named it ("h100"), else the architecture of the detected one ("sm90").
   std::string gpu = s.gpu.empty() ? g.arch : spec::name_key(s.gpu);
-  return "artifacts/" + (s.name.empty() ? std::string("spec") : s.name) + "-" + gpu;
+  return "artifacts/" + (s.name.empty() ? std::string("spec") : spec::safe_name(s.name)) + "-" + gpu;
 }
 
 std::optional<spec::AttentionSpec> load_spec(const SpecArgs& a, support::DiagSink& diags) {
@@ -62,10 +63,10 @@ int cmd_sketch(const PlanArgs& a) {
     std::cout << text;
     return kOk;
   }
-  support::ArtifactSet files;
-  files.stage(std::filesystem::path(a.out) / "spec.json", spec::to_json(*s));
-  files.stage(std::filesystem::path(a.out) / "sketch.tl", text);
-  if (!files.commit(diags)) {
+  support::ArtifactDir files;  // the folder written whole (support/artifact_dir.h)
+  files.stage("spec.json", spec::to_json(*s));
+  files.stage("sketch.tl", text);
+  if (!files.commit(a.out, diags)) {
     print_diags(diags);
     return kFailed;
   }
@@ -127,12 +128,12 @@ int cmd_plan(const PlanArgs& a) {
     return kOk;
   }
   std::string out = a.out.empty() ? default_out(*s, *g) : a.out;
-  support::ArtifactSet files;
-  files.stage(std::filesystem::path(out) / "spec.json", spec::to_json(*s));
-  files.stage(std::filesystem::path(out) / "sketch.tl", p->sketch);
-  files.stage(std::filesystem::path(out) / "code.tl", p->code);
-  files.stage(std::filesystem::path(out) / "plan.md", p->report + "\nVerification: " + verdict + "\n");
-  if (!files.commit(diags)) {
+  support::ArtifactDir files;  // the folder written whole (support/artifact_dir.h)
+  files.stage("spec.json", spec::to_json(*s));
+  files.stage("sketch.tl", p->sketch);
+  files.stage("code.tl", p->code);
+  files.stage("plan.md", p->report + "\nVerification: " + verdict + "\n");
+  if (!files.commit(out, diags)) {
     print_diags(diags);
     return kFailed;
   }

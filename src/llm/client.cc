@@ -280,8 +280,12 @@ std::optional<Reply> Client::chat(const std::vector<Message>& messages, support:
                   status_hint(x.status, ep_));
       return std::nullopt;
     }
-    auto r = parse_reply(x.body, diags);
+    // The reply enters the program here, redacted: an endpoint that echoes the API key cannot
+    // get it into a diagnostic, the TL, the CUDA, an artifact or a cache entry (the body before
+    // parsing, for the diagnostics; the content after, for a key spelt with JSON escapes).
+    auto r = parse_reply(redact(x.body), diags);
     if (!r) return std::nullopt;
+    r->content = redact(std::move(r->content));
     r->attempts = attempt;
     r->seconds = seconds();
     usage_.prompt_tokens += r->prompt_tokens;

@@ -5,7 +5,7 @@
 //   3. check      the TL code interpreted against the fp64 reference (plan::verify)
 //   4. translate  stage 2: TL -> kernel IR -> CUDA (backend::translate_text), or the LLM's CUDA
 //   5. build      nvcc -> shared library with the C ABI (build::build_library, content-addressed cache)
-//   6. write      the artifacts folder, all or nothing
+//   6. write      the artifacts folder, whole: written beside it, renamed into place (OUT01xx)
 //   7. GPU        on a local GPU of the target's architecture: python -m qattn.verify (numerics on
 //                 fresh random inputs, fp64 reference) and python -m qattn.timing (TFLOPS next to
 //                 SDPA's backends)
@@ -20,6 +20,7 @@
 #include "llm/pipeline.h"
 #include "llm/verify.h"
 #include "plan/plan.h"
+#include "support/artifact_dir.h"
 #include "support/io.h"
 #include "support/process.h"
 
@@ -67,6 +68,7 @@ class Run {
     std::string note;
     g_ = hw::resolve_target(s_, d_, &note);
     if (!g_) return false;
+    if (!out_folder()) return fail("nothing written");
     std::string why;
     local_ = o_.use_gpu ? hw::detect_local_gpu(&why) : std::nullopt;
     no_gpu_why_ = o_.use_gpu ? why : "--no-gpu";
@@ -126,14 +128,21 @@ class Run {
       tr_ = backend::translate_text(plan_->code, plan_->target, d_, "code.tl");
     }
     if (!tr_) return fail("translation failed: nothing written");
-    r_.out = !o_.out.empty() ? o_.out
-                             : fs::path("artifacts") / (s_.name.empty() ? std::string("spec")
-                                                                       : s_.name + "-" + (s_.gpu.empty() ? g_->arch : spec::name_key(s_.gpu)));
     return true;
   }
 
+  // The artifacts folder (--out, else artifacts/<name>-<gpu>), checked before any work: a system
+  // folder or one holding files qattn did not write is refused (OUT0101-OUT0103, artifact_dir.h).
+  bool out_folder() {
+    r_.out = !o_.out.empty() ? o_.out
+                             : fs::path("artifacts") / (s_.name.empty() ? std::string("spec")
+                                                                       : spec::safe_name(s_.name) + "-" +
+                                                                             (s_.gpu.empty() ? g_->arch : spec::name_key(s_.gpu)));
+    return support::check_out_folder(r_.out, d_);
+  }
+
   void stage(const std::string& name, const std::string& text) {
-    files_.stage(r_.out / name, text);
+    files_.stage(name, text);
     r_.files.push_back(name);
   }
   void stage_sources() {
@@ -167,8 +176,8 @@ class Run {
     return true;
   }
 
-  // 6. write the artifacts folder (all or nothing)
-  bool write() { return files_.commit(d_); }
+  // 6. write the artifacts folder whole: a temporary sibling renamed into place (no stale files)
+  bool write() { return files_.commit(r_.out, d_); }
 
   // 7. on a local GPU of the target's architecture: numerics, then timing (the package's modules)
   void gpu() {
@@ -222,7 +231,7 @@ class Run {
   std::optional<build::Toolchain> toolchain_;
   bool vanilla_ = false;
   std::optional<backend::Translation> tr_;
-  support::ArtifactSet files_;
+  support::ArtifactDir files_;
   Result r_;
 };
 

@@ -23,7 +23,7 @@ int Problem::bytes() const {
 
 Problem make_problem(const spec::AttentionSpec& s) {
   Problem p;
-  p.name = s.name;
+  p.name = spec::safe_name(s.name);  // a name from code, not through validate(), is made safe too (SPEC0217)
   p.heads_q = s.heads_q;
   p.heads_kv = s.heads_kv;
   p.d_qk = s.head_dim_qk;

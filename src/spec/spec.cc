@@ -82,7 +82,7 @@ std::string variant_name(const AttentionSpec& s) {
 }
 
 std::string summary(const AttentionSpec& s) {
-  std::string out = s.name.empty() ? std::string("<unnamed>") : s.name;
+  std::string out = s.name.empty() ? std::string("<unnamed>") : safe_name(s.name);
   out += ": " + variant_name(s) + " " + std::to_string(s.heads_q) + "/" + std::to_string(s.heads_kv) +
          " heads, d ";
   out += std::to_string(s.head_dim_qk);
@@ -150,8 +150,69 @@ SrcLoc SourceMap::at(const std::string& pointer) const {
   return it == where.end() ? SrcLoc{} : it->second;
 }
 
+// ---- the spec's name -----------------------------------------------------------------------
+namespace {
+bool ascii_alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+bool name_char(char c) { return ascii_alnum(c) || c == '.' || c == '_' || c == '-'; }
+}  // namespace
+
+bool is_safe_name(std::string_view n) {
+  if (n.empty() || n.size() > kMaxNameLength || !ascii_alnum(n[0])) return false;
+  for (size_t i = 0; i < n.size(); ++i)
+    if (!name_char(n[i]) || (n[i] == '.' && i && n[i - 1] == '.'))
+      return false;
+  return true;
+}
+
+std::string safe_name(std::string_view n) {
+  if (n.empty() || is_safe_name(n)) return std::string(n);
+  std::string out;
+  for (char c : n) {
+    const bool ok = ascii_alnum(c) || c == '_' || c == '-' || (c == '.' && (out.empty() || out.back() != '.'));
+    out += ok ? c : '_';
+  }
+  if (!ascii_alnum(out[0])) out.insert(out.begin(), 'n');
+  if (out.size() > kMaxNameLength) out.resize(kMaxNameLength);
+  return out;
+}
+
 // ---- validation ---------------------------------------------------------------------------
 namespace {
+
+// SPEC0217: why `name` is not a safe name, the name shown with its control characters escaped.
+void check_name(const std::string& name, DiagSink& diags, SrcLoc loc) {
+  if (name.empty() || is_safe_name(name)) return;
+  std::string shown, why;
+  for (size_t i = 0; i < name.size() && i < 48; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') shown += char(c);
+    else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      shown += buf;
+    }
+  }
+  if (name.size() > 48) shown += "...";
+  if (name.size() > kMaxNameLength)
+    why = "is " + std::to_string(name.size()) + " characters long (at most " + std::to_string(kMaxNameLength) + ")";
+  else if (!ascii_alnum(name[0]))
+    why = "does not start with a letter or a digit";
+  else if (name.find("..") != std::string::npos)
+    why = "contains \"..\"";
+  else
+    for (char c : name)
+      if (why.empty() && !name_char(c)) {
+        const auto u = static_cast<unsigned char>(c);
+        char buf[64];
+        if (u >= 0x20 && u < 0x7f) std::snprintf(buf, sizeof buf, "contains '%c'", c);
+        else std::snprintf(buf, sizeof buf, "contains the byte 0x%02x (a control or non-ASCII character)", u);
+        why = buf;
+      }
+  diags.error("SPEC0217", loc,
+              "name \"" + shown + "\" " + why + ": a name is 1-" + std::to_string(kMaxNameLength) +
+                  " characters from A-Z a-z 0-9 . _ - , starting with a letter or a digit, with no \"..\"",
+              "e.g. \"name\": \"" + safe_name(name.substr(0, 48)) + "\" (the name names the artifacts folder artifacts/<name>-<gpu>)");
+}
 
 std::string dims_list() {
   std::vector<std::string> v;
@@ -246,6 +307,8 @@ void check_variants(const AttentionSpec& s, DiagSink& diags, const SourceMap* wh
 bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
   int before = diags.error_count();
   auto at = [&](const char* ptr) { return where ? where->at(ptr) : SrcLoc{}; };
+
+  check_name(s.name, diags, at("/name"));
 
   // Heads.
   bool heads_ok = true;

@@ -177,6 +177,18 @@ std::optional<AttentionSpec> spec_from_cli(const std::string& preset, const std:
                                            const std::map<std::string, std::string>& flags,
                                            DiagSink& diags);
 
+// ---- the spec's name ----------------------------------------------------------------------
+// A name is empty (unnamed) or a safe identifier: 1 to kMaxNameLength characters from A-Z a-z 0-9
+// '.' '_' '-', starting with a letter or a digit, with no "..". It names the artifacts folder
+// (artifacts/<name>-<gpu>) and appears in TL comments and reports, so it may hold no path
+// separator, line break, quote or other shell or TL syntax. validate() reports others (SPEC0217).
+constexpr size_t kMaxNameLength = 128;
+bool is_safe_name(std::string_view name);
+// `name` made safe for every use (a folder name, a line of text): unchanged when is_safe_name,
+// else each character outside the set and the second '.' of ".." becomes '_', a leading
+// non-alphanumeric character gets an 'n' before it, and it is cut at kMaxNameLength. "" stays "".
+std::string safe_name(std::string_view name);
+
 // ---- small name helpers (shared with hw/) ------------------------------------------------
 // Lower-case and drop '-', '_', ' ': the key names are compared by.
 std::string name_key(std::string_view s);

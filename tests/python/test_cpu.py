@@ -358,3 +358,15 @@ def test_attention_rejects_cpu_tensors_and_bad_input():
     with pytest.raises(qattn.SpecError) as e:
         qattn.attention(q, q, q, layout="sbhd")
     assert e.value.code == "PY0106"
+
+
+def test_kernel_names_are_safe_spec_names():
+    """Issue 18: the binding's kernel names pass the spec's name rule (SPEC0217: 1-128 characters
+    from A-Z a-z 0-9 . _ -, starting with a letter or a digit, no ".."), the longest variant
+    combination included (cut at 128 characters; the cache key is the whole spec)."""
+    rule = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+    longest = _variants.variant_fields(prefix_lm=131072, softcap=30.5, score_mod="score * 0.5",
+                                       mask_mod="kv_idx <= q_idx", alibi=True, document=True, relative_bias=4096)
+    for fields in ({"mask": {"kind": "none"}}, longest):
+        name = _build.kernel_spec("fp8_e4m3", 192, 128, fields, True, "h100", short=True)["name"]
+        assert rule.fullmatch(name) and ".." not in name, name

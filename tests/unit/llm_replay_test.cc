@@ -318,5 +318,32 @@ TEST(LlmCli, VanillaWithoutAGpuIsCompiledButUnverified) {
   EXPECT_TRUE(fs::exists(c.dir / "out" / "kernel.cu")) << "the artifacts are written";
 }
 
+// Issue 18: an endpoint that echoes the API key in its replies (tests/hostile/names/key_echo.json:
+// in the prose, in TL comments of the sketch and the code, in the CUDA). The reply is redacted
+// where it enters the program (llm::Client::chat), so the key is in no artifact (code.tl,
+// kernel.cu, ...), no cache entry, transcript, stdout or stderr; "[redacted]" is where it was.
+TEST(LlmCli, AnEchoedKeyReachesNoArtifactOrCacheEntry) {
+  ReplayServer srv("../hostile/names/key_echo.json");
+  Cli c;
+  const std::string key = "sk-qattn-hostile-echo-4b8e1d2c9a7f";
+  fs::copy_file(qattn::testing::llm_test_dir() / "fake_nvcc.sh", c.dir / "nvcc");
+  fs::permissions(c.dir / "nvcc", fs::perms::owner_all);
+  c.generate("QATTN_NVCC='" + (c.dir / "nvcc").string() + "' MY_LLM_KEY=" + key,
+             "--mode 1a=llm,1b=llm,2=llm --llm-url " + srv.url() + " --llm-model replay-model --llm-key-env MY_LLM_KEY");
+  expect_replayed(srv);
+  ASSERT_TRUE(fs::exists(c.dir / "out" / "code.tl")) << c.err;
+  ASSERT_TRUE(fs::exists(c.dir / "out" / "kernel.cu")) << c.err;
+  EXPECT_NE(slurp(c.dir / "out" / "code.tl").find("# the endpoint echoes the API key: [redacted]"), std::string::npos);
+  EXPECT_NE(slurp(c.dir / "out" / "kernel.cu").find("#define ECHOED_KEY \"[redacted]\""), std::string::npos);
+  int scanned = 0;
+  for (const auto& e : fs::recursive_directory_iterator(c.dir)) {
+    if (!e.is_regular_file() || e.path().filename() == "nvcc") continue;
+    ++scanned;
+    EXPECT_EQ(slurp(e.path()).find("4b8e1d2c9a7f"), std::string::npos) << e.path();
+  }
+  EXPECT_TRUE(fs::exists(c.dir / "cache")) << "the build cache was written (and scanned)";
+  EXPECT_GE(scanned, 12);
+}
+
 }  // namespace
 }  // namespace qattn::llm

@@ -8,6 +8,9 @@
 // There is no GPU here: the GPU step itself runs in tests/gpu (kir_suite.sh, device_suite.sh).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,7 @@
 
 #include "pipeline/generate.h"
 #include "spec/spec.h"
+#include "support/artifact_dir.h"
 #include "support/io.h"
 #include "support/process.h"
 
@@ -142,6 +146,96 @@ TEST_F(PipelineRun, AFailingStageWritesNothing) {
   EXPECT_FALSE(pipeline::generate(s, o, d2).has_value());
   EXPECT_TRUE(d2.has_errors());
   EXPECT_FALSE(fs::exists(dir_ / "bad2"));
+}
+
+// Issue 18: a reused --out. An older run left a library, its build log and an LLM transcript
+// beside its kernel; this run (no toolchain: sources only) must leave only its own set, not the old
+// library next to the new spec. The folder is written beside --out and renamed into place whole.
+TEST_F(PipelineRun, AReusedOutHoldsOnlyTheNewSet) {
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  s.gpu = "a100";
+  const fs::path out = dir_ / "out";
+  fs::create_directories(out / "llm");
+  for (const char* f : {"kernel.cu", "libqattn_kernel.so", "build.log", "llm/transcript.jsonl"})
+    std::ofstream(out / f) << "stale, from an earlier run\n";
+  support::DiagSink d;
+  const auto r = run(s, "out", d);
+  ASSERT_TRUE(r.has_value()) << d.render();
+  std::vector<std::string> got;
+  for (const auto& e : fs::recursive_directory_iterator(out)) got.push_back(e.path().lexically_relative(out).string());
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> want = {support::kArtifactMarker, "code.tl", "kernel.cu", "kernel.kir", "plan.md", "sketch.tl", "spec.json"};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  std::ifstream cu(out / "kernel.cu");
+  std::string first;
+  std::getline(cu, first);
+  EXPECT_EQ(first.find("stale"), std::string::npos) << first;
+  for (const auto& e : fs::directory_iterator(dir_))  // no temporary sibling left behind
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // and again: a folder qattn wrote (it holds the marker) is replaced whole
+  support::DiagSink d2;
+  ASSERT_TRUE(run(s, "out", d2).has_value()) << d2.render();
+  EXPECT_TRUE(fs::exists(out / support::kArtifactMarker));
+}
+
+// A folder holding files qattn did not write is refused before any stage runs, and left as it was.
+TEST_F(PipelineRun, AForeignOutIsRefusedAndUntouched) {
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  s.gpu = "a100";
+  fs::create_directories(dir_ / "mine");
+  std::ofstream(dir_ / "mine" / "notes.txt") << "mine\n";
+  std::ofstream(dir_ / "mine" / "kernel.cu") << "mine too\n";
+  support::DiagSink d;
+  EXPECT_FALSE(run(s, "mine", d).has_value());
+  ASSERT_EQ(d.error_count(), 1) << d.render();
+  EXPECT_EQ(d.all()[0].code, "OUT0103") << d.render();
+  EXPECT_NE(d.all()[0].message.find("notes.txt"), std::string::npos) << d.all()[0].message;
+  EXPECT_FALSE(d.all()[0].hint.empty());
+  for (const auto& l : lines_) EXPECT_EQ(l.find("[1/4]"), std::string::npos) << "refused before planning: " << l;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_ / "mine")) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"kernel.cu", "notes.txt"}));
+  std::ifstream cu(dir_ / "mine" / "kernel.cu");
+  std::string line;
+  std::getline(cu, line);
+  EXPECT_EQ(line, "mine too");
+}
+
+// System folders, $HOME, the current folder's file-system root and non-folders are refused
+// (checked directly: a run against the unchanged code would write into them).
+TEST(OutFolder, SystemFoldersHomeAndNonFoldersAreRefused) {
+  auto code_of = [](const fs::path& p) {
+    support::DiagSink d;
+    const bool ok = support::check_out_folder(p, d);
+    EXPECT_EQ(ok, !d.has_errors());
+    if (!ok) EXPECT_FALSE(d.all()[0].hint.empty()) << p;
+    return ok ? std::string("ok") : d.all()[0].code;
+  };
+  for (const char* sys : {"/", "/usr", "/etc/", "/bin", "/proc", "/sys", "/dev", "/usr/../etc", "//"})
+    EXPECT_EQ(code_of(sys), "OUT0101") << sys;
+  const fs::path home = fs::temp_directory_path() / ("qattn-home-" + std::to_string(std::random_device{}()));
+  fs::create_directories(home);
+  const char* old_home = std::getenv("HOME");
+  const std::string saved = old_home ? old_home : "";
+  setenv("HOME", home.c_str(), 1);
+  EXPECT_EQ(code_of(home), "OUT0101");
+  EXPECT_EQ(code_of(home / "artifacts"), "ok");  // a new folder below $HOME is fine
+  if (old_home) setenv("HOME", saved.c_str(), 1);
+  else unsetenv("HOME");
+  std::ofstream(home / "a-file") << "x";
+  EXPECT_EQ(code_of(home / "a-file"), "OUT0102");
+  fs::create_directories(home / "empty");
+  EXPECT_EQ(code_of(home / "empty"), "ok");
+  fs::remove_all(home);
+  // the root of the file system the current folder is on
+  fs::path root = fs::current_path();
+  struct stat st {}, up {};
+  ASSERT_EQ(::stat(root.c_str(), &st), 0);
+  while (root.has_parent_path() && root.parent_path() != root && ::stat(root.parent_path().c_str(), &up) == 0 && up.st_dev == st.st_dev)
+    root = root.parent_path();
+  EXPECT_EQ(code_of(root), "OUT0101") << root;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "backend/kir.h"
+#include "plan/plan.h"
 #include "plan/problem.h"
 #include "qattn/kinds.h"
 #include "spec/reference.h"
@@ -565,4 +566,67 @@ TEST(specKinds, CausalTopLeftIsOneKind) {
   bad = *s;
   bad.dtype = DType::F32;
   EXPECT_TRUE(contains(expect_error(bad, "SPEC0107").hint, "fp16, bf16, fp8_e4m3"));
+}
+
+// ---- the spec's name (issue 18) -----------------------------------------------------------
+// tests/hostile/names/name_*.json: a path, a line break that would add TL statements, a shell
+// quote, a leading '.', 129 characters. Each is SPEC0217 at the "name" key (line 3), saying which
+// characters are allowed; the presets' names pass; safe_name makes any name safe.
+TEST(specValidate, NameIsASafeIdentifier) {
+  const std::string dir = std::string(QATTN_SOURCE_DIR) + "/tests/hostile/names/";
+  const std::pair<const char*, const char*> files[] = {
+      {"name_dotdot.json", "does not start with a letter or a digit"},
+      {"name_newline.json", "contains the byte 0x0a"},
+      {"name_quote.json", "contains '''"},
+      {"name_slash.json", "contains '/'"},
+      {"name_leading_dot.json", "does not start with a letter or a digit"},
+      {"name_too_long.json", "is 129 characters long (at most 128)"},
+  };
+  for (const auto& [file, why] : files) {
+    DiagSink d;
+    SourceMap where;
+    auto s = load_json_file(dir + file, d, &where);
+    ASSERT_TRUE(s) << file << d.render();
+    EXPECT_FALSE(validate(*s, d, &where)) << file;
+    const Diagnostic* x = find(d, "SPEC0217");
+    ASSERT_NE(x, nullptr) << file << d.render();
+    EXPECT_EQ(d.error_count(), 1) << file << d.render();
+    EXPECT_EQ(x->loc.line, 3) << file;
+    EXPECT_TRUE(contains(x->message, why)) << file << ": " << x->message;
+    EXPECT_TRUE(contains(x->message, "A-Z a-z 0-9 . _ -")) << x->message;
+    EXPECT_EQ(x->message.find('\n'), std::string::npos) << "the name is shown escaped: " << x->message;
+    EXPECT_TRUE(is_safe_name(s->name) == false && is_safe_name(safe_name(s->name))) << file;
+  }
+  // Through the CLI flag too.
+  DiagSink d;
+  EXPECT_FALSE(spec_from_cli("llama3-8b", "", {{"name", "a/../../b"}}, d));
+  EXPECT_NE(find(d, "SPEC0217"), nullptr) << d.render();
+  AttentionSpec dots = base();
+  dots.name = "a..b";
+  EXPECT_TRUE(contains(expect_error(dots, "SPEC0217").message, "contains \"..\""));
+  // What passes: every preset, the binding's kernel names, the longest name, no name.
+  for (const auto& p : presets()) EXPECT_TRUE(is_safe_name(p.spec.name)) << p.spec.name;
+  for (const char* ok : {"py_bf16_d128_causal_lse", "llama3.1-405b", "A", "9x", "my-kernel_v2.1"}) EXPECT_TRUE(is_safe_name(ok)) << ok;
+  EXPECT_TRUE(is_safe_name(std::string(128, 'a')));
+  AttentionSpec unnamed = base();
+  unnamed.name.clear();
+  DiagSink d2;
+  EXPECT_TRUE(validate(unnamed, d2)) << d2.render();
+  // safe_name: identity on safe names, and safe for anything.
+  EXPECT_EQ(safe_name("llama3.1-405b"), "llama3.1-405b");
+  EXPECT_EQ(safe_name("../x"), "n.__x");
+  EXPECT_EQ(safe_name("a\nb c"), "a_b_c");
+  EXPECT_EQ(safe_name(""), "");
+  EXPECT_EQ(safe_name(std::string(300, 'z')).size(), kMaxNameLength);
+  for (const char* bad : {"..", "/", "\n", "a..b", "-x", "x/y", "\x01", "\xff\xfe", "..."}) EXPECT_TRUE(is_safe_name(safe_name(bad))) << bad;
+}
+
+// A spec built in code skips validate(): the plan still sees a safe name, so a line break in it
+// adds no TL statement and the kernel name stays one identifier.
+TEST(specValidate, AnUnvalidatedNameCannotInjectTl) {
+  AttentionSpec s = base();
+  s.name = "x\nCompute Multiply O, 0 and get O\n# ";
+  const auto p = qattn::plan::make_problem(s);
+  EXPECT_TRUE(is_safe_name(p.name)) << p.name;
+  EXPECT_EQ(p.name.find('\n'), std::string::npos);
 }
