@@ -114,7 +114,8 @@ int cmd_plan(const PlanArgs& a) {
     auto v = plan::verify(*p, diags);
     std::ostringstream os;
     os << std::scientific << std::setprecision(2) << "interpreter fp64 rel_err=" << v.fp64.rel_err
-       << ", storage max_abs_err=" << v.storage.max_abs_err << " (tolerance " << v.storage.tolerance << ")";
+       << ", storage max_abs_err=" << v.storage.max_abs_err << " (tolerance " << v.storage.tolerance << ") at "
+       << v.sizes();
     verdict = os.str();
     std::cerr << "[3/3] " << verdict << (v.passed() ? ": PASS" : ": FAIL") << "\n";
     if (!v.passed()) {

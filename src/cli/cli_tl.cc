@@ -12,6 +12,7 @@
 #include "support/io.h"
 #include "tl/checker.h"
 #include "tl/interp.h"
+#include "tl/verdict.h"
 #include "tl/parser.h"
 #include "tl/printer.h"
 
@@ -104,6 +105,7 @@ int cmd_run(const RunArgs& a) {
     return kUsage;
   }
   auto r = tl::run(*prog, cfg, diags);
+  tl::require_finite(r, cfg.precision, diags);
   print_diags(diags);
   if (!r.ran) {
     std::cerr << a.file << ": the interpreter stopped (see the diagnostics above)\n";

@@ -203,9 +203,11 @@ std::optional<plan::Plan> verify_code(const std::string& text, const std::string
   auto verdict = plan::verify(out, local);
   if (!verdict.passed()) {
     if (!local.has_errors())
-      local.error("TL0801", {}, "the TL code's output differs from the reference attention", verdict.fp64.summary);
+      local.error("TL0801", {}, "the TL code's output differs from the reference attention at " + verdict.sizes(),
+                  verdict.fp64.summary);
     return fail();
   }
+  out.report += "\nInterpreted against the reference (fp64 and storage precision) at " + verdict.sizes() + ".\n";
   if (translate_too) {
     support::DiagSink xl("code.tl");
     if (!backend::translate(prog, rules.target, xl)) {

@@ -113,7 +113,7 @@ class Run {
     const auto v = plan::verify(*plan_, d_);
     say("      tiles BM=" + std::to_string(plan_->tiles.bm) + " BN=" + std::to_string(plan_->tiles.bn) +
         " warps=" + std::to_string(plan_->tiles.warps) + " stages=" + std::to_string(plan_->tiles.stages) +
-        "; TL interpreted: " + (v.passed() ? "PASS" : "FAIL"));
+        "; TL interpreted: " + (v.passed() ? "PASS" : "FAIL") + " at " + v.sizes());
     if (!v.passed()) return fail("the TL code does not match the reference: nothing written");
     return true;
   }

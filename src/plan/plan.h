@@ -1,7 +1,7 @@
 // Stage 1 driver: AttentionSpec + GPU facts -> sketch (1a) and TL code (1b) on the built-in rules,
 // with the tile decision, its resource budget and every feasible candidate. The TL code is parsed,
 // checked (tl::check) and compared with the sketch (plan::refines) before it is returned; the
-// interpreter check at small dimensions is plan::verify.
+// interpreter check at several problem sizes is plan::verify.
 #pragma once
 #include <map>
 #include <optional>
@@ -47,12 +47,33 @@ Target make_target(const hw::GpuFacts& g);
 std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
                               const PlanOptions& opts = {});
 
-// Interprets the plan's TL code at small dimensions (ragged sequence lengths, two or more K/V
-// tiles, batch 2) in fp64 and storage precision against the reference. Returns the two results.
+// The TL oracle of stage 1: interprets the plan's TL code against the reference, in fp64 and in
+// storage precision, at several problem sizes chosen from the program's own tiles (`Const BM, BN`,
+// else the plan's) so that every loop and every tile boundary is crossed (verification_cases):
+//   - lengths smaller than one tile, batch 2, two kv heads (GQA: two query heads each);
+//   - seqlen_q over 3 query tiles and seqlen_k over 2 key tiles, seqlen_q > seqlen_k;
+//   - seqlen_q over 3 query tiles and seqlen_k over 5 or more key tiles, seqlen_k > seqlen_q;
+// every length that spans tiles has a ragged tail (BM / 4 + 1, BN / 4 + 1 elements). With a
+// `document` mask both lengths are equal (the second case is left out). An error or tolerance that
+// is not finite fails (tl/verdict.h). The cases run in this order and stop at the first failure.
+struct VerifyCase {
+  std::string what;                     // e.g. "3 query tiles, 6 key tiles (BM 128, BN 64)"
+  std::map<std::string, int64_t> dims;  // batch, heads_q, heads_kv, seqlen_q, seqlen_k
+  bool ran = false;                     // false: not run (an earlier case failed)
+  tl::RunResult fp64, storage;
+  bool passed() const { return ran && fp64.passed && storage.passed; }
+};
+std::vector<VerifyCase> verification_cases(const Plan& plan);
+
 struct Verification {
+  std::vector<VerifyCase> cases;        // every case, in the order run
+  // The deciding case: the first that failed, else the one with the least storage-precision margin.
   std::map<std::string, int64_t> dims;
   tl::RunResult fp64, storage;
-  bool passed() const { return fp64.passed && storage.passed; }
+  bool passed() const;
+  // One line: the sizes and their verdicts, e.g. "3 sizes (batch x heads_q/heads_kv x seqlen_q x
+  // seqlen_k): 2x4/2x33x35 pass, 1x2/1x289x81 pass, 1x2/1x289x337 pass".
+  std::string sizes() const;
 };
 Verification verify(const Plan& plan, support::DiagSink& diags);
 

@@ -208,6 +208,18 @@ TEST(LlmReplay, NeverFixedFailsInLlmModeAndFallsBackInLlmPlusRules) {
   }
 }
 
+TEST(LlmReplay, AKeyLoopCappedAtTwoTilesFailsVerification) {
+  // Right at one query tile and two key tiles (the old verification size), wrong beyond.
+  ReplayServer srv("truncated_loop.json");
+  support::DiagSink d;
+  auto r = go(srv, "1a=llm,1b=llm", d);
+  EXPECT_FALSE(r.ok);
+  expect_replayed(srv);
+  EXPECT_TRUE(has_code(d, "TL0801")) << d.render();
+  EXPECT_EQ(stage_of(r, "1b")["turns"], 3);
+  EXPECT_EQ(stage_of(r, "1b")["ok"], false);
+}
+
 TEST(LlmReplay, EndpointFailureEndsTheStageWithoutRepairTurns) {
   ReplayServer srv("server_errors.json");
   support::DiagSink d;
@@ -267,6 +279,23 @@ TEST(LlmCli, ServerErrorsUntilRetriesRunOutLeaveNothingWritten) {
   EXPECT_NE(c.err.find("nothing written"), std::string::npos) << c.err;
   EXPECT_EQ(srv.served(), 3u);
   EXPECT_FALSE(fs::exists(c.dir / "out")) << "no half-written artifacts";
+}
+
+TEST(LlmCli, ATruncatedKeyLoopFailsGenerate) {
+  // The stage-1b reply whose key loop stops after two key tiles: generate fails with TL0801 and
+  // writes nothing (it used to print "TL interpreted: PASS", compile it and exit 0).
+  ReplayServer srv("truncated_loop.json");
+  Cli c;
+  fs::copy_file(qattn::testing::llm_test_dir() / "fake_nvcc.sh", c.dir / "nvcc");
+  fs::permissions(c.dir / "nvcc", fs::perms::owner_all);
+  c.generate("QATTN_NVCC='" + (c.dir / "nvcc").string() + "' QATTN_LLM_URL=" + srv.url() + " QATTN_LLM_MODEL=replay-model",
+             "--mode 1a=llm,1b=llm");
+  EXPECT_EQ(c.rc, 1) << c.err;
+  expect_replayed(srv);
+  EXPECT_NE(c.err.find("error TL0801"), std::string::npos) << c.err;
+  EXPECT_EQ(c.err.find("TL interpreted: PASS"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("nothing written"), std::string::npos) << c.err;
+  EXPECT_FALSE(fs::exists(c.dir / "out")) << "no artifacts";
 }
 
 TEST(LlmCli, CleanRunWritesTranscriptsAndTheKeyAppearsNowhere) {
