@@ -10,6 +10,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "support/bounded_io.h"
+#include "support/edit_file.h"
 #include "support/io.h"
 #include "tl/checker.h"
 #include "tl/interp.h"
@@ -45,6 +46,12 @@ int cmd_check(const std::vector<std::string>& files) {
 
 int cmd_fmt(const std::string& file, bool in_place, bool check_only) {
   support::DiagSink diags(file);
+  // -i edits regular files only (through symlinks): refused before anything is read, so a FIFO or
+  // a device is neither read nor replaced.
+  if (in_place && !check_only && !support::editable_file(file, diags)) {
+    print_diags(diags);
+    return kFailed;
+  }
   auto prog = load(file, diags);
   if (!prog || diags.has_errors()) {
     print_diags(diags);
@@ -60,7 +67,7 @@ int cmd_fmt(const std::string& file, bool in_place, bool check_only) {
     return kFailed;
   }
   if (in_place) {
-    if (!support::write_file_atomic(file, out, diags)) {
+    if (!support::rewrite_file(file, out, diags)) {
       print_diags(diags);
       return kFailed;
     }
