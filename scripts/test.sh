@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of qattn: installs dependencies, builds, runs the unit/golden/must-fail suites,
-# runs them again under AddressSanitizer + UndefinedBehaviorSanitizer, and fuzzes the TL parser and
-# checker for QATTN_FUZZ_SECONDS (default 60). QATTN_QUICK=1 skips the sanitizer and fuzz stages.
+# runs them again under AddressSanitizer + UndefinedBehaviorSanitizer (the hostile-input corpus,
+# tests/hostile/, runs in both as ctest hostile.*), and runs the three fuzz targets (TL parser +
+# checker, spec reader, LLM reply extraction + TL verifiers) in parallel for QATTN_FUZZ_SECONDS
+# (default 60) each. QATTN_QUICK=1 skips the sanitizer and fuzz stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -34,15 +36,35 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir bu
   -E 'emit_compile|llm_nvcc|EveryPresetEveryGpu|EveryVariantOnSm75Sm80Sm90|TheSpecFormulasAreTheReference|^examples\.|RandomMutations' |
   tee build-asan/ctest.log
 
-echo "== fuzzing the TL parser + checker for ${QATTN_FUZZ_SECONDS:-60} s == (${SECONDS} s)"
-CC=clang CXX=clang++ QATTN_BUILD_DIR=build-fuzz QATTN_BUILD_TYPE=Debug QATTN_TARGETS=fuzz_tl \
+FUZZ_SECONDS=${QATTN_FUZZ_SECONDS:-60}
+echo "== fuzzing: fuzz_tl, fuzz_spec, fuzz_reply at once, ${FUZZ_SECONDS} s each == (${SECONDS} s)"
+CC=clang CXX=clang++ QATTN_BUILD_DIR=build-fuzz QATTN_BUILD_TYPE=Debug QATTN_TARGETS='fuzz_tl fuzz_spec fuzz_reply' \
   bash scripts/build.sh -DQATTN_FUZZ=ON -DQATTN_TESTS=OFF
+# One background job per target (seed corpus copied to a scratch folder, its dictionary, crash
+# files kept there); wait for all, print each one's tail, fail if any of them did not end cleanly.
 work=$(mktemp -d)
-cp tests/fuzz/corpus/* "$work"/
-./build-fuzz/tests/fuzz/fuzz_tl -max_total_time="${QATTN_FUZZ_SECONDS:-60}" -timeout=10 -rss_limit_mb=2048 \
-  -dict=tests/fuzz/tl.dict -print_final_stats=1 -artifact_prefix="$work/" "$work" 2>&1 | tail -n 12
+declare -A fuzz_pid
+for t in tl:corpus:tl.dict spec:corpus_spec:spec.dict reply:corpus_reply:reply.dict; do
+  IFS=: read -r name corpus dict <<<"$t"
+  mkdir -p "$work/$name/corpus" "$work/$name/crash"
+  cp tests/fuzz/"$corpus"/* "$work/$name/corpus/"
+  ./build-fuzz/tests/fuzz/fuzz_"$name" -max_total_time="$FUZZ_SECONDS" -timeout=120 -rss_limit_mb=2560 \
+    -dict=tests/fuzz/"$dict" -print_final_stats=1 -artifact_prefix="$work/$name/crash/" "$work/$name/corpus" \
+    >"$work/$name/log" 2>&1 &
+  fuzz_pid[$name]=$!
+done
+fuzz_failed=""
+for name in tl spec reply; do
+  rc=0; wait "${fuzz_pid[$name]}" || rc=$?
+  echo "-- fuzz_$name (exit $rc) --"; tail -n 12 "$work/$name/log"
+  if [ "$rc" -ne 0 ] || [ -n "$(ls -A "$work/$name/crash")" ]; then
+    fuzz_failed="$fuzz_failed fuzz_$name"
+    mkdir -p build-fuzz/crashes && cp -r "$work/$name/crash" "build-fuzz/crashes/$name"
+  fi
+done
 rm -rf "$work"
-echo "fuzz: no crash in ${QATTN_FUZZ_SECONDS:-60} s"
+if [ -n "$fuzz_failed" ]; then echo "fuzz: crashed:$fuzz_failed (inputs under build-fuzz/crashes/)"; exit 1; fi
+echo "fuzz: no crash in ${FUZZ_SECONDS} s (fuzz_tl, fuzz_spec, fuzz_reply)"
 echo "== summary == (${SECONDS} s in all)"
 echo "python binding: $(pytest_summary)"
 echo -n "sanitizers: "; summary build-asan/ctest.log

@@ -9,6 +9,8 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "support/bounded_io.h"
+#include "support/edit_file.h"
 #include "support/io.h"
 #include "tl/checker.h"
 #include "tl/interp.h"
@@ -21,7 +23,7 @@ namespace {
 
 // Reads and parses FILE; reports into diags. Returns nullopt when the file cannot be read.
 std::optional<tl::Program> load(const std::string& file, support::DiagSink& diags) {
-  auto text = support::read_file(file, diags);
+  auto text = support::read_file_capped(file, support::kMaxTlBytes, "a TL program", diags);
   if (!text) return std::nullopt;
   return tl::parse(*text, diags, file);
 }
@@ -45,6 +47,12 @@ int cmd_check(const std::vector<std::string>& files) {
 
 int cmd_fmt(const std::string& file, bool in_place, bool check_only) {
   support::DiagSink diags(file);
+  // -i edits regular files only (through symlinks): refused before anything is read, so a FIFO or
+  // a device is neither read nor replaced.
+  if (in_place && !check_only && !support::editable_file(file, diags)) {
+    print_diags(diags);
+    return kFailed;
+  }
   auto prog = load(file, diags);
   if (!prog || diags.has_errors()) {
     print_diags(diags);
@@ -54,13 +62,13 @@ int cmd_fmt(const std::string& file, bool in_place, bool check_only) {
   std::string out = tl::print(*prog);
   if (check_only) {
     support::DiagSink d2(file);
-    auto original = support::read_file(file, d2);
+    auto original = support::read_file_capped(file, support::kMaxTlBytes, "a TL program", d2);
     if (original && *original == out) return kOk;
     std::cerr << file << ": not in canonical form (run `qattn tl fmt -i " << file << "`)\n";
     return kFailed;
   }
   if (in_place) {
-    if (!support::write_file_atomic(file, out, diags)) {
+    if (!support::rewrite_file(file, out, diags)) {
       print_diags(diags);
       return kFailed;
     }
@@ -76,6 +84,7 @@ struct RunArgs {
   std::string precision = "storage";
   uint64_t seed = 1;
   double scale = 0;
+  int64_t max_memory_mib = tl::kDefaultMemoryBudget >> 20;
 };
 
 int cmd_run(const RunArgs& a) {
@@ -95,6 +104,11 @@ int cmd_run(const RunArgs& a) {
   }
   cfg.dims = *dims;
   cfg.seed = a.seed;
+  if (a.max_memory_mib < 1 || a.max_memory_mib > (int64_t(1) << 30)) {
+    std::cerr << "error CLI0002: --max-memory " << a.max_memory_mib << " is out of range\n  hint: give MiB between 1 and 2^30\n";
+    return kUsage;
+  }
+  cfg.memory_budget = a.max_memory_mib << 20;
   if (a.scale > 0) cfg.softmax_scale = a.scale;
   if (a.precision == "fp64") {
     cfg.precision = tl::Precision::FP64;
@@ -144,6 +158,8 @@ void register_tl_commands(CLI::App& app) {
       ->capture_default_str();
   run->add_option("--seed", run_args.seed, "seed of the random inputs")->capture_default_str();
   run->add_option("--scale", run_args.scale, "softmax scale (default 1/sqrt(head dim))");
+  run->add_option("--max-memory", run_args.max_memory_mib, "the interpreter's memory budget in MiB (TL0906 above it)")
+      ->capture_default_str();
   run->callback([] { exit_status() = cmd_run(run_args); });
 }
 

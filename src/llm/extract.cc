@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "support/bounded_io.h"
+
 namespace qattn::llm {
 namespace {
 
@@ -76,6 +78,12 @@ std::vector<FencedBlock> fenced_blocks(std::string_view reply) {
 
 std::optional<std::string> extract_block(std::string_view reply, const std::vector<std::string>& langs,
                                          support::DiagSink& diags) {
+  if (reply.size() > support::kMaxReplyBytes) {  // checked before any copy of it is made
+    diags.error("LLM0203", {}, "the reply is " + std::to_string(reply.size()) + " bytes, over the limit of " +
+                                   support::size_str(support::kMaxReplyBytes),
+                "answer with the program alone, in one fenced block");
+    return std::nullopt;
+  }
   auto blocks = fenced_blocks(reply);
   const FencedBlock* pick = nullptr;
   for (const auto& b : blocks)

@@ -4,7 +4,8 @@
 // An unclosed block runs to the end of the reply (a reply cut at max_tokens still shows its code).
 // The LAST block whose info string names an accepted language is the answer (models often sketch
 // first and correct themselves); with no labelled block, a single unlabelled block is taken.
-// Diagnostics: LLM0201 no block of the language; LLM0202 the block is empty.
+// Diagnostics: LLM0201 no block of the language; LLM0202 the block is empty; LLM0203 the reply is
+// larger than support::kMaxReplyBytes (4 MiB).
 #pragma once
 #include <optional>
 #include <string>

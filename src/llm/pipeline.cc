@@ -3,6 +3,8 @@
 // the mode allows it.
 #include "llm/pipeline.h"
 
+#include <exception>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -233,13 +235,23 @@ Result run(const spec::AttentionSpec& s, const hw::GpuFacts& g, const plan::Plan
   r.plan = rules;
   r.vanilla = m.vanilla;
   bool ok = false;
-  if (auto sys = render_template("system", run.vars, diags)) {
-    run.system = *sys;
-    if (m.vanilla)
-      ok = run.run_cuda_stage("vanilla", "vanilla", Engine::Llm);
-    else
-      ok = run.run_tl_stages() && (m.translate == Engine::Rules ? (run.rules_stage("2"), true)
-                                                                : run.run_cuda_stage("2", "translate", m.translate));
+  try {  // an exception ends the stages with a diagnostic; the transcript so far is still returned
+    if (auto sys = render_template("system", run.vars, diags)) {
+      run.system = *sys;
+      if (m.vanilla)
+        ok = run.run_cuda_stage("vanilla", "vanilla", Engine::Llm);
+      else
+        ok = run.run_tl_stages() && (m.translate == Engine::Rules ? (run.rules_stage("2"), true)
+                                                                  : run.run_cuda_stage("2", "translate", m.translate));
+    }
+  } catch (const std::bad_alloc&) {
+    ok = false;
+    diags.error("LLM0601", {}, "out of memory while verifying an LLM answer; the stages stopped",
+                "the answer asks for more memory than this machine gives; see the transcript");
+  } catch (const std::exception& e) {
+    ok = false;
+    diags.error("LLM0601", {}, std::string("internal error while running the LLM stages: ") + e.what(),
+                "this is a bug in qattn; please report it with the transcript");
   }
   r.ok = ok && !diags.has_errors();
   r.unverified = r.ok && r.translation && !o.cuda.numerics;

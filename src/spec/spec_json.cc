@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "spec/spec.h"
+#include "support/bounded_io.h"
 
 namespace qattn::spec {
 
@@ -498,6 +499,12 @@ std::string clean_parse_message(const std::string& what) {
 }  // namespace
 
 std::optional<AttentionSpec> parse_json(std::string_view text, DiagSink& diags, SourceMap* where) {
+  if (text.size() > support::kMaxSpecBytes) {  // a spec is a few hundred bytes; the JSON tree costs ~10x its text
+    diags.error("SPEC0112", SrcLoc{}, "the spec is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                                          support::size_str(support::kMaxSpecBytes),
+                "a spec is a small JSON object (docs/spec.md): check that this is the file you meant");
+    return std::nullopt;
+  }
   json j;
   try {
     j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
@@ -534,9 +541,12 @@ std::optional<AttentionSpec> load_json_file(const std::string& path, DiagSink& d
                 "check the path; a spec is a JSON file (docs/spec.md), or use --preset NAME");
     return std::nullopt;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json(ss.str(), diags, where);
+  // Reads one byte past the cap at most (a FIFO or /dev/zero cannot fill the memory); parse_json
+  // reports SPEC0112 for the oversized text.
+  std::string text(support::kMaxSpecBytes + 1, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(in.gcount()));
+  return parse_json(text, diags, where);
 }
 
 std::string to_json(const AttentionSpec& s) {

@@ -226,6 +226,13 @@ bool Machine::setup_globals(const Program& p) {
   if (total > double(kMaxGlobalElems))
     return error("TL0902", kernel_loc_, "problem too large for the interpreter: " + fmt(total) + " tensor elements",
                  "run with smaller --dims");
+  // Their memory: 8 bytes an element; an output element also has its written flag and, in the
+  // verdict, the reference's and the naive attention's values and the two compared copies.
+  double bytes = 0;
+  for (const auto& [name, g] : globals_)
+    bytes += double(prob_.batch) * double(g.heads) * double(g.view_elems()) * (g.output ? 8 + 1 + 4 * 8 : 8);
+  if (!fits(bytes, kernel_loc_, "the global tensors with the reference's copies")) return false;
+  globals_charge_ = Charge(&live_bytes_, int64_t(bytes));
   env_.scalars["softmax_scale"] = prob_.softmax_scale;
   return true;
 }

@@ -15,6 +15,8 @@
 //   TL0905 the Hopper schedule broken at run time: a read of a buffer whose async copy was not waited
 //          for or whose slot was released, an async copy into a slot still held (the producer would
 //          wait forever), a release of a slot not held, a bad `stages` / `async` / `wait` / `release`
+//   TL0906 the run would hold more tensor memory than RunConfig::memory_budget (at the statement
+//          that allocates: an Allocate, a Compute's result, an async Copy, the global tensors)
 // Schedule attributes (docs/tl.md, "Hopper schedule") execute sequentially in program order: staged
 // buffers are rings, async copies fill the next slot, wait/release move slots along; Roles and
 // `{overlap}` do not change what is computed.
@@ -31,6 +33,8 @@
 
 namespace qattn::tl {
 
+inline constexpr int64_t kDefaultMemoryBudget = int64_t(1) << 30;  // 1 GiB (RunConfig::memory_budget)
+
 // FP64: every buffer holds fp64 and nothing is rounded (checks the algorithm).
 // Storage: every store rounds to the destination buffer's dtype (checks the precision choices).
 enum class Precision { FP64, Storage };
@@ -43,6 +47,10 @@ struct RunConfig {
   // The reference's score modification / extra mask, given the auxiliary tensors the run made.
   // Empty: the program's own Score / Mask declarations, evaluated per element (docs/tl.md).
   std::function<spec::ScoreVariant(const spec::AuxMap&)> reference_variant;
+  // Bytes of tensors the run may hold at once: the global tensors with the reference's copies,
+  // auxiliary tensors, every shared/register buffer (those a loop body rebinds are kept until its
+  // iteration ends), pending async copies and one statement's result. Above it: TL0906.
+  int64_t memory_budget = kDefaultMemoryBudget;
 };
 
 struct RunResult {

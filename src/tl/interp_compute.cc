@@ -2,6 +2,7 @@
 // them through store_result, which rounds to the destination's dtype in Storage mode.
 // -inf rules (docs/tl.md): -inf - -inf = -inf and -inf + inf = -inf, so a masked value stays
 // masked; Max and RowMax propagate NaN (an uninitialised register poisons what reads it).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -64,6 +65,7 @@ bool Machine::store_result(const Stmt& s, Buffer* x, const std::vector<int64_t>&
       b.dtype = c.target_dtype.value_or(DType::F32);  // `and get P16 fp16`
       for (double& v : vals) v = rnd(b.dtype, v);
       b.data = std::move(vals);
+      recharge(b);
       bind_buffer(c.target, kRegister, std::move(b));
       return true;
     }
@@ -93,6 +95,12 @@ bool Machine::exec_compute(const Stmt& s) {
       return error("TL0901", s.compute.operands[i].loc.line ? s.compute.operands[i].loc : s.loc,
                    "^T on an operand of " + op, "^T is only meaningful on GEMM operands");
   if (op == "GEMM") return compute_gemm(s);
+  // Every other op makes one temporary the size of an operand (its result) before storing it.
+  double temp = 0;
+  for (const auto& o : s.compute.operands)
+    if (o.expr.kind == Expr::Kind::Name)
+      if (const Buffer* b = tensor(o.expr.name)) temp = std::max(temp, double(b->data.size()));
+  if (!fits(temp * sizeof(double), s.loc, "the result of " + op)) return false;
   if (op == "Add" || op == "Subtract" || op == "Multiply" || op == "Divide" || op == "Max") return compute_binary(s);
   if (op == "Exp" || op == "Exp2" || op == "Log" || op == "Log2" || op == "Convert") return compute_unary(s);
   if (op == "RowMax" || op == "RowSum") return compute_reduce(s);
@@ -126,6 +134,10 @@ bool Machine::compute_gemm(const Stmt& s) {
   if (c.result == ComputeStmt::Result::InPlace)
     return error("TL0901", s.loc, "GEMM needs `and get C` or `and accumulate C`");
   if (!count(double(m) * double(n) * double(ka), s.loc)) return false;
+  if (double(m) * double(n) > double(kMaxBufferElems))
+    return error("TL0902", s.loc, "the GEMM result (" + std::to_string(m) + ", " + std::to_string(n) + ") is too large for the interpreter",
+                 "tiles hold at most " + std::to_string(kMaxBufferElems) + " elements");
+  if (!fits(double(m) * double(n) * sizeof(double), s.loc, "the GEMM result")) return false;
   std::vector<double> vals(size_t(m * n), 0.0);
   const double* ad = a->data.data();
   const double* bd = b->data.data();

@@ -31,6 +31,22 @@ bool Machine::count(double work, SrcLoc loc) {
                "run with smaller --dims, or check the loop bounds and Grid extents");
 }
 
+bool Machine::fits(double bytes, SrcLoc loc, const std::string& what) {
+  const double budget = double(cfg_.memory_budget);
+  if (double(live_bytes_) + bytes <= budget) return true;
+  auto mib = [](double b) { return std::to_string(int64_t(std::ceil(b / double(1 << 20)))) + " MiB"; };
+  return error("TL0906", loc,
+               what + " needs " + mib(bytes) + " beside the " + mib(double(live_bytes_)) +
+                   " the run holds: over the interpreter's memory budget of " + mib(budget),
+               "run with smaller --dims or smaller tiles, free buffers by allocating them inside the loop that uses "
+               "them, or raise the budget (`qattn tl run --max-memory MIB`)");
+}
+
+void Machine::recharge(Buffer& b) {
+  size_t n = b.data.capacity() + (b.ring ? b.ring->pending.capacity() : 0);
+  b.charge = Charge(&live_bytes_, int64_t(n * sizeof(double)));
+}
+
 std::optional<int64_t> Machine::ev_int(const Expr& e) { return eval_int(e, env_, &diags_); }
 std::optional<double> Machine::ev_scalar(const Expr& e) { return eval_scalar(e, env_, &diags_); }
 
@@ -211,7 +227,9 @@ bool Machine::exec_allocate(const Stmt& s) {
     init = rnd(buf.dtype, *v);
   }
   if (!count(double(n), s.loc)) return false;
+  if (!fits(double(n) * sizeof(double), s.loc, std::string(level_name(level)) + " buffer '" + a.name + "'")) return false;
   buf.data.assign(size_t(n), init);
+  recharge(buf);
   if (level == kShared && !make_ring(s, buf)) return false;
   bind_buffer(a.name, level, std::move(buf));
   return true;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spec/reference.h"
@@ -37,12 +38,38 @@ struct Ring {
   SrcLoc copy_loc, release_loc;  // the latest async Copy and release, for messages
 };
 
+// Bytes counted against the run's memory budget (RunConfig::memory_budget) for as long as the
+// object that holds it lives: added to *pool on construction and copy, taken off on destruction;
+// a move hands the bytes over.
+class Charge {
+ public:
+  Charge() = default;
+  Charge(int64_t* pool, int64_t bytes) : pool_(pool), bytes_(bytes) {
+    if (pool_) *pool_ += bytes_;
+  }
+  Charge(const Charge& o) : Charge(o.pool_, o.bytes_) {}
+  Charge(Charge&& o) noexcept : pool_(o.pool_), bytes_(o.bytes_) { o.pool_ = nullptr; o.bytes_ = 0; }
+  Charge& operator=(Charge o) noexcept {
+    std::swap(pool_, o.pool_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~Charge() {
+    if (pool_) *pool_ -= bytes_;
+  }
+
+ private:
+  int64_t* pool_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
 // A shared or register buffer: a 1-D or 2-D array of values already rounded to dtype.
 struct Buffer {
   std::vector<int64_t> shape;
   DType dtype = DType::F32;
   std::vector<double> data;
   std::optional<Ring> ring;  // shared buffers with `{stages: N}` or filled by `{async}` Copies
+  Charge charge;             // data and ring->pending (Machine::recharge)
   int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
 };
@@ -113,6 +140,10 @@ class Machine {
   void bind_int(const std::string& name, int64_t v);
   void bind_buffer(const std::string& name, int level, Buffer b);
   bool count(double work, SrcLoc loc);  // adds to the work budget; false (TL0902) when exceeded
+  // The memory budget: true when `bytes` more fit beside what the run holds (live_bytes_), else
+  // TL0906 at loc naming `what`; recharge() counts a buffer's current data (and pending copy).
+  bool fits(double bytes, SrcLoc loc, const std::string& what);
+  void recharge(Buffer& b);
   // ---- interp_compute.cc ----
   bool exec_compute(const Stmt& s);
   bool compute_gemm(const Stmt& s);
@@ -152,6 +183,9 @@ class Machine {
 
   const RunConfig& cfg_;
   support::DiagSink& diags_;
+  int64_t live_bytes_ = 0;    // bytes of every Charge alive (declared before what holds them)
+  Charge globals_charge_;     // the global tensors and the reference's copies of the outputs
+  std::vector<Charge> aux_charges_;  // auxiliary global tensors
   Env env_;                   // header names + this block's grid, let and loop variables
   Env header_env_;            // dims and consts only
   spec::AttentionProblem prob_;

@@ -83,6 +83,7 @@ bool Machine::async_copy(const Stmt& s) {
                  "add {release: " + c.name + "} to the last statement that reads " + c.name + " before this copy" +
                      (r.slot.size() == 1 ? std::string(", or give it more stages: `{stages: 2}` on its shared Allocate") : std::string()));
   }
+  if (!fits(double(b.data.size()) * sizeof(double), s.loc, "the async copy of '" + c.name + "'")) return false;
   Buffer tmp;
   tmp.shape = b.shape;
   tmp.dtype = b.dtype;
@@ -90,6 +91,7 @@ bool Machine::async_copy(const Stmt& s) {
   if (!copy_values(s, &tmp)) return false;
   Ring& r2 = *it->second.buf[kShared]->ring;  // copy_values does not rebind, but stay safe
   r2.pending = std::move(tmp.data);
+  recharge(*it->second.buf[kShared]);
   r2.slot[k] = Ring::St::Pending;
   r2.latest = int(k);
   r2.copy_loc = s.loc;
@@ -115,6 +117,8 @@ bool Machine::schedule_before(const Stmt& s) {
       if (st == Ring::St::Pending) st = Ring::St::Held;
     b.data = std::move(r.pending);
     r.pending.clear();
+    r.pending.shrink_to_fit();
+    recharge(b);
     r.current = r.latest;
   }
   return true;

@@ -48,6 +48,8 @@ bool Machine::setup_variants(const Program& p) {
     if (n > (int64_t(1) << 24)) return error("TL0902", s.loc, "auxiliary tensor " + a.name + " too large for the interpreter");
     // int32 tensors share one seed (seg_q and seg_k agree where their lengths do); fp32 ones differ.
     uint64_t seed = cfg_.seed * 1000003u + (is_int ? 17u : 101u + float_stream++);
+    if (!fits(double(n) * sizeof(double), s.loc, "auxiliary tensor " + a.name)) return false;
+    aux_charges_.emplace_back(&live_bytes_, n * int64_t(sizeof(double)));
     aux_[a.name] = spec::random_aux(shape, is_int, seed);
   }
   return true;

@@ -563,6 +563,13 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file)
     append(body(), std::move(f.stmt));
   };
   const int errors_at_start = diags.error_count();
+  if (text.size() > kMaxSourceBytes) {  // bounds the AST's memory (a few hundred bytes per input byte)
+    report(diags, file, "TL0103", support::SrcLoc{1, 1},
+           "the program is " + std::to_string(text.size()) + " bytes, over the limit of " +
+               std::to_string(kMaxSourceBytes >> 20) + " MiB; nothing was parsed",
+           "a TL program is a few kilobytes: check that this is the file you meant");
+    return prog;
+  }
   bool stopped = false;
   size_t pos = 0;
   int line_no = 0;

@@ -9,6 +9,7 @@
 //
 // Diagnostics (codes also listed in docs/tl.md):
 //   TL0101 unexpected character          TL0102 malformed / out-of-range number
+//   TL0103 the text is over kMaxSourceBytes (1 MiB): nothing is parsed
 //   TL0201 expected token (generic)      TL0202 unknown statement
 //   TL0203 `for` without matching `end`  TL0204 `end` without matching `for`
 //   TL0205 extra tokens after a statement
@@ -23,6 +24,7 @@
 // trailing ones Stmt::trailing_comment (text after '#', one leading space and trailing blanks
 // removed); runs of blank lines become one BlankStmt. Omitted dtypes stay std::nullopt.
 #pragma once
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +33,8 @@
 #include "tl/ast.h"
 
 namespace qattn::tl {
+
+inline constexpr size_t kMaxSourceBytes = size_t(1) << 20;  // support::kMaxTlBytes
 
 Program parse(std::string_view text, support::DiagSink& diags, std::string file = {});
 

@@ -380,8 +380,9 @@ TEST(parser, HostileInputs) {
       {"\xff\xfe\x80", "TL0101"},
   };
   std::string fors;
-  for (int i = 0; i < 100000; ++i) fors += "for i = 0: 1\n";
+  for (int i = 0; i < 80000; ++i) fors += "for i = 0: 1\n";  // 1,040,000 bytes: under the 1 MiB cap
   cases.push_back({fors, "TL0206"});
+  cases.push_back({fors + std::string(10000, '\n'), "TL0103"});  // over it: nothing parsed
   for (const auto& c : cases) {
     support::DiagSink d;
     Program p = parse(c.text, d);

@@ -1,0 +1,46 @@
+// Size-capped reads and in-place file edits (support/bounded_io.h).
+#include "support/bounded_io.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace qattn::support {
+namespace fs = std::filesystem;
+
+std::string size_str(size_t bytes) {
+  if (bytes >= (size_t(1) << 20) && bytes % (size_t(1) << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+std::optional<std::string> read_file_capped(const fs::path& path, size_t max_bytes, const std::string& what,
+                                            DiagSink& diags) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    diags.error("IO0001", {}, "cannot read '" + path.string() + "': it is a directory", "pass a file");
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    diags.error("IO0001", {}, "cannot read '" + path.string() + "': " + std::strerror(errno),
+                "check the path and its permissions");
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[1 << 16];
+  while (in && out.size() <= max_bytes) {
+    in.read(buf, std::streamsize(std::min(sizeof buf, max_bytes + 1 - out.size())));
+    out.append(buf, size_t(in.gcount()));
+    if (in.gcount() == 0) break;
+  }
+  if (out.size() > max_bytes) {
+    diags.error("IO0003", {}, "'" + path.string() + "' is larger than " + size_str(max_bytes) + ", the limit of " + what,
+                "qattn refuses larger inputs; check that this is the file you meant");
+    return std::nullopt;
+  }
+  return out;
+}
+
+}  // namespace qattn::support
