@@ -55,6 +55,9 @@ support::ProcessOptions untrusted_process(const fs::path& scratch, double timeou
   po.sandbox.scratch = scratch.string();
   po.sandbox.forbid_exec = forbid_exec;
   po.sandbox.required = true;
+  // the CUDA driver creates its IPC files there (tmpfs, cleared at boot)
+  std::error_code ec;
+  if (fs::is_directory("/dev/shm", ec)) po.sandbox.also_writable.push_back("/dev/shm");
   return po;
 }
 

@@ -80,7 +80,8 @@ int landlock_abi() {
 // The ruleset of the sandbox: writes (and every kind of file creation, removal, rename, truncation)
 // only beneath `scratch`; writing to existing device files (/dev/null, the GPU's /dev/nvidia*)
 // stays allowed; reading and executing anywhere. Returns the ruleset fd, or -1 with `why`.
-int landlock_ruleset(const std::string& scratch, int abi, bool no_tcp, std::string& what, std::string& why) {
+int landlock_ruleset(const std::string& scratch, const std::vector<std::string>& also, int abi, bool no_tcp, std::string& what,
+                     std::string& why) {
   const uint64_t make = kLlMakeChar | kLlMakeDir | kLlMakeReg | kLlMakeSock | kLlMakeFifo | kLlMakeBlock | kLlMakeSym;
   uint64_t handled = kLlWriteFile | kLlRemoveDir | kLlRemoveFile | make;
   if (abi >= 2) handled |= kLlRefer;
@@ -118,8 +119,15 @@ int landlock_ruleset(const std::string& scratch, int abi, bool no_tcp, std::stri
     close(fd);
     return -1;
   }
+  for (const auto& a : also)
+    if (!allow(a, handled)) {
+      close(fd);
+      return -1;
+    }
   (void)kLlExecute, (void)kLlReadFile, (void)kLlReadDir;
-  what = "landlock-abi" + std::to_string(abi) + " (writes only beneath " + scratch + ")";
+  std::string where = scratch;
+  for (const auto& a : also) where += ", " + a;
+  what = "landlock-abi" + std::to_string(abi) + " (writes only beneath " + where + ")";
   if (attr.handled_access_net) what += ", landlock-no-tcp";
   if (attr.scoped) what += ", landlock-scoped (no signals / abstract sockets outside)";
   return fd;
@@ -339,7 +347,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
     const int abi = landlock_abi();
     if (abi > 0) {
       std::string what, why;
-      landlock_fd = landlock_ruleset(o.sandbox.scratch, abi, o.sandbox.isolate_network, what, why);
+      landlock_fd = landlock_ruleset(o.sandbox.scratch, o.sandbox.also_writable, abi, o.sandbox.isolate_network, what, why);
       if (landlock_fd >= 0)
         r.protections.push_back(what);
       else

@@ -44,6 +44,7 @@ struct SandboxOptions {
   bool isolate_network = true;  // new user + network namespace (only loopback, down)
   bool forbid_exec = false;     // seccomp: no execve / fork / vfork / clone of a process once started
   bool required = false;        // refuse to start when no file-write restriction can be applied
+  std::vector<std::string> also_writable;  // more folders writable beneath (e.g. /dev/shm for CUDA's IPC)
 };
 
 struct ProcessOptions {

@@ -102,6 +102,9 @@ CONFIGS=(
   # TL edits that change the Hopper kernel with no C++ change (issue 17, the kernel IR):
   # a TL bug gives a kernel that computes it (here: O is never rescaled, the answer is wrong)
   "neg_sm90_no_rescale_o|h100|--preset llama2-7b --mask none|/Compute Rescale O, alpha/d"
+  # issue 18: a key loop cut at two tiles (the TL check refuses it; built here past that check, the
+  # kernel must fail the GPU numerics at every length beyond 2 key tiles)
+  "neg_sm90_truncated_loop|h100|--preset llama3-8b --mask none|s/for j = 0: cdiv(seqlen_k, BN)/for j = 0: min(2, cdiv(seqlen_k, BN))/"
   # a legal reordering of the softmax statements: alpha computed after P and its row sum
   "sm90tl_reorder_d128_causal|h100|--preset llama3-8b|/^  Compute Subtract m, m_new and get alpha$/d; /^  Compute Exp2 alpha$/d; s/^  Compute RowSum P and get l_tile$/&\n  Compute Subtract m, m_new and get alpha\n  Compute Exp2 alpha/"
   "sm90tl_reorder_d64_none|h100|--preset llama3.2-1b --mask none|/^  Compute Subtract m, m_new and get alpha$/d; /^  Compute Exp2 alpha$/d; s/^  Compute RowSum P and get l_tile$/&\n  Compute Subtract m, m_new and get alpha\n  Compute Exp2 alpha/"

@@ -226,6 +226,32 @@ TEST(LlmNvcc, HostileHostCodeRunsInTheSandboxAndWritesNothingOutside) {
   EXPECT_FALSE(fs::exists("/tmp/qattn-hostile-system.txt"));
 }
 
+// On a GPU machine: CUDA initialises inside the sandbox the numerics check runs in, and which
+// protection (if any) stops it is named (the driver needs its IPC files under /dev/shm).
+TEST(LlmNvcc, CudaInitialisesInTheSandbox) {
+  std::string why;
+  if (!hw::detect_local_gpu(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  const char* py = std::getenv("PYTHON");
+  const std::string python = py && *py ? py : "python3";
+  const fs::path scratch = cache() / "cuda-probe";
+  fs::create_directories(scratch);
+  const std::vector<std::string> argv = {python, "-c", "import torch; x = torch.ones(4, device='cuda'); print('cuda ok', float(x.sum()))"};
+  struct Variant { const char* name; bool userns; bool shm; };
+  bool full_ok = false;
+  for (const Variant v : {Variant{"as verify_cuda.cc runs it", true, true}, Variant{"no /dev/shm", true, false},
+                          Variant{"no user namespace, no /dev/shm", false, false}}) {
+    auto po = untrusted_process(scratch, 120, false);
+    po.sandbox.isolate_network = v.userns;
+    if (!v.shm) po.sandbox.also_writable.clear();
+    const auto r = support::run_process(argv, po);
+    const bool ok = r.started && r.status == 0 && r.output.find("cuda ok") != std::string::npos;
+    std::string tail = r.output.size() > 300 ? r.output.substr(r.output.size() - 300) : r.output;
+    std::fprintf(stderr, "      sandbox variant '%s': %s\n%s\n", v.name, ok ? "CUDA ok" : "CUDA FAILED", ok ? "" : (r.error + tail).c_str());
+    if (v.shm && v.userns) full_ok = ok;
+  }
+  EXPECT_TRUE(full_ok) << "CUDA does not start in the numerics check's sandbox";
+}
+
 // On a GPU machine: the hostile reply through the whole vanilla stage with the real numerics check
 // (python -m qattn.verify in the sandbox). Its kernel is correct, so it passes; its constructor ran
 // in the sandbox and wrote nothing outside.
@@ -247,7 +273,13 @@ TEST(LlmNvcc, HostileReplyOnTheGpuIsVerifiedInTheSandbox) {
   o.cuda.toolchain = &*f.tc;
   o.cuda.build.cache_dir = cache();
   o.cuda.build.also_sm = gpu->cc_major * 10 + gpu->cc_minor;
-  o.cuda.numerics = gpu_numerics(py && *py ? py : "python3");
+  // the numerics check's own diagnostics are shown when it fails (the repair turn consumes them)
+  const NumericsCheck check = gpu_numerics(py && *py ? py : "python3");
+  o.cuda.numerics = [&check](const build::BuildResult& b, support::DiagSink& dd) {
+    const bool ok = check(b, dd);
+    if (!ok) std::fprintf(stderr, "numerics check failed:\n%s\n", dd.render().c_str());
+    return ok;
+  };
   support::DiagSink d;
   auto r = run(f.s, *f.g, f.rules, *parse_modes("vanilla", d), c, o, d);
   EXPECT_TRUE(r.ok) << d.render() << r.summary_md;
