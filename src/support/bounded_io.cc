@@ -1,5 +1,6 @@
 // Size-capped reads and in-place file edits (support/bounded_io.h).
 #include "support/bounded_io.h"
+#include "support/io.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -17,17 +18,9 @@ std::string size_str(size_t bytes) {
 
 std::optional<std::string> read_file_capped(const fs::path& path, size_t max_bytes, const std::string& what,
                                             DiagSink& diags) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    diags.error("IO0001", {}, "cannot read '" + path.string() + "': it is a directory", "pass a file");
-    return std::nullopt;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    diags.error("IO0001", {}, "cannot read '" + path.string() + "': " + std::strerror(errno),
-                "check the path and its permissions");
-    return std::nullopt;
-  }
+  auto opened = open_input(path, diags);
+  if (!opened) return std::nullopt;
+  std::ifstream& in = *opened;
   std::string out;
   char buf[1 << 16];
   while (in && out.size() <= max_bytes) {

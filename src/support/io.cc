@@ -11,7 +11,7 @@
 namespace qattn::support {
 namespace fs = std::filesystem;
 
-std::optional<std::string> read_file(const fs::path& path, DiagSink& diags) {
+std::optional<std::ifstream> open_input(const fs::path& path, DiagSink& diags) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     diags.error("IO0001", {}, "cannot read '" + path.string() + "': it is a directory", "pass a file");
@@ -23,8 +23,14 @@ std::optional<std::string> read_file(const fs::path& path, DiagSink& diags) {
                 "check the path and its permissions");
     return std::nullopt;
   }
+  return in;
+}
+
+std::optional<std::string> read_file(const fs::path& path, DiagSink& diags) {
+  auto in = open_input(path, diags);
+  if (!in) return std::nullopt;
   std::ostringstream ss;
-  ss << in.rdbuf();
+  ss << in->rdbuf();
   return ss.str();
 }
 

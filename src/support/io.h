@@ -3,6 +3,7 @@
 // leaves a half-written artifact behind.
 #pragma once
 #include <filesystem>
+#include <fstream>
 #include <utility>
 #include <optional>
 #include <string>
@@ -14,6 +15,9 @@ namespace qattn::support {
 
 // Reads a whole file. On failure reports IO0001 (with the OS reason) and returns nullopt.
 std::optional<std::string> read_file(const std::filesystem::path& path, DiagSink& diags);
+// The file opened for reading, or IO0001 (a folder, missing, unreadable) and nullopt; read_file
+// and read_file_capped (bounded_io.h) both open through it.
+std::optional<std::ifstream> open_input(const std::filesystem::path& path, DiagSink& diags);
 
 // Writes `content` to `path` atomically (creating parent folders). Reports IO0002 on failure.
 bool write_file_atomic(const std::filesystem::path& path, const std::string& content, DiagSink& diags);

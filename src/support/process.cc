@@ -41,6 +41,23 @@ std::vector<std::string> environment(const std::vector<std::pair<std::string, st
   return env_strings;
 }
 
+// argv and the environment as the NULL-terminated char* arrays of posix_spawn / execve; the
+// pointers point into the strings held here (moving the struct moves the vectors, not the strings).
+struct ExecArrays {
+  std::vector<std::string> env_strings, argv_strings;
+  std::vector<char*> envp, args;
+};
+ExecArrays exec_arrays(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
+  ExecArrays x;
+  x.env_strings = environment(env);
+  x.argv_strings = argv;
+  for (auto& s : x.env_strings) x.envp.push_back(s.data());
+  x.envp.push_back(nullptr);
+  for (auto& s : x.argv_strings) x.args.push_back(s.data());
+  x.args.push_back(nullptr);
+  return x;
+}
+
 void read_into(int fd, std::string& out, size_t max_output) {
   char buf[4096];
   ssize_t n;
@@ -254,13 +271,8 @@ std::string find_program(const std::string& name, const std::vector<std::string>
 ProcessResult run_plain(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
                         bool capture, size_t max_output) {
   ProcessResult r;
-  std::vector<std::string> env_strings = environment(env);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
+  ExecArrays x = exec_arrays(argv, env);
+  std::vector<char*>&envp = x.envp, &args = x.args;
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -322,14 +334,9 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   if (plain) return run_plain(argv, o.env, o.capture, o.max_output);
 
   // Everything the child needs is prepared here: after fork() it makes only system calls.
-  std::vector<std::string> env_strings = environment(o.env);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-  const std::string program = find_program(argv[0], env_strings);
+  ExecArrays x = exec_arrays(argv, o.env);
+  std::vector<char*>&envp = x.envp, &args = x.args;
+  const std::string program = find_program(argv[0], x.env_strings);
   if (program.empty()) {
     r.error = "cannot start " + argv[0] + ": " + std::strerror(ENOENT);
     return r;
