@@ -230,7 +230,8 @@ std::vector<sock_filter> seccomp_program(bool forbid_exec, const void* exec_path
 
 // What the child reports on the status pipe before exec (one byte per step, then the errno of a
 // failed step or of execve).
-enum Step : char { kStepNetns = 'n', kStepNoNetns = 'N', kStepSeccomp = 's', kStepNoSeccomp = 'S', kStepFail = 'F' };
+enum Step : char { kStepNetns = 'n', kStepNoNetns = 'N', kStepSeccomp = 's', kStepNoSeccomp = 'S', kStepFail = 'F',
+                   kStepOwnTasks = 't' };
 
 void child_write(int fd, const void* p, size_t n) {
   while (n > 0) {
@@ -343,6 +344,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   }
 
   int landlock_fd = -1;
+  uint64_t own_tasks_access = 0;
   bool want_netns = false, want_seccomp = false;
   std::string uid_map, gid_map;
   std::vector<sock_filter> filter;
@@ -352,6 +354,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
       return r;
     }
     const int abi = landlock_abi();
+    own_tasks_access = kLlWriteFile | (abi >= 3 ? kLlTruncate : 0);
     if (abi > 0) {
       std::string what, why;
       landlock_fd = landlock_ruleset(o.sandbox.scratch, o.sandbox.also_writable, abi, o.sandbox.isolate_network, what, why);
@@ -430,7 +433,23 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
         }
       }
       if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(errno);
-      if (landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, landlock_fd, 0) != 0) fail(errno);
+      if (landlock_fd >= 0) {
+        // This process's own threads' files (/proc/<pid>/task/<tid>/comm: the CUDA driver names
+        // the threads it starts in cuInit and fails with error 304 when it cannot). The rule is
+        // added here, after fork, so that /proc/self is the pid the program will run as; it
+        // covers no other process.
+        const int tfd = open("/proc/self/task", O_PATH | O_CLOEXEC);
+        if (tfd >= 0) {
+          LlPathBeneath pb{own_tasks_access, tfd};
+          const long rc = syscall(SYS_landlock_add_rule, landlock_fd, 1, &pb, 0);
+          close(tfd);
+          if (rc == 0) {
+            const char step = kStepOwnTasks;
+            child_write(sfd, &step, 1);
+          }
+        }
+        if (syscall(SYS_landlock_restrict_self, landlock_fd, 0) != 0) fail(errno);
+      }
       if (want_seccomp) {
         char step = kStepSeccomp;
         int e = 0;
@@ -462,6 +481,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
     auto take_errno = [&] {
       if (i + 1 + sizeof e <= status_bytes.size()) std::memcpy(&e, status_bytes.data() + i + 1, sizeof e), i += sizeof e;
     };
+    if (step == kStepOwnTasks) r.protections.push_back("writable: its own /proc/<pid>/task (thread names)");
     if (step == kStepNetns) r.protections.push_back("user+network namespace (no network)");
     if (step == kStepNoNetns) take_errno(), r.missing.push_back(std::string("network namespace: unshare: ") + std::strerror(e));
     if (step == kStepSeccomp)

@@ -21,7 +21,7 @@ echo "== 2. hostile LLM host code in the sandbox =="
 rm -f /tmp/qattn-hostile-*.txt
 mkdir -p /tmp/cut/cute && touch /tmp/cut/cute/tensor.hpp
 QATTN_HOME="$ROOT" QATTN_CUTLASS_INCLUDE=/tmp/cut PYTHON=python3 QATTN_CACHE_DIR=/tmp/qc \
-  "$BIN/llm_nvcc_test" --gtest_filter='LlmNvcc.Hostile*' 2>&1 | tee "$OUT/sandbox.txt" | tail -25 || status=1
+  "$BIN/llm_nvcc_test" --gtest_filter='LlmNvcc.Cuda*:LlmNvcc.Hostile*' 2>&1 | tee "$OUT/sandbox.txt" | tail -25 || status=1
 echo "files outside the sandbox:"; ls -la /tmp/qattn-hostile-*.txt 2>&1 | tee -a "$OUT/sandbox.txt"
 ls /tmp/qattn-hostile-*.txt >/dev/null 2>&1 && status=1
 echo "== 3. generate refuses the truncated loop =="

@@ -178,6 +178,49 @@ TEST(RunProcess, SandboxCanForbidExecAndForkAfterStart) {
 
 // ---- the cache: manifest checked before reuse, abandoned build folders removed ----
 
+
+// The CUDA driver names the threads it starts (cuInit writes /proc/<pid>/task/<tid>/comm and fails
+// with error 304 when it cannot): a sandboxed program may write its own threads' files, started
+// before or after the sandbox was applied, and no other process's (here, this test's).
+TEST(RunProcess, SandboxedChildNamesItsOwnThreadsOnly) {
+  TempDir t("qattn-threads");
+  support::ProcessOptions o;
+  o.capture = true;
+  o.sandbox.enabled = true;
+  o.sandbox.scratch = t.dir.string();
+  const std::string me = std::to_string(::getpid());
+  const std::string script =
+      "import threading, os\n"
+      "def name(tid, v):\n"
+      "    try:\n"
+      "        with open(f'/proc/self/task/{tid}/comm', 'w') as f: f.write(v)\n"
+      "        return open(f'/proc/self/task/{tid}/comm').read().strip()\n"
+      "    except OSError as e: return 'denied ' + str(e.errno)\n"
+      "print('main', name(threading.get_native_id(), 'qattn-main'))\n"
+      "out = []\n"
+      "th = threading.Thread(target=lambda: out.append(name(threading.get_native_id(), 'qattn-worker')))\n"
+      "th.start(); th.join()\n"
+      "print('worker', out[0])\n"
+      "try:\n"
+      "    open('/proc/" + me + "/comm', 'w').write('hijacked'); print('other written')\n"
+      "except OSError as e: print('other denied', e.errno)\n";
+  const auto r = support::run_process({"python3", "-c", script}, o);
+  bool landlock = false;
+  for (const auto& p : r.protections) landlock |= p.rfind("landlock", 0) == 0;
+  if (!landlock) GTEST_SKIP() << "this kernel offers no file-write restriction";
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("main qattn-main"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("worker qattn-worker"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("other denied"), std::string::npos) << r.output;
+  std::ifstream comm("/proc/self/comm");
+  std::string mine;
+  std::getline(comm, mine);
+  EXPECT_NE(mine, "hijacked");
+  std::string what;
+  for (const auto& p : r.protections) what += p + "; ";
+  EXPECT_NE(what.find("/proc/<pid>/task"), std::string::npos) << what;
+}
 Toolchain fake_toolchain() {
   Toolchain tc;
   tc.nvcc = (fs::path(QATTN_SOURCE_DIR) / "tests" / "llm" / "fake_nvcc.sh").string();
