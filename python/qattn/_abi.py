@@ -56,6 +56,44 @@ def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None):
     return p
 
 
+INFO_DTYPES = ("fp16", "bf16", "fp8_e4m3")
+INFO_MASKS = ("none", "causal", "causal_top_left", "window")
+
+
+def check_info(info):
+    """qattn_kernel_info() as the verifiers use it, checked: the library may be LLM-written, so every
+    field is validated (type, range) and the optional ones get their defaults (out_dtype = dtype,
+    lse false, aux []). Raises ValueError naming the field; returns the completed dict."""
+    if not isinstance(info, dict):
+        raise ValueError("qattn_kernel_info: not a JSON object")
+    out = dict(info)
+
+    def need(key, ok, what):
+        if key not in out:
+            raise ValueError(f"qattn_kernel_info: missing field '{key}' ({what})")
+        if not ok(out[key]):
+            raise ValueError(f"qattn_kernel_info: field '{key}' = {str(out[key])[:40]!r} is not {what}")
+
+    def head_dim(x):
+        return isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1024
+
+    need("dtype", lambda x: x in INFO_DTYPES, "one of " + ", ".join(INFO_DTYPES))
+    need("d_qk", head_dim, "an integer head dim in 1..1024")
+    need("d_v", head_dim, "an integer head dim in 1..1024")
+    need("mask", lambda x: x in INFO_MASKS, "one of " + ", ".join(INFO_MASKS))
+    out.setdefault("out_dtype", out["dtype"])
+    need("out_dtype", lambda x: x in INFO_DTYPES, "one of " + ", ".join(INFO_DTYPES))
+    out.setdefault("lse", False)
+    need("lse", lambda x: isinstance(x, bool), "true or false")
+    out.setdefault("aux", [])
+    need("aux", lambda x: isinstance(x, list) and len(x) <= 4, "a list of at most 4 inputs")
+    out.setdefault("arch", "?")
+    if out["mask"] == "window":
+        need("window", lambda x: isinstance(x, list) and len(x) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in x), "[left, right] (integers >= 0)")
+    return out
+
+
 class Library:
     """One loaded kernel library: info (qattn_kernel_info as a dict), fwd(params, stream) -> status."""
 
@@ -66,7 +104,16 @@ class Library:
         self.lib.qattn_fwd.restype = ctypes.c_int
         self.lib.qattn_kernel_info.restype = ctypes.c_char_p
         self.lib.qattn_last_error.restype = ctypes.c_char_p
-        self.info = json.loads(self.lib.qattn_kernel_info().decode())
+        raw = self.lib.qattn_kernel_info()
+        if not raw:
+            raise ValueError("qattn_kernel_info: returned NULL")
+        if len(raw) > 1 << 16:
+            raise ValueError("qattn_kernel_info: longer than 64 KiB")
+        try:
+            info = json.loads(raw.decode("utf-8", errors="replace"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"qattn_kernel_info: not JSON ({e})") from None
+        self.info = check_info(info)
 
     def last_error(self):
         return self.lib.qattn_last_error().decode()

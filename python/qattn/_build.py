@@ -133,7 +133,7 @@ class Build:
                 if self._lib is None:
                     try:
                         lib = Library(self.library_path)
-                    except OSError as e:
+                    except (OSError, ValueError) as e:  # not loadable, or its qattn_kernel_info is malformed
                         raise BuildError(f"cannot load {self.library_path}: {e}", code="PY0203") from None
                     self._check_info(lib.info)
                     self._lib = lib

@@ -193,7 +193,7 @@ def main():
         name = os.path.basename(path)[:-3]
         try:
             kern = Kernel(path)
-        except OSError as e:
+        except (OSError, ValueError, AttributeError) as e:  # not loadable, no C ABI, or a bad kernel_info
             rows.append((name, "load", False, str(e)))
             failures += 1
             continue

@@ -70,6 +70,30 @@ def test_abi_struct_matches_header():
     assert [f[0] for f in _abi.Params._fields_] == names
 
 
+def test_kernel_info_is_checked_before_the_verifiers_use_it():
+    # qattn_kernel_info may be LLM-written: missing optional fields get their defaults, a missing
+    # or ill-typed required field is a ValueError naming it (never a KeyError or a huge allocation)
+    base = {"arch": "sm90", "dtype": "bf16", "d_qk": 64, "d_v": 64, "mask": "none"}
+    info = _abi.check_info(base)
+    assert info["out_dtype"] == "bf16" and info["lse"] is False and info["aux"] == []
+    assert _abi.check_info({**base, "out_dtype": "fp16"})["out_dtype"] == "fp16"
+    bad = [
+        ([1, 2], "not a JSON object"),
+        ({k: v for k, v in base.items() if k != "dtype"}, "missing field 'dtype'"),
+        ({**base, "d_v": 10**9}, "'d_v'"),
+        ({**base, "d_qk": "64"}, "'d_qk'"),
+        ({**base, "d_qk": True}, "'d_qk'"),
+        ({**base, "mask": "rm -rf"}, "'mask'"),
+        ({**base, "lse": "yes"}, "'lse'"),
+        ({**base, "mask": "window"}, "missing field 'window'"),
+        ({**base, "mask": "window", "window": [1, -2]}, "'window'"),
+        ({**base, "aux": "x" * 10}, "'aux'"),
+    ]
+    for info, what in bad:
+        with pytest.raises(ValueError, match=re.escape(what)):
+            _abi.check_info(info)
+
+
 def test_gpu_helpers_reuse_the_package_struct():
     """tests/gpu/qattn_lib.py (verify.py, time_kernel.py, bench_sm80.py) takes the struct from the package."""
     sys.path.insert(0, os.path.join(REPO, "tests", "gpu"))
