@@ -571,6 +571,7 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file)
     return prog;
   }
   bool stopped = false;
+  int statements = 0;
   size_t pos = 0;
   int line_no = 0;
   while (pos < text.size()) {
@@ -588,6 +589,13 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file)
     }
     LexedLine L = lex_line(line, line_no, diags, file);
     const Token& first = L.toks.front();
+    if ((first.kind != Tok::End || L.has_comment) && ++statements > kMaxStatements) {
+      report(diags, file, "TL0104", support::SrcLoc{line_no, 1},
+             "more than " + std::to_string(kMaxStatements) + " statements and comment lines; parsing stopped here",
+             "a TL program is a few hundred lines: check that this is the file you meant");
+      stopped = true;
+      break;
+    }
     if (first.kind == Tok::End) {
       if (!L.ok) continue;
       Stmt s;

@@ -10,6 +10,7 @@
 // Diagnostics (codes also listed in docs/tl.md):
 //   TL0101 unexpected character          TL0102 malformed / out-of-range number
 //   TL0103 the text is over kMaxSourceBytes (1 MiB): nothing is parsed
+//   TL0104 more than kMaxStatements statements and comment lines: parsing stopped there
 //   TL0201 expected token (generic)      TL0202 unknown statement
 //   TL0203 `for` without matching `end`  TL0204 `end` without matching `for`
 //   TL0205 extra tokens after a statement
@@ -35,6 +36,9 @@
 namespace qattn::tl {
 
 inline constexpr size_t kMaxSourceBytes = size_t(1) << 20;  // support::kMaxTlBytes
+// Statements and comment lines (blank lines are not counted): each is an AST node of a few
+// kilobytes, so this bounds the parser's memory (~40 MB) whatever the text holds.
+inline constexpr int kMaxStatements = 10000;
 
 Program parse(std::string_view text, support::DiagSink& diags, std::string file = {});
 

@@ -140,6 +140,24 @@ TEST(InputCaps, TlTextOver1MiBIsTL0103) {
   EXPECT_FALSE(ok.has_errors()) << ok.render();
 }
 
+// 400k comment lines (800 KB, under the byte cap) once took 1.28 GB to parse: the statement cap
+// stops the parser at line 10001 with TL0104; 10000 comments and any number of blank lines parse.
+TEST(InputCaps, TooManyStatementsIsTL0104) {
+  std::string many;
+  for (int i = 0; i < 400000; ++i) many += "#\n";
+  support::DiagSink d;
+  auto p = tl::parse(many, d, "comments.tl");
+  const auto* e = find(d, "TL0104");
+  ASSERT_NE(e, nullptr) << d.render();
+  EXPECT_EQ(e->loc.line, tl::kMaxStatements + 1);
+  EXPECT_LE(p.stmts.size(), size_t(tl::kMaxStatements));
+  std::string fine = "Kernel k with mask none\n" + std::string(100000, '\n');
+  for (int i = 0; i < tl::kMaxStatements - 1; ++i) fine += "# c\n";
+  support::DiagSink ok;
+  tl::parse(fine, ok);
+  EXPECT_EQ(find(ok, "TL0104"), nullptr) << ok.render();
+}
+
 TEST(InputCaps, SpecTextOver1MiBIsSPEC0112) {
   std::string text = R"({"heads_q": 8, "head_dim": 64)" + std::string(support::kMaxSpecBytes, ' ') + "}";
   support::DiagSink d;
