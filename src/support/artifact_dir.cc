@@ -189,6 +189,23 @@ void ArtifactDir::stage(fs::path name, std::string content) {
   contents_.push_back(std::move(content));
 }
 
+// Temporary siblings of `dest` (".<out>.tmp-*") that a run killed while writing left behind: those
+// not touched for kStaleTemporaryAge are removed (a commit writes its folder in well under a
+// second, so a younger one may belong to a run into the same --out going on now).
+void remove_stale_temporaries(const fs::path& dest) {
+  const std::string prefix = "." + dest.filename().string() + ".tmp-";
+  std::error_code ec;
+  fs::directory_iterator it(dest.parent_path(), ec), end;
+  const auto now = fs::file_time_type::clock::now();
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code e2;
+    if (name.rfind(prefix, 0) != 0 || !it->is_directory(e2) || it->is_symlink(e2)) continue;
+    const auto t = fs::last_write_time(it->path(), e2);
+    if (!e2 && now - t > kStaleTemporaryAge) fs::remove_all(it->path(), e2);
+  }
+}
+
 bool ArtifactDir::commit(const fs::path& out, DiagSink& diags) const {
   if (!check_out_folder(out, diags)) return false;
   for (const auto& n : names_) {
@@ -203,6 +220,7 @@ bool ArtifactDir::commit(const fs::path& out, DiagSink& diags) const {
   const fs::path dest = resolved(out);
   std::error_code ec;
   fs::create_directories(dest.parent_path(), ec);
+  remove_stale_temporaries(dest);
   fs::path tmp = dest.parent_path() / ("." + dest.filename().string() + ".tmp-" + random_suffix());
   if (ec || !fs::create_directory(tmp, ec) || ec) {
     diags.error("OUT0104", {}, "cannot create '" + tmp.string() + "': " + (ec ? ec.message() : "it exists"),

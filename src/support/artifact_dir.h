@@ -4,7 +4,8 @@
 // and then puts that folder in the place of `out` in one rename (an atomic exchange where the file
 // system offers renameat2), so the files of an earlier run with the same --out never mix with the
 // new ones: afterwards `out` holds exactly the staged files and the marker file. On any failure
-// the temporary folder is removed and `out` is left as it was.
+// the temporary folder is removed and `out` is left as it was. A temporary sibling that a killed
+// run left (older than kStaleTemporaryAge) is removed by the next commit into the same --out.
 //
 // check_out_folder decides whether `out` may be replaced at all (codes OUT0101-OUT0103, each with
 // a hint; docs/architecture.md, "Artifact folders"):
@@ -15,6 +16,7 @@
 //            (kArtifactMarker) nor only the names of qattn artifacts
 // OUT0104 is a failure to write or move the folder (with the OS reason).
 #pragma once
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -25,6 +27,11 @@ namespace qattn::support {
 
 // The file that marks a folder as written by qattn (and so replaceable by the next run).
 inline constexpr const char* kArtifactMarker = ".qattn-artifacts";
+
+// A temporary sibling older than this was left by a run that died while writing; the next commit
+// into the same --out removes it.
+inline constexpr std::chrono::minutes kStaleTemporaryAge{10};
+void remove_stale_temporaries(const std::filesystem::path& dest);
 
 // Whether `out` may be (re)written as an artifacts folder; reports OUT0101-OUT0103 when not.
 bool check_out_folder(const std::filesystem::path& out, DiagSink& diags);

@@ -179,6 +179,26 @@ TEST_F(PipelineRun, AReusedOutHoldsOnlyTheNewSet) {
   EXPECT_TRUE(fs::exists(out / support::kArtifactMarker));
 }
 
+// A run killed while writing leaves its temporary sibling; the next run into the same --out removes
+// it once it is older than kStaleTemporaryAge, and leaves a young one (a run going on now) alone.
+TEST_F(PipelineRun, TemporariesOfAKilledRunAreRemovedLater) {
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  s.gpu = "a100";
+  const fs::path old_tmp = dir_ / ".out.tmp-killed", young_tmp = dir_ / ".out.tmp-running", other = dir_ / ".other.tmp-x";
+  for (const auto& p : {old_tmp, young_tmp, other}) {
+    fs::create_directories(p);
+    std::ofstream(p / "kernel.cu") << "half written\n";
+  }
+  const auto long_ago = fs::file_time_type::clock::now() - support::kStaleTemporaryAge - std::chrono::minutes(1);
+  fs::last_write_time(old_tmp, long_ago);
+  fs::last_write_time(other, long_ago);
+  support::DiagSink d;
+  ASSERT_TRUE(run(s, "out", d).has_value()) << d.render();
+  EXPECT_FALSE(fs::exists(old_tmp));
+  EXPECT_TRUE(fs::exists(young_tmp));
+  EXPECT_TRUE(fs::exists(other)) << "another --out's temporaries are not this run's to remove";
+}
+
 // A folder holding files qattn did not write is refused before any stage runs, and left as it was.
 TEST_F(PipelineRun, AForeignOutIsRefusedAndUntouched) {
   spec::AttentionSpec s = *spec::find_preset("llama3-8b");
