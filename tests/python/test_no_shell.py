@@ -104,3 +104,63 @@ def test_no_python_file_starts_a_process_through_a_shell():
     assert "python/qattn/_cli.py" in rel and "bench/bench_attention.py" in rel and "tests/gpu/verify.py" in rel
     bad = [f"{r}:{line}: {what}" for p, r in zip(files, rel) for line, what in findings(p)]
     assert not bad, "processes started through a shell (use an argv list):\n" + "\n".join(bad)
+
+
+# ---- C and C++: the sources, tests and tools start processes through support::run_process or
+# posix_spawn with argv vectors; a call of system(), popen() or an exec of a shell with -c is
+# reported (comments and string literals are blanked first, so a hint that names system() is no
+# finding). tests/hostile/ holds hostile code on purpose and is not audited.
+import re
+
+CXX_AUDITED = ["src/**/*.cc", "src/**/*.h", "tests/unit/**/*.cc", "tests/unit/**/*.h", "tests/llm/**/*.h",
+               "tests/fuzz/**/*.cc", "tests/emit/**/*.cc", "tools/**/*.cc", "device/**/*.cuh", "include/**/*.h"]
+CXX_SHELL = re.compile(r"(?<![\w.>:])(?:std::)?(system|popen|execl|execlp)\s*\(")
+
+
+def _blank_comments_and_strings(text):
+    """The text with comments and string / char literals replaced by spaces (line numbers kept)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i)); i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j])); i = j
+        elif text.startswith('R"', i) and re.match(r'R"([^(\s]*)\(', text[i:]):
+            delim = re.match(r'R"([^(\s]*)\(', text[i:]).group(1)
+            j = text.find(")" + delim + '"', i)
+            j = n if j < 0 else j + len(delim) + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j])); i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(" " * (min(j + 1, n) - i)); i = j + 1
+        else:
+            out.append(c); i += 1
+    return "".join(out)
+
+
+def cxx_findings(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        code = _blank_comments_and_strings(f.read())
+    return [(code.count("\n", 0, m.start()) + 1, m.group(1) + "()") for m in CXX_SHELL.finditer(code)]
+
+
+def test_the_cxx_check_finds_system_and_popen_calls(tmp_path):
+    sample = tmp_path / "s.cc"
+    sample.write_text('// system("x") in a comment\nconst char* h = "call popen(";\nint a = std::system(cmd);\n'
+                      'FILE* f = popen(c, "r");\nrun_process({"x"}); obj.system(1); my_system(2);\n')
+    assert [line for line, _ in cxx_findings(sample)] == [3, 4]
+
+
+def test_no_cxx_file_starts_a_process_through_a_shell():
+    files = sorted({p for pat in CXX_AUDITED for p in glob.glob(os.path.join(REPO, pat), recursive=True)})
+    rel = [os.path.relpath(p, REPO) for p in files]
+    assert "src/support/process.cc" in rel and "tests/unit/emit_compile_test.cc" in rel
+    bad = [f"{r}:{line}: {what}" for p, r in zip(files, rel) for line, what in cxx_findings(p)]
+    assert not bad, "processes started through a shell (use support::run_process with argv):\n" + "\n".join(bad)

@@ -5,6 +5,8 @@
 // nvcc or the CUTLASS/CuTe headers are missing. About a minute per kernel on two cores; the three
 // compile in parallel.
 #include <gtest/gtest.h>
+#include <vector>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,31 +20,27 @@
 #include "hw/gpu.h"
 #include "plan/plan.h"
 #include "spec/spec.h"
+#include "support/process.h"
 
 namespace qattn::backend {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string run(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) {
-    *rc = -1;
-    return out;
-  }
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-  *rc = pclose(f);
-  return out;
+// Runs argv (no shell) and returns its stdout + stderr; *rc its exit status.
+std::string run(const std::vector<std::string>& argv, int* rc) {
+  const auto r = support::run_process(argv, {}, true);
+  *rc = r.started ? r.status : -1;
+  return r.started ? r.output : r.error;
 }
 
 std::string find_nvcc() {
   if (const char* e = std::getenv("NVCC"); e && fs::exists(e)) return e;
-  int rc = 0;
-  std::string p = run("command -v nvcc", &rc);
-  while (!p.empty() && (p.back() == '\n' || p.back() == '\r')) p.pop_back();
-  if (rc == 0 && !p.empty() && fs::exists(p)) return p;
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream dirs(path);
+    for (std::string d; std::getline(dirs, d, ':');)
+      if (!d.empty() && ::access((fs::path(d) / "nvcc").c_str(), X_OK) == 0) return (fs::path(d) / "nvcc").string();
+  }
   if (fs::exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
   return "";
 }
@@ -52,7 +50,7 @@ std::string find_cutlass() {
   fs::path local = fs::path(QATTN_SOURCE_DIR) / ".cutlass" / "include";
   if (fs::exists(local / "cute" / "tensor.hpp")) return local.string();
   int rc = 0;
-  std::string p = run("python3 -c \"import cutlass_library;print(cutlass_library.source_path+'/include')\"", &rc);
+  std::string p = run({"python3", "-c", "import cutlass_library;print(cutlass_library.source_path+'/include')"}, &rc);
   while (!p.empty() && (p.back() == '\n' || p.back() == '\r')) p.pop_back();
   if (rc == 0 && fs::exists(fs::path(p) / "cute" / "tensor.hpp")) return p;
   return "";
@@ -83,12 +81,14 @@ Built build(const Kernel& k, const std::string& nvcc, const std::string& cutlass
   if (!t) return {1, d.render(), ""};
   const fs::path cu = dir / (k.name + ".cu");
   std::ofstream(cu) << t->cuda_source;
-  std::string cmd = nvcc;
-  for (const auto& f : t->nvcc_flags) cmd += " " + f;
-  cmd += " -Xptxas -v -cubin --keep --keep-dir " + dir.string() + " -I" + (fs::path(QATTN_SOURCE_DIR) / "device").string() +
-         " -I" + (fs::path(QATTN_SOURCE_DIR) / "include").string() + " -I" + cutlass + " -o " +
-         (dir / (k.name + ".cubin")).string() + " " + cu.string();
-  b.log = run(cmd, &b.rc);
+  std::vector<std::string> argv = {nvcc};
+  argv.insert(argv.end(), t->nvcc_flags.begin(), t->nvcc_flags.end());
+  for (const std::string& a : {std::string("-Xptxas"), std::string("-v"), std::string("-cubin"), std::string("--keep"),
+                               std::string("--keep-dir"), dir.string(), "-I" + (fs::path(QATTN_SOURCE_DIR) / "device").string(),
+                               "-I" + (fs::path(QATTN_SOURCE_DIR) / "include").string(), "-I" + cutlass, std::string("-o"),
+                               (dir / (k.name + ".cubin")).string(), cu.string()})
+    argv.push_back(a);
+  b.log = run(argv, &b.rc);
   std::ifstream f(dir / (k.name + ".ptx"));
   std::stringstream ss;
   ss << f.rdbuf();
@@ -143,12 +143,12 @@ TEST(EmitCompile, DeviceRuntimeLayoutsOnTheHost) {
   fs::create_directories(dir);
   const std::string exe = (dir / "host_layout_check").string();
   int rc = 0;
-  std::string log = run("c++ -std=c++17 -O1 -w -I" + cutlass + " -I" + (cuda_include / "cccl").string() + " -I" +
-                            cuda_include.string() + " -I" + (fs::path(QATTN_SOURCE_DIR) / "device").string() + " " +
-                            (fs::path(QATTN_SOURCE_DIR) / "tests" / "emit" / "host_layout_check.cc").string() + " -o " + exe,
+  std::string log = run({"c++", "-std=c++17", "-O1", "-w", "-I" + cutlass, "-I" + (cuda_include / "cccl").string(),
+                         "-I" + cuda_include.string(), "-I" + (fs::path(QATTN_SOURCE_DIR) / "device").string(),
+                         (fs::path(QATTN_SOURCE_DIR) / "tests" / "emit" / "host_layout_check.cc").string(), "-o", exe},
                         &rc);
   ASSERT_EQ(rc, 0) << log;
-  log = run(exe, &rc);
+  log = run({exe}, &rc);
   EXPECT_EQ(rc, 0) << log;
   std::printf("%s", log.c_str());
   std::error_code ec;

@@ -7,9 +7,14 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sstream>
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "../llm/replay_server.h"
@@ -243,14 +248,39 @@ struct Cli {
     fs::create_directories(dir);
   }
   ~Cli() { fs::remove_all(dir); }
-  // Runs `env ENV qattn generate --preset llama3-8b --gpu a100 --out DIR/out ARGS`.
-  void generate(const std::string& env, const std::string& args) {
-    const std::string cmd = "env -u QATTN_LLM_URL -u QATTN_LLM_MODEL -u QATTN_LLM_API_KEY QATTN_CACHE_DIR='" +
-                            (dir / "cache").string() + "' " + env + " '" + QATTN_BIN +
-                            "' generate --preset llama3-8b --gpu a100 --no-gpu --out '" + (dir / "out").string() + "' " +
-                            args + " > '" + (dir / "stdout").string() + "' 2> '" + (dir / "stderr").string() + "'";
-    int st = std::system(cmd.c_str());
-    rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  // Runs `qattn generate --preset llama3-8b --gpu a100 --no-gpu --out DIR/out ARGS` with ENV added to
+  // this process's environment (its QATTN_LLM_* variables emptied) and stdout / stderr into files:
+  // posix_spawn with an argv vector, no shell.
+  void generate(const std::vector<std::pair<std::string, std::string>>& env, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {QATTN_BIN, "generate", "--preset", "llama3-8b", "--gpu", "a100", "--no-gpu",
+                                     "--out", (dir / "out").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::map<std::string, std::string> vars = {
+        {"QATTN_LLM_URL", ""}, {"QATTN_LLM_MODEL", ""}, {"QATTN_LLM_API_KEY", ""}, {"QATTN_CACHE_DIR", (dir / "cache").string()}};
+    for (const auto& [k, v] : env) vars[k] = v;
+    std::vector<std::string> envs;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      bool replaced = false;
+      for (const auto& [k, v] : vars) replaced |= kv.rfind(k + "=", 0) == 0;
+      if (!replaced) envs.push_back(kv);
+    }
+    for (const auto& [k, v] : vars) envs.push_back(k + "=" + v);
+    std::vector<char*> av, ev;
+    for (auto& a : argv) av.push_back(a.data());
+    av.push_back(nullptr);
+    for (auto& e : envs) ev.push_back(e.data());
+    ev.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, (dir / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, (dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid = -1;
+    const int spawned = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), ev.data());
+    posix_spawn_file_actions_destroy(&fa);
+    int st = 0;
+    if (spawned == 0) waitpid(pid, &st, 0);
+    rc = spawned == 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     out = slurp(dir / "stdout");
     err = slurp(dir / "stderr");
   }
@@ -258,13 +288,13 @@ struct Cli {
 
 TEST(LlmCli, NoEndpointConfigured) {
   Cli c;
-  c.generate("", "--mode llm");
+  c.generate({}, {"--mode", "llm"});
   EXPECT_EQ(c.rc, 1) << c.err;
   EXPECT_NE(c.err.find("error LLM0101"), std::string::npos) << c.err;
   EXPECT_NE(c.err.find("QATTN_LLM_URL"), std::string::npos);
   EXPECT_NE(c.err.find("rules is the default"), std::string::npos);
   EXPECT_FALSE(fs::exists(c.dir / "out")) << "nothing written";
-  c.generate("", "--mode 1a=gpt");
+  c.generate({}, {"--mode", "1a=gpt"});
   EXPECT_EQ(c.rc, 1);
   EXPECT_NE(c.err.find("LLM0401"), std::string::npos) << c.err;
 }
@@ -272,8 +302,8 @@ TEST(LlmCli, NoEndpointConfigured) {
 TEST(LlmCli, ServerErrorsUntilRetriesRunOutLeaveNothingWritten) {
   ReplayServer srv("server_errors.json");
   Cli c;
-  c.generate("QATTN_LLM_URL=" + srv.url() + " QATTN_LLM_MODEL=replay-model",
-             "--mode llm --llm-retries 2 --llm-backoff 0.01");
+  c.generate({{"QATTN_LLM_URL", srv.url()}, {"QATTN_LLM_MODEL", "replay-model"}},
+             {"--mode", "llm", "--llm-retries", "2", "--llm-backoff", "0.01"});
   EXPECT_EQ(c.rc, 1) << c.err;
   EXPECT_NE(c.err.find("error LLM0114"), std::string::npos) << c.err;
   EXPECT_NE(c.err.find("nothing written"), std::string::npos) << c.err;
@@ -288,8 +318,8 @@ TEST(LlmCli, ATruncatedKeyLoopFailsGenerate) {
   Cli c;
   fs::copy_file(qattn::testing::llm_test_dir() / "fake_nvcc.sh", c.dir / "nvcc");
   fs::permissions(c.dir / "nvcc", fs::perms::owner_all);
-  c.generate("QATTN_NVCC='" + (c.dir / "nvcc").string() + "' QATTN_LLM_URL=" + srv.url() + " QATTN_LLM_MODEL=replay-model",
-             "--mode 1a=llm,1b=llm");
+  c.generate({{"QATTN_NVCC", (c.dir / "nvcc").string()}, {"QATTN_LLM_URL", srv.url()}, {"QATTN_LLM_MODEL", "replay-model"}},
+             {"--mode", "1a=llm,1b=llm"});
   EXPECT_EQ(c.rc, 1) << c.err;
   expect_replayed(srv);
   EXPECT_NE(c.err.find("error TL0801"), std::string::npos) << c.err;
@@ -304,8 +334,8 @@ TEST(LlmCli, CleanRunWritesTranscriptsAndTheKeyAppearsNowhere) {
   const std::string key = "sk-qattn-replay-7f3a9c1e5b2d4f6a8c0e";
   fs::copy_file(qattn::testing::llm_test_dir() / "fake_nvcc.sh", c.dir / "nvcc");
   fs::permissions(c.dir / "nvcc", fs::perms::owner_all);
-  c.generate("QATTN_NVCC='" + (c.dir / "nvcc").string() + "' MY_LLM_KEY=" + key,
-             "--mode 1a=llm,1b=llm --llm-url " + srv.url() + " --llm-model replay-model --llm-key-env MY_LLM_KEY");
+  c.generate({{"QATTN_NVCC", (c.dir / "nvcc").string()}, {"MY_LLM_KEY", key}},
+             {"--mode", "1a=llm,1b=llm", "--llm-url", srv.url(), "--llm-model", "replay-model", "--llm-key-env", "MY_LLM_KEY"});
   ASSERT_EQ(c.rc, 0) << c.err;
   expect_replayed(srv);
   for (const auto& r : srv.requests()) EXPECT_EQ(r.authorization, "Bearer " + key) << "the key is sent, in the header";
@@ -333,8 +363,8 @@ TEST(LlmCli, VanillaWithoutAGpuIsCompiledButUnverified) {
   Cli c;
   fs::copy_file(qattn::testing::llm_test_dir() / "fake_nvcc.sh", c.dir / "nvcc");
   fs::permissions(c.dir / "nvcc", fs::perms::owner_all);
-  c.generate("QATTN_NVCC='" + (c.dir / "nvcc").string() + "'",
-             "--mode vanilla --llm-url " + srv.url() + " --llm-model replay-model");
+  c.generate({{"QATTN_NVCC", (c.dir / "nvcc").string()}},
+             {"--mode", "vanilla", "--llm-url", srv.url(), "--llm-model", "replay-model"});
   expect_replayed(srv);
   EXPECT_EQ(c.rc, 3) << c.err;
   EXPECT_NE(c.err.find("# LLM run: compiled but unverified"), std::string::npos) << c.err;
@@ -357,8 +387,8 @@ TEST(LlmCli, AnEchoedKeyReachesNoArtifactOrCacheEntry) {
   const std::string key = "sk-qattn-hostile-echo-4b8e1d2c9a7f";
   fs::copy_file(qattn::testing::llm_test_dir() / "fake_nvcc.sh", c.dir / "nvcc");
   fs::permissions(c.dir / "nvcc", fs::perms::owner_all);
-  c.generate("QATTN_NVCC='" + (c.dir / "nvcc").string() + "' MY_LLM_KEY=" + key,
-             "--mode 1a=llm,1b=llm,2=llm --llm-url " + srv.url() + " --llm-model replay-model --llm-key-env MY_LLM_KEY");
+  c.generate({{"QATTN_NVCC", (c.dir / "nvcc").string()}, {"MY_LLM_KEY", key}},
+             {"--mode", "1a=llm,1b=llm,2=llm", "--llm-url", srv.url(), "--llm-model", "replay-model", "--llm-key-env", "MY_LLM_KEY"});
   expect_replayed(srv);
   ASSERT_TRUE(fs::exists(c.dir / "out" / "code.tl")) << c.err;
   ASSERT_TRUE(fs::exists(c.dir / "out" / "kernel.cu")) << c.err;
