@@ -281,6 +281,9 @@ std::vector<VerifyCase> verification_cases(const Plan& plan) {
   while (sk <= sq) sk += bn;
   if (same) sq = sk = std::max(sq, 4 * bn + ragged(bn));
   add(1, 1, sq, sk);
+  // 4. One ragged query tile over 16 key tiles and a ragged tail: a key loop capped at any count
+  //    below 17 tiles fails here (cheap: a quarter tile of queries). Not with equal lengths.
+  if (!same) add(1, 1, bm > 1 ? std::min(bm - 1, bm / 4 + 1) : 1, 16 * bn + ragged(bn));
   for (auto& c : out) c.what += " (BM " + std::to_string(bm) + ", BN " + std::to_string(bn) + ")";
   return out;
 }
@@ -339,7 +342,7 @@ Verification verify(const Plan& plan, support::DiagSink& diags) {
       std::string at;
       for (const auto& [n, x] : c.dims) at += (at.empty() ? "" : " ") + n + "=" + std::to_string(x);
       inner.add({support::Severity::Note, "TL0801", "code.tl", {}, "at " + at + " (" + c.what + "); verified sizes: " + v.sizes(),
-                 "the sizes come from the program's tiles: 3 query tiles, 5 or more key tiles, ragged tails, "
+                 "the sizes come from the program's tiles: 3 query tiles, 5 or more key tiles, 17 key tiles, ragged tails, "
                  "seqlen_q != seqlen_k both ways, lengths under one tile"});
       break;  // the later sizes are not run
     }

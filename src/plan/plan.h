@@ -53,6 +53,7 @@ std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& 
 //   - lengths smaller than one tile, batch 2, two kv heads (GQA: two query heads each);
 //   - seqlen_q over 3 query tiles and seqlen_k over 2 key tiles, seqlen_q > seqlen_k;
 //   - seqlen_q over 3 query tiles and seqlen_k over 5 or more key tiles, seqlen_k > seqlen_q;
+//   - a quarter query tile over 16 key tiles and a tail (not with a `document` mask);
 // every length that spans tiles has a ragged tail (BM / 4 + 1, BN / 4 + 1 elements). With a
 // `document` mask both lengths are equal (the second case is left out). An error or tolerance that
 // is not finite fails (tl/verdict.h). The cases run in this order and stop at the first failure.
@@ -71,7 +72,7 @@ struct Verification {
   std::map<std::string, int64_t> dims;
   tl::RunResult fp64, storage;
   bool passed() const;
-  // One line: the sizes and their verdicts, e.g. "3 sizes (batch x heads_q/heads_kv x seqlen_q x
+  // One line: the sizes and their verdicts, e.g. "4 of 4 sizes (batch x heads_q/heads_kv x seqlen_q x
   // seqlen_k): 2x4/2x33x35 pass, 1x2/1x289x81 pass, 1x2/1x289x337 pass".
   std::string sizes() const;
 };

@@ -59,6 +59,17 @@ TEST(verifyLoops, AKeyLoopThatStopsAfterTwoTilesFails) {
   }
 }
 
+// A cap far above two tiles: 16 key tiles (the long-key size has 17) also fails.
+TEST(verifyLoops, AKeyLoopCappedAtSixteenTilesFails) {
+  Plan p = plan_for("llama3-8b", "a100");
+  p.code = capped(p.code, "for j = 0: ", 16);
+  support::DiagSink d;
+  const auto v = verify(p, d);
+  EXPECT_FALSE(v.passed()) << "a key loop capped at 16 tiles passed\n" << v.sizes();
+  EXPECT_TRUE(has_code(d, "TL0801")) << d.render();
+  EXPECT_GT(v.dims.at("seqlen_k"), 16 * p.tiles.bn) << "decided by the long-key size";
+}
+
 TEST(verifyLoops, AGridThatStopsAfterTwoQueryTilesFails) {
   Plan p = plan_for("llama3-8b", "a100");
   p.code = capped(p.code, "Grid m_block = 0: ", 2);
@@ -87,7 +98,7 @@ TEST(verifySizes, ChosenFromTheProgramsOwnTilesAcrossEveryBoundary) {
     const auto cases = verification_cases(p);
     ASSERT_GE(cases.size(), 3u);
     bool under_one_tile = false, batch_and_heads = false, q_longer = false, k_longer = false, many_q = false,
-         many_k = false;
+         many_k = false, long_k = false;
     for (const auto& c : cases) {
       const int64_t sq = c.dims.at("seqlen_q"), sk = c.dims.at("seqlen_k");
       under_one_tile |= sq < bm && sk < bn;
@@ -96,8 +107,9 @@ TEST(verifySizes, ChosenFromTheProgramsOwnTilesAcrossEveryBoundary) {
       k_longer |= sk > sq;
       many_q |= sq > 2 * bm && sq % bm != 0;  // 3 query tiles, the last one ragged
       many_k |= sk > 4 * bn && sk % bn != 0;  // 5 key tiles, the last one ragged
+      long_k |= sk > 16 * bn && sq < bm;        // 17 key tiles under one query tile
     }
-    EXPECT_TRUE(under_one_tile && batch_and_heads && q_longer && k_longer && many_q && many_k) << gpu;
+    EXPECT_TRUE(under_one_tile && batch_and_heads && q_longer && k_longer && many_q && many_k && long_k) << gpu;
     support::DiagSink d;
     const auto v = verify(p, d);
     EXPECT_TRUE(v.passed()) << gpu << "\n" << d.render();
@@ -109,7 +121,7 @@ TEST(verifySizes, ChosenFromTheProgramsOwnTilesAcrossEveryBoundary) {
       EXPECT_NE(line.find(std::to_string(c.dims.at("seqlen_q")) + "x" + std::to_string(c.dims.at("seqlen_k")) + " ["),
                 std::string::npos)
           << line;
-    EXPECT_NE(line.find("3 of 3 sizes"), std::string::npos) << line;
+    EXPECT_NE(line.find("4 of 4 sizes"), std::string::npos) << line;
   }
 }
 
