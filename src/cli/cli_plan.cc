@@ -58,6 +58,10 @@ int cmd_sketch(const PlanArgs& a) {
     print_diags(diags);
     return kFailed;
   }
+  if (!a.out.empty() && !support::check_out_folder(a.out, diags)) {  // before any work, as generate does
+    print_diags(diags);
+    return kFailed;
+  }
   auto text = plan::sketch_text(plan::make_problem(*s), plan::make_target(*g));
   if (a.out.empty()) {
     std::cout << text;
@@ -98,6 +102,12 @@ int cmd_plan(const PlanArgs& a) {
     print_diags(diags);
     return kFailed;
   }
+  // --out is checked before any stage runs (a refused folder costs no planning), as generate does
+  const std::string out = a.out.empty() ? default_out(*s, *g) : a.out;
+  if (!a.print && !support::check_out_folder(out, diags)) {
+    print_diags(diags);
+    return kFailed;
+  }
   std::cerr << "[1/3] stage 1a+1b: " << spec::summary(*s) << " on " << g->name << "\n";
   auto p = plan::make_plan(*s, *g, diags, opts);
   if (!p) {
@@ -128,7 +138,6 @@ int cmd_plan(const PlanArgs& a) {
     std::cout << p->code;
     return kOk;
   }
-  std::string out = a.out.empty() ? default_out(*s, *g) : a.out;
   support::ArtifactDir files;  // the folder written whole (support/artifact_dir.h)
   files.stage("spec.json", spec::to_json(*s));
   files.stage("sketch.tl", p->sketch);

@@ -40,6 +40,9 @@ rm -rf "$T/work/sub/artifacts"
 
 # Output folders.
 expect "--out / refused" 1 "OUT0101.*system folder" -- "$Q" plan --preset llama3-8b --gpu a100 --out /
+# refused before any work: no stage runs (plan and sketch check --out first, as generate does)
+out=$("$Q" plan --preset llama3-8b --gpu a100 --out / 2>&1)
+if grep -q "stage 1a" <<<"$out"; then bad "--out / refused before planning"; echo "$out" | head -5; else ok "--out / refused before planning"; fi
 expect "--out /usr refused" 1 "OUT0101" -- "$Q" plan --preset llama3-8b --gpu a100 --out /usr
 expect "--out /etc/ refused (sketch)" 1 "OUT0101" -- "$Q" sketch --preset llama3-8b --gpu a100 --out /etc/
 expect "--out \$HOME refused" 1 "OUT0101.*home folder" -- "$Q" plan --preset llama3-8b --gpu a100 --out "$HOME"
