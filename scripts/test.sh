@@ -20,7 +20,25 @@ PY=${PYTHON:-python3}
 QATTN_BIN=${QATTN_BIN:-$PWD/build/qattn} $PY -m pytest tests/python -q -rs -p no:cacheprovider 2>&1 | tee build/pytest.log
 pytest_summary() { grep -E "^=+ .*(passed|failed|skipped).* =+$|^[0-9]+ (passed|failed|skipped).* in [0-9.]+s" build/pytest.log | tail -1; }
 
-if [ "${QATTN_QUICK:-0}" = "1" ]; then echo "python binding: $(pytest_summary)"; summary build/ctest.log; exit 0; fi
+echo "== install: pip install . into a fresh virtual environment, used from outside the repository == (${SECONDS} s)"
+# The README's install command. It reuses build/ (the same Release configuration: only the
+# compiler target relinks) instead of building the compiler a second time in build/pip.
+VENV=$(mktemp -d)/venv
+$PY -m venv --system-site-packages "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check . -Cbuild-dir=build -Ccmake.define.QATTN_TESTS=ON \
+  > build/pip-install.log 2>&1 || { tail -30 build/pip-install.log; echo "pip install . failed"; exit 1; }
+check_installed() {  # in a subshell: no QATTN_HOME / QATTN_BIN / PYTHONPATH, outside the repository
+  cd "$1" || return 1
+  unset QATTN_HOME QATTN_BIN PYTHONPATH
+  export QATTN_CACHE_DIR="$1/cache" PATH="$VENV/bin:$PATH"
+  qattn --version && python -c "import qattn; e = qattn.explain('llama3-8b', gpu='h100'); print(qattn.__file__); print(str(e).splitlines()[0])"
+}
+install_check=$(check_installed "$(dirname "$VENV")" 2>&1) || { echo "$install_check"; echo "the installed qattn does not work"; exit 1; }
+echo "$install_check"
+rm -rf "$(dirname "$VENV")"
+install_summary="installed with pip install . and used from outside the repository: ok"
+
+if [ "${QATTN_QUICK:-0}" = "1" ]; then echo "python binding: $(pytest_summary)"; echo "$install_summary"; summary build/ctest.log; exit 0; fi
 
 echo "== tests under ASan + UBSan == (${SECONDS} s)"
 # -O0 with line tables only (-g1): the reports keep file:line, the build is 11% faster than with -g
@@ -67,5 +85,6 @@ if [ -n "$fuzz_failed" ]; then echo "fuzz: crashed:$fuzz_failed (inputs under bu
 echo "fuzz: no crash in ${FUZZ_SECONDS} s (fuzz_tl, fuzz_spec, fuzz_reply)"
 echo "== summary == (${SECONDS} s in all)"
 echo "python binding: $(pytest_summary)"
+echo "$install_summary"
 echo -n "sanitizers: "; summary build-asan/ctest.log
 summary build/ctest.log

@@ -1,17 +1,18 @@
 """Running the `qattn` command (the pipeline) from Python.
 
 Where things are found (docs/python.md):
-  the executable   $QATTN_BIN, else `qattn` on PATH, else <repo>/build/qattn
-  the repository   $QATTN_HOME, else the checkout this package was installed from (_install.json),
-                   else the checkout around this file (running from python/ in the source tree).
-                   The CLI needs it for the device runtime headers (device/qattn/*.cuh); the binding
-                   passes it on as QATTN_HOME when it is not set.
+  the executable   $QATTN_BIN, else the `qattn` that `pip install .` put beside this interpreter
+                   (its scripts folder), else `qattn` on PATH, else <repo>/build/qattn
+  the repository   $QATTN_HOME, else the checkout around this file (running from python/ in the
+                   source tree); an installed compiler needs none (it reads <prefix>/share/qattn).
+                   The binding passes the repository on as QATTN_HOME when it is not set.
 """
 import json
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 
 from .errors import QattnError, ToolchainError, error_for_codes
@@ -28,13 +29,6 @@ def repo_root():
     env = os.environ.get("QATTN_HOME")
     if env:
         return env
-    try:
-        with open(os.path.join(_HERE, "_install.json")) as f:
-            repo = json.load(f).get("repo")
-        if _is_repo(repo):
-            return repo
-    except (OSError, ValueError):
-        pass
     repo = os.path.dirname(os.path.dirname(_HERE))
     return repo if _is_repo(repo) else None
 
@@ -47,8 +41,14 @@ def find_executable():
         if os.path.isfile(env) and os.access(env, os.X_OK):
             return env
         raise ToolchainError(f"QATTN_BIN={env} is not an executable file", code="PY0201",
-                             hint="point QATTN_BIN at the `qattn` executable built by scripts/build.sh (build/qattn)")
+                             hint="point QATTN_BIN at a `qattn` executable (pip install . installs one; "
+                                  "scripts/build.sh builds build/qattn)")
     tried.append("$QATTN_BIN (unset)")
+    if repo_root() is None:  # an installed package: the compiler `pip install .` put beside it
+        beside = os.path.join(sysconfig.get_path("scripts"), "qattn")
+        if os.path.isfile(beside) and os.access(beside, os.X_OK):
+            return beside
+        tried.append(beside)
     on_path = shutil.which("qattn")
     if on_path:
         return on_path
@@ -62,8 +62,8 @@ def find_executable():
     else:
         tried.append("<repo>/build/qattn (no repository known: QATTN_HOME unset)")
     raise ToolchainError("the `qattn` executable was not found; tried " + ", ".join(tried), code="PY0201",
-                         hint="build it with `bash scripts/build.sh` in the repository, or set QATTN_BIN "
-                              "(and QATTN_HOME to the repository)")
+                         hint="install it with `pip install .` in the repository (or build it with "
+                              "`bash scripts/build.sh`), or set QATTN_BIN")
 
 
 def _env():

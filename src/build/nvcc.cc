@@ -51,7 +51,7 @@ std::string find_cutlass() {
   auto ok = [](const fs::path& p) { return fs::exists(p / "cute" / "tensor.hpp"); };
   if (auto v = env("QATTN_CUTLASS_INCLUDE"); !v.empty()) return ok(v) ? v : std::string();
   std::string out;
-  std::string py = env("PYTHON").empty() ? "python3" : env("PYTHON");
+  const std::string py = support::default_python();
   if (run_capture({py, "-c", "import cutlass_library; print(cutlass_library.source_path + '/include')"}, out, 60) == 0) {
     while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
     auto nl = out.rfind('\n');

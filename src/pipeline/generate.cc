@@ -31,8 +31,7 @@ namespace {
 
 std::string python_of(const Options& o) {
   if (!o.python.empty()) return o.python;
-  const char* p = std::getenv("PYTHON");
-  return p && *p ? p : "python3";
+  return support::default_python();
 }
 
 class Run {

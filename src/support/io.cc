@@ -112,17 +112,43 @@ bool ArtifactSet::commit(DiagSink& diags) {
 }  // namespace qattn::support
 
 namespace qattn::support {
+namespace {
+bool has_runtime(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return !dir.empty() && std::filesystem::is_regular_file(dir / "include" / "qattn" / "qattn.h", ec);
+}
+}  // namespace
+
+std::filesystem::path installed_data_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.empty()) return {};
+  const auto dir = exe.parent_path().parent_path() / "share" / "qattn";
+  return has_runtime(dir) ? dir : std::filesystem::path();
+}
 std::filesystem::path source_dir() {
   if (const char* v = std::getenv("QATTN_HOME"); v && *v) return v;
+  static const std::filesystem::path installed = installed_data_dir();
+  if (!installed.empty()) return installed;
   return QATTN_SOURCE_DIR;
 }
 std::filesystem::path python_dir() {
   if (const char* v = std::getenv("QATTN_PYTHON_DIR"); v && *v) return v;
-  return source_dir() / "python";
+  std::error_code ec;
+  const auto dir = source_dir() / "python";
+  return std::filesystem::is_directory(dir / "qattn", ec) ? dir : std::filesystem::path();
 }
 std::pair<std::string, std::string> python_path_env() {
   std::string path = python_dir().string();
-  if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += std::string(":") + old;
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += (path.empty() ? "" : ":") + std::string(old);
   return {"PYTHONPATH", path};
+}
+std::string default_python() {
+  if (const char* v = std::getenv("PYTHON"); v && *v) return v;
+#ifdef QATTN_DEFAULT_PYTHON
+  std::error_code ec;
+  if (std::filesystem::exists(QATTN_DEFAULT_PYTHON, ec)) return QATTN_DEFAULT_PYTHON;
+#endif
+  return "python3";
 }
 }  // namespace qattn::support

@@ -39,12 +39,20 @@ class ArtifactSet {
 }  // namespace qattn::support
 
 namespace qattn::support {
-// The qattn source tree (device runtime headers, include/, python/): $QATTN_HOME when set (for a
-// binary moved to another machine), else the tree it was built from.
+// Where the files the compiler reads at run time live (device/ runtime headers, include/, prompts/
+// and the files the prompts include): $QATTN_HOME when set; else, for an installed binary
+// (`pip install .`: <prefix>/bin/qattn), <prefix>/share/qattn beside it; else the source tree it
+// was built from.
 std::filesystem::path source_dir();
-// The Python package's folder (holds qattn/): $QATTN_PYTHON_DIR, else <source_dir>/python.
+// The installed data folder of this executable (<exe>/../share/qattn), or empty when it has none.
+std::filesystem::path installed_data_dir();
+// The Python package's folder (holds qattn/): $QATTN_PYTHON_DIR, else <source_dir>/python, else
+// empty (an installed package: importable without PYTHONPATH).
 std::filesystem::path python_dir();
-// PYTHONPATH for a helper Python process that imports the package: python_dir(), then the current
-// PYTHONPATH.
+// PYTHONPATH for a helper Python process that imports the package: python_dir() (when there is
+// one), then the current PYTHONPATH.
 std::pair<std::string, std::string> python_path_env();
+// The Python interpreter for helper processes: $PYTHON, else the one that installed this binary
+// (`pip install .`), else python3.
+std::string default_python();
 }  // namespace qattn::support
