@@ -20,6 +20,18 @@ from .errors import BuildError, DeviceError, LaunchError, QattnError, SpecError,
 
 __version__ = "0.1.0"
 
+# torch.ops.qattn.attention (qattn._op) is registered now when torch is already imported, so that
+# torch.compile finds it before tracing; otherwise on the first qattn.attention call.
+import sys as _sys
+
+if "torch" in _sys.modules:
+    try:
+        from . import _op as _op_module
+
+        _op_module.register(_sys.modules["torch"])
+    except Exception:  # a torch without torch.library: attention() runs eagerly
+        pass
+
 __all__ = [
     "attention", "compile", "compile_many", "explain", "Kernel", "Explanation",
     "QattnError", "SpecError", "ToolchainError", "BuildError", "DeviceError", "LaunchError",

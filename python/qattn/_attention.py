@@ -2,6 +2,7 @@
 import math
 import os
 
+from . import _op
 from . import _build
 from ._abi import STATUS, fill_params
 from ._target import local_capability, target_for_capability, target_for_gpu
@@ -239,7 +240,33 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     (s + table[h, clamp(k - q - off, -NB/2, NB/2 - 1) + NB/2]); the tensors are read at launch.
     Returns o in the input's layout, and with return_lse=True also lse (batch, heads_q, seqlen_q) fp32.
     Launches on the current CUDA stream. Raises a qattn.QattnError subclass for anything it cannot do.
+    CUDA inputs go through the operator torch.ops.qattn.attention (qattn._op: torch.compile with
+    fullgraph=True traces it, CUDA graphs capture it); the kernel is built on the first call.
     """
+    torch = import_torch()
+    op = _op.OP if _op.OP is not None else _op.register(torch)
+    # the argument checks that need no kernel, before the operator (the same errors as eagerly)
+    if layout not in ("bshd", "bhsd"):
+        raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")
+    aux, flags = aux_arguments(alibi_slopes, segment_ids, relative_bias)
+    variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
+    tensors = (q, k, v)
+    if op is None or not all(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+        return eager_attention(q, k, v, causal, window, scale, softcap, return_lse, layout=layout, score_mod=score_mod,
+                               mask_mod=mask_mod, prefix_lm=prefix_lm, alibi_slopes=alibi_slopes,
+                               segment_ids=segment_ids, relative_bias=relative_bias)
+    o, lse = op(q, k, v, _op.causal_name(causal), [int(x) for x in window] if window is not None else None,
+                None if scale is None else float(scale), None if softcap is None else float(softcap), bool(return_lse),
+                layout, score_mod, mask_mod, prefix_lm, aux.get("alibi_slopes"), aux.get("seg_q"), aux.get("seg_k"),
+                aux.get("rel_bias"))
+    return (o, lse) if return_lse else o
+
+
+def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, *, layout="bshd",
+                    score_mod=None, mask_mod=None, prefix_lm=None, alibi_slopes=None, segment_ids=None,
+                    relative_bias=None):
+    """attention() without the operator: the checks, the kernel built on first use, the launch (the
+    operator's real implementation; also the path of non-CUDA inputs, which it rejects)."""
     torch = import_torch()
     if layout not in ("bshd", "bhsd"):
         raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")

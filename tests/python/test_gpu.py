@@ -419,3 +419,84 @@ def test_sdpa_drop_in_on_square_causal(gen):
     low, _ = reference(qs, ks, vs, visible(777, 777, True), 128 ** -0.5, lowp=True)
     assert max_abs(o.float(), sdpa) <= 2 * max_abs(low.transpose(1, 2), sdpa) + 1e-5
     assert math.isfinite(o.float().abs().max().item())
+
+
+# ---- the operator: torch.compile, opcheck, CUDA graphs (issue 21) -----------------------------------
+
+def _op_or_skip():
+    if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.custom_op (2.4+)")
+    from qattn import _op
+    op = _op.register(torch)
+    assert op is not None and op is torch.ops.qattn.attention
+    return op
+
+
+class _Block(torch.nn.Module if _REASON is None else object):
+    """A small attention block: projections around qattn.attention, GQA 4/2, d128, causal."""
+
+    def __init__(self, dim=256, hq=4, hkv=2, d=128):
+        super().__init__()
+        self.hq, self.hkv, self.d = hq, hkv, d
+        self.wq = torch.nn.Linear(dim, hq * d, bias=False)
+        self.wkv = torch.nn.Linear(dim, 2 * hkv * d, bias=False)
+        self.wo = torch.nn.Linear(hq * d, dim, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.wq(x).view(b, s, self.hq, self.d)
+        k, v = self.wkv(x).view(b, s, 2, self.hkv, self.d).unbind(2)
+        o, lse = qattn.attention(q, k, v, causal=True, return_lse=True)
+        return self.wo(torch.relu(o).reshape(b, s, -1)) + lse.mean()
+
+
+def test_torch_compile_fullgraph_traces_the_operator_and_matches_eager(gen):
+    _op_or_skip()
+    torch.manual_seed(5)
+    block = _Block().cuda().to(torch.bfloat16)
+    x = torch.randn(2, 300, 256, device="cuda", generator=gen).to(torch.bfloat16)
+    with torch.no_grad():
+        eager = block(x)
+        torch._dynamo.reset()
+        compiled = torch.compile(block, fullgraph=True)
+        got = compiled(x)
+        got2 = compiled(torch.randn(2, 300, 256, device="cuda", generator=gen).to(torch.bfloat16))
+    assert got.shape == eager.shape and torch.isfinite(got).all() and torch.isfinite(got2).all()
+    torch.testing.assert_close(got.float(), eager.float(), rtol=2e-2, atol=2e-2)
+    # the graph holds the operator (no graph break at the ctypes launch)
+    explained = torch._dynamo.explain(block)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_opcheck_passes(gen):
+    op = _op_or_skip()
+    b, sq, sk, hq, hkv, d = 2, 77, 130, 4, 2, 128
+    q, k, v = inputs(b, sq, sk, hq, hkv, d, d, torch.bfloat16, "bshd", gen)
+    for causal, lse in (("bottom_right", True), ("none", False)):
+        torch.library.opcheck(op, (q, k, v, causal, None, None, None, lse, "bshd", None, None, None, None, None, None,
+                                   None))
+
+
+def test_cuda_graph_capture_and_replay_match_eager(gen):
+    _op_or_skip()
+    b, sq, sk, hq, hkv, d = 2, 257, 257, 4, 2, 128
+    q, k, v = inputs(b, sq, sk, hq, hkv, d, d, torch.bfloat16, "bshd", gen)
+    eager = qattn.attention(q, k, v, causal=True)  # builds the kernel before the capture
+    static_q, static_k, static_v = q.clone(), k.clone(), v.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        qattn.attention(static_q, static_k, static_v, causal=True)  # warm-up on the side stream
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = qattn.attention(static_q, static_k, static_v, causal=True)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+    q2, k2, v2 = inputs(b, sq, sk, hq, hkv, d, d, torch.bfloat16, "bshd", gen)
+    static_q.copy_(q2), static_k.copy_(k2), static_v.copy_(v2)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, qattn.attention(q2, k2, v2, causal=True), rtol=0, atol=0)
