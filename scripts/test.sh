@@ -46,12 +46,13 @@ QATTN_BUILD_DIR=build-asan QATTN_BUILD_TYPE=Debug bash scripts/build.sh -DQATTN_
 # Skipped here (they ran above): emit_compile_test and llm_nvcc_test (nvcc on generated / LLM-written
 # code); the three sweeps that interpret the TL of every preset x GPU and every variant x
 # architecture (planMatrix.EveryPresetEveryGpu..., planVariants.EveryVariantOnSm75Sm80Sm90...,
-# planVariants.TheSpecFormulasAreTheReference): 15 minutes under ASan at -O0 for code paths that the
+# planVariants.TheSpecFormulasAreTheReference) and verifyTolerance.LseBoundScalesWithTheLse (one
+# more variant plan): 15 minutes under ASan at -O0 for code paths that the
 # single-case plan, variant, interpreter and CLI tests below already run under the sanitizers; the
 # examples (the CLI tests cover the same commands) and parser.RandomMutations (the fuzz stage below
 # mutates TL under ASan + UBSan for a minute).
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2 \
-  -E 'emit_compile|llm_nvcc|EveryPresetEveryGpu|EveryVariantOnSm75Sm80Sm90|TheSpecFormulasAreTheReference|^examples\.|RandomMutations' |
+  -E 'emit_compile|llm_nvcc|EveryPresetEveryGpu|EveryVariantOnSm75Sm80Sm90|TheSpecFormulasAreTheReference|LseBoundScalesWithTheLse|^examples\.|RandomMutations' |
   tee build-asan/ctest.log
 
 FUZZ_SECONDS=${QATTN_FUZZ_SECONDS:-60}

@@ -149,6 +149,22 @@ TEST(verifySizes, AFailureNamesItsSizeAndStops) {
   EXPECT_TRUE(note) << d.render();
 }
 
+// The LSE bound's absolute term scales with |LSE|: this kernel (the Python binding's ALiBi +
+// relative-bias test kernel) failed at 3x5 tiles with 6.3e-5 against 5.9e-5 under a fixed 1e-5.
+TEST(verifyTolerance, LseBoundScalesWithTheLse) {
+  support::DiagSink d;
+  auto s = spec::parse_json(R"({"name": "py_bf16_d64_causal_alibi_relative_bias32_lse", "heads_q": 2, "heads_kv": 1,
+      "head_dim_qk": 64, "head_dim_v": 64, "dtype": "bf16", "layout": "bshd", "return_lse": true, "gpu": "h100",
+      "mask": {"kind": "causal", "align": "bottom_right"}, "variants": {"alibi": true, "relative_bias": 32}})",
+                            d);
+  ASSERT_TRUE(s) << d.render();
+  auto p = make_plan(*s, *hw::find_gpu("h100"), d);
+  ASSERT_TRUE(p) << d.render();
+  const auto v = verify(*p, d);
+  EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
+  for (const auto& c : v.cases) EXPECT_LE(c.storage.lse_max_abs_err, c.storage.lse_tolerance) << c.what;
+}
+
 TEST(verifyFinite, ANonFiniteErrorOrToleranceIsAFailure) {
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   for (int which = 0; which < 5; ++which) {
