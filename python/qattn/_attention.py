@@ -250,8 +250,8 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
         raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")
     aux, flags = aux_arguments(alibi_slopes, segment_ids, relative_bias)
     variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
-    tensors = (q, k, v)
-    if op is None or not all(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+    _check_tensors(torch, q, k, v, layout)  # (requires_grad is invisible inside the operator)
+    if op is None:
         return eager_attention(q, k, v, causal, window, scale, softcap, return_lse, layout=layout, score_mod=score_mod,
                                mask_mod=mask_mod, prefix_lm=prefix_lm, alibi_slopes=alibi_slopes,
                                segment_ids=segment_ids, relative_bias=relative_bias)
