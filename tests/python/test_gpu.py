@@ -463,9 +463,13 @@ def test_torch_compile_fullgraph_traces_the_operator_and_matches_eager(gen):
         got2 = compiled(torch.randn(2, 300, 256, device="cuda", generator=gen).to(torch.bfloat16))
     assert got.shape == eager.shape and torch.isfinite(got).all() and torch.isfinite(got2).all()
     torch.testing.assert_close(got.float(), eager.float(), rtol=2e-2, atol=2e-2)
-    # the graph holds the operator (no graph break at the ctypes launch)
-    explained = torch._dynamo.explain(block)(x)
+    # the graph holds the operator (no graph break at the ctypes launch); inference: the kernels are
+    # forward-only, so with grad enabled the block's weights would make attention refuse (PY0109)
+    with torch.no_grad():
+        explained = torch._dynamo.explain(block)(x)
     assert explained.graph_break_count == 0, explained.break_reasons
+    assert any("qattn.attention" in str(n.target) for g in explained.graphs for n in g.graph.nodes), \
+        "the operator is not in the traced graph"
 
 
 def test_opcheck_passes(gen):
@@ -500,3 +504,13 @@ def test_cuda_graph_capture_and_replay_match_eager(gen):
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, qattn.attention(q2, k2, v2, causal=True), rtol=0, atol=0)
+    # the operator itself (what torch.compile puts in a graph) captures too
+    args = ("bottom_right", None, None, None, False, "bshd", None, None, None, None, None, None, None)
+    op = torch.ops.qattn.attention
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph2):
+        out2, _ = op(static_q, static_k, static_v, *args)
+    out2.fill_(float("nan"))
+    graph2.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out2, out, rtol=0, atol=0)
