@@ -1,4 +1,5 @@
 #include "llm/client.h"
+#include "llm/text.h"
 
 #include <curl/curl.h>
 
@@ -15,12 +16,9 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+using text::dump;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
+using text::env;
 
 // One HTTP exchange: what came back, or how it failed.
 struct Exchange {

@@ -6,14 +6,12 @@
 #include <cstdlib>
 
 #include "llm/client.h"
+#include "llm/text.h"
 
 namespace qattn::llm {
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
+using text::env;
 
 bool valid_env_name(const std::string& s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;

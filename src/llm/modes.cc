@@ -1,5 +1,6 @@
 // parse_modes: the --mode option of `qattn generate` (see pipeline.h).
 #include "llm/pipeline.h"
+#include "llm/text.h"
 
 namespace qattn::llm {
 namespace {
@@ -11,11 +12,7 @@ std::optional<Engine> engine(std::string_view s) {
   return std::nullopt;
 }
 
-std::string trim(std::string_view s) {
-  size_t a = s.find_first_not_of(" \t");
-  size_t b = s.find_last_not_of(" \t");
-  return a == std::string_view::npos ? std::string() : std::string(s.substr(a, b - a + 1));
-}
+using text::trim;
 
 }  // namespace
 

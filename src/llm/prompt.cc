@@ -1,15 +1,12 @@
 #include "llm/prompt.h"
 
 #include "support/io.h"
+#include "llm/text.h"
 
 namespace qattn::llm {
 namespace {
 
-std::string trim(std::string_view s) {
-  size_t a = s.find_first_not_of(" \t");
-  size_t b = s.find_last_not_of(" \t");
-  return a == std::string_view::npos ? std::string() : std::string(s.substr(a, b - a + 1));
-}
+using text::trim;
 
 }  // namespace
 

@@ -1,4 +1,5 @@
 #include "llm/transcript.h"
+#include "llm/text.h"
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -8,7 +9,7 @@ namespace qattn::llm {
 namespace {
 
 using json = nlohmann::json;
-std::string dump(const json& j, int indent = -1) { return j.dump(indent, ' ', false, json::error_handler_t::replace); }
+using text::dump;
 
 std::string fixed(double v, int digits) {
   char buf[64];

@@ -9,7 +9,6 @@ namespace qattn::plan {
 
 namespace {
 
-std::string kb(int64_t bytes) { return std::to_string((bytes + 1023) / 1024) + " KB"; }
 
 int consumer_threads(const Target& t, const TileConfig& c) {
   if (t.sm >= 90) return (c.bm / 64) * 128;  // one warpgroup per 64 rows; the producer is extra

@@ -9,11 +9,15 @@
 //    S on sm90, which overlaps softmax with the next GEMM) + operand slices + bookkeeping.
 //  - alignment: MMA tile multiples per architecture, head dims multiples of 16 (32 for fp8).
 #pragma once
+#include <string>
 #include <vector>
 
 #include "plan/problem.h"
 
 namespace qattn::plan {
+
+// "12 KB": a byte count in messages (rounded up).
+inline std::string kb(int64_t bytes) { return std::to_string((bytes + 1023) / 1024) + " KB"; }
 
 Budget estimate(const Problem& p, const Target& t, const TileConfig& c);
 

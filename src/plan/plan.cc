@@ -1,5 +1,7 @@
 #include "plan/plan.h"
 
+#include "plan/budget.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -83,7 +85,6 @@ Target make_target(const hw::GpuFacts& g) {
 
 namespace {
 
-std::string kb(int64_t b) { return std::to_string((b + 1023) / 1024) + " KB"; }
 
 // score_mod / mask_mod are TL text the spec library cannot read: parse each as a declaration
 // expression here, so a typo is reported against the spec field (PLAN0301), not as a broken program.

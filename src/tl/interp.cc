@@ -21,12 +21,6 @@ bool is_global_name(const std::string& n) {
   return false;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + ")";
-}
-
 std::string fmt(double x) {
   std::ostringstream os;
   os.precision(3);

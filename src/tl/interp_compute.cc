@@ -12,14 +12,7 @@
 namespace qattn::tl::interp {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + ")";
-}
 
 double nan_max(double a, double b) {
   if (std::isnan(a) || std::isnan(b)) return kNaN;

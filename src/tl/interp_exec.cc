@@ -10,12 +10,6 @@
 namespace qattn::tl::interp {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + ")";
-}
-
 const char* level_name(int level) { return level == kShared ? "shared" : "register"; }
 
 int level_of(Space s) { return s == Space::Shared ? kShared : kRegister; }

@@ -17,10 +17,23 @@
 #include "support/diag.h"
 #include "tl/ast.h"
 #include "tl/eval.h"
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "tl/interp.h"
 #include "tl/variant.h"
 
 namespace qattn::tl::interp {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+// "(2, 128)": a shape in diagnostics
+inline std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
 
 bool is_kernel_arg(const std::string& n);  // Q, K, V, O, LSE
 

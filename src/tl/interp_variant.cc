@@ -12,7 +12,6 @@
 
 namespace qattn::tl::interp {
 namespace {
-constexpr double kInf = std::numeric_limits<double>::infinity();
 const char* kArgs[] = {"Q", "K", "V", "O", "LSE"};
 }  // namespace
 
