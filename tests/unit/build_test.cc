@@ -125,13 +125,25 @@ TEST(RunProcess, WorkingDirectoryAndPlainCallsKeepTheirBehaviour) {
   EXPECT_FALSE(support::run_process({"/nonexistent/program"}, o).started);
 }
 
-TEST(RunProcess, SandboxedChildWritesOnlyInsideItsScratchFolder) {
-  TempDir t("qattn-sandbox");
-  fs::create_directories(t.dir / "scratch");
+// Options of a sandboxed run whose output is captured, writable beneath `scratch`.
+support::ProcessOptions sandboxed(const fs::path& scratch) {
   support::ProcessOptions o;
   o.capture = true;
   o.sandbox.enabled = true;
-  o.sandbox.scratch = (t.dir / "scratch").string();
+  o.sandbox.scratch = scratch.string();
+  return o;
+}
+// Whether a protection whose name starts with `prefix` was applied to the run.
+bool applied(const support::ProcessResult& r, const std::string& prefix) {
+  for (const auto& p : r.protections)
+    if (p.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+TEST(RunProcess, SandboxedChildWritesOnlyInsideItsScratchFolder) {
+  TempDir t("qattn-sandbox");
+  fs::create_directories(t.dir / "scratch");
+  support::ProcessOptions o = sandboxed(t.dir / "scratch");
   const std::string outside = (t.dir / "outside.txt").string(), inside = (t.dir / "scratch" / "inside.txt").string();
   const auto r = support::run_process(
       {"sh", "-c", "echo a > '" + outside + "'; echo b > '" + inside + "'; mkdir '" + (t.dir / "d").string() + "'; " +
@@ -141,9 +153,7 @@ TEST(RunProcess, SandboxedChildWritesOnlyInsideItsScratchFolder) {
   std::string what;
   for (const auto& p : r.protections) what += p + "; ";
   for (const auto& m : r.missing) what += "[missing] " + m + "; ";
-  bool landlock = false;
-  for (const auto& p : r.protections) landlock |= p.rfind("landlock", 0) == 0;
-  if (!landlock) GTEST_SKIP() << "this kernel offers no file-write restriction: " << what;
+  if (!applied(r, "landlock")) GTEST_SKIP() << "this kernel offers no file-write restriction: " << what;
   ASSERT_TRUE(r.started) << r.error;
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(fs::exists(inside)) << "writes inside the scratch folder work: " << r.output;
@@ -159,10 +169,7 @@ TEST(RunProcess, SandboxedChildWritesOnlyInsideItsScratchFolder) {
 
 TEST(RunProcess, SandboxCanForbidExecAndForkAfterStart) {
   TempDir t("qattn-noexec");
-  support::ProcessOptions o;
-  o.capture = true;
-  o.sandbox.enabled = true;
-  o.sandbox.scratch = t.dir.string();
+  support::ProcessOptions o = sandboxed(t.dir);
   o.sandbox.forbid_exec = true;
   const auto r = support::run_process({"sh", "-c", "echo builtin-ok; /bin/echo ran-a-program"}, o);
   bool seccomp = false;
@@ -176,18 +183,12 @@ TEST(RunProcess, SandboxCanForbidExecAndForkAfterStart) {
   EXPECT_NE(ok.output.find("ran-a-program"), std::string::npos) << ok.output;
 }
 
-// ---- the cache: manifest checked before reuse, abandoned build folders removed ----
-
-
 // The CUDA driver names the threads it starts (cuInit writes /proc/<pid>/task/<tid>/comm and fails
 // with error 304 when it cannot): a sandboxed program may write its own threads' files, started
 // before or after the sandbox was applied, and no other process's (here, this test's).
 TEST(RunProcess, SandboxedChildNamesItsOwnThreadsOnly) {
   TempDir t("qattn-threads");
-  support::ProcessOptions o;
-  o.capture = true;
-  o.sandbox.enabled = true;
-  o.sandbox.scratch = t.dir.string();
+  support::ProcessOptions o = sandboxed(t.dir);
   const std::string me = std::to_string(::getpid());
   const std::string script =
       "import threading, os\n"
@@ -205,9 +206,7 @@ TEST(RunProcess, SandboxedChildNamesItsOwnThreadsOnly) {
       "    open('/proc/" + me + "/comm', 'w').write('hijacked'); print('other written')\n"
       "except OSError as e: print('other denied', e.errno)\n";
   const auto r = support::run_process({"python3", "-c", script}, o);
-  bool landlock = false;
-  for (const auto& p : r.protections) landlock |= p.rfind("landlock", 0) == 0;
-  if (!landlock) GTEST_SKIP() << "this kernel offers no file-write restriction";
+  if (!applied(r, "landlock")) GTEST_SKIP() << "this kernel offers no file-write restriction";
   ASSERT_TRUE(r.started) << r.error;
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("main qattn-main"), std::string::npos) << r.output;
@@ -221,6 +220,9 @@ TEST(RunProcess, SandboxedChildNamesItsOwnThreadsOnly) {
   for (const auto& p : r.protections) what += p + "; ";
   EXPECT_NE(what.find("/proc/<pid>/task"), std::string::npos) << what;
 }
+
+// ---- the cache: manifest checked before reuse, abandoned build folders removed ----
+
 Toolchain fake_toolchain() {
   Toolchain tc;
   tc.nvcc = (fs::path(QATTN_SOURCE_DIR) / "tests" / "llm" / "fake_nvcc.sh").string();
