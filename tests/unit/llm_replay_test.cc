@@ -7,10 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <sstream>
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <utility>
@@ -23,6 +20,7 @@
 #include "plan/plan.h"
 #include "spec/spec.h"
 #include "support/io.h"
+#include "support/process.h"
 
 namespace qattn::llm {
 namespace {
@@ -240,7 +238,7 @@ TEST(LlmReplay, EndpointFailureEndsTheStageWithoutRepairTurns) {
 struct Cli {
   fs::path dir;
   int rc = -1;
-  std::string out, err;
+  std::string err;
   Cli() {
     dir = fs::temp_directory_path() / ("qattn-llm-cli-" + std::to_string(::getpid()) + "-" +
                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -249,40 +247,19 @@ struct Cli {
   }
   ~Cli() { fs::remove_all(dir); }
   // Runs `qattn generate --preset llama3-8b --gpu a100 --no-gpu --out DIR/out ARGS` with ENV added to
-  // this process's environment (its QATTN_LLM_* variables emptied) and stdout / stderr into files:
-  // posix_spawn with an argv vector, no shell.
+  // this process's environment (its QATTN_LLM_* variables emptied), no shell (support::run_process);
+  // `err` holds what it printed (stdout and stderr together).
   void generate(const std::vector<std::pair<std::string, std::string>>& env, const std::vector<std::string>& args) {
     std::vector<std::string> argv = {QATTN_BIN, "generate", "--preset", "llama3-8b", "--gpu", "a100", "--no-gpu",
                                      "--out", (dir / "out").string()};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::map<std::string, std::string> vars = {
-        {"QATTN_LLM_URL", ""}, {"QATTN_LLM_MODEL", ""}, {"QATTN_LLM_API_KEY", ""}, {"QATTN_CACHE_DIR", (dir / "cache").string()}};
-    for (const auto& [k, v] : env) vars[k] = v;
-    std::vector<std::string> envs;
-    for (char** e = environ; *e; ++e) {
-      const std::string kv = *e;
-      bool replaced = false;
-      for (const auto& [k, v] : vars) replaced |= kv.rfind(k + "=", 0) == 0;
-      if (!replaced) envs.push_back(kv);
-    }
-    for (const auto& [k, v] : vars) envs.push_back(k + "=" + v);
-    std::vector<char*> av, ev;
-    for (auto& a : argv) av.push_back(a.data());
-    av.push_back(nullptr);
-    for (auto& e : envs) ev.push_back(e.data());
-    ev.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, (dir / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, (dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = -1;
-    const int spawned = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), ev.data());
-    posix_spawn_file_actions_destroy(&fa);
-    int st = 0;
-    if (spawned == 0) waitpid(pid, &st, 0);
-    rc = spawned == 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    out = slurp(dir / "stdout");
-    err = slurp(dir / "stderr");
+    support::ProcessOptions o;
+    o.capture = true;
+    o.env = {{"QATTN_LLM_URL", ""}, {"QATTN_LLM_MODEL", ""}, {"QATTN_LLM_API_KEY", ""}, {"QATTN_CACHE_DIR", (dir / "cache").string()}};
+    o.env.insert(o.env.end(), env.begin(), env.end());  // later entries replace earlier ones
+    const auto r = support::run_process(argv, o);
+    rc = r.started ? r.status : -1;
+    err = r.started ? r.output : r.error;
   }
 };
 
