@@ -90,7 +90,8 @@ def main():
                 continue
             kern = Kernel(so)
             ok_ = torch.full_like(q, float("nan"))
-            p = kern.params(q, k, v, ok_, scale=D ** -0.5)
+            p = kern.params(q, k, v, ok_, scale=D ** -0.5, window=(window, 0) if window is not None else None,
+                            softcap=softcap)  # launch arguments (ignored by a kernel with them compiled in)
             assert kern(q, k, v, ok_, params=p) == 0, kern.last_error()
             fns[name] = (lambda kern=kern, ok_=ok_, p=p: kern(q, k, v, ok_, params=p))
             errs[name] = ok_

@@ -123,6 +123,19 @@ static inline int check_fwd_params(const qattn_fwd_params* params, int d_qk, int
   return ok();
 }
 
+// The launch-time builtins a kernel's TL reads (docs/tl.md): window sides >= -1 (-1: unbounded)
+// and below 2^30, a positive finite softcap. QATTN_OK or QATTN_ERR_ARG.
+static inline int check_launch_args(const qattn_fwd_params& p, bool window, bool softcap) {
+  if (window && (p.window_left < -1 || p.window_right < -1 || p.window_left >= (1 << 30) || p.window_right >= (1 << 30)))
+    return fail(QATTN_ERR_ARG, "window (%d, %d): each side must be >= 0, or -1 for unbounded", p.window_left, p.window_right);
+  if (window && int64_t(p.seqlen_q) + p.seqlen_k >= (int64_t(1) << 30))
+    return fail(QATTN_ERR_SHAPE, "seqlen_q + seqlen_k = %lld: a window kernel takes sequences below 2^30 together",
+                (long long)p.seqlen_q + p.seqlen_k);
+  if (softcap && !(p.softcap > 0.f && p.softcap < INFINITY))
+    return fail(QATTN_ERR_ARG, "softcap %g must be positive and finite", double(p.softcap));
+  return ok();
+}
+
 // The TL Grid's extents, checked against what a launch can express; QATTN_OK with *empty set when
 // a Grid axis is empty (nothing to launch).
 static inline int check_grid(long long gx, long long gy, long long gz, bool* empty) {

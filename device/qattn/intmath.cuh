@@ -13,6 +13,12 @@ __host__ __device__ constexpr int cdiv(int a, int b) { return -floordiv(-a, b); 
 __host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
 
+// TL builtins window_left / window_right from the C ABI's window side: -1 (unbounded) becomes
+// seqlen_q + seqlen_k, a distance no query-key pair reaches, so the TL's bounds need no special case.
+__host__ __device__ constexpr int window_side(int side, int seqlen_q, int seqlen_k) {
+  return side < 0 ? seqlen_q + seqlen_k : side;
+}
+
 constexpr float kLog2e = 1.4426950408889634f;  // TL builtin log2e
 constexpr float kLn2 = 0.6931471805599453f;    // TL builtin ln2
 

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define QATTN_ABI_VERSION 2
+#define QATTN_ABI_VERSION 3
 
 typedef struct qattn_fwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
@@ -42,6 +42,12 @@ typedef struct qattn_fwd_params {
    * ids, a bias table, ...), contiguous row-major device arrays in the order qattn_kernel_info()'s
    * "aux" list gives (name, dtype fp32 or int32, shape); NULL for kernels without any. */
   const void* aux[4];
+  /* ABI 3: the run-time arguments of kernels whose TL reads the builtins window_left / window_right
+   * (a sliding window: keys q + off - window_left .. q + off + window_right; -1 on a side means
+   * unbounded) or softcap (scores become softcap * tanh(s / softcap); > 0). qattn_kernel_info()'s
+   * "args" lists the ones the kernel reads; the others are ignored. One kernel serves every value. */
+  int32_t window_left, window_right;
+  float softcap;
 } qattn_fwd_params;
 
 typedef enum qattn_status {
@@ -52,7 +58,8 @@ typedef enum qattn_status {
   QATTN_ERR_ALIGNMENT = 3,    /* pointers or strides not aligned to 16 bytes */
   QATTN_ERR_LAUNCH = 4,       /* the CUDA launch failed (see qattn_last_error) */
   QATTN_ERR_ARCH = 5,         /* the device is not the architecture the kernel was built for */
-  QATTN_ERR_AUX = 6           /* an auxiliary input the kernel reads is NULL */
+  QATTN_ERR_AUX = 6,          /* an auxiliary input the kernel reads is NULL */
+  QATTN_ERR_ARG = 7           /* a run-time argument out of range (window side < -1, softcap <= 0) */
 } qattn_status;
 
 /* Launches the forward kernel on `stream` (a cudaStream_t; NULL for the default stream). */

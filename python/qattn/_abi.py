@@ -9,9 +9,13 @@ import ctypes
 import json
 
 # Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
-QATTN_ABI_VERSION = 2
+QATTN_ABI_VERSION = 3
 
-STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX"}
+STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX",
+          7: "ERR_ARG"}
+
+# The launch arguments a kernel may read (its info's "args"): the TL builtins of docs/tl.md.
+LAUNCH_ARGS = ("window_left", "window_right", "softcap")
 
 
 class Params(ctypes.Structure):
@@ -30,12 +34,16 @@ class Params(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("descale_q", ctypes.c_void_p), ("descale_k", ctypes.c_void_p), ("descale_v", ctypes.c_void_p),
         ("aux", ctypes.c_void_p * 4),  # ABI 2: auxiliary inputs of Score/Mask variants (info["aux"] order)
+        ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32),  # ABI 3: launch arguments (-1: unbounded)
+        ("softcap", ctypes.c_float),
     ]
 
 
-def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None):
+def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window=None, softcap=None):
     """Params for (batch, seqlen, heads, dim) views q, k, v, o; lse (batch, heads_q, seqlen_q) or None;
-    aux: up to 4 contiguous device tensors (or None) in the order of the kernel info's "aux" list."""
+    aux: up to 4 contiguous device tensors (or None) in the order of the kernel info's "aux" list;
+    window (left, right) (-1: unbounded) and softcap: the launch arguments of kernels whose info
+    lists them in "args" (ignored by the others)."""
     p = Params()
     p.abi_version = QATTN_ABI_VERSION
     p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
@@ -53,6 +61,10 @@ def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None):
         p.descale_q, p.descale_k, p.descale_v = (d.data_ptr() if d is not None else None for d in descale)
     for i, t in enumerate(aux or ()):
         p.aux[i] = t.data_ptr() if t is not None else None
+    if window is not None:
+        p.window_left, p.window_right = (int(x) for x in window)
+    if softcap is not None:
+        p.softcap = float(softcap)
     return p
 
 
@@ -88,10 +100,24 @@ def check_info(info):
     out.setdefault("aux", [])
     need("aux", lambda x: isinstance(x, list) and len(x) <= 4, "a list of at most 4 inputs")
     out.setdefault("arch", "?")
+    out.setdefault("args", [])
+    need("args", lambda x: isinstance(x, list) and all(a in LAUNCH_ARGS for a in x), "a list of " + ", ".join(LAUNCH_ARGS))
     if out["mask"] == "window":
-        need("window", lambda x: isinstance(x, list) and len(x) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in x), "[left, right] (integers >= 0)")
+        need("window", lambda x: x == "runtime" or (isinstance(x, list) and len(x) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in x)),
+             "[left, right] (integers >= 0) or \"runtime\"")
     return out
+
+
+def launch_defaults(info, window=None, softcap=None):
+    """The (window, softcap) to pass a kernel: the given ones, else for a kernel that reads them
+    (info "args") a ValueError naming what is missing."""
+    args = info.get("args", [])
+    if window is None and ("window_left" in args or "window_right" in args):
+        raise ValueError("this kernel takes the window at launch: pass window=(left, right) (-1: unbounded)")
+    if softcap is None and "softcap" in args:
+        raise ValueError("this kernel takes the softcap at launch: pass softcap=C (> 0)")
+    return window, softcap
 
 
 class Library:
@@ -136,9 +162,12 @@ class Kernel:
     def last_error(self):
         return self._lib.last_error()
 
-    def params(self, q, k, v, o, lse=None, scale=None, descale=None):
-        return fill_params(q, k, v, o, lse, scale, descale)
+    def params(self, q, k, v, o, lse=None, scale=None, descale=None, aux=None, window=None, softcap=None):
+        window, softcap = launch_defaults(self.info, window, softcap)
+        return fill_params(q, k, v, o, lse, scale, descale, aux=aux, window=window, softcap=softcap)
 
-    def __call__(self, q, k, v, o, lse=None, scale=None, descale=None, stream=None, params=None):
-        p = params if params is not None else self.params(q, k, v, o, lse, scale, descale)
+    def __call__(self, q, k, v, o, lse=None, scale=None, descale=None, stream=None, params=None, aux=None, window=None,
+                 softcap=None):
+        """window / softcap: the launch arguments of a kernel whose info lists them in "args"."""
+        p = params if params is not None else self.params(q, k, v, o, lse, scale, descale, aux, window, softcap)
         return self._lib.fwd(p, stream)

@@ -7,7 +7,7 @@ from . import _build
 from ._abi import STATUS, fill_params
 from ._target import local_capability, target_for_capability, target_for_gpu
 from ._torch_util import import_torch
-from ._variants import AUX_INPUTS, aux_arguments, variant_fields
+from ._variants import AUX_INPUTS, aux_arguments, split_launch_args, variant_fields
 from .errors import DeviceError, LaunchError, SpecError, ToolchainError
 
 _TORCH_DTYPES = None
@@ -157,9 +157,9 @@ def _aux_tensors(torch, b, given, qv, kv):
 
 # ---- launching ----------------------------------------------------------------------------------
 
-def _launch(torch, b, q, k, v, layout, scale, return_lse, aux=None):
-    """Runs Build b on q, k, v (already checked) and the auxiliary tensors aux ({ABI name: tensor});
-    returns o or (o, lse)."""
+def _launch(torch, b, q, k, v, layout, scale, return_lse, aux=None, args=None):
+    """Runs Build b on q, k, v (already checked) and the auxiliary tensors aux ({ABI name: tensor})
+    with the launch arguments args ({"window": (l, r), "softcap": c}); returns o or (o, lse)."""
     qv, kv, vv = _views(q, k, v, layout)
     bsz, sq, sk, hq, hkv, dqk, dv = _check_shapes(qv, kv, vv)
     aux_list = _aux_tensors(torch, b, aux or {}, qv, kv)
@@ -189,7 +189,9 @@ def _launch(torch, b, q, k, v, layout, scale, return_lse, aux=None):
                 tv = t if layout == "bshd" else t.transpose(1, 2)
         views.append(tv)
     lib = b.library
-    p = fill_params(views[0], views[1], views[2], ov, lse, s, aux=aux_list)
+    args = args or {}
+    p = fill_params(views[0], views[1], views[2], ov, lse, s, aux=aux_list, window=args.get("window"),
+                    softcap=args.get("softcap"))
     with torch.cuda.device(dev):
         stream = torch.cuda.current_stream(dev).cuda_stream
         st = lib.fwd(p, stream)
@@ -274,16 +276,23 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     if layout not in ("bshd", "bhsd"):
         raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")
     aux, flags = aux_arguments(alibi_slopes, segment_ids, relative_bias)
-    fields = variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
+    fields, args = split_launch_args(variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags))
     dt = _check_tensors(torch, q, k, v, layout)
     qv, kv, vv = _views(q, k, v, layout)
     _, sq, _, hq, hkv, _, _ = _check_shapes(qv, kv, vv)
     scale = _scale(scale, int(qv.shape[3]))
     b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse, q.device, shape=(hq, hkv, sq))
-    return _launch(torch, b, q, k, v, layout, scale, return_lse, aux)
+    return _launch(torch, b, q, k, v, layout, scale, return_lse, aux, args)
 
 
 # ---- ahead-of-time builds and explanations -------------------------------------------------------
+
+def _window_arg(window):
+    """A window (left, right) checked as attention() checks it (-1: unbounded)."""
+    from ._variants import _window
+    kind, lr = _window(window, None)
+    return {"none": (-1, -1), "causal": (-1, 0)}.get(kind, lr)
+
 
 class Kernel:
     """A kernel built by qattn.compile(): call it like attention() on matching tensors.
@@ -307,10 +316,12 @@ class Kernel:
         return self._b.library.info
 
     def __call__(self, q, k, v, scale=None, *, layout=None, return_lse=None, alibi_slopes=None, segment_ids=None,
-                 relative_bias=None):
+                 relative_bias=None, window=None, softcap=None):
         """o (or (o, lse)) for q, k, v of the compiled dtype and head dims; scale defaults to the
         spec's softmax_scale, else 1/sqrt(d_qk); layout defaults to the spec's. The auxiliary tensors
-        of the spec's variants (alibi, document, relative_bias) as in attention()."""
+        of the spec's variants (alibi, document, relative_bias) as in attention(). window / softcap:
+        a window kernel's (left, right) and a softcap kernel's cap, launch arguments (default: the
+        spec's)."""
         torch = import_torch()
         layout = layout or self.spec.get("layout", "bshd")
         dt = _check_tensors(torch, q, k, v, layout)
@@ -330,7 +341,18 @@ class Kernel:
         if scale is None:
             scale = self.spec.get("softmax_scale")
         aux, _ = aux_arguments(alibi_slopes, segment_ids, relative_bias)
-        return _launch(torch, self._b, q, k, v, layout, scale, return_lse, aux)
+        _, args = split_launch_args(_build.fields_of_spec(self.spec))
+        if window is not None:
+            if "window" not in args:
+                raise SpecError(f"kernel {self.name} has no sliding window", code="PY0105",
+                                hint="compile a spec with mask {\"kind\": \"window\", ...}")
+            args["window"] = _window_arg(window)
+        if softcap is not None:
+            if "softcap" not in args:
+                raise SpecError(f"kernel {self.name} has no softcap", code="PY0105",
+                                hint="compile a spec with \"variants\": {\"softcap\": C}")
+            args["softcap"] = float(variant_fields(softcap=softcap)["variants"]["softcap"])
+        return _launch(torch, self._b, q, k, v, layout, scale, return_lse, aux, args)
 
     def explain(self):
         return Explanation(self)
@@ -366,6 +388,7 @@ def compile(spec=None, *, gpu=None, cache=True, verbose=None, **overrides):
     """
     s = _build.canonical_spec(spec, **overrides)
     dt, dqk, dv, fields, lse = _build.compile_time_fields(s)
+    fields, _ = split_launch_args(fields)  # the window and softcap are launch arguments (Kernel.__call__)
     target, reason, tag = _resolve_target(s, gpu)
     ks = _build.kernel_spec(dt, dqk, dv, fields, lse, target)
     b = _build.build(ks, target, reason, local_tag=tag, use_cache=cache, verbose=verbose)
@@ -439,8 +462,8 @@ def explain(*args, gpu=None, **kwargs):
         kw.update(kwargs)
         layout = kw.pop("layout", "bshd")
         _, flags = aux_arguments(kw.get("alibi_slopes"), kw.get("segment_ids"), kw.get("relative_bias"))
-        fields = variant_fields(kw.get("causal", False), kw.get("window"), kw.get("softcap"), kw.get("score_mod"),
-                                kw.get("mask_mod"), kw.get("prefix_lm"), **flags)
+        fields, _ = split_launch_args(variant_fields(kw.get("causal", False), kw.get("window"), kw.get("softcap"),
+                                                     kw.get("score_mod"), kw.get("mask_mod"), kw.get("prefix_lm"), **flags))
         dt = _check_tensors(torch, q, k, v, layout)
         qv, kv, vv = _views(q, k, v, layout)
         _, sq, _, hq, hkv, _, _ = _check_shapes(qv, kv, vv)

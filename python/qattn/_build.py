@@ -1,9 +1,10 @@
 """Building kernels through the pipeline, with two caches.
 
 What a kernel fixes at compile time (checked against src/plan/problem.h): dtype, head_dim_qk,
-head_dim_v, the mask (kind, alignment, window sizes), return_lse and the target architecture.
-Everything else is a runtime argument of the C ABI: batch, heads (any heads_q multiple of heads_kv:
-MHA, GQA, MQA), sequence lengths, strides (BSHD, BHSD) and the softmax scale. So the binding builds
+head_dim_v, the mask kind and alignment, the score variants, return_lse and the target
+architecture. Everything else is a runtime argument of the C ABI: batch, heads (any heads_q multiple
+of heads_kv: MHA, GQA, MQA), sequence lengths, strides (BSHD, BHSD), the softmax scale, the window
+sizes and the softcap (ABI 3; _variants.split_launch_args). So the binding builds
 one kernel per compile-time tuple, from a *kernel spec* with a name derived from that tuple and
 canonical heads 2/1 (the heads only reach a comment of the TL and the CPU interpreter's check, which
 then also exercises the shared-KV head mapping).

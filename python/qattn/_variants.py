@@ -12,7 +12,8 @@ _CAUSAL = {False: None, None: None, True: "bottom_right", "bottom_right": "botto
 
 def _window(window, causal_align):
     """window=(left, right) or left (= (left, 0)); -1 on a side means unbounded (FlashAttention's
-    window_size). With causal, right must be 0 (or -1): the window is causal sliding-window."""
+    window_size). With causal, right must be 0 (or -1): the window is causal sliding-window. The
+    sizes are launch arguments: one kernel serves every window (split_launch_args)."""
     if isinstance(window, bool) or window is None:
         raise SpecError(f"window={window!r}: expected (left, right) or an int", code="PY0107")
     if isinstance(window, int):
@@ -22,6 +23,8 @@ def _window(window, causal_align):
             left, right = (int(x) for x in window)
         except (TypeError, ValueError):
             raise SpecError(f"window={window!r}: expected (left, right) with two ints", code="PY0107") from None
+    if left < -1 or right < -1 or left >= 2**30 or right >= 2**30:
+        raise SpecError(f"window=({left}, {right}): each side is >= 0, or -1 for unbounded", code="PY0107")
     if causal_align is not None:
         if causal_align == "top_left":
             raise SpecError("a sliding window is always aligned bottom-right; causal='top_left' cannot combine "
@@ -34,11 +37,7 @@ def _window(window, causal_align):
         return "none", None
     if left < 0 and right == 0:
         return "causal", None
-    if left < 0 or right < 0:
-        raise SpecError(f"window=({left}, {right}): a window unbounded on one side only is not supported "
-                        "unless it is (-1, 0) (causal)", code="PY0107",
-                        hint="give both sides a size (the spec's window mask takes left, right >= 0)")
-    return "window", (left, right)
+    return "window", (left, right)  # a side may be -1 (unbounded): the kernel takes it at launch
 
 
 # The spec keys that variant arguments fix at compile time: part of every kernel key and kernel spec.
@@ -135,25 +134,52 @@ def aux_arguments(alibi_slopes=None, segment_ids=None, relative_bias=None):
     return aux, flags
 
 
+# The kernel's copy of a window and a softcap: the values are launch arguments (the TL builtins
+# window_left, window_right, softcap; include/qattn/qattn.h ABI 3), so every window shares one kernel
+# and every cap another. The canonical values are what `qattn generate` verifies the kernel with
+# (besides its own windows, src/plan/plan.cc).
+CANONICAL_WINDOW = (256, 0)
+CANONICAL_SOFTCAP = 30.0
+
+
+def split_launch_args(fields):
+    """(kernel fields, launch args) of attention()'s variant fields: the fields with the window
+    sizes and the softcap replaced by canonical values (the kernel key), and {"window": (l, r),
+    "softcap": c} with the call's values (only the ones present)."""
+    args, out = {}, dict(fields)
+    mask = fields.get("mask", {})
+    if mask.get("kind") == "window":
+        args["window"] = (int(mask["left"]), int(mask["right"]))
+        out["mask"] = {"kind": "window", "left": CANONICAL_WINDOW[0], "right": CANONICAL_WINDOW[1]}
+    var = fields.get("variants", {})
+    if "softcap" in var:
+        args["softcap"] = float(var["softcap"])
+        out["variants"] = dict(var, softcap=CANONICAL_SOFTCAP)
+    return out, args
+
+
 def fields_of_spec(spec):
     """The variant fields of a canonical spec (what variant_fields() returns for attention())."""
     return {k: spec[k] for k in VARIANT_KEYS if k in spec}
 
 
 def variant_tag(fields):
-    """A short name for kernel names: none, causal, causal_tl, win128_0, causal_softcap30."""
+    """A short name for kernel names: none, causal, causal_tl, window, causal_softcap (window sizes and
+    the softcap are launch arguments, not part of the kernel)."""
     mask = fields.get("mask", {"kind": "none"})
     kind = mask.get("kind", "none")
     if kind == "causal":
         tag = "causal_tl" if mask.get("align") == "top_left" else "causal"
     elif kind == "window":
-        tag = f"win{mask['left']}_{mask['right']}"
+        tag = "window"
     else:
         tag = kind
     for k, v in sorted(fields.get("variants", {}).items()):
         if isinstance(v, str):  # a TL expression: a short digest (names only; the key is the whole spec)
             import hashlib
             val = hashlib.sha1(v.encode()).hexdigest()[:8]
+        elif k == "softcap":
+            val = ""
         else:
             val = "" if v is True else ("%g" % v if isinstance(v, float) else str(v))
         tag += "_" + "".join(c if c.isalnum() else "_" for c in f"{k}{val}")[:24]

@@ -11,7 +11,9 @@ fp64 attention with the kernel's mask. Verdict (FlashAttention's rule): max |O -
 2 * max |O_naive - ref| + atol, where O_naive is a naive same-precision implementation (S and the
 softmax in fp32, probabilities rounded to V's dtype, P V rounded to O's dtype); atol = 1e-5 * max(1,
 max |ref|) (1e-3 for fp8). LSE likewise against an fp32 naive LSE. Also checks the C ABI's error
-statuses. Kernels named neg_* were built from deliberately broken TL (build_kernels.sh): they must
+statuses. Kernels that take the window or the softcap at launch (info "args") are run with a
+different window (unbounded sides, -1, included) and cap per case, the reference with the same.
+Kernels named neg_* were built from deliberately broken TL (build_kernels.sh): they must
 compute wrong answers (the translator must not repair the TL). Prints a table; exits 1 if anything
 fails.
 """
@@ -29,7 +31,20 @@ from qattn._abi import QATTN_ABI_VERSION, Kernel
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}
 
 
-def visible(info, sq, sk, device):
+# The launch values of case i for kernels that read them (info "args"): windows that cut tiles,
+# unbounded sides (-1) and the empty window; caps from tight to loose.
+WINDOWS = [(256, 0), (37, 0), (-1, 19), (150, -1), (5, 3), (0, 0), (1000, 64)]
+SOFTCAPS = [30.0, 5.0, 50.0, 1.5]
+
+
+def launch_values(info, i):
+    args = info.get("args", [])
+    window = WINDOWS[i % len(WINDOWS)] if ("window_left" in args or "window_right" in args) else None
+    softcap = SOFTCAPS[i % len(SOFTCAPS)] if "softcap" in args else None
+    return window, softcap
+
+
+def visible(info, sq, sk, device, window=None):
     qi = torch.arange(sq, device=device)[:, None]
     kj = torch.arange(sk, device=device)[None, :]
     off = sk - sq
@@ -39,18 +54,21 @@ def visible(info, sq, sk, device):
     if mask == "causal_top_left":
         return kj <= qi
     if mask == "window":
-        left, right = info["window"]
-        return (kj >= qi + off - left) & (kj <= qi + off + right)
+        left, right = window if window is not None else info["window"]  # -1: unbounded
+        return ((kj >= qi + off - left) | (left < 0)) & ((kj <= qi + off + right) | (right < 0))
     return torch.ones(sq, sk, dtype=torch.bool, device=device)
 
 
-def attention(q, k, v, vis, scale, acc, p_dtype=None, out_dtype=None):
-    """q (B,Sq,Hq,D), k/v (B,Sk,Hkv,D) -> O (B,Sq,Hq,Dv), LSE (B,Hq,Sq) computed in `acc`."""
+def attention(q, k, v, vis, scale, acc, p_dtype=None, out_dtype=None, softcap=None):
+    """q (B,Sq,Hq,D), k/v (B,Sk,Hkv,D) -> O (B,Sq,Hq,Dv), LSE (B,Hq,Sq) computed in `acc`; softcap c:
+    scores become c tanh(s / c) before the mask."""
     hq, hkv = q.shape[2], k.shape[2]
     qd = q.to(acc).permute(0, 2, 1, 3)
     kd = k.to(acc).permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
     vd = v.to(acc).permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
     s = (qd @ kd.transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     s = s.masked_fill(~vis, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
@@ -81,8 +99,9 @@ def max_abs(a, b):
     return d.max().item() if d.numel() else 0.0
 
 
-def run_case(kern, case, gen):
+def run_case(kern, case, gen, i=0):
     info = kern.info
+    window, softcap = launch_values(info, i)
     b, hq, hkv, sq, sk, layout = case
     q, k, v = make_inputs(info, b, hq, hkv, sq, sk, layout, gen)
     out_dt = DTYPES[info["out_dtype"]]
@@ -98,21 +117,21 @@ def run_case(kern, case, gen):
         dq, dk, dvs = 0.5, 1.25, 0.75
         descale = tuple(torch.tensor([x], device="cuda", dtype=torch.float32) for x in (dq, dk, dvs))
         qf, kf, vf = qf * dq, kf * dk, vf * dvs
-    st = kern(q, k, v, o, lse, scale, descale)
+    st = kern(q, k, v, o, lse, scale, descale, window=window, softcap=softcap)
     torch.cuda.synchronize()
     if st != 0:
         return False, f"status {st}: {kern.last_error()}", None
-    vis = visible(info, sq, sk, q.device)
-    o_ref, lse_ref = attention(qf, kf, vf, vis, scale, torch.float64)
+    vis = visible(info, sq, sk, q.device, window)
+    o_ref, lse_ref = attention(qf, kf, vf, vis, scale, torch.float64, softcap=softcap)
     p_dt = DTYPES[info["dtype"]] if not fp8 else torch.float8_e4m3fn
-    o_naive, lse_naive = attention(qf, kf, vf, vis, scale, torch.float32, p_dtype=p_dt, out_dtype=out_dt)
+    o_naive, lse_naive = attention(qf, kf, vf, vis, scale, torch.float32, p_dtype=p_dt, out_dtype=out_dt, softcap=softcap)
     o64 = o.double()
     nan = torch.isnan(o64).sum().item()
     err = max_abs(o64, o_ref)
     naive = max_abs(o_naive.double(), o_ref)
     atol = (1e-3 if fp8 else 1e-5) * max(1.0, o_ref.abs().max().item() if o_ref.numel() else 1.0)
     ok = nan == 0 and err <= 2 * naive + atol
-    msg = f"err {err:.2e} naive {naive:.2e}"
+    msg = f"err {err:.2e} naive {naive:.2e}" + (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
     if nan:
         msg += f" NaN x{nan}"
     if lse is not None:
@@ -136,20 +155,24 @@ def abi_checks(kern):
     k = torch.randn(1, 64, 2, info["d_qk"], device="cuda").to(dt)
     v = torch.randn(1, 64, 2, info["d_v"], device="cuda").to(dt)
     o = torch.empty(1, 64, 2, info["d_v"], device="cuda", dtype=DTYPES[info["out_dtype"]])
+    window, softcap = launch_values(info, 0)
     results = []
-    p = kern.params(q, k, v, o)
+    if window is not None or softcap is not None:
+        p = kern.params(q, k, v, o, window=(-2, 0) if window else None, softcap=-1.0 if softcap else None)
+        results.append(("bad launch argument", kern(q, k, v, o, params=p) == 7))
+    p = kern.params(q, k, v, o, window=window, softcap=softcap)
     p.abi_version = QATTN_ABI_VERSION + 1
     results.append(("abi_version", kern(q, k, v, o, params=p) == 1))
-    p = kern.params(q, k, v, o)
+    p = kern.params(q, k, v, o, window=window, softcap=softcap)
     p.d_qk += 8
     results.append(("head dim", kern(q, k, v, o, params=p) == 2))
-    p = kern.params(q, k, v, o)
+    p = kern.params(q, k, v, o, window=window, softcap=softcap)
     p.heads_kv = 3
     results.append(("heads_q % heads_kv", kern(q, k, v, o, params=p) == 2))
-    p = kern.params(q, k, v, o)
+    p = kern.params(q, k, v, o, window=window, softcap=softcap)
     p.q = p.q + 2
     results.append(("misaligned q", kern(q, k, v, o, params=p) == 3))
-    p = kern.params(q, k, v, o)
+    p = kern.params(q, k, v, o, window=window, softcap=softcap)
     p.k_row_stride = p.k_row_stride + 1
     results.append(("misaligned stride", kern(q, k, v, o, params=p) == 3))
     return results
@@ -201,20 +224,20 @@ def main():
         desc = f"{i['arch']} {i['dtype']} d{i['d_qk']}/{i['d_v']} {i['mask']}{' lse' if i['lse'] else ''}"
         if name.startswith("neg_"):
             wrong = 0
-            for case in CASES:
+            for ci, case in enumerate(CASES):
                 if args.verbose:
                     print(f"  {name} {case}", flush=True)
-                ok, msg, _ = run_case(kern, case, gen)
+                ok, msg, _ = run_case(kern, case, gen, ci)
                 wrong += 0 if ok else 1
             ok = wrong > 0
             rows.append((name, "broken TL -> wrong kernel", ok, f"{wrong}/{len(CASES)} cases wrong"))
             failures += 0 if ok else 1
             print(f"{name}: {desc} (from broken TL)", flush=True)
             continue
-        for case in CASES:
+        for ci, case in enumerate(CASES):
             if args.verbose:
                 print(f"  {name} {case}", flush=True)
-            ok, msg, _ = run_case(kern, case, gen)
+            ok, msg, _ = run_case(kern, case, gen, ci)
             b, hq, hkv, sq, sk, layout = case
             rows.append((name, f"b{b} h{hq}/{hkv} s{sq}/{sk} {layout}", ok, msg))
             failures += 0 if ok else 1

@@ -581,6 +581,7 @@ void Lowering::analyze_schedule() {
   std::set<std::string> bound;
   for (const auto& [n, f] : runtime_dims_) bound.insert(n);
   for (const auto& [n, v] : env_) bound.insert(n);
+  for (const char* n : {"window_left", "window_right", "softcap"}) bound.insert(n);  // launch builtins: bound at entry
   long after = -1;
   for (size_t i = 0; i < loop_index_; ++i) {
     const auto& st = prog_.stmts[i];

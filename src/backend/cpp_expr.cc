@@ -87,7 +87,7 @@ std::string CppNames::float_expr(const tl::Expr& e) const {
   switch (e.kind) {
     case K::Number: return float_literal(e.value);
     case K::Name:
-      if (e.name == "softmax_scale") return scoped.count(e.name) ? scope_prefix + "softmax_scale" : "softmax_scale";
+      if (e.name == "softmax_scale" || e.name == "softcap") return scoped.count(e.name) ? scope_prefix + e.name : e.name;
       if (e.name == "log2e") return "qattn::kLog2e";
       if (e.name == "ln2") return "qattn::kLn2";
       if (e.name == "inf") return "INFINITY";
@@ -134,7 +134,7 @@ std::string CppNames::decl_expr(const tl::Expr& e, DeclType& t) const {
         t = DeclType::Float;
         return "score";
       }
-      if (e.name == "softmax_scale" || e.name == "log2e" || e.name == "ln2" || e.name == "inf") {
+      if (e.name == "softmax_scale" || e.name == "softcap" || e.name == "log2e" || e.name == "ln2" || e.name == "inf") {
         t = DeclType::Float;
         return float_expr(e);
       }
@@ -219,7 +219,7 @@ bool is_positive_scalar(const tl::Expr& e) {
   using K = tl::Expr::Kind;
   switch (e.kind) {
     case K::Number: return e.value > 0 && std::isfinite(e.value);
-    case K::Name: return e.name == "softmax_scale" || e.name == "log2e" || e.name == "ln2";
+    case K::Name: return e.name == "softmax_scale" || e.name == "softcap" || e.name == "log2e" || e.name == "ln2";  // softcap > 0 (checked at launch)
     case K::Binary:
       return (e.op == "*" || e.op == "/") && is_positive_scalar(e.args[0]) && is_positive_scalar(e.args[1]);
     default: return false;

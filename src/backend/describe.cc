@@ -78,6 +78,13 @@ std::optional<SkipTile> Lowering::skip_tile(const tl::Stmt& loop, const std::str
   return std::nullopt;
 }
 
+std::vector<std::string> Lowering::launch_args() const {
+  std::vector<std::string> out;
+  for (const char* n : {"window_left", "window_right", "softcap"})
+    if (tl::reads_name(prog_, n)) out.push_back(n);
+  return out;
+}
+
 void Lowering::describe_scope(kir::Kernel& k, CppNames& names) const {
   kir::Scope& sc = k.scope;
   for (const auto& [var, ext] : grid_) {
@@ -123,6 +130,7 @@ void Lowering::describe_scope(kir::Kernel& k, CppNames& names) const {
     d.tl = tl_ref(st);
     sc.decls.push_back(d);
   }
+  sc.launch_args = launch_args();
   sc.kernel_mask = mask_kind(mask_.kind);
   // a window's bounds are the Kernel statement's (the loop's Mask names the kind)
   const auto window = [&] {

@@ -25,6 +25,26 @@ void write_abi_exports(Writer& w, const std::string& info_json) {
   w.line("}");
   w.line();
 }
+void write_launch_bindings(Writer& w, const std::vector<std::string>& args, bool resolved) {
+  for (const auto& a : args) {
+    if (a == "softcap")
+      w.line("[[maybe_unused]] const float softcap = p.softcap;  // TL builtin softcap, a launch argument");
+    else if (resolved)  // a kernel parameter as is: ptxas reads it from the constant bank, no register held
+      w.line("[[maybe_unused]] const int " + a + " = p." + a + ";  // TL builtin, a launch argument (resolved by qattn_fwd)");
+    else
+      w.line("[[maybe_unused]] const int " + a + " = qattn::window_side(p." + a + ", p.seqlen_q, p.seqlen_k);  // TL builtin, a launch argument (-1: unbounded)");
+  }
+}
+
+void write_launch_args(Writer& w, const std::vector<std::string>& args) {
+  if (args.empty()) return;
+  const bool softcap = std::find(args.begin(), args.end(), "softcap") != args.end();
+  const bool window = args.size() > (softcap ? 1u : 0u);
+  w.line(std::string("if (int st = qattn::host::check_launch_args(p, ") + (window ? "true" : "false") + ", " +
+         (softcap ? "true" : "false") + "); st != QATTN_OK) return st;");
+  write_launch_bindings(w, args, false);
+}
+
 // The TL header as C++ constants (Kernel, Dim, Const), shared by every architecture's preamble.
 void Lowering::emit_tl_header(Writer& w) {
   w.line("// ---- the TL header: problem dims and tile parameters ----");
@@ -117,6 +137,7 @@ void Lowering::emit_abi(Writer& w, const std::string& info_json) {
          "u); st != QATTN_OK)");
   w.line("  return st;");
   w.line("const qattn_fwd_params& p = *params;");
+  write_launch_args(w, launch_args());
   w.line("if (p.seqlen_q == 0) return qattn::host::ok();");
   std::string dims;
   for (const auto& [name, field] : runtime_dims_) dims += (dims.empty() ? "" : ", ") + ident(name) + " = p." + field;
@@ -130,7 +151,15 @@ void Lowering::emit_abi(Writer& w, const std::string& info_json) {
   w.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
   w.line("cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);");
   w.line("if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");");
-  w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);");
+  const auto args = launch_args();
+  const bool window = std::any_of(args.begin(), args.end(), [](const std::string& a) { return a != "softcap"; });
+  if (window) {  // the kernel reads the window from its parameters, an unbounded side already resolved
+    w.line("qattn_fwd_params kp = p;");
+    for (const auto& a : args)
+      if (a != "softcap") w.line("kp." + a + " = " + a + ";");
+  }
+  w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(" +
+         (window ? "kp" : "p") + ");");
   w.line("return qattn::host::launch_status(cudaGetLastError(), \"" + kernel_name_ + " launch\");");
   w.close();
   w.line();

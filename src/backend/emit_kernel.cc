@@ -50,6 +50,7 @@ void Lowering::emit_kernel(Writer& w) {
   for (const auto& [name, field] : runtime_dims_) dims += (dims.empty() ? "" : ", ") + ident(name) + " = p." + field;
   if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";  // TL Dims bound at launch");
   w.line("const float softmax_scale = p.softmax_scale;  // TL builtin softmax_scale");
+  write_launch_bindings(w, launch_args(), true);
   if (arch_.fp8) {
     w.line("// fp8: per-tensor descale factors (NULL -> 1): Q K^T carries descale_q * descale_k, P V descale_v");
     w.line("const float descale_q = p.descale_q ? *p.descale_q : 1.f, descale_k = p.descale_k ? *p.descale_k : 1.f;");

@@ -65,6 +65,9 @@ struct Scope {
   std::vector<Name> grid;         // Grid variables, in axis order (m_block, head, b)
   std::vector<std::string> grid_extents_cpp;
   std::vector<Name> runtime_dims; // Dims bound at launch (value_cpp: the Params field)
+  // The launch-time builtins the program reads (docs/tl.md): window_left, window_right, softcap, in
+  // that order. The C ABI passes them (qattn_fwd_params); the kernel binds them under these names.
+  std::vector<std::string> launch_args;
   std::vector<Name> fixed;        // fixed Dims and Consts (value_cpp: the number)
   std::vector<Name> lets;         // Lets, in order
   std::vector<TlRef> globals;     // the `Allocate X in global` of Q, K, V, O (and LSE): the C ABI's tensors

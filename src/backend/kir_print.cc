@@ -121,6 +121,11 @@ std::string print(const Kernel& k) {
   for (const auto& n : sc.grid) names += " " + n.tl;
   for (const auto& n : sc.runtime_dims) names += " " + n.tl;
   line("  names" + names);
+  if (!sc.launch_args.empty()) {
+    std::string a;
+    for (const auto& n : sc.launch_args) a += " " + n;
+    line("  launch arguments" + a);
+  }
   for (const auto& g : sc.globals) line("  global " + g.text + at(g));
   for (const auto& n : sc.lets) line("  let " + n.tl + " = " + n.value_cpp + at(n.stmt));
   for (const auto& a : sc.aux) line("  aux[" + std::to_string(a.slot) + "] " + a.name + (a.is_int ? " int32" : " fp32") + at(a.tl));
@@ -217,7 +222,11 @@ std::string info_json(const Kernel& k) {
   j["d_qk"] = k.d_qk;
   j["d_v"] = k.d_v;
   j["mask"] = to_string(k.scope.kernel_mask);
-  if (k.scope.kernel_mask == MaskKind::Window) j["window"] = {k.scope.window_left, k.scope.window_right};
+  if (k.scope.kernel_mask == MaskKind::Window) {
+    if (k.scope.window_left >= 0 && k.scope.window_right >= 0) j["window"] = {k.scope.window_left, k.scope.window_right};
+    else j["window"] = "runtime";  // the C ABI's window_left / window_right
+  }
+  if (!k.scope.launch_args.empty()) j["args"] = k.scope.launch_args;
   j["lse"] = k.lse;
   j["aux"] = nlohmann::ordered_json::array();
   for (const auto& a : k.scope.aux) j["aux"].push_back({{"name", a.name}, {"dtype", a.is_int ? "int32" : "fp32"}, {"shape", a.extents_cpp}});

@@ -104,6 +104,12 @@ struct SkipTile {
 // The C ABI's opening of a generated .cu (every family): closes the kernel's namespace, opens
 // extern "C", qattn_last_error and qattn_kernel_info (returning `info_json`); qattn_fwd follows.
 void write_abi_exports(Writer& w, const std::string& info_json);
+// The launch-time builtins a kernel reads (kir::Scope::launch_args): host checks and bindings under
+// their TL names (write_launch_args, in qattn_fwd after `p`), or the bindings alone (a kernel body
+// that receives qattn_fwd_params as `p`; resolved: qattn_fwd passed the window with an unbounded side
+// already replaced, so the kernel reads the parameter as is).
+void write_launch_args(Writer& w, const std::vector<std::string>& args);
+void write_launch_bindings(Writer& w, const std::vector<std::string>& args, bool resolved);
 
 // A TL statement as the kernel IR names it: its line and its one-line printed form.
 kir::TlRef tl_ref(const tl::Stmt& s);
@@ -131,6 +137,7 @@ class Lowering {
   kir::Kernel describe() const;
   void describe_header(kir::Kernel& k) const;
   void describe_scope(kir::Kernel& k, CppNames& names) const;
+  std::vector<std::string> launch_args() const;  // the launch builtins the program reads (kir::Scope)
   // The `{skip: NAME}` tile of the loop, or nullopt when the loop has no such Mask / GEMM pair.
   std::optional<SkipTile> skip_tile(const tl::Stmt& loop, const std::string& name, const CppNames& names) const;
   Translation emit(const kir::Kernel& k);  // emit_host.cc (drives emit_kernel.cc); k = describe()

@@ -3,6 +3,8 @@
 //   fmt FILE        print the canonical form (or rewrite with -i; --check only reports)
 //   run FILE        check, then interpret against the fp64 reference for --dims
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <optional>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -84,6 +86,8 @@ struct RunArgs {
   std::string precision = "storage";
   uint64_t seed = 1;
   double scale = 0;
+  std::string window;          // "L,R" (-1: unbounded): the builtins window_left / window_right
+  std::optional<double> softcap;
   int64_t max_memory_mib = tl::kDefaultMemoryBudget >> 20;
 };
 
@@ -110,6 +114,18 @@ int cmd_run(const RunArgs& a) {
   }
   cfg.memory_budget = a.max_memory_mib << 20;
   if (a.scale > 0) cfg.softmax_scale = a.scale;
+  if (!a.window.empty()) {
+    long long l = 0, r = 0;
+    char end = 0;
+    if (std::sscanf(a.window.c_str(), "%lld,%lld%c", &l, &r, &end) != 2 || l < -1 || r < -1 || l > (1ll << 30) ||
+        r > (1ll << 30)) {
+      std::cerr << "error CLI0002: --window '" << a.window << "' is not LEFT,RIGHT\n  hint: two integers >= -1 (-1: unbounded), e.g. --window 128,0\n";
+      return kUsage;
+    }
+    cfg.window_left = l;
+    cfg.window_right = r;
+  }
+  cfg.softcap = a.softcap;
   if (a.precision == "fp64") {
     cfg.precision = tl::Precision::FP64;
   } else if (a.precision == "storage") {
@@ -158,6 +174,10 @@ void register_tl_commands(CLI::App& app) {
       ->capture_default_str();
   run->add_option("--seed", run_args.seed, "seed of the random inputs")->capture_default_str();
   run->add_option("--scale", run_args.scale, "softmax scale (default 1/sqrt(head dim))");
+  run->add_option("--window", run_args.window,
+                  "the builtins window_left,window_right (-1: unbounded; default " + std::to_string(tl::kDefaultWindowLeft) +
+                      "," + std::to_string(tl::kDefaultWindowRight) + ")");
+  run->add_option("--softcap", run_args.softcap, "the builtin softcap (default 30)");
   run->add_option("--max-memory", run_args.max_memory_mib, "the interpreter's memory budget in MiB (TL0906 above it)")
       ->capture_default_str();
   run->callback([] { exit_status() = cmd_run(run_args); });

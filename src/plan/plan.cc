@@ -317,9 +317,22 @@ Verification verify(const Plan& plan, support::DiagSink& diags) {
   const Problem& p = plan.problem;
   support::DiagSink inner("code.tl");
   auto prog = tl::parse(plan.code, inner, "code.tl");
+  // The launch-time window of each case (the kernel takes it at run time, so every case may use
+  // another one): the spec's own first, then windows that cut tiles, and unbounded sides (-1).
+  const std::pair<int64_t, int64_t> windows[] = {
+      {p.window_left, p.window_right}, {37, 0}, {-1, 19}, {150, -1}, {5, 3}};
+  size_t ci = 0;
   for (auto& c : v.cases) {
     tl::RunConfig cfg;
     cfg.dims = c.dims;
+    if (p.mask == tl::MaskSpec::Kind::Window) {
+      const auto& w = windows[std::min(ci, std::size(windows) - 1)];
+      cfg.window_left = w.first;
+      cfg.window_right = w.second;
+      c.what += " window(" + std::to_string(w.first) + ", " + std::to_string(w.second) + ")";
+    }
+    ++ci;
+    if (p.variants.softcap) cfg.softcap = *p.variants.softcap;
     if (p.variants.any() && !p.variants.custom()) {
       // The reference's variant from the spec's own C++ formulas (spec/variants.h), so the program's
       // Score / Mask declarations are checked against an independent statement of the same thing.

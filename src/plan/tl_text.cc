@@ -54,11 +54,10 @@ std::string mask_text(const Problem& p) {
     case K::Named: return "none";  // not a kernel mask: variants are Problem::variants
     case K::Causal: return "causal";
     case K::CausalTopLeft: return "causal_top_left";
-    case K::Window: {
-      // An unbounded side is written as a bound no sequence reaches.
-      auto side = [](int64_t v) { return v < 0 ? std::string("seqlen_k") : std::to_string(v); };
-      return "window(" + side(p.window_left) + ", " + side(p.window_right) + ")";
-    }
+    case K::Window:
+      // The window is a launch argument (the builtins window_left, window_right; an unbounded side
+      // arrives as seqlen_q + seqlen_k): one kernel serves every window size.
+      return "window(window_left, window_right)";
   }
   return "none";
 }
@@ -75,8 +74,8 @@ std::string tile_mask_text(const Problem& p) {
 std::string first_query(bool pack) { return pack ? "m_block * BM / (heads_q / heads_kv)" : "m_block * BM"; }
 std::string end_query(bool pack) { return pack ? "cdiv((m_block + 1) * BM, heads_q / heads_kv)" : "(m_block + 1) * BM"; }
 std::string loop_lo(const Problem& p, bool pack) {
-  if (p.mask == tl::MaskSpec::Kind::Window && p.window_left >= 0)
-    return "max(0, (" + first_query(pack) + " + seqlen_k - seqlen_q - " + std::to_string(p.window_left) + ") / BN)";
+  if (p.mask == tl::MaskSpec::Kind::Window)
+    return "max(0, (" + first_query(pack) + " + seqlen_k - seqlen_q - window_left) / BN)";
   return "0";
 }
 std::string loop_hi(const Problem& p, bool pack) {
@@ -86,10 +85,7 @@ std::string loop_hi(const Problem& p, bool pack) {
   switch (p.mask) {
     case K::Causal: return "min(" + all + ", cdiv(" + end + " + seqlen_k - seqlen_q, BN))";
     case K::CausalTopLeft: return "min(" + all + ", cdiv(" + end + ", BN))";
-    case K::Window:
-      if (p.window_right >= 0)
-        return "min(" + all + ", cdiv(" + end + " + seqlen_k - seqlen_q + " + std::to_string(p.window_right) + ", BN))";
-      return all;
+    case K::Window: return "min(" + all + ", cdiv(" + end + " + seqlen_k - seqlen_q + window_right, BN))";
     default: return all;
   }
 }
@@ -127,7 +123,7 @@ std::vector<std::string> declarations(const Problem& p) {
     else if (name == "score_mod")
       out.push_back("Score score_mod = " + custom_text(v.score_mod));
     else if (name == "softcap")
-      out.push_back("Score softcap = " + number_text(*v.softcap) + " * tanh(score / " + number_text(*v.softcap) + ")");
+      out.push_back("Score softcap = softcap * tanh(score / softcap)");  // the builtin: a launch argument
   }
   for (const auto& name : spec::mask_order(v)) {
     if (name == "prefix_lm") {

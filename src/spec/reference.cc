@@ -73,7 +73,8 @@ bool AttentionProblem::visible(int64_t q, int64_t k) const {
     case MaskKind::None: case MaskKind::Bounds: case MaskKind::Named: return true;
     case MaskKind::Causal: return k <= q + off;
     case MaskKind::CausalTopLeft: return k <= q;
-    case MaskKind::Window: return k >= q + off - window_left && k <= q + off + window_right;
+    case MaskKind::Window:  // a side < 0 is unbounded
+      return (window_left < 0 || k >= q + off - window_left) && (window_right < 0 || k <= q + off + window_right);
   }
   return true;
 }

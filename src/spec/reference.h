@@ -18,7 +18,8 @@ namespace qattn::spec {
 
 // Which keys a query sees (include/qattn/kinds.h). With off = seqlen_k - seqlen_q:
 //   None: every key; Causal (bottom-right aligned): k <= q + off; CausalTopLeft: k <= q;
-//   Window: q + off - window_left <= k <= q + off + window_right. Bounds and Named see every key
+//   Window: q + off - window_left <= k <= q + off + window_right (a side < 0: no limit on that
+//   side). Bounds and Named see every key
 //   here (the bounds always apply; a Named mask is the ScoreVariant's keep).
 using MaskKind = qattn::MaskKind;
 using qattn::to_string;

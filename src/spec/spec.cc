@@ -357,12 +357,11 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
                 "valid values: none, causal, causal_top_left, window");
   }
   if (s.mask.kind == MaskKind::Window) {
-    if (s.mask.window_left < 0 || s.mask.window_right < 0) {
+    if (s.mask.window_left < -1 || s.mask.window_right < -1) {
       diags.error("SPEC0205", at("/mask"),
-                  "window sizes must be >= 0, got left = " + std::to_string(s.mask.window_left) +
+                  "window sizes must be >= 0 or -1 (unbounded), got left = " + std::to_string(s.mask.window_left) +
                       ", right = " + std::to_string(s.mask.window_right),
-                  "use right = 0 for causal sliding-window attention; for no limit on a side use "
-                  "mask \"causal\" or \"none\"");
+                  "use right = 0 for causal sliding-window attention and -1 for no limit on a side");
     }
   }
 
@@ -400,7 +399,7 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
       // Bottom-right aligned causal/window masks leave the first rows without any key when
       // seqlen_q > seqlen_k (row i sees keys up to i + seqlen_k - seqlen_q + right).
       int right = s.mask.kind == MaskKind::Window ? s.mask.window_right : 0;
-      long empty = s.mask.kind == MaskKind::None || s.mask.kind == MaskKind::CausalTopLeft
+      long empty = s.mask.kind == MaskKind::None || s.mask.kind == MaskKind::CausalTopLeft || right < 0
                        ? 0
                        : long(p.seqlen_q) - p.seqlen_k - right;
       if (empty > 0) {

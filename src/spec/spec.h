@@ -36,12 +36,14 @@ int dtype_bytes(DType t);                               // 2, 2, 1 (4 for fp32 /
 //   Causal:        j <= i + off (bottom-right aligned).
 //   CausalTopLeft: j <= i (JSON: kind "causal" with "align": "top_left").
 //   Window:        i + off - window_left <= j <= i + off + window_right (always bottom-right
-//                  aligned; window_right = 0 is causal sliding-window attention, e.g. Mistral).
+//                  aligned; window_right = 0 is causal sliding-window attention, e.g. Mistral;
+//                  -1 on a side: no limit there). Kernels take the window at launch (one kernel
+//                  serves every window); the spec's values are the ones verified and timed.
 // Bounds and Named are not spec masks (validate() rejects them).
 struct Mask {
   MaskKind kind = MaskKind::None;
-  int window_left = 0;               // Window only, >= 0
-  int window_right = 0;              // Window only, >= 0
+  int window_left = 0;               // Window only, >= 0 or -1 (unbounded)
+  int window_right = 0;              // Window only, >= 0 or -1 (unbounded)
   bool operator==(const Mask&) const = default;
 };
 std::string describe(const Mask& m);    // "causal", "causal (top-left)", "window(256,0)", "none"

@@ -95,4 +95,63 @@ std::optional<DType> parse_dtype(const std::string& s) {
   return std::nullopt;
 }
 
+namespace {
+
+bool expr_reads(const Expr& e, const std::string& n) {
+  if ((e.kind == Expr::Kind::Name && e.name == n)) return true;
+  for (const auto& a : e.args)
+    if (expr_reads(a, n)) return true;
+  return false;
+}
+
+bool stmt_reads(const Stmt& s, const std::string& n) {
+  auto any = [&](const std::vector<Expr>& v) {
+    for (const auto& e : v)
+      if (expr_reads(e, n)) return true;
+    return false;
+  };
+  auto opt = [&](const std::optional<Expr>& e) { return e && expr_reads(*e, n); };
+  auto mask = [&](const MaskSpec& m) { return m.kind == MaskSpec::Kind::Window && (expr_reads(m.left, n) || expr_reads(m.right, n)); };
+  for (const auto& a : s.attrs)
+    if (opt(a.value)) return true;
+  switch (s.kind) {
+    case Stmt::Kind::Kernel: return mask(s.kernel.mask);
+    case Stmt::Kind::Dim:
+      for (const auto& it : s.dim.items)
+        if (opt(it.value)) return true;
+      return false;
+    case Stmt::Kind::Const:
+      for (const auto& it : s.cnst.items)
+        if (expr_reads(it.value, n)) return true;
+      return false;
+    case Stmt::Kind::Grid:
+      for (const auto& it : s.grid.items)
+        if (expr_reads(it.extent, n)) return true;
+      return false;
+    case Stmt::Kind::Let: return expr_reads(s.let.value, n);
+    case Stmt::Kind::Allocate: return any(s.alloc.shape) || any(s.alloc.offset) || opt(s.alloc.init);
+    case Stmt::Kind::Copy: return any(s.copy.tile) || any(s.copy.coord);
+    case Stmt::Kind::Compute:
+      for (const auto& o : s.compute.operands)
+        if (expr_reads(o.expr, n)) return true;
+      return any(s.compute.at) || mask(s.compute.mask);
+    case Stmt::Kind::Variant: return expr_reads(s.variant.expr, n) || opt(s.variant.empty_when) || opt(s.variant.full_when);
+    case Stmt::Kind::For:
+      if (expr_reads(s.loop.lo, n) || expr_reads(s.loop.hi, n)) return true;
+      for (const auto& b : s.loop.body)
+        if (stmt_reads(b, n)) return true;
+      return false;
+    case Stmt::Kind::Role: return expr_reads(s.role.warpgroups, n) || expr_reads(s.role.registers, n);
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool reads_name(const Program& p, const std::string& name) {
+  for (const auto& s : p.stmts)
+    if (stmt_reads(s, name)) return true;
+  return false;
+}
+
 }  // namespace qattn::tl

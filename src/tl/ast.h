@@ -204,4 +204,8 @@ struct Program {
   std::vector<Stmt> stmts;
 };
 
+// Whether any expression of the program (loop bodies included) names `name` as a value (not as a
+// declaration name after `with`): e.g. the launch-time builtins a kernel must bind.
+bool reads_name(const Program& p, const std::string& name);
+
 }  // namespace qattn::tl

@@ -61,7 +61,7 @@ std::string Walker::suggest(const std::string& name) const {
     }
   };
   for (const auto& [n, s] : syms_) consider(n);
-  consider("softmax_scale");
+  for (const char* n : {"softmax_scale", "softcap", "window_left", "window_right"}) consider(n);
   for (const auto& [n, v] : builtin_scalars()) consider(n);
   return best;
 }
@@ -116,7 +116,7 @@ bool Walker::declare_name(const std::string& name, SymKind kind, SrcLoc loc, con
     error(s, "TL0306", loc, "a declaration without a name", "write a name: [A-Za-z_][A-Za-z0-9_]*");
     return false;
   }
-  if (is_builtin_scalar(name) || name == "cdiv" || name == "min" || name == "max") {
+  if (is_builtin_scalar(name) || is_launch_int(name) || name == "cdiv" || name == "min" || name == "max") {
     error(s, "TL0302", loc, "'" + name + "' is a builtin and cannot be redeclared", "choose another name");
     return false;
   }
@@ -149,6 +149,12 @@ bool Walker::check_expr(const Expr& e, Ctx ctx, const Stmt& s, int depth) {
       }
       return true;
     case Expr::Kind::Name: {
+      if (is_launch_int(e.name)) {  // window_left / window_right: integers known at launch
+        if (ctx != Ctx::Static) return true;
+        error(s, "TL0306", at, "'" + e.name + "' is a launch argument; shapes, Const/Dim values, Grid extents and Role sizes may not use it",
+              "use it in the window mask, loop bounds, coordinates, Lets and declarations");
+        return false;
+      }
       if (is_builtin_scalar(e.name)) {
         if (ctx == Ctx::Scalar) return true;
         error(s, "TL0306", at, "'" + e.name + "' is a scalar builtin; an integer is expected here",
@@ -169,7 +175,7 @@ bool Walker::check_expr(const Expr& e, Ctx ctx, const Stmt& s, int depth) {
                                  : "use Dims, Consts, grid, Let or loop indices here");
         return false;
       }
-      if (ctx == Ctx::Static && k != SymKind::Dim && k != SymKind::Const) {
+      if ((ctx == Ctx::Static || ctx == Ctx::Window) && k != SymKind::Dim && k != SymKind::Const) {
         error(s, "TL0306", at,
               "'" + e.name + "' is " + sym_kind_name(k) + "; shapes, Const/Dim values, Grid extents and masks may only use Dims and Consts",
               "use Dims and Consts here (e.g. `(BM, d)`); block and loop indices belong in coordinates");
@@ -469,8 +475,8 @@ void Walker::finish() {
   }
   const MaskSpec km = kernel_ ? kernel_->kernel.mask : MaskSpec{};
   if (kernel_ && km.kind == MaskSpec::Kind::Window) {
-    check_expr(km.left, Ctx::Static, *kernel_);
-    check_expr(km.right, Ctx::Static, *kernel_);
+    check_expr(km.left, Ctx::Window, *kernel_);
+    check_expr(km.right, Ctx::Window, *kernel_);
   }
   // Every Compute Mask applies the Kernel's mask, or `bounds` alone (tiles the loop bounds already
   // keep inside the visible region still need the sequence-end bound).

@@ -16,6 +16,7 @@
 #include "support/diag.h"
 #include "tl/ast.h"
 #include "tl/checker.h"
+#include "tl/eval.h"
 
 namespace qattn::tl::detail {
 
@@ -23,7 +24,7 @@ std::string fmt_expr(const Expr& e);
 std::string fmt_shape(const std::vector<Expr>& s);  // "(BM, d)"
 bool same_shape(const std::vector<Expr>& a, const std::vector<Expr>& b);
 const char* layout_name(Layout l);  // "MMA_C", "MMA_A", "operand", "unknown"
-bool is_builtin_scalar(const std::string& n);  // softmax_scale, log2e, ln2, inf
+bool is_builtin_scalar(const std::string& n);  // softmax_scale, softcap, log2e, ln2, inf
 size_t edit_distance(const std::string& a, const std::string& b);
 std::string line_of(SrcLoc l);
 std::string example_global(const std::string& name);  // "Allocate K in global (seqlen_k, d) ..."
@@ -53,7 +54,8 @@ const char* sym_kind_name(SymKind k);
 
 // Which names an integer expression may use.
 enum class Ctx {
-  Static,  // Dims and Consts only (shapes, Const/Dim values, Grid extents, Kernel mask)
+  Static,  // Dims and Consts only (shapes, Const/Dim values, Grid extents, Role sizes)
+  Window,  // Static plus the launch builtins window_left / window_right (a mask's window bounds)
   Index,   // any integer name (coordinates, offsets, loop bounds, Let values, Mask at)
   Scalar,  // integer names, numbers and builtin scalars (Compute scalar operands, init)
 };

@@ -17,7 +17,7 @@ void Walker::allocate_stmt(const Stmt& s) {
     error(s, "TL0306", s.loc, "Allocate without a name", "write `Allocate NAME in SPACE (shape) DTYPE`");
     return;
   }
-  if (is_builtin_scalar(a.name)) {
+  if (is_builtin_scalar(a.name) || is_launch_int(a.name)) {
     error(s, "TL0302", s.loc, "'" + a.name + "' is a builtin and cannot name a tensor", "choose another name");
     return;
   }

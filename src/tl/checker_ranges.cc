@@ -62,6 +62,9 @@ class RangeWalker {
   void run_sample(const std::map<std::string, int64_t>& sample) {
     Env env;
     env.ints = sample;
+    // The launch-time window (window_left, window_right) where the sample does not give one.
+    env.ints.emplace("window_left", 64);
+    env.ints.emplace("window_right", 0);
     unknown_.clear();
     budget_ = 30000;
     std::map<std::string, View> views;
@@ -384,11 +387,11 @@ class RangeWalker {
 // seqlen_k, one and many kv tiles, batch 2, MHA / GQA (heads_q = 2 * heads_kv) / MQA.
 std::vector<std::map<std::string, int64_t>> default_samples(const Program& p) {
   struct S {
-    int64_t batch, hq, hkv, sq, sk, hd;
+    int64_t batch, hq, hkv, sq, sk, hd, wl, wr;  // wl, wr: the launch-time window (-1: unbounded)
   };
   const S table[] = {
-      {2, 4, 2, 1, 1, 64},     {2, 4, 2, 200, 333, 64}, {1, 3, 3, 333, 97, 96},
-      {1, 4, 1, 128, 128, 128}, {2, 2, 2, 1, 517, 64},   {1, 2, 1, 517, 1, 32},
+      {2, 4, 2, 1, 1, 64, 0, 0},        {2, 4, 2, 200, 333, 64, 100, 20}, {1, 3, 3, 333, 97, 96, -1, 0},
+      {1, 4, 1, 128, 128, 128, 17, -1}, {2, 2, 2, 1, 517, 64, 5, 3},      {1, 2, 1, 517, 1, 32, -1, -1},
   };
   std::vector<std::string> dims;
   for (const auto& s : p.stmts) {
@@ -408,6 +411,9 @@ std::vector<std::map<std::string, int64_t>> default_samples(const Program& p) {
       else if (d == "seqlen_k") m[d] = t.sk;
       else m[d] = t.hd;  // head dims and any other free dimension
     }
+    // as the C ABI passes an unbounded side: seqlen_q + seqlen_k
+    m["window_left"] = t.wl < 0 ? t.sq + t.sk : t.wl;
+    m["window_right"] = t.wr < 0 ? t.sq + t.sk : t.wr;
     out.push_back(std::move(m));
   }
   return out;

@@ -70,7 +70,7 @@ bool Walker::resolve_tensor_operand(const Operand& o, const Stmt& s, bool gemm, 
   const std::string& n = o.expr.name;
   auto sym = syms_.find(n);
   if (sym == syms_.end()) {
-    if (n == "softmax_scale" || n == "log2e" || n == "ln2" || n == "inf") {
+    if (is_builtin_scalar(n) || is_launch_int(n)) {
       error(s, "TL0306", at, "'" + n + "' is a scalar; " + op + " needs a tensor here",
             "write the tensor first: `Compute " + op + " S, " + n + "`");
     } else {
@@ -357,8 +357,8 @@ void Walker::rowop(const Stmt& s) {
   bool vt = o.expr.kind == Expr::Kind::Name && syms_.count(o.expr.name) &&
             syms_[o.expr.name].kind == SymKind::Tensor;
   if (!vt) {
-    if (o.expr.kind == Expr::Kind::Name && !syms_.count(o.expr.name) && o.expr.name != "softmax_scale" &&
-        o.expr.name != "log2e" && o.expr.name != "ln2" && o.expr.name != "inf") {
+    if (o.expr.kind == Expr::Kind::Name && !syms_.count(o.expr.name) && !is_builtin_scalar(o.expr.name) &&
+        !is_launch_int(o.expr.name)) {
       report_undeclared(o.expr.name, pick(o.loc, s.loc), s, "tensor");
     } else {
       error(s, "TL0405", pick(o.loc, s.loc),
@@ -393,8 +393,8 @@ void Walker::mask(const Stmt& s) {
           "write the mask to apply (`with bounds`, `with causal`, ...) or remove the statement");
   }
   if (c.mask.kind == MaskSpec::Kind::Window) {
-    check_expr(c.mask.left, Ctx::Static, s);
-    check_expr(c.mask.right, Ctx::Static, s);
+    check_expr(c.mask.left, Ctx::Window, s);
+    check_expr(c.mask.right, Ctx::Window, s);
   }
   if (c.at.size() != 2) {
     error(s, "TL0408", s.loc, "Compute " + c.op + " needs the score tile's coordinate: `at [r, c]` with 2 indices",

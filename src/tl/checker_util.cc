@@ -81,7 +81,7 @@ void fmt_into(const Expr& e, std::string& out, int depth) {
 }  // namespace
 
 bool is_builtin_scalar(const std::string& n) {
-  return n == "softmax_scale" || builtin_scalars().count(n) > 0;
+  return is_launch_scalar(n) || builtin_scalars().count(n) > 0;
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {

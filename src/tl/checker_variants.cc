@@ -30,7 +30,7 @@ VType_ Walker::vexpr(const Expr& e, const Stmt& s, const std::vector<std::string
     case Expr::Kind::Name: {
       for (const auto& l : locals)
         if (e.name == l) return VType_::Num;
-      if (is_builtin_scalar(e.name)) return VType_::Num;
+      if (is_builtin_scalar(e.name) || is_launch_int(e.name)) return VType_::Num;
       auto it = syms_.find(e.name);
       if (it == syms_.end()) {
         std::string scope;

@@ -14,6 +14,9 @@ const std::map<std::string, double>& builtin_scalars() {
   return kBuiltins;
 }
 
+bool is_launch_scalar(const std::string& n) { return n == "softmax_scale" || n == "softcap"; }
+bool is_launch_int(const std::string& n) { return n == "window_left" || n == "window_right"; }
+
 namespace {
 
 void fail(support::DiagSink* diags, const Expr& e, const std::string& msg, const std::string& hint) {
@@ -130,7 +133,7 @@ std::optional<double> eval_scalar(const Expr& e, const Env& env, support::DiagSi
       if (auto it = env.scalars.find(e.name); it != env.scalars.end()) return it->second;
       if (auto it = builtin_scalars().find(e.name); it != builtin_scalars().end()) return it->second;
       if (auto it = env.ints.find(e.name); it != env.ints.end()) return static_cast<double>(it->second);
-      fail(diags, e, "'" + e.name + "' has no scalar value here", "scalars are numbers, builtins (softmax_scale, log2e, ln2, inf) and integer names");
+      fail(diags, e, "'" + e.name + "' has no scalar value here", "scalars are numbers, builtins (softmax_scale, softcap, log2e, ln2, inf) and integer names");
       return std::nullopt;
     }
     case Expr::Kind::Unary: {

@@ -28,4 +28,10 @@ std::optional<double> eval_scalar(const Expr& e, const Env& env, support::DiagSi
 // The builtin scalar names (softmax_scale excluded: it depends on the problem).
 const std::map<std::string, double>& builtin_scalars();
 
+// Builtins bound at launch from the C ABI (docs/tl.md, "Names and scopes"): the floats
+// softmax_scale and softcap, and the integers window_left and window_right (the sliding window;
+// the ABI's -1, unbounded, arrives as seqlen_q + seqlen_k, which hides no key).
+bool is_launch_scalar(const std::string& n);  // softmax_scale, softcap
+bool is_launch_int(const std::string& n);     // window_left, window_right
+
 }  // namespace qattn::tl

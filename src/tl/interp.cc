@@ -101,6 +101,21 @@ bool Machine::setup_header(const Program& p) {
                  "remove it from --dims or check its spelling");
   }
   if (!ok) return false;
+  // The launch-time window, as the C ABI passes it: an unbounded side (-1) is seqlen_q + seqlen_k.
+  {
+    const int64_t sides[2] = {cfg_.window_left.value_or(kDefaultWindowLeft), cfg_.window_right.value_or(kDefaultWindowRight)};
+    const char* names[2] = {"window_left", "window_right"};
+    const auto dim = [&](const char* n) {
+      auto it = header_env_.ints.find(n);
+      return it == header_env_.ints.end() ? int64_t(0) : it->second;
+    };
+    for (int i = 0; i < 2; ++i) {
+      if (sides[i] < -1 || sides[i] > (int64_t(1) << 30))
+        return error("TL0904", kernel_loc_, std::string(names[i]) + " = " + std::to_string(sides[i]) + " is out of range",
+                     "a window side is -1 (unbounded) or between 0 and 2^30");
+      header_env_.ints[names[i]] = sides[i] < 0 ? dim("seqlen_q") + dim("seqlen_k") : sides[i];
+    }
+  }
   // Consts in source order.
   for (const auto& s : p.stmts) {
     if (s.kind != Stmt::Kind::Const) continue;
@@ -228,6 +243,11 @@ bool Machine::setup_globals(const Program& p) {
   if (!fits(bytes, kernel_loc_, "the global tensors with the reference's copies")) return false;
   globals_charge_ = Charge(&live_bytes_, int64_t(bytes));
   env_.scalars["softmax_scale"] = prob_.softmax_scale;
+  const double softcap = cfg_.softcap.value_or(kDefaultSoftcap);
+  if (!(softcap > 0) || !std::isfinite(softcap))
+    return error("TL0904", kernel_loc_, "softcap = " + fmt(softcap) + " is not a finite number > 0",
+                 "give the softcap as a positive number (--softcap 30)");
+  env_.scalars["softcap"] = softcap;
   return true;
 }
 

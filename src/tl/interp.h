@@ -34,6 +34,8 @@
 namespace qattn::tl {
 
 inline constexpr int64_t kDefaultMemoryBudget = int64_t(1) << 30;  // 1 GiB (RunConfig::memory_budget)
+inline constexpr int64_t kDefaultWindowLeft = 64, kDefaultWindowRight = 0;  // RunConfig::window_left / right
+inline constexpr double kDefaultSoftcap = 30.0;                             // RunConfig::softcap
 
 // FP64: every buffer holds fp64 and nothing is rounded (checks the algorithm).
 // Storage: every store rounds to the destination buffer's dtype (checks the precision choices).
@@ -44,6 +46,11 @@ struct RunConfig {
   Precision precision = Precision::Storage;
   uint64_t seed = 1;                    // random inputs
   std::optional<double> softmax_scale;  // default 1/sqrt(d_qk)
+  // The other launch-time builtins (docs/tl.md, "Names and scopes"): the sliding window, -1 meaning
+  // unbounded on that side (the program then sees seqlen_q + seqlen_k, as a kernel does), and the
+  // softcap. Unset: window (kDefaultWindowLeft, kDefaultWindowRight), softcap kDefaultSoftcap.
+  std::optional<int64_t> window_left, window_right;
+  std::optional<double> softcap;
   // The reference's score modification / extra mask, given the auxiliary tensors the run made.
   // Empty: the program's own Score / Mask declarations, evaluated per element (docs/tl.md).
   std::function<spec::ScoreVariant(const spec::AuxMap&)> reference_variant;

@@ -120,6 +120,16 @@ CONFIGS=(
   "sm90tl_syncstore_d128_causal|h100|--preset llama3-8b|s/^\(Copy O .*\) {async}$/\1/"
   # no GEMM/softmax overlap within a warpgroup
   "sm90tl_nooverlap_d128_none|h100|--preset llama2-7b --mask none|s/ {overlap}$//"
+  # issue 21: the window and the softcap are launch arguments (TL builtins); const_* is the same TL
+  # with the values written in (the previous form), for bench/bench_launch_args.py's A/B
+  "sm90_d128_window4k|h100|--preset mistral-7b --window 4096,0"
+  "const_sm90_d128_window|h100|--preset mistral-7b --window 256,0|s/window(window_left, window_right)/window(256, 0)/g; s/- window_left) \/ BN/- 256) \/ BN/; s/+ window_right, BN/+ 0, BN/"
+  "const_sm90_d128_window4k|h100|--preset mistral-7b --window 4096,0|s/window(window_left, window_right)/window(4096, 0)/g; s/- window_left) \/ BN/- 4096) \/ BN/; s/+ window_right, BN/+ 0, BN/"
+  "sm90_d256_softcap|h100|--preset gemma2-9b"
+  "const_sm90_d256_softcap|h100|--preset gemma2-9b|s/softcap \* tanh(score \/ softcap)/50.0 * tanh(score \/ 50.0)/"
+  "sm90_d128_softcap|h100|--preset llama3-8b --softcap 30"
+  "const_sm90_d128_softcap|h100|--preset llama3-8b --softcap 30|s/softcap \* tanh(score \/ softcap)/30.0 * tanh(score \/ 30.0)/"
+  "const_sm80_d128_window|a100|--preset mistral-7b --window 256,0|s/window(window_left, window_right)/window(256, 0)/g; s/- window_left) \/ BN/- 256) \/ BN/; s/+ window_right, BN/+ 0, BN/"
 )
 
 build_one() {

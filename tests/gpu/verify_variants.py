@@ -61,10 +61,29 @@ def packed_ids(batch, length, gen):
     return ids
 
 
-def variant_fns(spec, extra, aux, sq, sk):
-    """(score(s, b, h, q, k), keep(b, h, q, k)) on broadcast index grids; None when absent."""
-    off = sk - sq
+def launch_values(info, spec, i):
+    """(window, softcap) of check i: the kernel takes them at launch (info "args"), so the checks
+    cycle through windows that cut tiles and unbounded sides (-1), and several caps; the spec's own
+    values first. None for what the kernel does not read."""
+    args = info.get("args", [])
     m = spec.get("mask", {})
+    window = softcap = None
+    if "window_left" in args or "window_right" in args:
+        windows = [(m.get("left", 256), m.get("right", 0)), (37, 0), (-1, 19), (150, -1), (5, 3), (0, 0)]
+        window = windows[i % len(windows)]
+    if "softcap" in args:
+        caps = [float(spec.get("variants", {}).get("softcap", 30.0)), 5.0, 50.0, 1.5]
+        softcap = caps[i % len(caps)]
+    return window, softcap
+
+
+def variant_fns(spec, extra, aux, sq, sk, window=None, softcap=None):
+    """(score(s, b, h, q, k), keep(b, h, q, k)) on broadcast index grids; None when absent. window /
+    softcap: the launch values (else the spec's)."""
+    off = sk - sq
+    m = dict(spec.get("mask", {})) if isinstance(spec.get("mask", {}), dict) else spec.get("mask")
+    if window is not None:
+        m["left"], m["right"] = window
     spec = dict(spec.get("variants", {}))  # docs/spec.md, "Variants"
     mods = []
     if spec.get("alibi"):
@@ -77,14 +96,15 @@ def variant_fns(spec, extra, aux, sq, sk):
     if extra.get("score"):  # the planner's order: alibi, relative bias, score_mod, softcap
         mods.append(eval("lambda s, b, h, q, k: " + extra["score"], {"torch": torch, "off": off}))
     if spec.get("softcap"):
-        c = float(spec["softcap"])
+        c = float(softcap if softcap is not None else spec["softcap"])
         mods.append(lambda s, b, h, q, k: c * torch.tanh(s / c))
     keeps = []
     kind = m.get("kind", "none") if isinstance(m, dict) else m
     if kind == "causal":
         keeps.append(lambda b, h, q, k: k <= q + off)
     if kind == "window":
-        keeps.append(lambda b, h, q, k: (k >= q + off - m["left"]) & (k <= q + off + m["right"]))
+        lo, hi = m["left"], m["right"]  # -1: unbounded
+        keeps.append(lambda b, h, q, k: ((k >= q + off - lo) | (lo < 0)) & ((k <= q + off + hi) | (hi < 0)))
     if spec.get("prefix_lm") is not None:
         pl = int(spec["prefix_lm"])
         keeps.append(lambda b, h, q, k: (k <= q + off) | (k < pl))
@@ -134,7 +154,7 @@ def attention(q, k, v, scale, score, keep, acc, p_dtype=None, out_dtype=None):
     return o
 
 
-def check(kern, spec, extra, shape, seed):
+def check(kern, spec, extra, shape, seed, i=0):
     B, Hq, Hkv, Sq, Sk = shape
     info = kern.info
     dt = DT[info["dtype"]]
@@ -152,14 +172,15 @@ def check(kern, spec, extra, shape, seed):
     fp8 = info["dtype"].startswith("fp8")
     ds = (0.5, 1.25, 0.75) if fp8 else None
     descale = tuple(torch.tensor([x], device="cuda", dtype=torch.float32) for x in ds) if fp8 else None
-    p = kern.params(q, k, v, o, scale=scale, descale=descale) if fp8 else kern.params(q, k, v, o, scale=scale)
+    window, softcap = launch_values(info, spec, i)
+    p = kern.params(q, k, v, o, scale=scale, descale=descale, window=window, softcap=softcap)
     for i, a in enumerate(info.get("aux", [])):
         p.aux[i] = aux[a["name"]].data_ptr()
     st = kern(q, k, v, o, params=p)
     torch.cuda.synchronize()
     if st != 0:
         return False, f"status {st}: {kern.last_error()}"
-    score, keep = variant_fns(spec, extra, aux, Sq, Sk)
+    score, keep = variant_fns(spec, extra, aux, Sq, Sk, window, softcap)
     qr, kr, vr = (q.double() * ds[0], k.double() * ds[1], v.double() * ds[2]) if fp8 else (q, k, v)
     ref = attention(qr, kr, vr, scale, score, keep, torch.float64)
     naive = attention(qr, kr, vr, scale, score, keep, torch.float32, p_dtype=dt, out_dtype=out_dt)
@@ -167,7 +188,8 @@ def check(kern, spec, extra, shape, seed):
     nerr = (naive.double() - ref).abs().max().item()
     tol = 2 * nerr + (1e-3 if fp8 else 1e-5) * max(1.0, ref.abs().max().item())
     ok = math.isfinite(err) and err <= tol
-    return ok, f"max_abs_err {err:.3e} <= {tol:.3e}" if ok else f"max_abs_err {err:.3e} > {tol:.3e}"
+    at = (f" window={window}" if window is not None else "") + (f" softcap={softcap:g}" if softcap is not None else "")
+    return ok, (f"max_abs_err {err:.3e} <= {tol:.3e}" if ok else f"max_abs_err {err:.3e} > {tol:.3e}") + at
 
 
 def main():
@@ -188,7 +210,7 @@ def main():
         kern = Kernel(so)
         for i, shp in enumerate(shapes):
             total += 1
-            ok, msg = check(kern, spec, extra, shp, a.seed + 17 * i)
+            ok, msg = check(kern, spec, extra, shp, a.seed + 17 * i, i)
             failed += not ok
             print(f"{'PASS' if ok else 'FAIL'}  {os.path.basename(d):<18} B,Hq,Hkv,Sq,Sk={shp}  {msg}", flush=True)
     print(f"variants: {total - failed}/{total} checks pass")

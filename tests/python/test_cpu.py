@@ -1,6 +1,7 @@
 """The binding's tests that need no GPU (they run in CI): import without torch, the C ABI struct
 against the header, spec diagnostics, the target policy, variant arguments, missing tools, and
 the kernel cache (one nvcc build)."""
+import json
 import os
 import re
 import subprocess
@@ -146,7 +147,10 @@ def test_variant_arguments():
     assert vf(window=64, causal=True) == {"mask": {"kind": "window", "left": 64, "right": 0}}
     assert vf(window=(-1, 0)) == {"mask": {"kind": "causal", "align": "bottom_right"}}
     assert vf(window=(-1, -1)) == {"mask": {"kind": "none"}}
-    for bad in (dict(causal="yes"), dict(window=(8, -1)), dict(window=(8, 4), causal=True),
+    # unbounded on one side: a window kernel with -1 at launch
+    assert vf(window=(8, -1)) == {"mask": {"kind": "window", "left": 8, "right": -1}}
+    assert vf(window=(-1, 8)) == {"mask": {"kind": "window", "left": -1, "right": 8}}
+    for bad in (dict(causal="yes"), dict(window=(8, -2)), dict(window=(2**30, 0)), dict(window=(8, 4), causal=True),
                 dict(window="wide"), dict(window=(8, 0), causal="top_left")):
         with pytest.raises(qattn.SpecError) as e:
             vf(**bad)
@@ -191,6 +195,53 @@ def test_variant_arguments():
     a = _variants.variant_tag(vf(mask_mod="kv_idx <= q_idx + seqlen_k - seqlen_q and kv_idx % 7 < 3"))
     b = _variants.variant_tag(vf(mask_mod="kv_idx <= q_idx + seqlen_k - seqlen_q and kv_idx % 7 < 4"))
     assert a != b and all(c.isalnum() or c == "_" for c in a + b)
+
+
+def test_windows_and_softcaps_share_one_kernel():
+    """Issue 21: the window sizes and the softcap are launch arguments. 20 calls with 20 windows and
+    caps map to ONE kernel key (spec and name), and each call keeps its own values for the launch."""
+    vf, split = _variants.variant_fields, _variants.split_launch_args
+    keys, names, seen = set(), set(), []
+    for i in range(20):
+        window = [(16 * i + 1, 0), (i, -1), (-1, i + 1), (3 * i, 2 * i)][i % 4]
+        fields, args = split(vf(window=window, softcap=1.0 + 2.5 * i))
+        spec = qattn.kernel_spec("bf16", 128, 128, fields, False, "h100")
+        keys.add(json.dumps(spec, sort_keys=True))
+        names.add(spec["name"])
+        seen.append((args["window"], args["softcap"]))
+        assert args["window"] == window
+    assert len(keys) == 1 and names == {"py_bf16_d128_window_softcap"}, names
+    assert len(set(seen)) == 20
+    # causal sliding windows share another kernel with every size; no window: no window argument
+    fields, args = split(vf(window=(4096, 0), causal=True))
+    assert fields["mask"] == {"kind": "window", "left": 256, "right": 0} and args == {"window": (4096, 0)}
+    assert split(vf(causal=True)) == ({"mask": {"kind": "causal", "align": "bottom_right"}}, {})
+
+
+def test_launch_arguments_reach_the_c_abi():
+    """fill_params writes the ABI 3 fields; a kernel that reads them refuses a call without them."""
+    from qattn import _abi
+
+    class T:
+        def __init__(self, *shape):
+            self.shape = shape
+
+        def data_ptr(self):
+            return 4096
+
+        def stride(self):
+            return (self.shape[1] * self.shape[2] * self.shape[3], self.shape[2] * self.shape[3], self.shape[3], 1)
+
+    q, k = T(1, 8, 2, 64), T(1, 9, 1, 64)
+    p = _abi.fill_params(q, k, k, q, window=(-1, 7), softcap=12.5)
+    assert (p.abi_version, p.window_left, p.window_right, p.softcap) == (3, -1, 7, 12.5)
+    info = _abi.check_info({"dtype": "bf16", "d_qk": 64, "d_v": 64, "mask": "window", "window": "runtime",
+                            "args": ["window_left", "window_right"]})
+    with pytest.raises(ValueError, match="window"):
+        _abi.launch_defaults(info)
+    assert _abi.launch_defaults(info, window=(3, 0)) == ((3, 0), None)
+    with pytest.raises(ValueError, match="args"):
+        _abi.check_info({**info, "args": ["window_left", "rm -rf"]})
 
 
 def test_short_gqa_queries_on_hopper_take_the_packed_kernel():

@@ -39,8 +39,8 @@ def visible(sq, sk, causal=False, window=None, device="cuda"):
     j = torch.arange(sk, device=device)[None, :]
     off = sk - sq
     if window is not None:
-        left, right = window
-        return (j >= i + off - left) & (j <= i + off + right)
+        left, right = window  # -1: unbounded on that side
+        return ((j >= i + off - left) | (left < 0)) & ((j <= i + off + right) | (right < 0))
     if causal == "top_left":
         return j <= i
     if causal:
@@ -177,6 +177,20 @@ def test_fp16_d64_causal_return_lse(shape, layout, gen):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_fp16_d64_sliding_window(shape, gen):
     run_case(shape, "bshd", torch.float16, 64, 64, gen, window=(37, 5))
+
+
+def test_twenty_windows_and_softcaps_build_one_kernel(gen):
+    """Issue 21: the window sizes and the softcap are launch arguments. 20 calls with 20 windows
+    (unbounded sides included) and 20 caps build ONE kernel; each call matches the reference with
+    its own window and cap."""
+    from qattn import _build
+    before = set(_build._BUILDS)
+    shapes = [(1, 300, 517, 4, 2), (2, 129, 129, 2, 2), (1, 517, 300, 4, 1), (1, 1, 777, 4, 4)]
+    for i in range(20):
+        window = [(16 * i + 1, 0), (i, -1), (-1, i + 3), (3 * i, 2 * i)][i % 4]
+        run_case(shapes[i % 4], "bshd", torch.float16, 64, 64, gen, window=window, scale=0.5, softcap=2.0 + 1.5 * i)
+    new = [b.spec["name"] for key, b in _build._BUILDS.items() if key not in before]
+    assert new == ["py_fp16_d64_window_softcap"], new
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -183,7 +183,7 @@ const std::vector<Case>& cases() {
       {"llama3.2-1b", {}, 64, 64, "BF16BF16", "keep_causal(int q, int k) const { [[maybe_unused]] const int off = sk_ - sq_; return k < sk_ && k <= q + off; }"},
       {"deepseek-v3-mla-prefill", {}, 192, 128, "BF16BF16", "return k < sk_ && k <= q + off; }"},
       {"llama2-7b", {{"head-dim", "256"}}, 256, 256, "BF16BF16", "return k < sk_ && k <= q + off; }"},
-      {"mistral-7b", {{"window", "256,0"}}, 128, 128, "BF16BF16", "keep_window(int q, int k) const { [[maybe_unused]] const int off = sk_ - sq_; return k < sk_ && k >= q + off - wl_ && k <= q + off + wr_; }", "256, 0"},
+      {"mistral-7b", {{"window", "256,0"}}, 128, 128, "BF16BF16", "keep_window(int q, int k) const { [[maybe_unused]] const int off = sk_ - sq_; return k < sk_ && k >= q + off - wl_ && k <= q + off + wr_; }", "window_left, window_right"},
       {"llama2-7b", {{"mask", "causal_top_left"}, {"dtype", "fp16"}}, 128, 128, "F16F16", "keep_causal_top_left(int q, int k) const { [[maybe_unused]] const int off = sk_ - sq_; return k < sk_ && k <= q; }"},
       {"llama3-8b", {{"seqlen", "16/4096"}}, 128, 128, "BF16BF16", "return k < sk_ && k <= q + off; }", "0, 0", true},
   };
@@ -372,9 +372,22 @@ TEST(EmitSm90, AsyncStoreOverlapAndScaleComeFromTheTl) {
   const std::string scale = lower_ok(edit(code, "Compute Multiply S, softmax_scale * log2e", "Compute Multiply S, softmax_scale"), "scale").cuda_source;
   EXPECT_TRUE(contains(scale, "kp.scalars[0] = p.softmax_scale;"));
   EXPECT_FALSE(contains(scale, "kLog2e"));
-  // the window bounds are the TL's
-  EXPECT_TRUE(contains(lower_ok(plan_code("mistral-7b", {{"window", "300,7"}}), "window").cuda_source,
-                       "make_params(&kp, p, shape, gx * gy * gz, 300, 7, &blocks)"));
+  // the window bounds are the TL's: launch arguments as the planner writes them, constants when the TL has numbers
+  const std::string wcode = plan_code("mistral-7b", {{"window", "300,7"}});
+  const std::string wrun = lower_ok(wcode, "window").cuda_source;
+  for (const char* want : {"make_params(&kp, p, shape, gx * gy * gz, window_left, window_right, &blocks)",
+                           "qattn::host::check_launch_args(p, true, false)",
+                           "const int window_left = qattn::window_side(p.window_left, p.seqlen_q, p.seqlen_k);",
+                           "window_left = p.arg_window_left;", "v.seqlen_q - v.window_left, BN)"})
+    EXPECT_TRUE(contains(wrun, want)) << want;
+  std::string wtl = wcode;
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"window(window_left, window_right)", "window(300, 7)"}, {"window(window_left, window_right)", "window(300, 7)"},
+           {"- window_left) / BN", "- 300) / BN"}, {"+ window_right, BN", "+ 7, BN"}})
+    wtl = edit(wtl, from, to);
+  const std::string wconst = lower_ok(wtl, "window constant").cuda_source;
+  EXPECT_TRUE(contains(wconst, "make_params(&kp, p, shape, gx * gy * gz, 300, 7, &blocks)"));
+  EXPECT_FALSE(contains(wconst, "check_launch_args"));
 }
 
 // The TL's Hopper schedule (Role statements, {stages}, {overlap}) is what the kernel runs with.
@@ -526,7 +539,9 @@ TEST(EmitSm90, HopperScheduleOnAnAmpereTargetIsRefused) {
 TEST(EmitSm90, SoftcapLowersIntoTheScope) {
   const std::string code = plan_code("gemma2-9b");  // softcap 50
   const std::string cu = lower_ok(code, "gemma2-9b").cuda_source;
-  for (const char* want : {"__device__ float score_softcap(float score, int q_idx, int kv_idx) const { return (50.0f) * (qattn::fast_tanh(",
+  for (const char* want : {"__device__ float score_softcap(float score, int q_idx, int kv_idx) const { return (softcap) * (qattn::fast_tanh(",
+                           "float softcap;  // TL builtin, a launch argument", "softcap = p.softcap;",
+                           "qattn::host::check_launch_args(p, false, true)",
                            "__device__ void modify_tile_softcap(float (&s)[N], const RowMap<P>& rows, int j, float xscale) const {",
                            "x = score_softcap(x * xscale, q_idx, kv_idx);", "#include \"qattn/variant.cuh\"",
                            "kp.scalars[0] = p.softmax_scale;", "kp.scalars[1] = qattn::kLog2e;"})

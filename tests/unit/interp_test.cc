@@ -36,6 +36,8 @@ struct Expect {
   bool pass = true;
   uint64_t seed = 1;
   std::optional<double> scale;
+  std::optional<int64_t> window_left, window_right;  // window=L,R
+  std::optional<double> softcap;
   int line = 0;
   std::string text;
 };
@@ -69,6 +71,13 @@ std::vector<Expect> parse_expectations(const std::string& text, std::string& err
         e.seed = std::stoull(val);
       } else if (key == "scale") {
         e.scale = std::stod(val);
+      } else if (key == "softcap") {
+        e.softcap = std::stod(val);
+      } else if (key == "window") {
+        auto c = val.find(',');
+        if (c == std::string::npos) { err = "line " + std::to_string(no) + ": window=L,R"; return {}; }
+        e.window_left = std::stoll(val.substr(0, c));
+        e.window_right = std::stoll(val.substr(c + 1));
       } else if (key == "dims") {
         std::istringstream items(val);
         std::string item;
@@ -111,6 +120,9 @@ RunConfig config(const Expect& e) {
   c.precision = e.precision;
   c.seed = e.seed;
   c.softmax_scale = e.scale;
+  c.window_left = e.window_left;
+  c.window_right = e.window_right;
+  c.softcap = e.softcap;
   return c;
 }
 
@@ -170,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Corpus, Golden, ::testing::ValuesIn(corpus_files()),
 TEST(GoldenCorpus, HasTheRequiredPrograms) {
   auto files = corpus_files();
   for (const char* f : {"mha.tl", "gqa.tl", "mqa.tl", "causal.tl", "causal_top_left.tl", "mla.tl", "lse.tl", "window.tl",
-                        "bf16.tl", "fp8_e4m3.tl", "sm90_schedule.tl"})
+                        "bf16.tl", "fp8_e4m3.tl", "sm90_schedule.tl", "window_runtime.tl"})
     EXPECT_NE(std::find(files.begin(), files.end(), f), files.end()) << f;
 }
 
@@ -358,6 +370,47 @@ TEST(RunConfig, SoftmaxScaleAndSeed) {
   Outcome o = run_text(slurp(kCorpus / "mha.tl"), c);
   EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
   EXPECT_NE(o.r.summary.find("scale=0.9"), std::string::npos) << o.r.summary;
+}
+
+// ---- launch-time builtins: window_left, window_right, softcap ---------------------------------
+
+RunConfig window_run(int64_t l, int64_t r, double cap = 30) {
+  RunConfig c;
+  c.dims = {{"batch", 1}, {"heads_q", 2}, {"heads_kv", 1}, {"seqlen_q", 77}, {"seqlen_k", 130}, {"d", 16}};
+  c.window_left = l;
+  c.window_right = r;
+  c.softcap = cap;
+  return c;
+}
+
+// One program, many windows and caps (window_runtime.tl): each run is checked against the reference
+// with that window; a lower loop bound one tile too high fails. (The softcap's reference is the
+// program's own declaration here; plan::verify checks it against the spec's formula at the spec's cap.)
+TEST(LaunchArgs, OneProgramServesEveryWindowAndCap) {
+  const std::string text = slurp(kCorpus / "window_runtime.tl");
+  for (auto [l, r] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 0}, {37, 5}, {-1, 0}, {0, -1}, {-1, -1}, {200, 3}}) {
+    Outcome o = run_text(text, window_run(l, r, 1.5 + double(l + r) / 50));
+    EXPECT_TRUE(o.r.passed) << l << "," << r << "\n" << o.r.summary << o.diags;
+    EXPECT_NE(o.r.summary.find("window(" + std::to_string(l < 0 ? 207 : l)), std::string::npos) << o.r.summary;
+  }
+  const std::string late = [&] {
+    std::string t = text;
+    const std::string from = " - window_left) / BN";
+    t.replace(t.find(from), from.size(), " - window_left) / BN + 1");
+    return t;
+  }();
+  Outcome o = run_text(late, window_run(37, 5));
+  EXPECT_TRUE(o.r.ran) << o.diags;
+  EXPECT_FALSE(o.r.passed) << "a loop that starts a tile late must miss keys\n" << o.r.summary;
+}
+
+TEST(LaunchArgs, BadValuesAreRunConfigErrors) {
+  const std::string text = slurp(kCorpus / "window_runtime.tl");
+  for (auto [l, r, cap] : std::vector<std::tuple<int64_t, int64_t, double>>{{-2, 0, 30}, {0, int64_t(1) << 31, 30}, {4, 0, 0}, {4, 0, -3}}) {
+    Outcome o = run_text(text, window_run(l, r, cap));
+    EXPECT_FALSE(o.r.ran) << l << "," << r << " cap " << cap;
+    EXPECT_TRUE(o.has("TL0904")) << o.diags;
+  }
 }
 
 // A small valid header for hand-written programs.

@@ -168,7 +168,7 @@ TEST(planVariants, EmittedStatementsAndOrder) {
   EXPECT_TRUE(contains(c, "Score relpos = score + rel_bias[head, clamp(kv_idx - q_idx - seqlen_k + seqlen_q, -(NB / 2), "
                           "NB / 2 - 1) + NB / 2]\n"))
       << c;
-  EXPECT_TRUE(contains(c, "Score softcap = 30.0 * tanh(score / 30.0)\n")) << c;
+  EXPECT_TRUE(contains(c, "Score softcap = softcap * tanh(score / softcap)\n")) << c;  // the builtin: a launch argument
   EXPECT_TRUE(contains(c, "Mask document = seg_q[b, q_idx] == seg_k[b, kv_idx] empty when seg_q[b, q_hi] < seg_k[b, kv_lo] "
                           "or seg_k[b, kv_hi] < seg_q[b, q_lo] full when seg_q[b, q_lo] == seg_k[b, kv_hi] and "
                           "seg_q[b, q_hi] == seg_k[b, kv_lo]\n"))
@@ -177,7 +177,7 @@ TEST(planVariants, EmittedStatementsAndOrder) {
   EXPECT_TRUE(std::regex_search(c, std::regex("for j = 0: min\\(cdiv\\(seqlen_k, BN\\), [^\n]*\\) \\{skip: document\\}\n"))) << c;
   // The sketch has the declarations but no Allocate, Const or skip.
   const std::string stmts = std::regex_replace(p.sketch, std::regex("#[^\n]*"), "");
-  EXPECT_TRUE(contains(stmts, "Score softcap = 30.0 * tanh(score / 30.0)\n")) << p.sketch;
+  EXPECT_TRUE(contains(stmts, "Score softcap = softcap * tanh(score / softcap)\n")) << p.sketch;
   EXPECT_FALSE(contains(stmts, "Allocate")) << p.sketch;
   EXPECT_FALSE(contains(stmts, "skip")) << p.sketch;
   EXPECT_FALSE(contains(stmts, "Const")) << p.sketch;
@@ -218,7 +218,7 @@ TEST(planVariants, TheSpecFormulasAreTheReference) {
   // A declaration that disagrees with the spec is caught: the reference is spec/variants.cc, not
   // the program's own declarations.
   for (const auto& [c, from, to] : std::vector<std::tuple<Case, std::string, std::string>>{
-           {Case{"s", with([](auto& v) { v.softcap = 30; }), kCausal}, "30.0 * tanh(score / 30.0)", "31.0 * tanh(score / 31.0)"},
+           {Case{"s", with([](auto& v) { v.softcap = 30; }), kCausal}, "softcap * tanh(score / softcap)", "softcap * tanh(score / (softcap + 1.0))"},
            {Case{"a", with([](auto& v) { v.alibi = true; }), kCausal}, "score - alibi_slopes", "score + alibi_slopes"},
            {Case{"d", with([](auto& v) { v.document = true; }), kNone}, "seg_q[b, q_idx] == seg_k", "seg_q[b, q_idx] <= seg_k"},
            {Case{"p", with([](auto& v) { v.prefix_lm = 40; }), kNone}, "or kv_idx < 40 empty", "or kv_idx < 41 empty"},
@@ -277,7 +277,7 @@ TEST(planVariants, RefinesComparesDeclarationsAndNamedStatements) {
   auto sk = tl::parse(p.sketch, d);
   ASSERT_TRUE(refines(sk, tl::parse(p.code, d), d)) << d.render();
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"Score softcap = 30.0", "Score softcap = 20.0"},                // another expression
+           {"Score softcap = softcap *", "Score softcap = 20.0 *"},         // another expression
            {"with softcap\n", "with bounds\n"},                               // another statement
            {"Compute Mask S at [m_block, j] with document\n", ""}}) {       // a dropped statement
     std::string changed = p.code;

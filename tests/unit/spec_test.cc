@@ -163,9 +163,12 @@ TEST(specValidate, Window) {
   s.mask = Mask{MaskKind::Window, 256, 0};
   DiagSink ok;
   EXPECT_TRUE(validate(s, ok));
-  s.mask.window_left = -1;
+  s.mask.window_left = -1;  // unbounded on the left (kernels take the window at launch)
+  DiagSink unbounded;
+  EXPECT_TRUE(validate(s, unbounded)) << unbounded.render();
+  s.mask.window_left = -2;
   Diagnostic x = expect_error(s, "SPEC0205");
-  EXPECT_TRUE(contains(x.message, "left = -1"));
+  EXPECT_TRUE(contains(x.message, "left = -2"));
   // A window aligned top-left cannot be written in a Mask (one MaskKind): the JSON reader refuses it.
   DiagSink d("w.json");
   EXPECT_FALSE(parse_json(R"({"heads_q": 8, "head_dim": 64, "mask": {"kind": "window", "align": "top_left", "left": 4, "right": 0}})", d));

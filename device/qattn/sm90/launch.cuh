@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "qattn/host.cuh"
+#include "qattn/intmath.cuh"
 #include "qattn/qattn.h"
 #include "qattn/sm90/scheduler.cuh"
 #include "qattn/sm90/tma.cuh"
@@ -52,6 +53,9 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   kp->softmax_scale = p.softmax_scale;
   kp->window_left = window_left;
   kp->window_right = window_right;
+  kp->arg_window_left = qattn::window_side(p.window_left, p.seqlen_q, p.seqlen_k);
+  kp->arg_window_right = qattn::window_side(p.window_right, p.seqlen_q, p.seqlen_k);
+  kp->softcap = p.softcap;
   for (int i = 0; i < 4; ++i) kp->aux[i] = p.aux[i];
   kp->num_tiles = int(tiles);
   *blocks = kp->num_tiles;

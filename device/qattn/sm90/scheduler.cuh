@@ -24,7 +24,9 @@ struct Params {
   int pack;                   // TL {pack}: query heads per tile group (1 otherwise)
   float softmax_scale;        // TL builtin softmax_scale
   float scalars[4];           // the kernel's loop-invariant factors (a tile's pending scale), computed at launch
-  int window_left, window_right;
+  int window_left, window_right;  // the kernel mask's window (the TL Kernel statement's bounds), evaluated at launch
+  int arg_window_left, arg_window_right;  // TL builtins window_left / window_right (an unbounded side resolved)
+  float softcap;                          // TL builtin softcap
   int num_tiles;              // the TL Grid's points; the launch has <= this many blocks
   int* tile_counter;          // persistent: the next-tile counter (0 at launch; the last fetch resets it)
   const void* aux[4];

@@ -144,6 +144,8 @@ void Emitter::scope() {
   if (!d.empty()) w_.line("int " + d + ";  // TL Dims bound at launch");
   for (const auto& n : sc.lets) w_.line("int " + n.cpp + ";  // TL " + std::to_string(n.stmt.line) + ": " + n.stmt.text);
   w_.line("float softmax_scale;");
+  for (const auto& a : sc.launch_args)
+    w_.line((a == "softcap" ? "float " : "int ") + a + ";  // TL builtin, a launch argument");
   for (const auto& a : sc.aux)
     w_.line("const " + std::string(a.is_int ? "int" : "float") + "* __restrict__ aux_" + a.name + ";  // TL " +
             std::to_string(a.tl.line) + ": p.aux[" + std::to_string(a.slot) + "]");
@@ -152,6 +154,7 @@ void Emitter::scope() {
   w_.line(sc.grid[0].cpp + " = t.m_block; " + sc.grid[1].cpp + " = t.head; " + sc.grid[2].cpp + " = t.batch;");
   for (const auto& n : sc.runtime_dims) w_.line(n.cpp + " = " + n.value_cpp + ";");
   w_.line("softmax_scale = p.softmax_scale;");
+  for (const auto& a : sc.launch_args) w_.line(a + " = p." + (a == "softcap" ? a : "arg_" + a) + ";");
   for (const auto& n : sc.lets) w_.line(n.cpp + " = " + n.value_cpp + ";");
   for (const auto& a : sc.aux) {
     const std::string ty = a.is_int ? "int" : "float";
@@ -547,6 +550,7 @@ void Emitter::abi(const std::string& info_json) {
           std::to_string(eb) + ", " + std::to_string(ob) + ", " + cpp_bool(k_.lse) + ", " + std::to_string(aux) + "u); st != QATTN_OK)");
   w_.line("  return st;");
   w_.line("const qattn_fwd_params& p = *params;");
+  detail::write_launch_args(w_, sc.launch_args);
   w_.line("if (p.seqlen_q == 0) return qattn::host::ok();");
   std::string dims;
   for (const auto& n : sc.runtime_dims) dims += (dims.empty() ? "" : ", ") + n.cpp + " = " + n.value_cpp;

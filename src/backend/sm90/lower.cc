@@ -34,6 +34,7 @@ std::optional<kir::Kernel> Lower::run() {
   kernel_names_ = names_;
   kernel_names_.scope_prefix = "v.";
   kernel_names_.scoped.insert("softmax_scale");
+  for (const char* n : {"window_left", "window_right", "softcap"}) kernel_names_.scoped.insert(n);  // launch builtins
   for (const auto& [var, ext] : f_.grid_) kernel_names_.scoped.insert(var);
   for (const auto& [name, fld] : f_.runtime_dims_) kernel_names_.scoped.insert(name);
   for (const auto& st : prog_.stmts)
