@@ -174,7 +174,7 @@ class Machine {
   // ---- interp_variant.cc ----
   bool setup_variants(const Program& p);
   std::optional<double> aux_read(const std::string& name, const std::vector<int64_t>& idx) const;
-  std::optional<double> eval_decl(const Expr& e, const Env& env, std::map<std::string, VValue> locals);
+  std::optional<double> eval_decl(const Expr& e, const Env& env, const VLocals& locals);
   std::optional<int> tile_class(const VariantStmt& m, int64_t q_lo, int64_t q_hi, int64_t kv_lo, int64_t kv_hi);
   Buffer* score_tile(const Stmt& s, int64_t& q0, int64_t& k0);
   bool compute_modify(const Stmt& s);

@@ -61,10 +61,10 @@ std::optional<double> Machine::aux_read(const std::string& name, const std::vect
   return it->second.at({idx[0], idx[1]});
 }
 
-std::optional<double> Machine::eval_decl(const Expr& e, const Env& env, std::map<std::string, VValue> locals) {
+std::optional<double> Machine::eval_decl(const Expr& e, const Env& env, const VLocals& locals) {
   VariantEnv ve;
   ve.env = &env;
-  ve.locals = std::move(locals);
+  ve.locals = locals;
   ve.aux = [this](const std::string& n, const std::vector<int64_t>& i) { return aux_read(n, i); };
   auto v = evaluate(e, ve, &diags_);
   if (!v) return std::nullopt;
@@ -73,8 +73,8 @@ std::optional<double> Machine::eval_decl(const Expr& e, const Env& env, std::map
 
 // 0 partial, 1 empty, 2 full (by the declaration's clauses; partial without them).
 std::optional<int> Machine::tile_class(const VariantStmt& m, int64_t q_lo, int64_t q_hi, int64_t kv_lo, int64_t kv_hi) {
-  std::map<std::string, VValue> t = {{"q_lo", {double(q_lo), true}}, {"q_hi", {double(q_hi), true}},
-                                     {"kv_lo", {double(kv_lo), true}}, {"kv_hi", {double(kv_hi), true}}};
+  const VLocals t = {{"q_lo", {double(q_lo), true}}, {"q_hi", {double(q_hi), true}},
+                     {"kv_lo", {double(kv_lo), true}}, {"kv_hi", {double(kv_hi), true}}};
   if (m.empty_when) {
     auto e = eval_decl(*m.empty_when, env_, t);
     if (!e) return std::nullopt;

@@ -28,7 +28,33 @@ const VariantFn* find_variant_fn(const std::string& name) {
 }
 
 bool is_comparison(const std::string& op) {
-  return op == "<" || op == "<=" || op == ">" || op == ">=" || op == "==" || op == "!=";
+  const size_t n = op.size();
+  if (n == 1) return op[0] == '<' || op[0] == '>';
+  return n == 2 && op[1] == '=' && (op[0] == '<' || op[0] == '>' || op[0] == '=' || op[0] == '!');
+}
+
+void VLocals::set(std::string_view name, VValue v) {
+  for (int i = 0; i < n_; ++i)
+    if (std::string_view(items_[i].name, items_[i].len) == name) {
+      items_[i].v = v;
+      return;
+    }
+  if (n_ < 4 && name.size() < sizeof(items_[0].name)) {
+    Item& it = items_[n_++];
+    std::copy(name.begin(), name.end(), it.name);
+    it.len = name.size();
+    it.v = v;
+    return;
+  }
+  more_[std::string(name)] = v;
+}
+
+const VValue* VLocals::find(std::string_view name) const {
+  for (int i = 0; i < n_; ++i)
+    if (items_[i].len == name.size() && std::string_view(items_[i].name, items_[i].len) == name) return &items_[i].v;
+  if (more_.empty()) return nullptr;
+  auto it = more_.find(name);
+  return it == more_.end() ? nullptr : &it->second;
 }
 
 std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::DiagSink* diags) {
@@ -39,7 +65,7 @@ std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::Di
   switch (e.kind) {
     case Expr::Kind::Number: return VValue{e.value, e.is_int};
     case Expr::Kind::Name: {
-      if (auto it = env.locals.find(e.name); it != env.locals.end()) return it->second;
+      if (const VValue* l = env.locals.find(e.name)) return *l;
       if (env.env) {
         if (auto it = env.env->ints.find(e.name); it != env.env->ints.end()) return VValue{double(it->second), true};
         if (auto it = env.env->scalars.find(e.name); it != env.env->scalars.end()) return VValue{it->second, false};
@@ -59,11 +85,15 @@ std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::Di
       auto a = sub(0), b = sub(1);
       if (!a || !b) return std::nullopt;
       const std::string& op = e.op;
-      if (op == "and") return VValue{(a->v != 0 && b->v != 0) ? 1.0 : 0.0, true};
-      if (op == "or") return VValue{(a->v != 0 || b->v != 0) ? 1.0 : 0.0, true};
+      const char c0 = op.empty() ? '\0' : op[0];
+      const bool two = op.size() == 2;
+      if (op.size() == 3 && op == "and") return VValue{(a->v != 0 && b->v != 0) ? 1.0 : 0.0, true};
+      if (two && op == "or") return VValue{(a->v != 0 || b->v != 0) ? 1.0 : 0.0, true};
       if (is_comparison(op)) {
-        bool r = op == "<" ? a->v < b->v : op == "<=" ? a->v <= b->v : op == ">" ? a->v > b->v
-               : op == ">=" ? a->v >= b->v : op == "==" ? a->v == b->v : a->v != b->v;
+        const bool eq = two;  // <=, >=, ==, !=
+        bool r = c0 == '<' ? (eq ? a->v <= b->v : a->v < b->v)
+               : c0 == '>' ? (eq ? a->v >= b->v : a->v > b->v)
+               : c0 == '=' ? a->v == b->v : a->v != b->v;
         return VValue{r ? 1.0 : 0.0, true};
       }
       const bool ints = a->is_int && b->is_int;
@@ -71,19 +101,20 @@ std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::Di
         fail(diags, e, "integer out of range in a declaration", "keep index arithmetic below 9e15");
         return std::nullopt;
       }
-      if (op == "+") return VValue{a->v + b->v, ints};
-      if (op == "-") return VValue{a->v - b->v, ints};
-      if (op == "*") return VValue{a->v * b->v, ints && std::fabs(a->v * b->v) <= kIntLimit};
-      if (op == "/" || op == "%") {
+      const bool one = op.size() == 1;
+      if (one && c0 == '+') return VValue{a->v + b->v, ints};
+      if (one && c0 == '-') return VValue{a->v - b->v, ints};
+      if (one && c0 == '*') return VValue{a->v * b->v, ints && std::fabs(a->v * b->v) <= kIntLimit};
+      if (one && (c0 == '/' || c0 == '%')) {
         if (ints) {
           if (b->v == 0) {
             fail(diags, e, "integer division by zero", "the divisor of an integer '/' or '%' must not be 0");
             return std::nullopt;
           }
           int64_t x = int64_t(a->v), y = int64_t(b->v), q = floor_div(x, y);
-          return VValue{double(op == "/" ? q : x - q * y), true};
+          return VValue{double(c0 == '/' ? q : x - q * y), true};
         }
-        if (op == "/") return VValue{a->v / b->v, false};
+        if (c0 == '/') return VValue{a->v / b->v, false};
         return VValue{a->v - std::floor(a->v / b->v) * b->v, false};
       }
       fail(diags, e, "unknown operator '" + op + "'", "");

@@ -14,6 +14,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "support/diag.h"
@@ -43,9 +45,35 @@ struct VValue {
   bool is_int = false;  // integral (index arithmetic); int / int floors
 };
 
+// The element names of one evaluation (score, q_idx, kv_idx; q_lo, q_hi, kv_lo, kv_hi in clauses):
+// a few short names held inline, so that evaluating an element allocates nothing (the interpreter
+// evaluates declarations per score element). Longer names or more than four go to `more`.
+class VLocals {
+ public:
+  VLocals() = default;
+  VLocals(std::initializer_list<std::pair<std::string_view, VValue>> l) {
+    for (const auto& [k, v] : l) set(k, v);
+  }
+  VLocals(const std::map<std::string, VValue>& m) {  // NOLINT: implicit, as the map it replaces
+    for (const auto& [k, v] : m) set(k, v);
+  }
+  void set(std::string_view name, VValue v);
+  const VValue* find(std::string_view name) const;
+
+ private:
+  struct Item {
+    char name[8];
+    size_t len;
+    VValue v;
+  };
+  Item items_[4] = {};
+  int n_ = 0;
+  std::map<std::string, VValue, std::less<>> more_;
+};
+
 struct VariantEnv {
   const Env* env = nullptr;                      // integer names and scalars
-  std::map<std::string, VValue> locals;          // score, q_idx, kv_idx, q_lo, ...
+  VLocals locals;                                // score, q_idx, kv_idx, q_lo, ...
   // An auxiliary tensor element at the given (already clamped by the callee) indices; nullopt when
   // the tensor is unknown or the index count is wrong.
   std::function<std::optional<double>(const std::string&, const std::vector<int64_t>&)> aux;
