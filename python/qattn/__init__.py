@@ -5,15 +5,17 @@
     o, lse = qattn.attention(q, k, v, return_lse=True, layout="bhsd")
     kern = qattn.compile("llama3-8b")                       # ahead of time (a preset, dict or JSON file)
     print(qattn.explain("llama3-8b", gpu="a100").tl)        # the TL program and the CUDA source
+    qattn.precompile(qattn.COMMON_KERNELS, "pack", gpu="h100"); qattn.use_pack("pack")  # ship kernels
 
 The kernels come from the `qattn` command (spec -> TL -> CUDA -> nvcc -> .so with a C ABI); this
 package finds it ($QATTN_BIN, PATH, <repo>/build/qattn), runs it once per kernel and process, and
 calls the library through ctypes. torch is imported only when needed. docs/python.md has the rest.
 """
 from ._abi import QATTN_ABI_VERSION
-from ._attention import Explanation, Kernel, attention, compile, compile_many, explain
+from ._attention import Explanation, Kernel, attention, compile, compile_many, explain, precompile
 from ._build import cache_dir, clear_memory_cache, kernel_spec
 from ._cli import find_executable, repo_root
+from ._pack import COMMON_KERNELS, use_pack
 from ._target import POLICY as TARGET_POLICY
 from ._target import target_for_capability, target_for_gpu
 from .errors import BuildError, DeviceError, LaunchError, QattnError, SpecError, ToolchainError
@@ -33,7 +35,7 @@ if "torch" in _sys.modules:
         pass
 
 __all__ = [
-    "attention", "compile", "compile_many", "explain", "Kernel", "Explanation",
+    "attention", "compile", "compile_many", "explain", "precompile", "use_pack", "COMMON_KERNELS", "Kernel", "Explanation",
     "QattnError", "SpecError", "ToolchainError", "BuildError", "DeviceError", "LaunchError",
     "cache_dir", "clear_memory_cache", "kernel_spec", "find_executable", "repo_root",
     "target_for_capability", "target_for_gpu", "TARGET_POLICY", "QATTN_ABI_VERSION",

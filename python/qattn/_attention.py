@@ -3,7 +3,7 @@ import math
 import os
 
 from . import _op
-from . import _build
+from . import _build, _pack
 from ._abi import STATUS, fill_params
 from ._target import local_capability, target_for_capability, target_for_gpu
 from ._torch_util import import_torch
@@ -408,6 +408,28 @@ def compile_many(specs, *, gpu=None, jobs=None, verbose=None):
 
     with ThreadPoolExecutor(max_workers=jobs) as ex:
         return list(ex.map(one, specs))
+
+
+def precompile(specs, out, *, gpu=None, short=False, jobs=None, verbose=None):
+    """Builds the kernels of `specs` ahead of time and writes them as a kernel pack to the folder
+    `out` (added to an existing pack there); returns the number of kernels the pack holds.
+
+    specs: what compile() takes (presets, spec dicts, JSON files), or qattn.COMMON_KERNELS. Each
+    kernel serves every attention() call with its compile-time fields (dtype, head dims, mask kind,
+    variants, return_lse; any batch, heads, lengths, layout, window size, softcap). gpu: the GPU to
+    build for (default: the spec's, else the local one). short=True also packs the Hopper kernels
+    for short GQA/MQA queries (decoding; qattn._build.short_queries). On the deployment machine,
+    qattn.use_pack(out) or QATTN_PACKS=out: attention() then runs those kernels with no compiler."""
+    kernels = compile_many(specs, gpu=gpu, jobs=jobs, verbose=verbose)
+    builds = [k._b for k in kernels]
+    if short:
+        for k in kernels:
+            dt, dqk, dv, fields, lse = _build.compile_time_fields(k.spec)
+            fields, _ = split_launch_args(fields)
+            if k.target in ("h100", "h200") and "variants" not in fields:
+                ks = _build.kernel_spec(dt, dqk, dv, fields, lse, k.target, short=True)
+                builds.append(_build.build(ks, k.target, k.target_reason, verbose=verbose))
+    return _pack.write_pack(out, builds)
 
 
 class Explanation:

@@ -9,6 +9,8 @@ one kernel per compile-time tuple, from a *kernel spec* with a name derived from
 canonical heads 2/1 (the heads only reach a comment of the TL and the CPU interpreter's check, which
 then also exercises the shared-KV head mapping).
 
+Kernel packs (qattn.use_pack, $QATTN_PACKS; _pack.py) are searched first: a kernel found there is
+loaded without running the `qattn` command or nvcc.
 Caches: in this process, a dict from (kernel spec, local GPU) to the loaded library; on disk,
 the nvcc driver's content-addressed cache (<cache>/<key[0:2]>/<key>/, key = SHA-256 of source,
 flags, nvcc version, runtime headers), so a kernel built once is never compiled again.
@@ -26,7 +28,7 @@ import tempfile
 import threading
 import time
 
-from . import _cli
+from . import _cli, _pack
 from ._abi import Library
 from ._variants import fields_of_spec, variant_tag
 from .errors import BuildError, QattnError, SpecError
@@ -124,6 +126,7 @@ class Build:
         self.dir = out_dir
         self.library_path = os.path.join(out_dir, "libqattn_kernel.so")
         self.cache_hit, self.nvcc_seconds, self.wall_seconds, self.log = cache_hit, nvcc_seconds, wall_seconds, log
+        self.from_pack = None  # the kernel pack folder it came from (qattn.use_pack), else None
         self._lib = None
         self._lock = threading.Lock()
 
@@ -186,6 +189,15 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None):
     with _key_lock(key):
         if use_cache and key in _BUILDS:
             return _BUILDS[key]
+        if use_cache:  # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc
+            t0 = time.perf_counter()
+            found = _pack.find(spec)
+            if found is not None:
+                kdir, _ = found
+                b = Build(spec, target, reason, kdir, True, None, time.perf_counter() - t0, f"from the kernel pack: {kdir}")
+                b.from_pack = os.path.dirname(kdir)
+                _BUILDS[key] = b
+                return b
         h = hashlib.sha256((text + local_tag).encode()).hexdigest()[:12]
         root = os.path.join(cache_dir(), "python")
         name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}-{h}"

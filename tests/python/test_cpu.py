@@ -244,6 +244,58 @@ def test_launch_arguments_reach_the_c_abi():
         _abi.check_info({**info, "args": ["window_left", "rm -rf"]})
 
 
+@needs_cli
+def test_kernel_pack_serves_without_the_compiler(tmp_path):
+    """Issue 21: a pack built ahead of time is loaded with no `qattn` command and no nvcc (a fresh
+    process whose QATTN_BIN names nothing and whose PATH has no nvcc), its files checked first:
+    a changed library, a manifest naming a folder outside the pack, another ABI are refused."""
+    if not have_nvcc():
+        pytest.skip("nvcc is not installed")
+    pack = tmp_path / "pack"
+    n = qattn.precompile([{"heads_q": 2, "head_dim": 64, "dtype": "bf16", "mask": "none"}], str(pack), gpu="a100",
+                         verbose=False)
+    assert n == 1
+    m = json.loads((pack / "manifest.json").read_text())
+    e = m["kernels"][0]
+    assert m["abi"] == qattn.QATTN_ABI_VERSION and e["spec"]["name"] == "py_bf16_d64_none"
+    assert set(e["files"]) >= {"libqattn_kernel.so", "spec.json", "code.tl", "kernel.kir", "kernel.cu"}
+    code = (
+        "import os, qattn\n"
+        "from qattn import _build, _pack\n"
+        "spec = qattn.kernel_spec('bf16', 64, 64, {'mask': {'kind': 'none'}}, False, 'sm80')\n"
+        "b = _build.build(spec, 'sm80', 'test')\n"
+        "print('from_pack', b.from_pack == os.environ['QATTN_PACKS'], 'nvcc', b.nvcc_seconds)\n"
+        "print('tl', 'Kernel flash_fwd' in b.artifact('code.tl'))\n"
+        "other = qattn.kernel_spec('bf16', 128, 128, {'mask': {'kind': 'none'}}, False, 'sm80')\n"
+        "try:\n"
+        "    _build.build(other, 'sm80', 'test')\n"
+        "except qattn.QattnError as e:\n"
+        "    print('not in the pack ->', e.code)\n")
+    env = {"QATTN_PACKS": str(pack), "QATTN_BIN": str(tmp_path / "no-qattn"), "PATH": "/usr/bin:/bin",
+           "QATTN_CACHE_DIR": str(tmp_path / "cache")}
+    r = _run_python(code, env)
+    assert r.returncode == 0, r.stderr
+    assert "from_pack True nvcc None" in r.stdout and "tl True" in r.stdout, r.stdout
+    assert "not in the pack -> PY0201" in r.stdout, r.stdout  # the compiler is needed only for what a pack lacks
+    # hostile or damaged packs are refused before anything is loaded
+    from qattn import _pack
+    lib = pack / e["dir"] / "libqattn_kernel.so"
+    data = lib.read_bytes()
+    lib.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    _pack._PACKS.clear()
+    qattn.use_pack(str(pack))
+    with pytest.raises(qattn.BuildError) as x:
+        _pack.find(e["spec"])
+    assert x.value.code == "PY0206" and "SHA-256" in str(x.value)
+    lib.write_bytes(data)
+    for bad in ({**m, "abi": 2}, {**m, "kernels": [{**e, "dir": "../escape"}]}, {**m, "kernels": [{**e, "key": "0" * 64}]}):
+        (pack / "manifest.json").write_text(json.dumps(bad))
+        with pytest.raises(qattn.BuildError) as x:
+            qattn.use_pack(str(pack))
+        assert x.value.code == "PY0206", bad
+    _pack._PACKS.clear()
+
+
 def test_short_gqa_queries_on_hopper_take_the_packed_kernel():
     from qattn import _build
     none = {"mask": {"kind": "none"}}

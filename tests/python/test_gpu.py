@@ -193,6 +193,32 @@ def test_twenty_windows_and_softcaps_build_one_kernel(gen):
     assert new == ["py_fp16_d64_window_softcap"], new
 
 
+def test_kernel_pack_runs_with_no_compiler(tmp_path):
+    """Issue 21: a kernel from a pack (qattn.precompile) runs in a process that has no `qattn`
+    command: nothing is compiled, the output matches SDPA, no build progress is printed."""
+    import subprocess
+    import sys
+    from gpu_kernels import D128_CAUSAL
+    pack = tmp_path / "pack"
+    assert qattn.precompile([D128_CAUSAL], str(pack), verbose=False) == 1  # the suite's kernel: a cache hit
+    child = (
+        "import time, torch, qattn\n"
+        "q = torch.randn(2, 333, 8, 128, device='cuda', dtype=torch.bfloat16)\n"
+        "k = torch.randn(2, 333, 2, 128, device='cuda', dtype=torch.bfloat16)\n"
+        "v = torch.randn(2, 333, 2, 128, device='cuda', dtype=torch.bfloat16)\n"
+        "o = qattn.attention(q, k, v, causal=True)\n"
+        "r = torch.nn.functional.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (q, k, v)), is_causal=True, enable_gqa=True)\n"
+        "b = [x for x in qattn._build._BUILDS.values()][0]\n"
+        "print('diff', (o.transpose(1, 2).float() - r.float()).abs().max().item(), 'pack', b.from_pack is not None)\n")
+    env = dict(os.environ, QATTN_PACKS=str(pack), QATTN_BIN=str(tmp_path / "none"), QATTN_CACHE_DIR=str(tmp_path / "c"))
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    words = r.stdout.split()
+    assert words[words.index("pack") + 1] == "True", r.stdout
+    assert float(words[words.index("diff") + 1]) < 2e-2, r.stdout
+    assert "building" not in r.stderr and "nvcc" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[2], SHAPES[4]])
 def test_bf16_d128_softcap_return_lse(shape, causal, gen):
