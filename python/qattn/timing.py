@@ -3,8 +3,9 @@ process (the timing half of the last step of `qattn generate`).
 
     python3 -m qattn.timing ARTIFACTS_DIR [--seqlen 4096] [--tokens 16384]   # or tests/gpu/time_kernel.py
 
-Reads ARTIFACTS_DIR/spec.json (heads) and libqattn_kernel.so (qattn_kernel_info: head dims, mask,
-dtype). Shapes: batch * seqlen = --tokens, BSHD. Checks the output against SDPA once (fresh random
+Reads ARTIFACTS_DIR/spec.json (heads, variants) and libqattn_kernel.so (qattn_kernel_info: head dims,
+mask, dtype). Kernels with variants (softcap, ALiBi, document, ...) or a window are skipped: SDPA has
+no baseline for them (bench/bench_variants.py times them against FlexAttention). Shapes: batch * seqlen = --tokens, BSHD. Checks the output against SDPA once (fresh random
 inputs, poisoned output) before timing; timing is triton's do_bench median. FLOPs =
 2 * B * Hq * S^2 * (d_qk + d_v), halved for causal masks.
 """
@@ -33,6 +34,11 @@ def main():
     info = k.info
     if info["dtype"] not in DT or info["mask"] not in ("none", "causal"):
         print(f"time_kernel: skipped ({info['dtype']}, mask {info['mask']}: no SDPA baseline here)")
+        return 0
+    variants = sorted(k for k, x in (spec.get("variants") or {}).items() if x not in (None, False))
+    if variants or info.get("aux") or info.get("args"):
+        # SDPA computes none of them (bench/bench_variants.py times variants against FlexAttention)
+        print(f"time_kernel: skipped (variants {', '.join(variants) or info.get('args')}: no SDPA baseline here)")
         return 0
     dt, s = DT[info["dtype"]], a.seqlen
     b, hq, hkv = max(1, a.tokens // s), spec["heads_q"], spec["heads_kv"]

@@ -3,8 +3,12 @@ of `qattn generate`, and the GPU suites' check).
 
     python3 -m qattn.verify OUT_DIR [--only REGEX] [--seed N]     # or tests/gpu/verify.py
 
-Loads every OUT_DIR/*.so (built by tests/gpu/build_kernels.sh), reads what it computes from
-qattn_kernel_info() (head dims, mask, window, LSE, dtype), and runs it on many shapes: ragged
+Loads every OUT_DIR/*.so (built by tests/gpu/build_kernels.sh, or the libqattn_kernel.so of a
+`qattn generate` artifacts folder), reads what it computes from qattn_kernel_info() (head dims, mask,
+window, LSE, dtype) and, next to an artifacts folder's library, spec.json (the variants: softcap,
+ALiBi, relative bias, prefix-LM, document masking, as independent torch formulas with their
+auxiliary inputs; a kernel with custom score_mod / mask_mod expressions has no reference here: it
+is reported, and the exit status is 3 when nothing else failed), and runs it on many shapes: ragged
 sequence lengths (seqlen_q < and > seqlen_k, 1), batch > 1, MHA, GQA, MQA, BSHD and BHSD strides.
 Every run uses fresh random inputs and poisoned outputs (O and LSE filled with NaN). Reference:
 fp64 attention with the kernel's mask. Verdict (FlashAttention's rule): max |O - ref| <=
@@ -15,10 +19,11 @@ statuses. Kernels that take the window or the softcap at launch (info "args") ar
 different window (unbounded sides, -1, included) and cap per case, the reference with the same.
 Kernels named neg_* were built from deliberately broken TL (build_kernels.sh): they must
 compute wrong answers (the translator must not repair the TL). Prints a table; exits 1 if anything
-fails.
+fails, 3 if some kernel could not be verified (and nothing failed), else 0.
 """
 import argparse
 import glob
+import json
 import math
 import os
 import re
@@ -59,9 +64,10 @@ def visible(info, sq, sk, device, window=None):
     return torch.ones(sq, sk, dtype=torch.bool, device=device)
 
 
-def attention(q, k, v, vis, scale, acc, p_dtype=None, out_dtype=None, softcap=None):
+def attention(q, k, v, vis, scale, acc, p_dtype=None, out_dtype=None, softcap=None, score=None, keep=None):
     """q (B,Sq,Hq,D), k/v (B,Sk,Hkv,D) -> O (B,Sq,Hq,Dv), LSE (B,Hq,Sq) computed in `acc`; softcap c:
-    scores become c tanh(s / c) before the mask."""
+    scores become c tanh(s / c) before the mask; score(s, b, h, q, k) / keep(b, h, q, k): a spec's
+    variants on broadcast index grids (variant_fns); vis (Sq, Sk) or None."""
     hq, hkv = q.shape[2], k.shape[2]
     qd = q.to(acc).permute(0, 2, 1, 3)
     kd = k.to(acc).permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
@@ -69,7 +75,17 @@ def attention(q, k, v, vis, scale, acc, p_dtype=None, out_dtype=None, softcap=No
     s = (qd @ kd.transpose(-1, -2)) * scale
     if softcap is not None:
         s = softcap * torch.tanh(s / softcap)
-    s = s.masked_fill(~vis, float("-inf"))
+    if score is not None or keep is not None:
+        B, H, Sq, Sk = s.shape
+        dev = s.device
+        grids = (torch.arange(B, device=dev)[:, None, None, None], torch.arange(H, device=dev)[None, :, None, None],
+                 torch.arange(Sq, device=dev)[None, None, :, None], torch.arange(Sk, device=dev)[None, None, None, :])
+        if score is not None:
+            s = score(s, *grids).to(acc)
+        if keep is not None:
+            s = s.masked_fill(~keep(*grids).expand(B, H, Sq, Sk), float("-inf"))
+    if vis is not None:
+        s = s.masked_fill(~vis, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
     if p_dtype is not None:
@@ -78,6 +94,109 @@ def attention(q, k, v, vis, scale, acc, p_dtype=None, out_dtype=None, softcap=No
     if out_dtype is not None:
         o = o.to(out_dtype).to(acc)
     return o.permute(0, 2, 1, 3), lse
+
+
+# ---- a spec's variants (docs/spec.md, "Variants"), independently of the TL ------------------------
+
+def packed_ids(batch, length, gen):
+    """Nondecreasing segment ids per batch row (documents of random lengths), int32."""
+    ids = torch.zeros(batch, length, dtype=torch.int32, device="cuda")
+    for b in range(batch):
+        pos, seg = 0, 0
+        while pos < length:
+            n = int(torch.randint(1, max(2, length // 3), (1,), generator=gen, device="cuda").item())
+            ids[b, pos:pos + n] = seg
+            pos, seg = pos + n, seg + 1
+    return ids
+
+
+def make_aux(info, batch, hq, sq, sk, gen):
+    """The auxiliary tensors the kernel reads, by name ({name: tensor}); ValueError for an unknown one."""
+    out = {}
+    for a in info.get("aux", []):
+        n = a["name"]
+        if n == "alibi_slopes":  # the standard ALiBi slopes 2^(-8 (h + 1) / H)
+            out[n] = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], device="cuda", dtype=torch.float32)
+        elif n in ("seg_q", "seg_k"):
+            out[n] = packed_ids(batch, sq if n == "seg_q" else sk, gen)
+        elif n == "rel_bias":
+            nb = int(info["tiles"].get("NB", 32))
+            out[n] = torch.randn(hq, nb, generator=gen, device="cuda", dtype=torch.float32)
+        else:
+            raise ValueError(f"unknown auxiliary tensor {n} (shape {a.get('shape')})")
+    return out
+
+
+def variant_fns(spec, aux, sq, sk, window=None, softcap=None, extra=None):
+    """(score(s, b, h, q, k), keep(b, h, q, k)) of a spec's mask and variants on broadcast index
+    grids, None when absent; window / softcap: the launch values (else the spec's); extra: Python
+    transcriptions of custom score_mod / mask_mod ({"score": ..., "keep": ...}: expressions over s, b,
+    h, q, k, off and torch)."""
+    extra = extra or {}
+    off = sk - sq
+    m = spec.get("mask", {})
+    m = dict(m) if isinstance(m, dict) else {"kind": m}
+    if window is not None:
+        m["left"], m["right"] = window
+    var = dict(spec.get("variants", {}))
+    mods = []
+    if var.get("alibi"):
+        slopes = aux["alibi_slopes"]
+        mods.append(lambda s, b, h, q, k: s - slopes[h] * (q + off - k).abs())
+    if var.get("relative_bias"):
+        nb = int(var["relative_bias"])
+        table = aux["rel_bias"]
+        mods.append(lambda s, b, h, q, k: s + table[h, (k - q - off).clamp(-(nb // 2), nb // 2 - 1) + nb // 2])
+    if extra.get("score"):  # the planner's order: alibi, relative bias, score_mod, softcap
+        mods.append(eval("lambda s, b, h, q, k: " + extra["score"], {"torch": torch, "off": off}))  # noqa: S307 - test input
+    if var.get("softcap"):
+        c = float(softcap if softcap is not None else var["softcap"])
+        mods.append(lambda s, b, h, q, k: c * torch.tanh(s / c))
+    keeps = []
+    kind = m.get("kind", "none")
+    if kind == "causal":
+        top_left = m.get("align") == "top_left"
+        keeps.append(lambda b, h, q, k: k <= q if top_left else k <= q + off)
+    elif kind == "causal_top_left":
+        keeps.append(lambda b, h, q, k: k <= q)
+    if kind == "window":
+        lo, hi = m["left"], m["right"]  # -1: unbounded
+        keeps.append(lambda b, h, q, k: ((k >= q + off - lo) | (lo < 0)) & ((k <= q + off + hi) | (hi < 0)))
+    if var.get("prefix_lm") is not None:
+        pl = int(var["prefix_lm"])
+        keeps.append(lambda b, h, q, k: (k <= q + off) | (k < pl))
+    if var.get("document"):
+        sgq, sgk = aux["seg_q"].long(), aux["seg_k"].long()
+        keeps.append(lambda b, h, q, k: sgq[b, q] == sgk[b, k])
+    if extra.get("keep"):
+        keeps.append(eval("lambda b, h, q, k: " + extra["keep"], {"torch": torch, "off": off}))  # noqa: S307 - test input
+    score = keep = None
+    if mods:
+        def score(s, b, h, q, k):
+            for f in mods:
+                s = f(s, b, h, q, k)
+            return s
+    if keeps:
+        def keep(b, h, q, k):
+            r = keeps[0](b, h, q, k)
+            for f in keeps[1:]:
+                r = r & f(b, h, q, k)
+            return r
+    return score, keep
+
+
+def load_spec(so_path):
+    """The spec of an artifacts folder's library (`qattn generate` writes spec.json next to
+    libqattn_kernel.so), else None."""
+    p = os.path.join(os.path.dirname(os.path.abspath(so_path)), "spec.json")
+    if os.path.basename(so_path) != "libqattn_kernel.so" or not os.path.isfile(p):
+        return None
+    try:
+        with open(p) as f:
+            s = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return s if isinstance(s, dict) else None
 
 
 def make_inputs(info, b, hq, hkv, sq, sk, layout, gen):
@@ -99,10 +218,25 @@ def max_abs(a, b):
     return d.max().item() if d.numel() else 0.0
 
 
-def run_case(kern, case, gen, i=0):
+CUSTOM = ("score_mod", "mask_mod")
+
+
+def spec_variants(spec):
+    """The variants of a spec (docs/spec.md) this verifier models through variant_fns, or None when
+    the kernel has none (its mask comes from the kernel info alone)."""
+    var = (spec or {}).get("variants") or {}
+    return var if any(v not in (None, False) for v in var.values()) else None
+
+
+def run_case(kern, case, gen, i=0, spec=None):
     info = kern.info
     window, softcap = launch_values(info, i)
     b, hq, hkv, sq, sk, layout = case
+    var = spec_variants(spec)
+    if var and any(var.get(c) for c in CUSTOM):
+        return False, ("custom score_mod / mask_mod: this verifier has no reference for TL expressions (the TL "
+                       "interpreter checked the program; tests/gpu/verify_variants.py checks such kernels from a "
+                       "variants.json)"), None
     q, k, v = make_inputs(info, b, hq, hkv, sq, sk, layout, gen)
     out_dt = DTYPES[info["out_dtype"]]
     o = torch.full((b, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=out_dt)
@@ -117,14 +251,22 @@ def run_case(kern, case, gen, i=0):
         dq, dk, dvs = 0.5, 1.25, 0.75
         descale = tuple(torch.tensor([x], device="cuda", dtype=torch.float32) for x in (dq, dk, dvs))
         qf, kf, vf = qf * dq, kf * dk, vf * dvs
-    st = kern(q, k, v, o, lse, scale, descale, window=window, softcap=softcap)
+    aux = make_aux(info, b, hq, sq, sk, gen) if var else {}
+    st = kern(q, k, v, o, lse, scale, descale, window=window, softcap=softcap,
+              aux=[aux[a["name"]] for a in info.get("aux", [])] if aux else None)
     torch.cuda.synchronize()
     if st != 0:
         return False, f"status {st}: {kern.last_error()}", None
-    vis = visible(info, sq, sk, q.device, window)
-    o_ref, lse_ref = attention(qf, kf, vf, vis, scale, torch.float64, softcap=softcap)
     p_dt = DTYPES[info["dtype"]] if not fp8 else torch.float8_e4m3fn
-    o_naive, lse_naive = attention(qf, kf, vf, vis, scale, torch.float32, p_dtype=p_dt, out_dtype=out_dt, softcap=softcap)
+    if var:  # the spec's mask and variants as independent torch formulas (softcap at the launch value)
+        score, keep = variant_fns(spec, aux, sq, sk, window, softcap)
+        o_ref, lse_ref = attention(qf, kf, vf, None, scale, torch.float64, score=score, keep=keep)
+        o_naive, lse_naive = attention(qf, kf, vf, None, scale, torch.float32, p_dtype=p_dt, out_dtype=out_dt, score=score,
+                                       keep=keep)
+    else:
+        vis = visible(info, sq, sk, q.device, window)
+        o_ref, lse_ref = attention(qf, kf, vf, vis, scale, torch.float64, softcap=softcap)
+        o_naive, lse_naive = attention(qf, kf, vf, vis, scale, torch.float32, p_dtype=p_dt, out_dtype=out_dt, softcap=softcap)
     o64 = o.double()
     nan = torch.isnan(o64).sum().item()
     err = max_abs(o64, o_ref)
@@ -147,7 +289,7 @@ def run_case(kern, case, gen, i=0):
     return ok, msg, err
 
 
-def abi_checks(kern):
+def abi_checks(kern, gen=None):
     """The C ABI refuses bad calls with the documented statuses."""
     info = kern.info
     dt = DTYPES[info["dtype"]]
@@ -156,23 +298,29 @@ def abi_checks(kern):
     v = torch.randn(1, 64, 2, info["d_v"], device="cuda").to(dt)
     o = torch.empty(1, 64, 2, info["d_v"], device="cuda", dtype=DTYPES[info["out_dtype"]])
     window, softcap = launch_values(info, 0)
+    aux = make_aux(info, 1, 2, 64, 64, gen)
+    aux = [aux[a["name"]] for a in info.get("aux", [])] or None
+
+    def prm(window=window, softcap=softcap):
+        return kern.params(q, k, v, o, window=window, softcap=softcap, aux=aux)
+
     results = []
     if window is not None or softcap is not None:
-        p = kern.params(q, k, v, o, window=(-2, 0) if window else None, softcap=-1.0 if softcap else None)
+        p = prm((-2, 0) if window else None, -1.0 if softcap else None)
         results.append(("bad launch argument", kern(q, k, v, o, params=p) == 7))
-    p = kern.params(q, k, v, o, window=window, softcap=softcap)
+    p = prm()
     p.abi_version = QATTN_ABI_VERSION + 1
     results.append(("abi_version", kern(q, k, v, o, params=p) == 1))
-    p = kern.params(q, k, v, o, window=window, softcap=softcap)
+    p = prm()
     p.d_qk += 8
     results.append(("head dim", kern(q, k, v, o, params=p) == 2))
-    p = kern.params(q, k, v, o, window=window, softcap=softcap)
+    p = prm()
     p.heads_kv = 3
     results.append(("heads_q % heads_kv", kern(q, k, v, o, params=p) == 2))
-    p = kern.params(q, k, v, o, window=window, softcap=softcap)
+    p = prm()
     p.q = p.q + 2
     results.append(("misaligned q", kern(q, k, v, o, params=p) == 3))
-    p = kern.params(q, k, v, o, window=window, softcap=softcap)
+    p = prm()
     p.k_row_stride = p.k_row_stride + 1
     results.append(("misaligned stride", kern(q, k, v, o, params=p) == 3))
     return results
@@ -210,7 +358,7 @@ def main():
         return 1
     gen = torch.Generator(device="cuda")
     gen.manual_seed(args.seed)
-    failures = 0
+    failures = unverifiable = 0
     rows = []
     for path in libs:
         name = os.path.basename(path)[:-3]
@@ -221,13 +369,22 @@ def main():
             failures += 1
             continue
         i = kern.info
+        spec = load_spec(path)  # an artifacts folder (`qattn generate`): its variants are checked too
+        if any((spec_variants(spec) or {}).get(c) for c in CUSTOM):
+            print(f"{name}: not verified: custom score_mod / mask_mod expressions have no reference here (the TL "
+                  "interpreter checked the program; tests/gpu/verify_variants.py checks such kernels from a "
+                  "variants.json)", flush=True)
+            unverifiable += 1
+            continue
         desc = f"{i['arch']} {i['dtype']} d{i['d_qk']}/{i['d_v']} {i['mask']}{' lse' if i['lse'] else ''}"
+        if spec_variants(spec):
+            desc += " " + ",".join(sorted(k for k, x in spec["variants"].items() if x not in (None, False)))
         if name.startswith("neg_"):
             wrong = 0
             for ci, case in enumerate(CASES):
                 if args.verbose:
                     print(f"  {name} {case}", flush=True)
-                ok, msg, _ = run_case(kern, case, gen, ci)
+                ok, msg, _ = run_case(kern, case, gen, ci, spec)
                 wrong += 0 if ok else 1
             ok = wrong > 0
             rows.append((name, "broken TL -> wrong kernel", ok, f"{wrong}/{len(CASES)} cases wrong"))
@@ -237,20 +394,22 @@ def main():
         for ci, case in enumerate(CASES):
             if args.verbose:
                 print(f"  {name} {case}", flush=True)
-            ok, msg, _ = run_case(kern, case, gen, ci)
+            ok, msg, _ = run_case(kern, case, gen, ci, spec)
             b, hq, hkv, sq, sk, layout = case
             rows.append((name, f"b{b} h{hq}/{hkv} s{sq}/{sk} {layout}", ok, msg))
             failures += 0 if ok else 1
-        for what, ok in abi_checks(kern):
+        for what, ok in abi_checks(kern, gen):
             rows.append((name, f"abi: {what}", ok, ""))
             failures += 0 if ok else 1
         print(f"{name}: {desc}", flush=True)
+    if not rows:
+        return 3 if unverifiable else 1
     w = max(len(r[0]) for r in rows)
     print(f"\n{'kernel':<{w}}  {'case':<32} {'ok':<4} detail")
     for name, case, ok, msg in rows:
         print(f"{name:<{w}}  {case:<32} {'PASS' if ok else 'FAIL':<4} {msg}")
-    print(f"\n{len(rows) - failures}/{len(rows)} passed")
-    return 1 if failures else 0
+    print(f"\n{len(rows) - failures}/{len(rows)} passed" + (f"; {unverifiable} kernel(s) not verifiable here" if unverifiable else ""))
+    return 1 if failures else 3 if unverifiable else 0
 
 
 if __name__ == "__main__":

@@ -55,9 +55,11 @@ int cmd_generate(const GenerateArgs& a) {
   for (const auto& f : r->files) files += (files.empty() ? "" : ",") + f;
   std::cout << "wrote " << r->out.string() << "/{" << files << "}\n";
   if (r->gpu_failed) return kFailed;
-  if (r->unverified) {  // the LLM's CUDA compiled, nothing checked its numerics: never "succeeded"
-    std::cerr << "compiled but unverified: the LLM wrote this kernel's CUDA and no GPU numerics check ran on it (exit "
-              << kUnverified << ")\n";
+  if (r->unverified) {  // compiled, nothing checked its numerics on a GPU: never "succeeded"
+    std::cerr << "compiled but unverified: "
+              << (r->unverified_why.empty() ? "the LLM wrote this kernel's CUDA and no GPU numerics check ran on it"
+                                             : r->unverified_why)
+              << " (exit " << kUnverified << ")\n";
     return kUnverified;
   }
   return kOk;

@@ -194,6 +194,13 @@ class Run {
       const auto p = by_llm_ && by_llm_->translation
                          ? llm::run_sandboxed_python(py, module, r_.out)
                          : support::run_process({py, "-m", module, r_.out.string()}, {support::python_path_env()});
+      if (p.started && p.status == 3 && std::string(module) == "qattn.verify") {
+        // no reference for this kernel (custom score_mod / mask_mod): built and interpreted, not GPU-verified
+        r_.unverified = true;
+        r_.unverified_why = "qattn.verify has no GPU reference for custom score_mod / mask_mod expressions (the TL "
+                            "interpreter checked the program against them)";
+        return stop("[4/4] not verified on " + local_->name + ": " + r_.unverified_why, "no GPU reference");
+      }
       if (!p.started || p.status != 0) {
         d_.error("GEN0401", {}, std::string(module) + (p.started ? " failed (exit status " + std::to_string(p.status) + ")" : ": " + p.error),
                  std::string(module) == "qattn.verify"

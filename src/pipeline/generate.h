@@ -46,8 +46,10 @@ struct Result {
   bool built = false;                 // libqattn_kernel.so is there (false: no CUDA toolchain)
   std::string stopped;                // why it stopped before the GPU step ("" when it ran)
   bool gpu_failed = false;            // the GPU step ran and failed (GEN0401 in the diagnostics)
-  bool unverified = false;            // the LLM wrote the CUDA and no GPU numerics check ran on it:
+  bool unverified = false;            // no GPU numerics check ran on the kernel (the LLM wrote the
+                                      // CUDA without a GPU, or qattn.verify has no reference for it):
                                       // compiled but unverified (`qattn generate` exits 3)
+  std::string unverified_why;         // why, when it is not the LLM's CUDA
 };
 
 // Runs the pipeline for `s`. nullopt: a stage failed, diagnostics in `diags`, nothing written.

@@ -26,39 +26,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qattn_lib import Kernel  # noqa: E402
+from qattn.verify import attention, make_aux, variant_fns  # noqa: E402  (the package's variant formulas)
 
 DT = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}
-
-
-def make_aux(info, batch, hq, sq, sk, gen):
-    """The auxiliary tensors the kernel reads, by name (see docs/spec.md, "Variants")."""
-    dev = "cuda"
-    out = {}
-    for a in info.get("aux", []):
-        n = a["name"]
-        if n == "alibi_slopes":  # the standard ALiBi slopes 2^(-8 (h + 1) / H)
-            out[n] = torch.tensor([2.0 ** (-8.0 * (h + 1) / hq) for h in range(hq)], device=dev, dtype=torch.float32)
-        elif n in ("seg_q", "seg_k"):
-            length = sq if n == "seg_q" else sk
-            out[n] = packed_ids(batch, length, gen)
-        elif n == "rel_bias":
-            nb = int(info["tiles"].get("NB", 32))
-            out[n] = torch.randn(hq, nb, generator=gen, device=dev, dtype=torch.float32)
-        else:
-            raise SystemExit(f"unknown auxiliary tensor {n} (shape {a['shape']})")
-    return out
-
-
-def packed_ids(batch, length, gen):
-    """Nondecreasing segment ids per batch row (documents of random lengths), int32."""
-    ids = torch.zeros(batch, length, dtype=torch.int32, device="cuda")
-    for b in range(batch):
-        pos, seg = 0, 0
-        while pos < length:
-            n = int(torch.randint(1, max(2, length // 3), (1,), generator=gen, device="cuda").item())
-            ids[b, pos:pos + n] = seg
-            pos, seg = pos + n, seg + 1
-    return ids
 
 
 def launch_values(info, spec, i):
@@ -75,83 +45,6 @@ def launch_values(info, spec, i):
         caps = [float(spec.get("variants", {}).get("softcap", 30.0)), 5.0, 50.0, 1.5]
         softcap = caps[i % len(caps)]
     return window, softcap
-
-
-def variant_fns(spec, extra, aux, sq, sk, window=None, softcap=None):
-    """(score(s, b, h, q, k), keep(b, h, q, k)) on broadcast index grids; None when absent. window /
-    softcap: the launch values (else the spec's)."""
-    off = sk - sq
-    m = dict(spec.get("mask", {})) if isinstance(spec.get("mask", {}), dict) else spec.get("mask")
-    if window is not None:
-        m["left"], m["right"] = window
-    spec = dict(spec.get("variants", {}))  # docs/spec.md, "Variants"
-    mods = []
-    if spec.get("alibi"):
-        slopes = aux["alibi_slopes"]
-        mods.append(lambda s, b, h, q, k: s - slopes[h] * (q + off - k).abs())
-    if spec.get("relative_bias"):
-        nb = int(spec["relative_bias"])
-        table = aux["rel_bias"]
-        mods.append(lambda s, b, h, q, k: s + table[h, (k - q - off).clamp(-(nb // 2), nb // 2 - 1) + nb // 2])
-    if extra.get("score"):  # the planner's order: alibi, relative bias, score_mod, softcap
-        mods.append(eval("lambda s, b, h, q, k: " + extra["score"], {"torch": torch, "off": off}))
-    if spec.get("softcap"):
-        c = float(softcap if softcap is not None else spec["softcap"])
-        mods.append(lambda s, b, h, q, k: c * torch.tanh(s / c))
-    keeps = []
-    kind = m.get("kind", "none") if isinstance(m, dict) else m
-    if kind == "causal":
-        keeps.append(lambda b, h, q, k: k <= q + off)
-    if kind == "window":
-        lo, hi = m["left"], m["right"]  # -1: unbounded
-        keeps.append(lambda b, h, q, k: ((k >= q + off - lo) | (lo < 0)) & ((k <= q + off + hi) | (hi < 0)))
-    if spec.get("prefix_lm") is not None:
-        pl = int(spec["prefix_lm"])
-        keeps.append(lambda b, h, q, k: (k <= q + off) | (k < pl))
-    if spec.get("document"):
-        sgq, sgk = aux["seg_q"].long(), aux["seg_k"].long()
-        keeps.append(lambda b, h, q, k: sgq[b, q] == sgk[b, k])
-    if extra.get("keep"):
-        keeps.append(eval("lambda b, h, q, k: " + extra["keep"], {"torch": torch, "off": off}))
-    score = None
-    if mods:
-        def score(s, b, h, q, k):
-            for f in mods:
-                s = f(s, b, h, q, k)
-            return s
-    keep = None
-    if keeps:
-        def keep(b, h, q, k):
-            r = keeps[0](b, h, q, k)
-            for f in keeps[1:]:
-                r = r & f(b, h, q, k)
-            return r
-    return score, keep
-
-
-def attention(q, k, v, scale, score, keep, acc, p_dtype=None, out_dtype=None):
-    B, Sq, Hq, _ = q.shape
-    Sk, Hkv = k.shape[1], k.shape[2]
-    qd = q.to(acc).permute(0, 2, 1, 3)
-    kd = k.to(acc).permute(0, 2, 1, 3).repeat_interleave(Hq // Hkv, dim=1)
-    vd = v.to(acc).permute(0, 2, 1, 3).repeat_interleave(Hq // Hkv, dim=1)
-    s = (qd @ kd.transpose(-1, -2)) * scale
-    bi = torch.arange(B, device="cuda")[:, None, None, None]
-    hi = torch.arange(Hq, device="cuda")[None, :, None, None]
-    qi = torch.arange(Sq, device="cuda")[None, None, :, None]
-    ki = torch.arange(Sk, device="cuda")[None, None, None, :]
-    if score is not None:
-        s = score(s, bi, hi, qi, ki).to(acc)
-    if keep is not None:
-        s = s.masked_fill(~keep(bi, hi, qi, ki).expand(B, Hq, Sq, Sk), float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
-    if p_dtype is not None:
-        p = p.to(p_dtype).to(acc)
-    o = (p @ vd).permute(0, 2, 1, 3)
-    if out_dtype is not None:
-        o = o.to(out_dtype)
-    return o
 
 
 def check(kern, spec, extra, shape, seed, i=0):
@@ -180,10 +73,10 @@ def check(kern, spec, extra, shape, seed, i=0):
     torch.cuda.synchronize()
     if st != 0:
         return False, f"status {st}: {kern.last_error()}"
-    score, keep = variant_fns(spec, extra, aux, Sq, Sk, window, softcap)
+    score, keep = variant_fns(spec, aux, Sq, Sk, window, softcap, extra)
     qr, kr, vr = (q.double() * ds[0], k.double() * ds[1], v.double() * ds[2]) if fp8 else (q, k, v)
-    ref = attention(qr, kr, vr, scale, score, keep, torch.float64)
-    naive = attention(qr, kr, vr, scale, score, keep, torch.float32, p_dtype=dt, out_dtype=out_dt)
+    ref = attention(qr, kr, vr, None, scale, torch.float64, score=score, keep=keep)[0]
+    naive = attention(qr, kr, vr, None, scale, torch.float32, p_dtype=dt, out_dtype=out_dt, score=score, keep=keep)[0]
     err = (o.double() - ref).abs().max().item()
     nerr = (naive.double() - ref).abs().max().item()
     tol = 2 * nerr + (1e-3 if fp8 else 1e-5) * max(1.0, ref.abs().max().item())
