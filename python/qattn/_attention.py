@@ -321,8 +321,17 @@ class Kernel:
         spec's softmax_scale, else 1/sqrt(d_qk); layout defaults to the spec's. The auxiliary tensors
         of the spec's variants (alibi, document, relative_bias) as in attention(). window / softcap:
         a window kernel's (left, right) and a softcap kernel's cap, launch arguments (default: the
-        spec's)."""
+        spec's). Under torch.compile the call is the operator torch.ops.qattn.attention with the
+        spec's variants (fullgraph=True traces it; the operator picks the kernel for the device as
+        attention() does, the same one when the kernel was compiled for this device)."""
         torch = import_torch()
+        compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+        if compiling is not None and compiling():
+            return attention(q, k, v, scale=scale if scale is not None else self.spec.get("softmax_scale"),
+                             return_lse=self.kernel_spec["return_lse"] if return_lse is None else return_lse,
+                             layout=layout or self.spec.get("layout", "bshd"), alibi_slopes=alibi_slopes,
+                             segment_ids=segment_ids, relative_bias=relative_bias,
+                             **self._call_arguments(window, softcap))
         layout = layout or self.spec.get("layout", "bshd")
         dt = _check_tensors(torch, q, k, v, layout)
         qv, kv, vv = _views(q, k, v, layout)
@@ -353,6 +362,26 @@ class Kernel:
                                 hint="compile a spec with \"variants\": {\"softcap\": C}")
             args["softcap"] = float(variant_fields(softcap=softcap)["variants"]["softcap"])
         return _launch(torch, self._b, q, k, v, layout, scale, return_lse, aux, args)
+
+    def _call_arguments(self, window=None, softcap=None):
+        """attention()'s variant arguments for this kernel's spec (the call's window / softcap win)."""
+        m = self.spec.get("mask", {})
+        m = m if isinstance(m, dict) else {"kind": m}
+        var = self.spec.get("variants") or {}
+        kw = {}
+        kind = m.get("kind", "none")
+        if kind == "causal":
+            kw["causal"] = "top_left" if m.get("align") == "top_left" else True
+        elif kind == "causal_top_left":
+            kw["causal"] = "top_left"
+        elif kind == "window":
+            kw["window"] = tuple(window) if window is not None else (m["left"], m["right"])
+        if var.get("softcap") or softcap is not None:
+            kw["softcap"] = softcap if softcap is not None else var["softcap"]
+        for key in ("score_mod", "mask_mod", "prefix_lm"):
+            if var.get(key) is not None:
+                kw[key] = var[key]
+        return kw
 
     def explain(self):
         return Explanation(self)

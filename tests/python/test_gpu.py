@@ -512,6 +512,29 @@ def test_torch_compile_fullgraph_traces_the_operator_and_matches_eager(gen):
         "the operator is not in the traced graph"
 
 
+def test_compiled_kernel_under_torch_compile_fullgraph(gen):
+    """Issue 21: a qattn.compile() Kernel called inside torch.compile(fullgraph=True) is the
+    operator (no graph break) and matches its eager call; its window is a launch argument."""
+    _op_or_skip()
+    from gpu_kernels import FP16_D64_WINDOW
+    kern = qattn.compile(FP16_D64_WINDOW)
+    q = torch.randn(2, 300, 4, 64, device="cuda", generator=gen).to(torch.float16)
+    kv = torch.randn(2, 300, 2, 64, device="cuda", generator=gen).to(torch.float16)
+
+    def f(q, kv):
+        return kern(q, kv, kv, window=(50, 3)) * 2
+
+    with torch.no_grad():
+        eager = f(q, kv)
+        torch._dynamo.reset()
+        got = torch.compile(f, fullgraph=True)(q, kv)
+        explained = torch._dynamo.explain(f)(q, kv)
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)  # the same kernel, the same inputs
+    assert explained.graph_break_count == 0, explained.break_reasons
+    vis = visible(300, 300, window=(50, 3))
+    check(eager / 2, None, q, kv, kv, vis, 64 ** -0.5)
+
+
 def test_opcheck_passes(gen):
     op = _op_or_skip()
     b, sq, sk, hq, hkv, d = 2, 77, 130, 4, 2, 128
