@@ -43,6 +43,10 @@ PAIRS = {
     "sm80_d128_causal": (32, 8, 128, True, None, None),  # the mask primitive's change (parent_ only)
     "sm80_d64_causal": (32, 8, 64, True, None, None),
     "sm80_d64_none": (32, 8, 64, False, None, None),
+    # plain Hopper kernels: the same generated source against this and the parent's device runtime
+    # (Params gained the launch arguments' fields)
+    "sm90_d128_causal": (32, 8, 128, True, None, None),
+    "sm90_d64_none": (32, 8, 64, False, None, None),
 }
 
 
