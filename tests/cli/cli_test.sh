@@ -40,6 +40,14 @@ expect "fmt refuses broken TL" 1 "not formatted" -- $Q tl fmt "$T/syntax.tl"
 expect "missing file" 1 "IO0001" -- $Q tl check "$T/nope.tl"
 expect "bad --dims is a usage error" 2 "CLI0001" -- $Q tl run "$T/ok/code.tl" --dims seqlen_q
 expect "missing dims named" 1 "TL0904" -- $Q tl run "$T/ok/code.tl" --dims batch=1
+# the launch arguments of `tl run` (window_left, window_right, softcap): hostile values are diagnostics
+D=batch=1,heads_q=2,heads_kv=1,seqlen_q=77,seqlen_k=140
+expect "--window below -1 is a usage error" 2 "CLI0002" -- $Q tl run "$T/ok/code.tl" --dims $D --window -5,0
+expect "--window not L,R is a usage error" 2 "CLI0002" -- $Q tl run "$T/ok/code.tl" --dims $D --window '1,2;rm'
+expect "--window past 2^30 is a usage error" 2 "CLI0002" -- $Q tl run "$T/ok/code.tl" --dims $D --window 99999999999,0
+expect "--softcap 0 is a run error" 1 "TL0904" -- $Q tl run "$T/ok/code.tl" --dims $D --softcap 0
+expect "--softcap nan is a run error" 1 "TL0904" -- $Q tl run "$T/ok/code.tl" --dims $D --softcap nan
+expect "an unbounded window side runs" 0 "^PASS" -- $Q tl run "$(cd "$(dirname "$0")/../.." && pwd)/tests/tl/window_runtime.tl" --dims $D,d=16 --window -1,3
 expect "no subcommand is a usage error" 2 "" -- $Q
 expect "presets list" 0 "llama3-8b" -- $Q presets
 expect "gpus list" 0 "H100" -- $Q gpus
