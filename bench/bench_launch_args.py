@@ -31,6 +31,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "gpu"))
 from bench_sm90 import paired_ratio, timed_paired  # noqa: E402
 from qattn_lib import Kernel  # noqa: E402
+from qattn.verify import attention  # noqa: E402  (the package's fp64/fp32 reference)
 
 # name: (hq, hkv, d, causal, window (left, right) or None, softcap or None); the kernels are built
 # from the presets build_kernels.sh names (mistral-7b window, gemma2-9b softcap, llama3-8b softcap).
@@ -51,28 +52,17 @@ PAIRS = {
 
 
 def reference(q, k, v, causal, window, softcap, acc, p_dtype=None, out_dtype=None):
-    hq, hkv = q.shape[2], k.shape[2]
-    qd = q.to(acc).permute(0, 2, 1, 3)
-    kd = k.to(acc).permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
-    vd = v.to(acc).permute(0, 2, 1, 3).repeat_interleave(hq // hkv, dim=1)
-    s = (qd @ kd.transpose(-1, -2)) * q.shape[3] ** -0.5
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    sq, sk = q.shape[1], k.shape[1]
+    """O of attention with this mask / softcap, by qattn.verify's reference (P and O rounded when asked)."""
+    sq, sk, off = q.shape[1], k.shape[1], k.shape[1] - q.shape[1]
     qi = torch.arange(sq, device=q.device)[:, None]
     ki = torch.arange(sk, device=q.device)[None, :]
-    off = sk - sq
     keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
     if causal:
         keep &= ki <= qi + off
     if window:
         keep &= (ki >= qi + off - window[0]) & (ki <= qi + off + window[1])
-    s = s.masked_fill(~keep, float("-inf"))
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    if p_dtype is not None:
-        p = p.to(p_dtype).to(acc)
-    o = (p @ vd).permute(0, 2, 1, 3)
-    return o.to(out_dtype).to(acc) if out_dtype is not None else o
+    o, _ = attention(q, k, v, keep, q.shape[3] ** -0.5, acc, p_dtype=p_dtype, out_dtype=out_dtype, softcap=softcap)
+    return o
 
 
 def pairs_seen(sq, sk, causal, window):
