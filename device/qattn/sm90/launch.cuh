@@ -32,17 +32,27 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
                 "divide 64 (heads_q %d, heads_kv %d)",
                 kp->pack, p.heads_q, p.heads_kv);
   const int pk = k.pack ? kp->pack : 0;  // packed kernels use the 5-D maps, also for a group of 1
-  if (!make_tile_map(&kp->tma_q, p.q, k.bf16, k.d_qk, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride,
-                     p.q_batch_stride, k.bm, pk) ||
-      !make_tile_map(&kp->tma_k, p.k, k.bf16, k.d_qk, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride,
-                     p.k_batch_stride, k.bn) ||
-      !make_tile_map(&kp->tma_v, p.v, k.bf16, k.d_v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride,
-                     p.v_batch_stride, k.bn) ||
-      !make_tile_map(&kp->tma_o, p.o, k.bf16, k.d_v, p.seqlen_q, p.heads_q, p.batch, p.o_row_stride, p.o_head_stride,
-                     p.o_batch_stride, 64, pk))
-    return fail(QATTN_ERR_LAUNCH,
-                "cuTensorMapEncodeTiled refused a tensor (strides must be multiples of 16 bytes below 2^40; the driver must "
-                "support TMA)");
+  struct Map {
+    CUtensorMap* map;
+    const char* name;
+    const void* base;
+    int cols, rows, heads, box, pack;
+    long long rs, hs, bs;
+  } maps[4] = {
+      {&kp->tma_q, "q", p.q, k.d_qk, p.seqlen_q, p.heads_q, k.bm, pk, p.q_row_stride, p.q_head_stride, p.q_batch_stride},
+      {&kp->tma_k, "k", p.k, k.d_qk, p.seqlen_k, p.heads_kv, k.bn, 0, p.k_row_stride, p.k_head_stride, p.k_batch_stride},
+      {&kp->tma_v, "v", p.v, k.d_v, p.seqlen_k, p.heads_kv, k.bn, 0, p.v_row_stride, p.v_head_stride, p.v_batch_stride},
+      {&kp->tma_o, "o", p.o, k.d_v, p.seqlen_q, p.heads_q, 64, pk, p.o_row_stride, p.o_head_stride, p.o_batch_stride}};
+  for (const Map& m : maps) {
+    const int r = make_tile_map(m.map, m.base, k.bf16, m.cols, m.rows, m.heads, p.batch, m.rs, m.hs, m.bs, m.box, m.pack);
+    if (r != 0)
+      return fail(QATTN_ERR_LAUNCH,
+                  "cuTensorMapEncodeTiled refused %s (%s %d): base %p, (batch %d, rows %d, heads %d, cols %d), strides "
+                  "(batch %lld, row %lld, head %lld) elements, box rows %d, pack %d (strides must be multiples of 16 bytes "
+                  "below 2^40; the driver must support TMA)",
+                  m.name, r == -1 ? "no cuTensorMapEncodeTiled in the driver" : r == -2 ? "pack" : "CUresult", r, m.base,
+                  p.batch, m.rows, m.heads, m.cols, m.bs, m.rs, m.hs, m.box, m.pack);
+  }
   if (tiles > INT_MAX) return fail(QATTN_ERR_SHAPE, "%lld work tiles exceed 2^31", tiles);
   kp->lse = k.lse ? p.lse : nullptr;
   kp->seqlen_q = p.seqlen_q;
