@@ -2,7 +2,7 @@
 # Installs every dependency of qattn from Debian and PyPI. Idempotent: installs only what is missing.
 #   Debian: compilers, CMake/Ninja, GoogleTest, nlohmann-json, CLI11, fmt, libcurl, cpp-httplib, pybind11
 #   PyPI:   nvidia-cutlass==4.2.0.0 (the CUTLASS/CuTe headers the generated kernels compile against),
-#           pytest (tests/python; torch is NOT installed here: the binding's GPU tests run on a GPU machine)
+#           numpy (the context-parallel tests), pytest (tests/python; torch is NOT installed here: the binding's GPU tests run on a GPU machine)
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -28,5 +28,9 @@ fi
 if ! $PY -c "import pytest" 2>/dev/null; then
   echo "[setup] pip install pytest (the Python binding's tests, tests/python)"
   $PY -m pip install -q --disable-pip-version-check pytest
+fi
+if ! $PY -c "import numpy" 2>/dev/null; then
+  echo "[setup] pip install numpy (tests/python/test_distributed.py runs the context-parallel ring on numpy)"
+  $PY -m pip install -q --disable-pip-version-check numpy
 fi
 echo "[setup] dependencies present"

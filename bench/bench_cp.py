@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Issue 22: context-parallel scaling. qattn's ring and Ulysses modes against torch's
+context_parallel with cuDNN SDPA, and against qattn's own kernel on one GPU at the per-GPU length,
+in one torchrun job (one process per GPU, NCCL).
+
+    torchrun --nproc-per-node N bench/bench_cp.py OUT.csv [--seqlens 131072,262144] [--heads 16] [--rounds 3]
+
+For each (seqlen, causal): bf16, d 128, batch 1, heads_q = heads_kv = --heads (MHA: torch's
+context_parallel takes no GQA), fresh torch.randn inputs. Each implementation runs once to warm up;
+then --rounds rounds run every implementation and the single-GPU kernel back to back, each timed over
+>= 0.25 s between barriers (the slowest rank's time: a barrier closes each timed run); the median
+over the rounds is kept (interleaving keeps clocks and power the same for all). tflops_per_gpu = the whole problem's forward FLOPs / world size / time (causal: half);
+single_gpu_tflops = qattn.attention on one GPU at the per-GPU length (seqlen / N, same mask), run
+on every GPU at once in the same rounds. ratio = tflops_per_gpu / single_gpu_tflops.
+torch-cp: torch.distributed.tensor.experimental.context_parallel (its default rotate method,
+allgather; its head-tail load balancing for causal, none otherwise, which it refuses) around F.scaled_dot_product_attention with only the
+cuDNN backend enabled. A cp result is checked against the others (same inputs) before timing:
+qattn ring and torch-cp outputs must agree to 2e-2 (bf16).
+"""
+import argparse
+import contextlib
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import qattn  # noqa: E402
+import qattn.distributed as qcp  # noqa: E402
+
+
+def timed(fn, reps):
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    return (time.perf_counter() - t0) / reps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--seqlens", default="131072,262144,524288,1048576")
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-per-gpu", type=int, default=262144, help="skip seqlens longer than this per GPU (time)")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--impls", default="qattn-ring,qattn-ulysses,torch-cp")
+    a = ap.parse_args()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.distributed.tensor.experimental._attention import _cp_options
+    mesh = init_device_mesh("cuda", (world,))
+    gpu = torch.cuda.get_device_name(dev)
+    impls = a.impls.split(",")
+    rows = []
+    h, d = a.heads, 128
+    for n in (int(x) for x in a.seqlens.split(",") if int(x) // world <= a.max_per_gpu):
+        for causal in (bool(int(c)) for c in a.causal.split(",")):
+            flops = qcp.flops(1, h, n, n, d, d, causal)
+            torch.manual_seed(1234)  # the same whole tensors on every rank (torch-cp shards them itself)
+            q, k, v = (torch.randn(1, n, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+            m = n // world
+            with torch.no_grad():
+                qs, ks, vs = q[:, :m].contiguous(), k[:, :m].contiguous(), v[:, :m].contiguous()
+                ql, kl, vl = (qcp.shard(t) for t in (q, k, v))
+                fns = {"single": lambda: qattn.attention(qs, ks, vs, causal=causal)}
+                if "qattn-ring" in impls:
+                    fns["qattn-ring"] = lambda: qcp.attention(ql, kl, vl, causal=causal, mode="ring", seqlen=n)
+                if "qattn-ulysses" in impls and h % world == 0:
+                    fns["qattn-ulysses"] = lambda: qcp.attention(ql, kl, vl, causal=causal, mode="ulysses", seqlen=n)
+                outs = {name: fn() for name, fn in fns.items()}  # warm-up (the first call builds the kernel)
+                ctx = None
+                if "torch-cp" in impls:
+                    qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # SDPA's (b, h, s, d)
+                    # torch refuses load balancing without a causal mask: head-tail (zigzag) for causal only
+                    _cp_options.enable_load_balance = causal
+                    ctx = contextlib.ExitStack()
+                    ctx.enter_context(sdpa_kernel([SDPBackend.CUDNN_ATTENTION]))
+                    ctx.enter_context(context_parallel(mesh, buffers=[qt, kt, vt], buffer_seq_dims=[2, 2, 2],
+                                                       no_restore_buffers={qt, kt, vt}))
+                    fns["torch-cp"] = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                    o_t = fns["torch-cp"]().transpose(1, 2)
+                    # torch's load balancer shards causal inputs head-tail (= zigzag), else contiguously
+                    sh = "zigzag" if causal else "contiguous"
+                    if "qattn-ring" in outs:
+                        mine = qcp.shard(qcp.unshard(outs["qattn-ring"], n), sharding=sh)
+                        diff = (mine.float() - o_t.float()).abs().max().item()
+                        if not diff < 2e-2:
+                            print(f"[rank {rank}] n={n} causal={causal}: qattn ring and torch-cp differ by {diff}",
+                                  flush=True)
+                            raise SystemExit(1)
+                    del o_t
+                del outs
+                # rounds: every implementation (and the single-GPU kernel, on every GPU at once) back to
+                # back, each timed over >= 0.25 s; the median over the rounds of each one's time
+                reps = {}
+                for name, fn in fns.items():
+                    t1 = timed(fn, 1)
+                    reps[name] = max(1, min(50, math.ceil(0.25 / t1)))
+                times = {name: [] for name in fns}
+                for _ in range(a.rounds):
+                    for name, fn in fns.items():
+                        times[name].append(timed(fn, reps[name]))
+                if ctx is not None:
+                    ctx.close()
+                res = {name: statistics.median(ts) for name, ts in times.items()}
+                single_tf = qcp.flops(1, h, m, m, d, d, causal) / res.pop("single") / 1e12
+                del qs, ks, vs, ql, kl, vl, q, k, v, fns
+                if "torch-cp" in impls:
+                    del qt, kt, vt
+                torch.cuda.empty_cache()
+            if rank == 0:
+                for impl, t in res.items():
+                    tf = flops / world / t / 1e12
+                    rows.append(dict(impl=impl, world_size=world, seqlen=n, causal=int(causal), **{"pass": "fwd"},
+                                     tflops_per_gpu=round(tf, 1), single_gpu_tflops=round(single_tf, 1),
+                                     ratio=round(tf / single_tf, 3), ms=round(t * 1e3, 2), heads=h, d=d, gpu=gpu))
+                    print(f"{impl:14s} W={world} n={n:8d} causal={int(causal)}: {t * 1e3:9.1f} ms  {tf:6.1f} TFLOPS/GPU  "
+                          f"single-GPU {single_tf:6.1f}  ratio {tf / single_tf:.3f}", flush=True)
+    if rank == 0:
+        new = not os.path.exists(a.out)
+        with open(a.out, "a") as f:
+            cols = ["impl", "world_size", "seqlen", "causal", "pass", "tflops_per_gpu", "single_gpu_tflops", "ratio",
+                    "ms", "heads", "d", "gpu"]
+            if new:
+                f.write(",".join(cols) + "\n")
+            for r in rows:
+                f.write(",".join(str(r[c]) for c in cols) + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

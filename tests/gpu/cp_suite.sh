@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 22 on a machine with several GPUs: context parallelism (qattn.distributed) over NCCL.
+#   bash tests/gpu/cp_suite.sh OUT_DIR PY_BIN_DIR [--bench SEQLENS | --bench-only SEQLENS]
+# PY_BIN_DIR: a `qattn` binary and its libraries (as scripts/build.sh makes them).
+# 1. tests/python/test_distributed.py: the ring's plan on numpy and the torch.distributed code on
+#    the CPU over gloo (world sizes 1-3);
+# 2. tests/gpu/cp_check.py under torchrun for world sizes 1, 2 and every GPU: sharded results
+#    against single-GPU qattn and an fp32 reference (numerics.csv), and a planted bug (a K/V shard
+#    skipped) that every ring case must catch;
+# 3. with --bench SEQLENS (or --bench-only SEQLENS: without 1 and 2): bench/bench_cp.py for world
+#    sizes 2 and every GPU (results.csv; per-GPU lengths up to 256k).
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0: the device notes say why).
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT="$1"; PYBIN="$(cd "$2" && pwd)"; shift 2
+BENCH=""; CHECKS=1
+if [ "${1:-}" = "--bench" ]; then BENCH="$2"; fi
+if [ "${1:-}" = "--bench-only" ]; then BENCH="$2"; CHECKS=0; fi
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export QATTN_BIN="$PYBIN/qattn" QATTN_HOME="$ROOT" QATTN_CUTLASS_INCLUDE="${QATTN_CUTLASS_INCLUDE:-$ROOT/.cutlass/include}" \
+  LD_LIBRARY_PATH="$PYBIN/lib" QATTN_CACHE_DIR="${QATTN_CACHE_DIR:-/tmp/qattn-cache}" PYTHON=python3 \
+  PYTHONPATH="$ROOT/python" QATTN_VERBOSE=0 OMP_NUM_THREADS=4
+NGPU=$(nvidia-smi -L | wc -l)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+nvidia-smi topo -m > "$OUT/topology.txt" 2>&1 || true
+rc=0
+if [ "$CHECKS" = 1 ]; then
+(cd "$ROOT/tests/python" && timeout 200 python3 -m pytest test_distributed.py -q -p no:cacheprovider -rs) 2>&1 \
+  | tail -4 | tee "$OUT/pytest_distributed.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+timeout 300 python3 "$ROOT/tests/gpu/cp_check.py" --warm 2>&1 | tail -5 | tee "$OUT/warm.txt"
+for n in $(printf '%s\n' 1 2 "$NGPU" | sort -un); do
+  [ "$n" -le "$NGPU" ] || continue
+  timeout 300 torchrun --nproc-per-node "$n" "$ROOT/tests/gpu/cp_check.py" --csv "$OUT/numerics.csv" \
+    > "$OUT/cp_check_w$n.txt" 2>&1 || rc=1
+  grep -E "^\[rank|cp_check|Error|error" "$OUT/cp_check_w$n.txt" | tail -20
+done
+timeout 300 torchrun --nproc-per-node 2 "$ROOT/tests/gpu/cp_check.py" --plant > "$OUT/cp_check_planted.txt" 2>&1 || rc=1
+grep -E "planted|Error" "$OUT/cp_check_planted.txt" | tail -3
+else
+timeout 300 python3 "$ROOT/tests/gpu/cp_check.py" --warm 2>&1 | tail -5 | tee "$OUT/warm.txt"
+fi
+if [ -n "$BENCH" ]; then
+  for n in $(printf '%s\n' 2 "$NGPU" | sort -un); do
+    timeout 500 torchrun --nproc-per-node "$n" "$ROOT/bench/bench_cp.py" "$OUT/results.csv" --seqlens "$BENCH" \
+      2>&1 | grep -vE "^W[0-9]|warn" | tail -30 | tee -a "$OUT/bench.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  done
+fi
+echo "cp_suite: status $rc"
+exit $rc

@@ -1,0 +1,245 @@
+"""Context parallelism (qattn.distributed) without a GPU.
+
+1. The ring's plan on numpy (runs in CI, no torch): every rank of a simulated world walks
+   ring_schedule, runs each launch with an fp64 numpy attention that returns the LSE, merges with
+   merge_partial, and the assembled rows must equal whole-sequence attention; world sizes 1-5,
+   lengths that do not divide 2W, causal and not, both shardings, empty and fully masked rows.
+2. The torch.distributed code (P2P ring, all-to-alls, shard/unshard) in several processes on the
+   CPU over gloo, with qattn's kernel replaced by an fp32 torch attention (runs where torch is
+   installed: the GPU machine's suite; the CPU CI installs no torch). The real kernels over NCCL:
+   tests/gpu/cp_check.py.
+"""
+import os
+import sys
+
+import pytest
+
+from conftest import REPO
+
+import qattn
+from qattn import distributed as qcp
+
+np = pytest.importorskip("numpy")
+
+
+def attn_np(q, k, v, causal, scale):
+    """q (b, sq, h, d), k/v (b, sk, h, d) fp64 -> o, lse (b, h, sq); causal top-left. Empty rows: 0, -inf."""
+    s = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None], s, -np.inf)
+    m = s.max(axis=-1, keepdims=True) if s.shape[-1] else np.full(s.shape[:-1] + (1,), -np.inf)
+    m_safe = np.where(np.isinf(m), 0.0, m)
+    p = np.exp(s - m_safe)
+    l = p.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        o = np.einsum("bhqk,bkhd->bqhd", np.where(l > 0, p / l, 0.0), v)
+        lse = np.where(l[..., 0] > 0, np.log(l[..., 0]) + m_safe[..., 0], -np.inf)
+    return o, lse
+
+
+def shard_np(x, n, world, rank, sharding, axis=1):
+    return np.concatenate([np.take(x, range(a, b), axis=axis) for a, b in qcp.rank_intervals(n, world, rank, sharding)],
+                          axis=axis)
+
+
+def simulate_ring(q, k, v, world, causal, sharding, scale):
+    """Every rank's (o, lse) shard from the ring plan, assembled into whole-sequence arrays."""
+    b, nq, h, d = q.shape
+    nk = k.shape[1]
+    o_all = np.full((b, nq, h, v.shape[3]), np.nan)
+    lse_all = np.full((b, h, nq), np.nan)
+    for rank in range(world):
+        ql = shard_np(q, nq, world, rank, sharding)
+        out = np.zeros((b, ql.shape[1], h, v.shape[3]))
+        lse = np.full((b, h, ql.shape[1]), -np.inf)
+        for src, calls in qcp.ring_schedule(nq, nk, world, rank, causal, sharding):
+            kl, vl = shard_np(k, nk, world, src, sharding), shard_np(v, nk, world, src, sharding)
+            for c in calls:
+                o_blk, l_blk = attn_np(ql[:, c.q[0]:c.q[1]], kl[:, c.kv[0]:c.kv[1]], vl[:, c.kv[0]:c.kv[1]], c.causal, scale)
+                qcp.merge_partial(out[:, c.q[0]:c.q[1]], lse[:, :, c.q[0]:c.q[1]], o_blk, l_blk, xp=np)
+        off = 0
+        for a, bb in qcp.rank_intervals(nq, world, rank, sharding):
+            o_all[:, a:bb] = out[:, off:off + bb - a]
+            lse_all[:, :, a:bb] = lse[:, :, off:off + bb - a]
+            off += bb - a
+    return o_all, lse_all
+
+
+def test_chunks_cover_every_row_once():
+    for n in (0, 1, 5, 8, 37, 1000):
+        for world in (1, 2, 3, 4, 8):
+            for sharding in qcp.SHARDINGS:
+                rows = []
+                for r in range(world):
+                    for a, b in qcp.rank_intervals(n, world, r, sharding):
+                        rows.extend(range(a, b))
+                assert sorted(rows) == list(range(n)), (n, world, sharding)
+                lens = [qcp.shard_len(n, world, r, sharding) for r in range(world)]
+                assert max(lens) - min(lens) <= 2 and sum(lens) == n
+    assert qcp.chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    assert qcp.rank_intervals(10, 2, 0, "zigzag") == [(0, 3), (8, 10)]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sharding", qcp.SHARDINGS)
+def test_ring_plan_equals_whole_attention(world, causal, sharding):
+    rng = np.random.default_rng(world * 10 + causal)
+    for nq, nk in ((37, 37), (2 * world, 2 * world), (61, 61), (3, 3)) + (() if causal else ((29, 50), (50, 7))):
+        b, h, d = 2, 2, 8
+        q, k, v = (rng.standard_normal((b, n, h, d)) for n in (nq, nk, nk))
+        ref_o, ref_l = attn_np(q, k, v, causal, d ** -0.5)
+        o, lse = simulate_ring(q, k, v, world, causal, sharding, d ** -0.5)
+        np.testing.assert_allclose(o, ref_o, atol=1e-12, err_msg=f"{nq}x{nk}")
+        np.testing.assert_allclose(lse, ref_l, atol=1e-12, err_msg=f"{nq}x{nk}")
+
+
+def test_ring_plan_is_balanced_and_launches_one_kernel_a_step():
+    """zigzag + causal: every rank computes the same number of (query, key) pairs, one launch per
+    step; contiguous + causal skips the steps of later shards (the imbalance zigzag removes)."""
+    n, world = 64, 4
+    work = []
+    for rank in range(world):
+        pairs = 0
+        for src, calls in qcp.ring_schedule(n, n, world, rank, True, "zigzag"):
+            assert len(calls) == 1
+            for c in calls:
+                rows, cols = c.q[1] - c.q[0], c.kv[1] - c.kv[0]
+                pairs += rows * (rows + 1) // 2 if c.causal else rows * cols
+        work.append(pairs)
+    assert len(set(work)) == 1 and sum(work) == n * (n + 1) // 2
+    skipped = [sum(1 for _, calls in qcp.ring_schedule(n, n, world, r, True, "contiguous") if not calls) for r in range(world)]
+    assert skipped == [3, 2, 1, 0]
+
+
+def test_a_planted_merge_bug_fails():
+    """The simulation can fail: merging with the weights swapped gives other rows."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 20, 1, 4)) for _ in range(3))
+    ref_o, _ = attn_np(q, k, v, True, 0.5)
+    good = qcp.merge_partial
+
+    def swapped(out, lse, bo, bl, xp=None):
+        good(out, bl.copy(), bo, lse.copy(), xp=xp)
+        lse[...] = np.logaddexp(lse, bl)
+    qcp.merge_partial = swapped
+    try:
+        o, _ = simulate_ring(q, k, v, 2, True, "zigzag", 0.5)
+    finally:
+        qcp.merge_partial = good
+    assert not np.allclose(o, ref_o, atol=1e-6)
+
+
+def test_merge_keeps_empty_rows_empty():
+    out = np.zeros((1, 2, 1, 3))
+    lse = np.full((1, 1, 2), -np.inf)
+    blk = np.ones((1, 2, 1, 3))
+    qcp.merge_partial(out, lse, blk * 0, np.array([[[-np.inf, 0.0]]]), xp=np)
+    assert np.all(out[:, 0] == 0) and lse[0, 0, 0] == -np.inf and np.isfinite(out).all()
+    qcp.merge_partial(out, lse, blk, np.array([[[-np.inf, 0.0]]]), xp=np)
+    np.testing.assert_allclose(out[0, 1, 0], [0.5, 0.5, 0.5])  # two equal-weight blocks (0 and 1)
+    np.testing.assert_allclose(lse[0, 0, 1], np.log(2.0))
+
+
+def test_arguments_are_checked_before_any_collective():
+    with pytest.raises(qattn.SpecError) as e:
+        qcp.rank_intervals(10, 2, 0, "striped")
+    assert e.value.code == "PY0801"
+    with pytest.raises(qattn.SpecError) as e:
+        qcp.ring_schedule(10, 12, 2, 0, True)
+    assert e.value.code == "PY0802" and "ulysses" in e.value.hint
+    with pytest.raises(qattn.SpecError) as e:
+        qcp.attention(None, None, None, mode="tree")
+    assert e.value.code == "PY0801"
+    with pytest.raises(qattn.SpecError) as e:
+        qcp.attention(None, None, None, window=(128, 0))
+    assert e.value.code == "PY0802" and "window" in str(e.value)
+    with pytest.raises(qattn.SpecError) as e:
+        qcp.attention(None, None, None, mask_mod="kv_idx <= q_idx")
+    assert e.value.code == "PY0802"
+    with pytest.raises(qattn.SpecError) as e:
+        qcp.attention(None, None, None, bogus=1)
+    assert e.value.code == "PY0107"
+
+
+# ---- torch.distributed on the CPU (gloo), qattn's kernel replaced by an fp32 torch attention -------
+
+_WORKER = r'''
+import os, sys, torch, torch.distributed as dist
+sys.path.insert(0, os.environ["QATTN_PY"])
+import qattn.distributed as qcp
+from qattn import _attention
+
+def ref(q, k, v, causal=False, scale=None, softcap=None, return_lse=False, **kw):
+    assert not kw.get("window") and q.dtype == torch.float32
+    s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.repeat_interleave(q.shape[2] // k.shape[2], 2).double())
+    s = s * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        s = s.masked_fill(torch.arange(sk)[None, :] > torch.arange(sq)[:, None] + (sk - sq if causal is True else 0), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    o = torch.einsum("bhqk,bkhd->bqhd", p, v.repeat_interleave(q.shape[2] // v.shape[2], 2).double())
+    return (o.float(), lse.float()) if return_lse else o.float()
+
+_attention.attention = ref
+qcp._check_local = lambda *a: None  # fp32 CPU tensors: the checks of the real kernel do not apply
+dist.init_process_group("gloo")
+w, r = dist.get_world_size(), dist.get_rank()
+g = torch.Generator().manual_seed(7)
+fails = 0
+for case, (n, hq, hkv, causal, mode, sharding, layout, softcap) in enumerate([
+        (37, 4, 2, True, "ring", "zigzag", "bshd", None), (37, 4, 4, False, "ring", "contiguous", "bhsd", 5.0),
+        (2 * w + 1, 2, 1, True, "ring", "contiguous", "bshd", None), (50, 4, 2, True, "ulysses", "zigzag", "bshd", None),
+        (23, 4, 1, False, "ulysses", "contiguous", "bhsd", 3.0)]):
+    if mode == "ulysses" and 4 % w:
+        continue
+    q = torch.randn(2, n, hq, 16, generator=g); k = torch.randn(2, n, hkv, 16, generator=g); v = torch.randn(2, n, hkv, 16, generator=g)
+    want_o, want_l = ref(q, k, v, causal=causal, softcap=softcap, return_lse=True)
+    sd = 1 if layout == "bshd" else 2
+    ql, kl, vl = (qcp.shard(t if layout == "bshd" else t.transpose(1, 2).contiguous(), seq_dim=sd, sharding=sharding) for t in (q, k, v))
+    o, lse = qcp.attention(ql, kl, vl, causal=causal, softcap=softcap, return_lse=True, mode=mode, sharding=sharding,
+                           layout=layout, seqlen=None if case % 2 else n)  # the same on every rank
+    full = qcp.unshard(o, n, seq_dim=sd, sharding=sharding)
+    full = full if layout == "bshd" else full.transpose(1, 2)
+    lfull = qcp.unshard(lse, n, seq_dim=2, sharding=sharding)
+    err = max((full - want_o).abs().max().item(), (lfull - want_l).abs().max().item())
+    if not err < 1e-4:
+        fails += 1
+        print(f"rank {r}: {n} {hq}/{hkv} causal={causal} {mode} {sharding} {layout}: error {err}", flush=True)
+print(f"rank {r} of {w}: {fails} failures", flush=True)
+dist.destroy_process_group()
+sys.exit(1 if fails else 0)
+'''
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_torch_distributed_on_cpu_gloo(tmp_path, world):
+    torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI installs none)")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("this torch has no gloo backend")
+    import socket
+    import subprocess
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(r),
+                   QATTN_PY=os.path.join(REPO, "python"), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {r}:\n{out[-3000:]}"
+        assert f"rank {r} of {world}: 0 failures" in out
