@@ -1,0 +1,1 @@
+"""Integrations of qattn with other libraries (imported on demand: `import qattn.integrations.transformers`)."""

@@ -1,0 +1,147 @@
+"""qattn.integrations.transformers without a GPU (runs where torch and transformers are installed:
+the GPU machine's suite; the CPU CI has neither, and these skip). The real kernels in real models:
+tests/gpu/transformers_check.py.
+
+qattn.attention is replaced by an fp32 torch attention that implements its arguments (causal
+bottom-right, window, softcap, scale, segment ids); tiny random Llama / Mistral (sliding window) /
+Gemma2 (softcap, sliding layers) models then run with attn_implementation="qattn" and "eager" on
+the same weights: left- and right-padded prefill, decoding steps with the KV cache, packed
+sequences, and the refusals.
+"""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI installs none)")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+
+import qattn  # noqa: E402
+from qattn import _attention  # noqa: E402
+from qattn.integrations import transformers as qtf  # noqa: E402
+
+
+def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, segment_ids=None, **kw):
+    """fp32 attention with qattn.attention's meaning of every argument it is given here (BSHD)."""
+    assert not kw, kw
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    qf = q.float().transpose(1, 2)
+    kf = k.float().transpose(1, 2).repeat_interleave(hq // hkv, 1)
+    vf = v.float().transpose(1, 2).repeat_interleave(hq // hkv, 1)
+    s = (qf @ kf.transpose(-1, -2)) * (scale if scale is not None else d ** -0.5)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq)[:, None] + (sk - sq)
+    j = torch.arange(sk)[None, :]
+    vis = torch.ones(sq, sk, dtype=torch.bool)
+    if causal:
+        vis &= j <= i
+    if window is not None:
+        left, right = window
+        vis &= ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
+    vis = vis[None, None]
+    if segment_ids is not None:
+        sq_ids, sk_ids = segment_ids
+        vis = vis & (sq_ids[:, None, :, None] == sk_ids[:, None, None, :])
+    s = s.masked_fill(~vis, float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return (p @ vf).transpose(1, 2).to(q.dtype).contiguous()
+
+
+@pytest.fixture(autouse=True)
+def fake_kernel(monkeypatch):
+    monkeypatch.setattr(_attention, "attention", standin)
+
+
+def tiny(kind):
+    torch.manual_seed(0)
+    common = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=512)
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(**common)
+        cls = transformers.LlamaForCausalLM
+    elif kind == "mistral":
+        cfg = transformers.MistralConfig(sliding_window=12, **common)
+        cls = transformers.MistralForCausalLM
+    else:
+        cfg = transformers.Gemma2Config(sliding_window=12, head_dim=32, attn_logit_softcapping=0.05,
+                                        query_pre_attn_scalar=32, **common)
+        cls = transformers.Gemma2ForCausalLM
+    cfg._attn_implementation = "eager"
+    return cls(cfg).to(torch.bfloat16).eval()
+
+
+def logits(model, impl, **inputs):
+    model.set_attn_implementation(impl)
+    with torch.no_grad():
+        return model(**inputs).logits.float()
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma2"])
+@pytest.mark.parametrize("padding", ["left", "right", "none"])
+def test_prefill_matches_eager(kind, padding):
+    model = tiny(kind)
+    ids = torch.randint(0, 256, (3, 30))
+    mask = torch.ones(3, 30, dtype=torch.long)
+    if padding == "left":
+        mask[0, :7] = 0
+        mask[2, :20] = 0
+    elif padding == "right":
+        mask[1, 25:] = 0
+    want = logits(model, "eager", input_ids=ids, attention_mask=mask)
+    got = logits(model, qtf.NAME, input_ids=ids, attention_mask=mask)
+    real = mask.bool()
+    assert (got[real] - want[real]).abs().max().item() < 2e-2
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma2"])
+def test_decoding_with_the_kv_cache_matches_eager(kind):
+    """Left-padded prompts, then 16 decoding steps (q_len 1 against the cache) past the window."""
+    model = tiny(kind)
+    ids = torch.randint(0, 256, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, :4] = 0
+    steps = torch.randint(0, 256, (2, 16))
+    outs = {}
+    for impl in ("eager", qtf.NAME):
+        model.set_attn_implementation(impl)
+        cache = transformers.DynamicCache(config=model.config)
+        m = mask.clone()
+        with torch.no_grad():
+            out = [model(input_ids=ids, attention_mask=m, past_key_values=cache, use_cache=True).logits[:, -1].float()]
+            for t in range(steps.shape[1]):
+                m = torch.cat([m, torch.ones(2, 1, dtype=torch.long)], 1)
+                out.append(model(input_ids=steps[:, t:t + 1], attention_mask=m, past_key_values=cache,
+                                 use_cache=True).logits[:, -1].float())
+        outs[impl] = torch.stack(out)
+    assert (outs[qtf.NAME] - outs["eager"]).abs().max().item() < 2e-2
+
+
+def test_generate_runs_and_packed_sequences_stay_apart():
+    model = tiny("llama")
+    model.set_attn_implementation(qtf.NAME)
+    ids = torch.randint(0, 256, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[0, :3] = 0
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    assert out.shape == (2, 14)
+    # two documents packed in one row (position_ids restart): the same logits as each one alone
+    a, b = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 7))
+    pos = torch.cat([torch.arange(10), torch.arange(7)])[None]
+    packed = logits(model, qtf.NAME, input_ids=torch.cat([a, b], 1), position_ids=pos)
+    alone = torch.cat([logits(model, "eager", input_ids=a), logits(model, "eager", input_ids=b)], 1)
+    assert (packed - alone).abs().max().item() < 2e-2
+
+
+def test_refusals_name_what_qattn_cannot_run():
+    model = tiny("llama")
+    ids = torch.randint(0, 256, (1, 10))
+    holes = torch.ones(1, 10, dtype=torch.long)
+    holes[0, 4] = 0
+    with pytest.raises(qattn.QattnError) as e:
+        logits(model, qtf.NAME, input_ids=ids, attention_mask=holes)
+    assert e.value.code == "PY0902" and "sdpa" in e.value.hint
+    model.float()
+    with pytest.raises(qattn.QattnError) as e:
+        logits(model, qtf.NAME, input_ids=ids)
+    assert e.value.code == "PY0901"
+    assert qtf.mask_function(1, 4, 4, attention_mask=torch.ones(1, 4, dtype=torch.bool)) is None
