@@ -16,34 +16,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 import qattn  # noqa: E402
 from qattn import _attention  # noqa: E402
 from qattn.integrations import transformers as qtf  # noqa: E402
-
-
-def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, segment_ids=None, **kw):
-    """fp32 attention with qattn.attention's meaning of every argument it is given here (BSHD)."""
-    assert not kw, kw
-    b, sq, hq, d = q.shape
-    sk, hkv = k.shape[1], k.shape[2]
-    qf = q.float().transpose(1, 2)
-    kf = k.float().transpose(1, 2).repeat_interleave(hq // hkv, 1)
-    vf = v.float().transpose(1, 2).repeat_interleave(hq // hkv, 1)
-    s = (qf @ kf.transpose(-1, -2)) * (scale if scale is not None else d ** -0.5)
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    i = torch.arange(sq)[:, None] + (sk - sq)
-    j = torch.arange(sk)[None, :]
-    vis = torch.ones(sq, sk, dtype=torch.bool)
-    if causal:
-        vis &= j <= i
-    if window is not None:
-        left, right = window
-        vis &= ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
-    vis = vis[None, None]
-    if segment_ids is not None:
-        sq_ids, sk_ids = segment_ids
-        vis = vis & (sq_ids[:, None, :, None] == sk_ids[:, None, None, :])
-    s = s.masked_fill(~vis, float("-inf"))
-    p = torch.softmax(s, -1).nan_to_num(0.0)
-    return (p @ vf).transpose(1, 2).to(q.dtype).contiguous()
+from attention_standin import standin  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,205 @@
+"""FlashAttention's Python interface on qattn kernels: code written for flash_attn switches by its import.
+
+    from qattn.flash_attn_interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+
+The three functions take flash_attn 2.x's arguments and defaults (flash_attn/flash_attn_interface.py)
+and return what it returns, forward only:
+
+- flash_attn_func(q, k, v, ...): (batch, seqlen, heads, d) tensors; one qattn.attention call.
+- flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...):
+  packed ragged batches (total, heads, d). The sequences run as one packed row with qattn's document
+  mask (segment ids from cu_seqlens; tiles of different sequences are skipped, not computed). Causal
+  and window masks align each sequence's queries with its last keys, as FlashAttention does; in one
+  call when every sequence ends with the same len_k - len_q difference as the whole batch
+  (self-attention: cu_seqlens_q == cu_seqlens_k), else one call per sequence.
+- flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=...): decoding against a
+  contiguous cache (batch, seqlen_cache, heads_kv, d); k / v are written into the cache in place at
+  cache_seqlens first. Equal lengths: one call on the cache's first L rows (the packed GQA decoding
+  kernel on Hopper). Ragged lengths: one query row (decoding) runs in one call with the keys past each
+  row's length in another segment; otherwise one call per row.
+
+Refused with a qattn.QattnError (PY0903) naming the argument: dropout_p > 0, a paged cache
+(block_table), rotary_cos / rotary_sin, cache_batch_idx, cache_leftpad, (batch, heads) ALiBi slopes
+that differ per row in a packed call. return_attn_probs returns (out, softmax_lse, None): the
+probabilities are not formed. deterministic and num_splits are accepted and ignored (the forward is
+deterministic; qattn picks its own schedule).
+"""
+from . import _attention
+from ._torch_util import import_torch
+from .errors import SpecError
+
+
+def _refuse(what, hint):
+    raise SpecError(f"flash_attn_interface: {what} is not supported by qattn", code="PY0903", hint=hint)
+
+
+def _common(dropout_p, window_size, softcap, causal):
+    if dropout_p:
+        _refuse(f"dropout_p={dropout_p}", "qattn kernels are forward-only, without dropout: pass dropout_p=0.0")
+    window = None
+    if window_size is not None and tuple(int(x) for x in window_size) != (-1, -1):
+        left, right = (int(x) for x in window_size)
+        if causal:  # FlashAttention: causal with a window is the window with right = 0
+            right = 0
+        window = (left, right)
+    return window, (float(softcap) if softcap else None)
+
+
+def _slopes(torch, alibi_slopes, rows=None):
+    """(heads,) slopes, or (batch, heads) ones that agree on every row (else None and refused)."""
+    if alibi_slopes is None:
+        return None
+    if alibi_slopes.dim() == 1:
+        return alibi_slopes
+    if rows is not None:
+        return alibi_slopes[rows]
+    if alibi_slopes.shape[0] == 1 or bool((alibi_slopes == alibi_slopes[:1]).all()):
+        return alibi_slopes[0]
+    return None
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (batch, seqlen_q, heads, d), k / v (batch, seqlen_k, heads_kv, d). Returns out, or with
+    return_attn_probs (out, softmax_lse (batch, heads, seqlen_q), None)."""
+    torch = import_torch()
+    window, cap = _common(dropout_p, window_size, softcap, causal)
+    slopes = _slopes(torch, alibi_slopes)
+    if alibi_slopes is not None and slopes is None:  # per-row slopes: one call per row
+        outs = [flash_attn_func(q[i:i + 1], k[i:i + 1], v[i:i + 1], 0.0, softmax_scale, causal, window_size, softcap,
+                                alibi_slopes[i], deterministic, True) for i in range(q.shape[0])]
+        out, lse = torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+        return (out, lse, None) if return_attn_probs else out
+    r = _attention.attention(q, k, v, causal=bool(causal) and window is None, window=window, scale=softmax_scale,
+                             softcap=cap, return_lse=bool(return_attn_probs), alibi_slopes=slopes)
+    return (r[0], r[1], None) if return_attn_probs else r
+
+
+def _seq_ids(torch, cu, total):
+    """int32 ids (1, total): the sequence of each packed token (cu_seqlens (batch + 1,))."""
+    idx = torch.arange(total, device=cu.device, dtype=cu.dtype)
+    return (torch.searchsorted(cu[1:].contiguous(), idx, right=True)).to(torch.int32)[None]
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """q (total_q, heads, d), k / v (total_k, heads_kv, d), cu_seqlens_* (batch + 1,) int32.
+    Returns out (total_q, heads, d_v), or with return_attn_probs (out, softmax_lse (heads, total_q), None)."""
+    torch = import_torch()
+    if block_table is not None:
+        _refuse("block_table (a paged KV cache)", "gather the pages into contiguous k / v first")
+    window, cap = _common(dropout_p, window_size, softcap, causal)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise SpecError(f"{name}: expected a (total, heads, d) tensor", code="PY0101")
+    for name, cu, t in (("cu_seqlens_q", cu_seqlens_q, q), ("cu_seqlens_k", cu_seqlens_k, k)):
+        if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2 or cu.dtype.is_floating_point:
+            raise SpecError(f"{name}: expected a (batch + 1,) integer tensor", code="PY0105")
+        if cu.device != q.device:
+            raise SpecError(f"{name} is on {cu.device}, q on {q.device}", code="PY0103")
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise SpecError("cu_seqlens_q and cu_seqlens_k describe different batch sizes", code="PY0105")
+    cq, ck = cu_seqlens_q.to(torch.int64).cpu(), cu_seqlens_k.to(torch.int64).cpu()  # (one small copy to the host)
+    lens_q, lens_k = (cq[1:] - cq[:-1]), (ck[1:] - ck[:-1])
+    if int(cq[0]) != 0 or int(ck[0]) != 0 or bool((lens_q < 0).any()) or bool((lens_k < 0).any()) \
+            or int(cq[-1]) > q.shape[0] or int(ck[-1]) > k.shape[0]:
+        raise SpecError("cu_seqlens must start at 0, not decrease, and end within the packed tensors", code="PY0105")
+    if int(lens_q.max()) > int(max_seqlen_q) or int(lens_k.max()) > int(max_seqlen_k):
+        raise SpecError("a sequence is longer than max_seqlen_q / max_seqlen_k", code="PY0105")
+    nq, nk = int(cq[-1]), int(ck[-1])
+    masked = bool(causal) or window is not None or alibi_slopes is not None
+    ends = ck[1:] - cq[1:]
+    one_call = not masked or bool((ends == nk - nq).all())
+    slopes = _slopes(torch, alibi_slopes)
+    if one_call and (alibi_slopes is None or slopes is not None):
+        seg = (_seq_ids(torch, cu_seqlens_q.to(torch.int64), nq), _seq_ids(torch, cu_seqlens_k.to(torch.int64), nk))
+        r = _attention.attention(q[None, :nq], k[None, :nk], v[None, :nk], causal=bool(causal) and window is None,
+                                 window=window, scale=softmax_scale, softcap=cap, return_lse=True, alibi_slopes=slopes,
+                                 segment_ids=seg)
+        out, lse = r[0][0], r[1][0]
+    else:  # sequences whose queries end at different distances from their last key: one call each
+        out = q.new_empty((nq, q.shape[1], v.shape[2]))
+        lse = torch.empty((q.shape[1], nq), device=q.device, dtype=torch.float32)
+        for i in range(len(lens_q)):
+            a, b, c, d = int(cq[i]), int(cq[i + 1]), int(ck[i]), int(ck[i + 1])
+            if b == a:
+                continue
+            if d == c:
+                out[a:b] = 0
+                lse[:, a:b] = float("-inf")
+                continue
+            o, l_ = _attention.attention(q[None, a:b], k[None, c:d], v[None, c:d], causal=bool(causal) and window is None,
+                                         window=window, scale=softmax_scale, softcap=cap, return_lse=True,
+                                         alibi_slopes=_slopes(torch, alibi_slopes, i))
+            out[a:b], lse[:, a:b] = o[0], l_[0]
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                            cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None,
+                            num_splits=0, return_softmax_lse=False):
+    """q (batch, seqlen_q, heads, d) against a contiguous cache (batch, seqlen_cache, heads_kv, d) of
+    cache_seqlens (int or (batch,) int32) valid rows; k / v (batch, seqlen_new, heads_kv, d) are
+    written into the cache at cache_seqlens first. Returns out, or (out, softmax_lse) with
+    return_softmax_lse."""
+    torch = import_torch()
+    for name, val, hint in (("block_table (a paged KV cache)", block_table, "pass a contiguous cache"),
+                            ("rotary_cos / rotary_sin", rotary_cos if rotary_cos is not None else rotary_sin,
+                             "apply the rotary embedding to q and k before the call"),
+                            ("cache_batch_idx", cache_batch_idx, "index the cache rows before the call"),
+                            ("cache_leftpad", cache_leftpad, "use right-aligned valid rows (cache_seqlens)")):
+        if val is not None:
+            _refuse(name, hint)
+    window, cap = _common(0.0, window_size, softcap, causal)
+    b, s_cache = k_cache.shape[0], k_cache.shape[1]
+    if cache_seqlens is None:
+        lens = torch.full((b,), s_cache if k is None else s_cache - k.shape[1], dtype=torch.int64)
+    elif isinstance(cache_seqlens, int):
+        lens = torch.full((b,), cache_seqlens, dtype=torch.int64)
+    else:
+        lens = cache_seqlens.to(torch.int64).cpu()  # (one small copy to the host)
+    if (k is None) != (v is None):
+        raise SpecError("k and v: pass both or neither", code="PY0105")
+    if k is not None:
+        new = k.shape[1]
+        if bool((lens + new > s_cache).any()) or bool((lens < 0).any()):
+            raise SpecError(f"the cache holds {s_cache} rows: cache_seqlens + {new} new rows do not fit", code="PY0105")
+        for i in range(b):
+            n0 = int(lens[i])
+            k_cache[i, n0:n0 + new] = k[i]
+            v_cache[i, n0:n0 + new] = v[i]
+        lens = lens + new
+    if bool((lens > s_cache).any()) or bool((lens < 0).any()):
+        raise SpecError(f"cache_seqlens outside 0..{s_cache}", code="PY0105")
+    slopes = _slopes(torch, alibi_slopes)
+    kw = dict(causal=bool(causal) and window is None, window=window, scale=softmax_scale, softcap=cap,
+              return_lse=True)
+    L = int(lens[0])
+    equal = bool((lens == L).all())
+    if equal and (alibi_slopes is None or slopes is not None):
+        o, lse = _attention.attention(q, k_cache[:, :L], v_cache[:, :L], alibi_slopes=slopes, **kw)
+    elif q.shape[1] == 1 and window is None and alibi_slopes is None:
+        # one decoding query per row: keys past the row's length are another document
+        sk = int(lens.max())
+        seg_k = (torch.arange(sk)[None, :] >= lens[:, None]).to(torch.int32).to(q.device)
+        seg_q = torch.zeros((b, 1), dtype=torch.int32, device=q.device)
+        kw["causal"] = False  # one query: it sees every key of its row
+        o, lse = _attention.attention(q, k_cache[:, :sk], v_cache[:, :sk], segment_ids=(seg_q, seg_k), **kw)
+    else:
+        o = q.new_empty(q.shape[:3] + (v_cache.shape[3],))
+        lse = torch.empty((b, q.shape[2], q.shape[1]), device=q.device, dtype=torch.float32)
+        for i in range(b):
+            n = int(lens[i])
+            if n == 0:
+                o[i] = 0
+                lse[i] = float("-inf")
+                continue
+            oi, li = _attention.attention(q[i:i + 1], k_cache[i:i + 1, :n], v_cache[i:i + 1, :n],
+                                          alibi_slopes=_slopes(torch, alibi_slopes, i), **kw)
+            o[i], lse[i] = oi[0], li[0]
+    return (o, lse) if return_softmax_lse else o
+
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]

@@ -1,0 +1,37 @@
+"""An fp32 torch attention with qattn.attention's meaning of its arguments (BSHD; causal bottom-right
+or 'top_left', window (left, right) with -1 unbounded, softcap, scale, ALiBi slopes, segment ids,
+return_lse). The CPU tests of the Python layers above the kernel (qattn.distributed's gloo test,
+qattn.integrations.transformers, qattn.flash_attn_interface) put it in qattn.attention's place."""
+import torch
+
+
+def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, segment_ids=None,
+            alibi_slopes=None, **kw):
+    assert not kw, kw
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    qf = q.float().transpose(1, 2)
+    kf = k.float().transpose(1, 2).repeat_interleave(hq // hkv, 1)
+    vf = v.float().transpose(1, 2).repeat_interleave(hq // hkv, 1)
+    s = (qf @ kf.transpose(-1, -2)) * (scale if scale is not None else d ** -0.5)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None] + (0 if causal == "top_left" else sk - sq)
+    j = torch.arange(sk, device=q.device)[None, :]
+    if alibi_slopes is not None:
+        s = s - alibi_slopes.float().view(1, hq, 1, 1) * (i - j).abs()
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        vis &= j <= i
+    if window is not None:
+        left, right = window
+        vis &= ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
+    vis = vis[None, None]
+    if segment_ids is not None:
+        sq_ids, sk_ids = segment_ids
+        vis = vis & (sq_ids[:, None, :, None] == sk_ids[:, None, None, :])
+    s = s.masked_fill(~vis, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    o = (p @ vf).transpose(1, 2).to(q.dtype).contiguous()
+    return (o, lse) if return_lse else o

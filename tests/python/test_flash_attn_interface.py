@@ -1,0 +1,155 @@
+"""qattn.flash_attn_interface against FlashAttention's documented semantics, computed here per
+sequence in fp64 (causal and windows aligned to each sequence's last key, ALiBi -slope * |i + sk - sq
+- j|, softcap, empty rows 0 / -inf). On the CPU, qattn.attention is replaced by an fp32 stand-in
+(attention_standin.py) so that the interface's own work (packing, segment ids, the cache writes,
+the one-call / per-sequence choice) is what is tested; where a GPU is present the same tests also
+run on the real kernels (bf16, with FlashAttention's tolerance rule). Needs torch (skipped in the
+CPU CI, which installs none)."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI installs none)")
+
+import qattn  # noqa: E402
+from qattn import _attention  # noqa: E402
+from qattn import flash_attn_interface as fai  # noqa: E402
+from attention_standin import standin  # noqa: E402
+from conftest import gpu_skip_reason  # noqa: E402
+
+GPU = gpu_skip_reason() is None
+MODES = ["standin"] + (["gpu"] if GPU else [])
+
+
+@pytest.fixture(params=MODES)
+def mode(request, monkeypatch):
+    if request.param == "standin":
+        monkeypatch.setattr(_attention, "attention", standin)
+    return request.param
+
+
+def dev_dtype(mode):
+    return ("cuda", torch.bfloat16) if mode == "gpu" else ("cpu", torch.float32)
+
+
+def ref_one(q, k, v, causal, window, softcap, slopes, scale):
+    """One sequence: q (sq, h, d), k/v (sk, hkv, d) -> out (sq, h, dv) fp64, lse (h, sq)."""
+    sq, h, d = q.shape
+    sk, hkv = k.shape[0], k.shape[1]
+    qd, kd, vd = q.double(), k.double().repeat_interleave(h // hkv, 1), v.double().repeat_interleave(h // hkv, 1)
+    s = torch.einsum("qhd,khd->hqk", qd, kd) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None] + sk - sq
+    j = torch.arange(sk, device=q.device)[None, :]
+    if slopes is not None:
+        s = s - slopes.double()[:, None, None] * (i - j).abs()
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    left, right = window
+    if causal:
+        right = 0
+    if left >= 0:
+        vis &= j >= i - left
+    if right >= 0:
+        vis &= j <= i + right
+    s = s.masked_fill(~vis, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return torch.einsum("hqk,khd->qhd", p, vd), lse
+
+
+def close(got, want, mode):
+    err = (got.double() - want).abs().max().item() if got.numel() else 0.0
+    assert err < (2e-2 if mode == "gpu" else 1e-4), err
+
+
+def test_flash_attn_func(mode):
+    dev, dt = dev_dtype(mode)
+    g = torch.Generator().manual_seed(0)
+    for b, sq, sk, h, hkv, causal, window, softcap, alibi in (
+            (2, 77, 77, 4, 2, True, (-1, -1), 0.0, False), (1, 40, 130, 4, 1, True, (-1, -1), 0.0, False),
+            (2, 65, 65, 4, 4, False, (16, 3), 0.0, False), (1, 90, 90, 4, 2, True, (20, -1), 30.0, False),
+            (2, 50, 50, 4, 4, True, (-1, -1), 0.0, True)):
+        q = torch.randn(b, sq, h, 64, generator=g).to(dev, dt)
+        k, v = (torch.randn(b, sk, hkv, 64, generator=g).to(dev, dt) for _ in range(2))
+        slopes = (torch.rand(b, h, generator=g) * 0.2).to(dev) if alibi else None
+        out, lse, probs = fai.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap,
+                                              alibi_slopes=slopes, return_attn_probs=True)
+        assert probs is None and out.shape == (b, sq, h, 64) and lse.shape == (b, h, sq)
+        for i in range(b):
+            o_r, l_r = ref_one(q[i], k[i], v[i], causal, window, softcap, slopes[i] if alibi else None, 64 ** -0.5)
+            close(out[i], o_r, mode)
+            close(lse[i], l_r, mode)
+
+
+@pytest.mark.parametrize("same_lengths", [True, False])
+def test_flash_attn_varlen_func(mode, same_lengths, monkeypatch):
+    dev, dt = dev_dtype(mode)
+    g = torch.Generator().manual_seed(1)
+    lens_q = [37, 0, 64, 5, 100]
+    lens_k = lens_q if same_lengths else [50, 3, 64, 0, 130]
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device=dev)
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device=dev)
+    calls = []
+    real = _attention.attention
+    monkeypatch.setattr(_attention, "attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for causal, window, softcap in ((True, (-1, -1), 0.0), (False, (-1, -1), 0.0), (False, (8, 8), 0.0),
+                                    (True, (-1, -1), 20.0)):
+        q = torch.randn(sum(lens_q), 4, 64, generator=g).to(dev, dt)
+        k, v = (torch.randn(sum(lens_k), 2, 64, generator=g).to(dev, dt) for _ in range(2))
+        calls.clear()
+        out, lse, _ = fai.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                                 window_size=window, softcap=softcap, return_attn_probs=True)
+        masked = causal or window != (-1, -1)
+        assert len(calls) == (1 if same_lengths or not masked else sum(1 for a, b in zip(lens_q, lens_k) if a and b))
+        assert out.shape == (sum(lens_q), 4, 64) and lse.shape == (4, sum(lens_q))
+        for i in range(len(lens_q)):
+            a, b, c, d = int(cu_q[i]), int(cu_q[i + 1]), int(cu_k[i]), int(cu_k[i + 1])
+            if b == a:
+                continue
+            o_r, l_r = ref_one(q[a:b], k[c:d], v[c:d], causal, window, softcap, None, 64 ** -0.5)
+            close(out[a:b], o_r, mode)
+            if d > c:
+                close(lse[:, a:b], l_r, mode)
+            else:
+                assert torch.isinf(lse[:, a:b]).all() and (out[a:b] == 0).all()
+
+
+def test_flash_attn_with_kvcache(mode):
+    dev, dt = dev_dtype(mode)
+    g = torch.Generator().manual_seed(2)
+    b, s_cache, h, hkv = 3, 96, 4, 2
+    for lens, new, sq, causal, window in (([40, 40, 40], 1, 1, True, (-1, -1)), ([10, 70, 33], 1, 1, True, (-1, -1)),
+                                          ([10, 70, 33], 0, 1, False, (-1, -1)), ([10, 70, 33], 4, 4, True, (-1, -1)),
+                                          ([30, 50, 20], 1, 1, True, (8, 0))):
+        k_cache, v_cache = (torch.randn(b, s_cache, hkv, 64, generator=g).to(dev, dt) for _ in range(2))
+        q = torch.randn(b, sq, h, 64, generator=g).to(dev, dt)
+        kn, vn = ((torch.randn(b, new, hkv, 64, generator=g).to(dev, dt) for _ in range(2)) if new else (None, None))
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=dev)
+        kc0, vc0 = k_cache.clone(), v_cache.clone()
+        out, lse = fai.flash_attn_with_kvcache(q, k_cache, v_cache, k=kn, v=vn, cache_seqlens=seqlens, causal=causal,
+                                               window_size=window, return_softmax_lse=True)
+        for i in range(b):
+            n = lens[i] + new
+            if new:
+                assert torch.equal(k_cache[i, lens[i]:n], kn[i]) and torch.equal(v_cache[i, lens[i]:n], vn[i])
+            assert torch.equal(k_cache[i, n:], kc0[i, n:]) and torch.equal(k_cache[i, :lens[i]], kc0[i, :lens[i]])
+            o_r, l_r = ref_one(q[i], k_cache[i, :n], v_cache[i, :n], causal, window, 0.0, None, 64 ** -0.5)
+            close(out[i], o_r, mode)
+            close(lse[i], l_r, mode)
+
+
+def test_refusals():
+    q = torch.zeros(1, 4, 2, 64)
+    for kw, what in ((dict(dropout_p=0.1), "dropout"),):
+        with pytest.raises(qattn.QattnError) as e:
+            fai.flash_attn_func(q, q, q, **kw)
+        assert e.value.code == "PY0903" and what in str(e.value)
+    with pytest.raises(qattn.QattnError) as e:
+        fai.flash_attn_with_kvcache(q, q, q, block_table=torch.zeros(1, 1, dtype=torch.int32))
+    assert e.value.code == "PY0903" and "paged" in str(e.value)
+    with pytest.raises(qattn.QattnError) as e:
+        fai.flash_attn_with_kvcache(q, q, q, rotary_cos=torch.zeros(4, 32), rotary_sin=torch.zeros(4, 32))
+    assert e.value.code == "PY0903" and "rotary" in str(e.value)
+    cu = torch.tensor([0, 3, 2], dtype=torch.int32)
+    with pytest.raises(qattn.QattnError) as e:
+        fai.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 4, 4)
+    assert e.value.code == "PY0105"
