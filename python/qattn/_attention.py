@@ -281,8 +281,83 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     qv, kv, vv = _views(q, k, v, layout)
     _, sq, _, hq, hkv, _, _ = _check_shapes(qv, kv, vv)
     scale = _scale(scale, int(qv.shape[3]))
-    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse, q.device, shape=(hq, hkv, sq))
+    splits = split_keys(torch, q.device, qv, kv, fields, args, aux)
+    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse or splits > 1, q.device,
+                   shape=(hq, hkv, sq))
+    if splits > 1:
+        return _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args)
     return _launch(torch, b, q, k, v, layout, scale, return_lse, aux, args)
+
+
+# ---- split keys (FlashDecoding) on the host --------------------------------------------------------
+
+_SMS = {}
+MIN_KEYS_PER_SPLIT = 512
+MAX_SPLITS = 16
+
+
+def split_keys(torch, device, qv, kv, fields, args, aux):
+    """How many parts to split the keys of this call into (1: none). A short query sequence over a
+    long cache launches too few blocks to fill the GPU (decoding: batch x kv heads blocks with the
+    packed GQA kernel): then the keys are cut into S equal parts, folded into the batch dimension
+    (one launch of the same kernel over batch x S), and the S partial results are merged by their
+    LSE. Only where every part computes the same function: no mask, or a bottom-right causal mask
+    with one query (it sees every key); no window, no score / mask variants (a softcap is per score
+    and splits); S divides seqlen_k (or batch is 1), each part >= MIN_KEYS_PER_SPLIT keys.
+    QATTN_SPLIT_KV=0 turns it off."""
+    if os.environ.get("QATTN_SPLIT_KV", "1") in ("0", "false", "no"):
+        return 1
+    bsz, sq, hq, _ = (int(x) for x in qv.shape)
+    sk, hkv = int(kv.shape[1]), int(kv.shape[2])
+    mask = fields.get("mask") or {"kind": "none"}
+    kind, align = mask.get("kind"), mask.get("align", "bottom_right")
+    if "variants" in fields or aux or (args or {}).get("window") is not None or \
+            not (kind == "none" or (kind == "causal" and align == "bottom_right" and sq == 1)):
+        return 1
+    if sk < 2 * MIN_KEYS_PER_SPLIT or sq > _build.SHORT_QUERIES:
+        return 1
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    sms = _SMS.get(idx)
+    if sms is None:
+        sms = _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    group = hq // hkv
+    packed = group > 1 and 64 % group == 0
+    blocks = bsz * (hkv * -(-sq * group // 64) if packed else hq * -(-sq // 64))
+    want = min(sms // max(blocks, 1), sk // MIN_KEYS_PER_SPLIT, MAX_SPLITS)
+    for s in range(want, 1, -1):
+        if sk % s == 0 or bsz == 1:
+            return s
+    return 1
+
+
+def _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=None):
+    """One launch over batch x splits (each part of the keys a batch entry: a view, no copy, when
+    seqlen_k divides; batch 1 takes the parts of equal size and a last call for the rest), then
+    the LSE merge: weights softmax(lse_parts) over the parts, an fp32 weighted sum (4 small kernels
+    with the query copy; a combine kernel written in TL is the serving issue's next step)."""
+    bsz, sq, hq, _ = qv.shape
+    sk, hkv, dqk, dv = kv.shape[1], kv.shape[2], kv.shape[3], vv.shape[3]
+    chunk = sk // splits
+    main = chunk * splits
+    kc, vc = kv.contiguous(), vv.contiguous()
+    kf = kc[:, :main].reshape(bsz * splits, chunk, hkv, dqk)
+    vf = vc[:, :main].reshape(bsz * splits, chunk, hkv, dv)
+    qf = qv[:, None].expand(bsz, splits, sq, hq, dqk).reshape(bsz * splits, sq, hq, dqk)
+    o_parts, l_parts = _launch(torch, b, qf, kf, vf, "bshd", scale, True, args=args)
+    o_parts = o_parts.view(bsz, splits, sq, hq, dv)
+    l_parts = l_parts.view(bsz, splits, hq, sq)
+    if main < sk:  # batch 1: the rest of the keys
+        o_t, l_t = _launch(torch, b, qv, kc[:, main:], vc[:, main:], "bshd", scale, True, args=args)
+        o_parts = torch.cat([o_parts, o_t[:, None]], 1)
+        l_parts = torch.cat([l_parts, l_t[:, None]], 1)
+    # every part has keys (>= MIN_KEYS_PER_SPLIT, no mask that empties a part), so the LSEs are finite
+    w = torch.softmax(l_parts, dim=1).transpose(2, 3).unsqueeze(-1)  # (b, S, sq, hq, 1) fp32
+    o = (o_parts * w).sum(dim=1).to(qv.dtype)  # the product is fp32 (type promotion), one pass each
+    if layout == "bhsd":
+        o = o.transpose(1, 2).contiguous()
+    if not return_lse:
+        return o
+    return o, torch.logsumexp(l_parts, dim=1)
 
 
 # ---- ahead-of-time builds and explanations -------------------------------------------------------

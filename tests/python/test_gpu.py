@@ -385,6 +385,7 @@ def test_launches_from_several_threads_at_once(gen):
     [t.join() for t in ts]
     assert not bad, bad[:3]
 
+
 def test_kernels_are_reused_across_shapes(gen):
     """One kernel per compile-time tuple: MHA, GQA, MQA, any seqlen and both layouts share it."""
     from qattn import _build
@@ -417,6 +418,23 @@ def test_short_gqa_queries(hq, hkv, sq, sk, causal, gen):
     major, _ = torch.cuda.get_device_capability()
     assert packed == (major == 9 and hq > hkv and not os.environ.get("QATTN_TARGET")), ex.tl
     assert packed == ex.kernel_spec["name"].endswith("_short")
+
+
+@pytest.mark.parametrize("b,sq,hq,hkv,sk,causal,layout", [(4, 1, 32, 1, 8192, True, "bshd"), (1, 1, 16, 2, 5001, False, "bhsd"),
+                                                        (2, 3, 8, 1, 4096, False, "bshd")])
+def test_split_keys_decoding(b, sq, hq, hkv, sk, causal, layout, gen, monkeypatch):
+    """Short queries over a long cache that would leave the GPU mostly idle split their keys (one
+    launch over batch x parts, then the LSE merge): results as one call, o and lse; the split is taken."""
+    from qattn import _attention as A
+    q, k, v = inputs(b, sq, sk, hq, hkv, 128, 128, torch.bfloat16, layout, gen)
+    fields, args = A.split_launch_args(A.variant_fields(causal, None, None, None, None, None))
+    assert A.split_keys(torch, q.device, bshd(q, layout), bshd(k, layout), fields, args, {}) > 1
+    o, lse = qattn.attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+    check(bshd(o, layout), lse, bshd(q, layout), bshd(k, layout), bshd(v, layout), visible(sq, sk, causal=causal),
+          128 ** -0.5)
+    monkeypatch.setenv("QATTN_SPLIT_KV", "0")
+    o1 = qattn.attention(q, k, v, causal=causal, layout=layout)
+    assert (o.float() - o1.float()).abs().max().item() < 2e-2
 
 
 def test_compiled_kernel_matches_attention(gen):

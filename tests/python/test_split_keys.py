@@ -1,0 +1,64 @@
+"""Splitting the keys of short-query calls (qattn._attention.split_keys / _launch_split) without a
+GPU: the decision (which calls split, into how many parts) and the fold + LSE merge, with the kernel
+launch replaced by the fp32 stand-in (attention_standin.py). The real kernels: tests/python/test_gpu.py
+(test_split_keys_decoding). Needs torch (skipped in the CPU CI)."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI installs none)")
+
+from qattn import _attention as A  # noqa: E402
+from qattn import _variants as V  # noqa: E402
+from attention_standin import standin  # noqa: E402
+
+
+def fields(**kw):
+    return V.split_launch_args(V.variant_fields(kw.get("causal", False), kw.get("window"), kw.get("softcap"),
+                                                None, None, None))
+
+
+def decide(b, sq, hq, hkv, sk, sms=132, **kw):
+    A._SMS[0] = sms
+    f, a = fields(**kw)
+    return A.split_keys(torch, torch.device("cuda", 0), torch.empty(b, sq, hq, 128, device="meta"),
+                        torch.empty(b, sk, hkv, 128, device="meta"), f, a, {})
+
+
+def test_which_calls_split(monkeypatch):
+    assert decide(32, 1, 32, 1, 8192) == 4            # MQA decoding: 32 blocks of 132 SMs
+    assert decide(8, 1, 64, 8, 32768) == 2            # GQA 8: 64 blocks
+    assert decide(1, 1, 32, 8, 131072) == 16          # batch 1: capped
+    assert decide(1, 1, 32, 8, 100003) == 16          # batch 1: any length (a last call takes the rest)
+    assert decide(3, 1, 32, 8, 100003) == 1           # no divisor of 100003 up to 11
+    assert decide(32, 1, 32, 8, 8192) == 1            # 256 blocks fill the GPU
+    assert decide(32, 1, 32, 1, 900) == 1             # too few keys
+    assert decide(2, 1, 32, 1, 8192, causal=True) == 16  # one query: causal = every key
+    assert decide(2, 4, 32, 1, 8192, causal=True) == 1   # several queries: the causal diagonal
+    assert decide(2, 1, 32, 1, 8192, causal="top_left") == 1
+    assert decide(2, 1, 32, 1, 8192, window=(128, 0)) == 1
+    assert decide(2, 1, 32, 1, 8192, softcap=30.0) == 1
+    assert decide(2, 128, 32, 1, 8192) == 1           # not a short query sequence
+    monkeypatch.setenv("QATTN_SPLIT_KV", "0")
+    assert decide(32, 1, 32, 1, 8192) == 1
+
+
+@pytest.mark.parametrize("b,sq,hq,hkv,sk,splits,layout", [(3, 1, 8, 1, 4096, 4, "bshd"), (1, 1, 8, 2, 5000, 3, "bhsd"),
+                                                        (2, 7, 8, 8, 2048, 2, "bshd")])
+def test_fold_and_merge_equal_one_call(monkeypatch, b, sq, hq, hkv, sk, splits, layout):
+    calls = []
+
+    def fake_launch(torch_, build, q, k, v, layout_, scale, return_lse, aux=None, args=None):
+        assert layout_ == "bshd" and return_lse
+        calls.append(tuple(k.shape))
+        return standin(q, k, v, scale=scale, return_lse=True)
+    monkeypatch.setattr(A, "_launch", fake_launch)
+    g = torch.Generator().manual_seed(b * 100 + sk)
+    q = torch.randn(b, sq, hq, 64, generator=g)
+    k, v = (torch.randn(b, sk, hkv, 64, generator=g) for _ in range(2))
+    o, lse = A._launch_split(torch, None, q, k, v, layout, 0.125, True, splits)
+    want_o, want_l = standin(q, k, v, scale=0.125, return_lse=True)
+    if layout == "bhsd":
+        o = o.transpose(1, 2)
+    assert (o - want_o).abs().max().item() < 1e-5 and (lse - want_l).abs().max().item() < 1e-5
+    chunk = sk // splits
+    assert calls[0] == (b * splits, chunk, hkv, 64)
+    assert len(calls) == (1 if sk % splits == 0 else 2)
