@@ -282,6 +282,8 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     _, sq, _, hq, hkv, _, _ = _check_shapes(qv, kv, vv)
     scale = _scale(scale, int(qv.shape[3]))
     splits = split_keys(torch, q.device, qv, kv, fields, args, aux)
+    if splits > 1 and not return_lse and _compiles_only_for_split(torch, dt, qv, vv, fields, q.device, (hq, hkv, sq)):
+        splits = 1  # a pack / the cache has this call's kernel but not its LSE twin: no compile for a split
     b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse or splits > 1, q.device,
                    shape=(hq, hkv, sq))
     if splits > 1:
@@ -328,6 +330,19 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
         if sk % s == 0 or bsz == 1:
             return s
     return 1
+
+
+def _compiles_only_for_split(torch, dt, qv, vv, fields, device, shape):
+    """True when this call's own kernel (no LSE) is ready (built, packed or cached) but the LSE twin
+    that the split launches is not: splitting would compile (or fail where no compiler is, as with
+    a kernel pack on a deployment machine) where the unsplit call would not."""
+    target, _, tag = _device_target(torch, device)
+    short = _build.short_queries(target, *shape, fields)
+    dqk, dv = int(qv.shape[3]), int(vv.shape[3])
+
+    def spec(lse):
+        return _build.kernel_spec(dt, dqk, dv, fields, lse, target, short=short)
+    return _build.available(spec(False), tag) and not _build.available(spec(True), tag)
 
 
 def _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=None):
@@ -521,17 +536,26 @@ def precompile(specs, out, *, gpu=None, short=False, jobs=None, verbose=None):
     specs: what compile() takes (presets, spec dicts, JSON files), or qattn.COMMON_KERNELS. Each
     kernel serves every attention() call with its compile-time fields (dtype, head dims, mask kind,
     variants, return_lse; any batch, heads, lengths, layout, window size, softcap). gpu: the GPU to
-    build for (default: the spec's, else the local one). short=True also packs the Hopper kernels
-    for short GQA/MQA queries (decoding; qattn._build.short_queries). On the deployment machine,
-    qattn.use_pack(out) or QATTN_PACKS=out: attention() then runs those kernels with no compiler."""
+    build for (default: the spec's, else the local one). short=True also packs what decoding uses:
+    the Hopper kernels for short GQA/MQA queries (qattn._build.short_queries) and the LSE twins that
+    the key split launches (split_keys; without them a packed deployment decodes unsplit). On the
+    deployment machine, qattn.use_pack(out) or QATTN_PACKS=out: attention() then runs those kernels
+    with no compiler."""
     kernels = compile_many(specs, gpu=gpu, jobs=jobs, verbose=verbose)
     builds = [k._b for k in kernels]
     if short:
         for k in kernels:
             dt, dqk, dv, fields, lse = _build.compile_time_fields(k.spec)
             fields, _ = split_launch_args(fields)
+            mask = fields.get("mask") or {"kind": "none"}
+            splits = "variants" not in fields and (mask.get("kind") == "none" or (
+                mask.get("kind") == "causal" and mask.get("align", "bottom_right") == "bottom_right"))
+            # the LSE twins that decoding's key split launches (split_keys), and the packed short kernels
+            wanted = [(False, True)] if splits and not lse else []
             if k.target in ("h100", "h200") and "variants" not in fields:
-                ks = _build.kernel_spec(dt, dqk, dv, fields, lse, k.target, short=True)
+                wanted += [(True, lse)] + ([(True, True)] if splits and not lse else [])
+            for sh, with_lse in wanted:
+                ks = _build.kernel_spec(dt, dqk, dv, fields, with_lse, k.target, short=sh)
                 builds.append(_build.build(ks, k.target, k.target_reason, verbose=verbose))
     return _pack.write_pack(out, builds)
 

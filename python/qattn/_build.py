@@ -228,6 +228,17 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None):
         return b
 
 
+def available(spec, local_tag="", use_cache=True):
+    """True when build() would return this kernel without compiling: built in this process, in a
+    kernel pack, or already in the disk cache (its library present in the cache folder)."""
+    text = json.dumps(spec, sort_keys=True)
+    if (text, local_tag, use_cache) in _BUILDS or _pack.find(spec) is not None:
+        return True
+    h = hashlib.sha256((text + local_tag).encode()).hexdigest()[:12]
+    name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}-{h}"
+    return os.path.isfile(os.path.join(cache_dir(), "python", name, "libqattn_kernel.so"))
+
+
 def clear_memory_cache():
     """Forget the kernels built in this process (the disk cache stays; loaded libraries stay loaded)."""
     with _LOCK:

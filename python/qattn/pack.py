@@ -23,7 +23,8 @@ def main(argv=None):
     b.add_argument("specs", nargs="*", help="preset names or spec JSON files")
     b.add_argument("--common", action="store_true", help="also qattn.COMMON_KERNELS")
     b.add_argument("--gpu", default=None, help="the GPU to build for (a `qattn gpus` name); default: the local one")
-    b.add_argument("--short", action="store_true", help="also the Hopper kernels for short GQA/MQA queries")
+    b.add_argument("--short", action="store_true",
+                   help="also what decoding uses: the Hopper kernels for short GQA/MQA queries, the key split's LSE twins")
     b.add_argument("--jobs", type=int, default=None)
     ls = sub.add_parser("list", help="the kernels of a pack (checked)")
     ls.add_argument("out")

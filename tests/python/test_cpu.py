@@ -497,3 +497,29 @@ def test_kernel_names_are_safe_spec_names():
     for fields in ({"mask": {"kind": "none"}}, longest):
         name = _build.kernel_spec("fp8_e4m3", 192, 128, fields, True, "h100", short=True)["name"]
         assert rule.fullmatch(name) and ".." not in name, name
+
+
+def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
+    """precompile(short=True) adds, per spec: on Hopper the packed short-query kernel (no variants),
+    and where the key split applies (no variants; no mask or bottom-right causal) the LSE twins it
+    launches (the regular one, and on Hopper the short one); nothing for variant kernels."""
+    from qattn import _attention, _pack
+
+    class K:
+        def __init__(self, spec, target):
+            self.spec = _build.canonical_spec(spec)
+            self.target, self.target_reason, self._b = target, "test", ("compiled", self.spec["name"])
+    built = []
+    monkeypatch.setattr(_attention, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
+                        [K(s, gpu) for s in specs])
+    monkeypatch.setattr(_build, "build", lambda spec, target, reason, **kw: built.append(spec) or spec["name"])
+    monkeypatch.setattr(_pack, "write_pack", lambda out, builds: len(builds))
+    specs = [{"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "causal"},
+             {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"softcap": 30.0}}]
+    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 2 + 3
+    got = sorted((s["name"], s["return_lse"]) for s in built)  # (the softcap kernel: variants, no short kernel)
+    assert got == [("py_bf16_d128_causal_lse", True), ("py_bf16_d128_causal_lse_short", True),
+                   ("py_bf16_d128_causal_short", False)], got
+    built.clear()
+    assert qattn.precompile(specs, str(tmp_path), gpu="a100", short=True) == 2 + 1
+    assert [(s["name"], s["return_lse"]) for s in built] == [("py_bf16_d128_causal_lse", True)]

@@ -62,3 +62,31 @@ def test_fold_and_merge_equal_one_call(monkeypatch, b, sq, hq, hkv, sk, splits, 
     chunk = sk // splits
     assert calls[0] == (b * splits, chunk, hkv, 64)
     assert len(calls) == (1 if sk % splits == 0 else 2)
+
+
+def test_no_compile_only_for_a_split(monkeypatch, tmp_path):
+    """A call whose own kernel is ready (pack / cache) but whose LSE twin is not runs unsplit (a
+    deployment with a kernel pack and no compiler must not start building); `available` looks in
+    this process's builds, the packs and the disk cache."""
+    from qattn import _build
+    monkeypatch.setattr(A, "_device_target", lambda torch_, dev: ("h100", "test", "sm90"))
+    ready = set()
+    monkeypatch.setattr(_build, "available", lambda spec, tag="", use_cache=True: spec["return_lse"] in ready)
+    q, k = torch.empty(32, 1, 32, 128, device="meta"), torch.empty(32, 8192, 1, 128, device="meta")
+    f, _ = fields()
+    run = lambda: A._compiles_only_for_split(torch, "bf16", q, k, f, torch.device("cuda", 0), (32, 1, 1))  # noqa: E731
+    assert run() is False          # nothing ready: the first call compiles anyway (the twin)
+    ready.add(False)
+    assert run() is True           # the plain kernel is packed, the twin not: no split
+    ready.add(True)
+    assert run() is False          # both ready: split
+    monkeypatch.undo()
+    monkeypatch.setenv("QATTN_CACHE_DIR", str(tmp_path))
+    spec = _build.kernel_spec("bf16", 128, 128, f, True, "h100", short=True)
+    assert not _build.available(spec, "sm90")
+    text = __import__("json").dumps(spec, sort_keys=True)
+    h = __import__("hashlib").sha256((text + "sm90").encode()).hexdigest()[:12]
+    d = tmp_path / "python" / f"{spec['name']}-h100-sm90-{h}"
+    d.mkdir(parents=True)
+    (d / "libqattn_kernel.so").write_bytes(b"")
+    assert _build.available(spec, "sm90")
