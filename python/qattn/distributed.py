@@ -8,7 +8,7 @@ shard of the output, and of the log-sum-exp with return_lse=True.
     import qattn.distributed as qcp
     dist.init_process_group("nccl")                 # one process per GPU (torchrun --nproc-per-node N)
     q_l, k_l, v_l = (qcp.shard(t) for t in (q, k, v))          # this rank's rows (zigzag sharding)
-    o_l = qcp.attention(q_l, k_l, v_l, causal=True)            # mode="ring" (default) or "ulysses"
+    o_l = qcp.attention(q_l, k_l, v_l, causal=True)            # mode="auto" (default), "ring" or "ulysses"
     o = qcp.unshard(o_l, q.shape[1])                           # every rank: the whole output
 
 Two modes (docs/python.md, "Context parallelism", says when to take which):
@@ -396,23 +396,40 @@ def ulysses_attention(q, k, v, causal=False, window=None, scale=None, softcap=No
     return _result(o, lse, return_lse, layout)
 
 
-def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, *, mode="ring",
+def _ulysses_heads_ok(hq, hkv, world):
+    return hq % world == 0 and (hkv % world == 0 or world % hkv == 0)
+
+
+def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, *, mode="auto",
               group=None, seqlen=None, seqlen_k=None, sharding="zigzag", layout="bshd", **variants):
-    """Context-parallel qattn.attention on this rank's shards: mode='ring' (ring_attention) or
-    'ulysses' (ulysses_attention). Returns this rank's rows of o (and lse)."""
-    if mode not in MODES:
-        raise SpecError(f"mode={mode!r}: expected 'ring' or 'ulysses'", code="PY0801")
-    if mode == "ulysses":
-        return ulysses_attention(q, k, v, causal, window, scale, softcap, return_lse, group=group, seqlen=seqlen,
-                                 seqlen_k=seqlen_k, sharding=sharding, layout=layout, **variants)
-    given = [n for n in _RING_REFUSED if (window if n == "window" else variants.get(n)) is not None]
+    """Context-parallel qattn.attention on this rank's shards: mode='ring' (ring_attention),
+    'ulysses' (ulysses_attention) or 'auto' (the default: the ring, unless the call reads positions
+    (window, prefix_lm, alibi_slopes, segment_ids, relative_bias, score_mod / mask_mod), which only
+    Ulysses runs; then Ulysses where the heads allow it). Returns this rank's rows of o (and lse)."""
+    if mode not in MODES + ("auto",):
+        raise SpecError(f"mode={mode!r}: expected 'auto', 'ring' or 'ulysses'", code="PY0801")
     unknown = [n for n in variants if n not in _RING_REFUSED]
     if unknown:
         raise SpecError(f"unexpected keyword {unknown[0]!r}", code="PY0107")
+    given = [n for n in _RING_REFUSED if (window if n == "window" else variants.get(n)) is not None]
+    if mode == "auto":
+        mode = "ring"
+        if given:
+            _, _, world, _ = _dist(group)
+            hq, hkv = (int(q.shape[2]), int(k.shape[2])) if layout == "bshd" else (int(q.shape[1]), int(k.shape[1]))
+            if not _ulysses_heads_ok(hq, hkv, world):
+                raise SpecError(f"{given[0]} reads global positions, which only mode='ulysses' runs, and heads "
+                                f"{hq}/{hkv} do not split over {world} ranks", code="PY0802",
+                                hint="Ulysses needs heads_q a multiple of the world size and heads_kv a multiple or "
+                                     "a divisor of it")
+            mode = "ulysses"
+    if mode == "ulysses":
+        return ulysses_attention(q, k, v, causal, window, scale, softcap, return_lse, group=group, seqlen=seqlen,
+                                 seqlen_k=seqlen_k, sharding=sharding, layout=layout, **variants)
     if given:
         raise SpecError(f"mode='ring' does not take {given[0]}: it reads positions, and the kernel of a ring step "
                         f"sees positions inside a shard, not global ones", code="PY0802",
-                        hint="mode='ulysses' runs every mask and variant (each rank holds whole sequences)")
+                        hint="mode='ulysses' (or 'auto') runs every mask and variant (each rank holds whole sequences)")
     return ring_attention(q, k, v, causal, scale, softcap, return_lse, group=group, seqlen=seqlen, seqlen_k=seqlen_k,
                           sharding=sharding, layout=layout)
 

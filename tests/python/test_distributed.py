@@ -153,10 +153,10 @@ def test_arguments_are_checked_before_any_collective():
         qcp.attention(None, None, None, mode="tree")
     assert e.value.code == "PY0801"
     with pytest.raises(qattn.SpecError) as e:
-        qcp.attention(None, None, None, window=(128, 0))
+        qcp.attention(None, None, None, window=(128, 0), mode="ring")
     assert e.value.code == "PY0802" and "window" in str(e.value)
     with pytest.raises(qattn.SpecError) as e:
-        qcp.attention(None, None, None, mask_mod="kv_idx <= q_idx")
+        qcp.attention(None, None, None, mask_mod="kv_idx <= q_idx", mode="ring")
     assert e.value.code == "PY0802"
     with pytest.raises(qattn.SpecError) as e:
         qcp.attention(None, None, None, bogus=1)
@@ -194,15 +194,23 @@ fails = 0
 for case, (n, hq, hkv, causal, mode, sharding, layout, softcap) in enumerate([
         (37, 4, 2, True, "ring", "zigzag", "bshd", None), (37, 4, 4, False, "ring", "contiguous", "bhsd", 5.0),
         (2 * w + 1, 2, 1, True, "ring", "contiguous", "bshd", None), (50, 4, 2, True, "ulysses", "zigzag", "bshd", None),
-        (23, 4, 1, False, "ulysses", "contiguous", "bhsd", 3.0)]):
+        (23, 4, 1, False, "ulysses", "contiguous", "bhsd", 3.0), (31, 4, 2, True, "auto", "zigzag", "bshd", None)]):
     if mode == "ulysses" and 4 % w:
         continue
+    seen = []
+    real_ring, real_uly = qcp.ring_attention, qcp.ulysses_attention
+    qcp.ring_attention = lambda *a, **k: seen.append("ring") or real_ring(*a, **k)
+    qcp.ulysses_attention = lambda *a, **k: seen.append("ulysses") or real_uly(*a, **k)
     q = torch.randn(2, n, hq, 16, generator=g); k = torch.randn(2, n, hkv, 16, generator=g); v = torch.randn(2, n, hkv, 16, generator=g)
     want_o, want_l = ref(q, k, v, causal=causal, softcap=softcap, return_lse=True)
     sd = 1 if layout == "bshd" else 2
     ql, kl, vl = (qcp.shard(t if layout == "bshd" else t.transpose(1, 2).contiguous(), seq_dim=sd, sharding=sharding) for t in (q, k, v))
     o, lse = qcp.attention(ql, kl, vl, causal=causal, softcap=softcap, return_lse=True, mode=mode, sharding=sharding,
                            layout=layout, seqlen=None if case % 2 else n)  # the same on every rank
+    qcp.ring_attention, qcp.ulysses_attention = real_ring, real_uly
+    if seen != [mode if mode != "auto" else "ring"]:
+        fails += 1
+        print(f"rank {r}: mode {mode} ran {seen}", flush=True)
     full = qcp.unshard(o, n, seq_dim=sd, sharding=sharding)
     full = full if layout == "bshd" else full.transpose(1, 2)
     lfull = qcp.unshard(lse, n, seq_dim=2, sharding=sharding)
@@ -243,3 +251,23 @@ def test_torch_distributed_on_cpu_gloo(tmp_path, world):
     for r, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"rank {r}:\n{out[-3000:]}"
         assert f"rank {r} of {world}: 0 failures" in out
+
+
+def test_auto_mode_takes_ulysses_for_position_variants(monkeypatch):
+    """mode='auto': the ring for calls that read no positions; Ulysses for window / ALiBi / documents
+    / mask_mod when the heads split over the world size; else PY0802 naming why neither runs it."""
+    class T:
+        def __init__(self, *shape):
+            self.shape = shape
+    calls = []
+    monkeypatch.setattr(qcp, "_dist", lambda group: (None, None, 4, 0))
+    monkeypatch.setattr(qcp, "ring_attention", lambda *a, **k: calls.append("ring"))
+    monkeypatch.setattr(qcp, "ulysses_attention", lambda *a, **k: calls.append(("ulysses", k.get("mask_mod"))))
+    q, k = T(1, 64, 8, 64), T(1, 64, 2, 64)
+    qcp.attention(q, k, k, causal=True)
+    qcp.attention(q, k, k, window=(32, 0))
+    qcp.attention(q, k, k, mask_mod="kv_idx <= q_idx")
+    assert calls == ["ring", ("ulysses", None), ("ulysses", "kv_idx <= q_idx")]
+    with pytest.raises(qattn.SpecError) as e:
+        qcp.attention(T(1, 64, 6, 64), T(1, 64, 3, 64), None, window=(32, 0))
+    assert e.value.code == "PY0802" and "6/3" in str(e.value)
