@@ -523,3 +523,16 @@ def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
     built.clear()
     assert qattn.precompile(specs, str(tmp_path), gpu="a100", short=True) == 2 + 1
     assert [(s["name"], s["return_lse"]) for s in built] == [("py_bf16_d128_causal_lse", True)]
+
+
+def test_layers_import_without_torch_and_say_what_they_need():
+    """qattn.distributed and qattn.flash_attn_interface import where torch does not (their calls then
+    raise PY0204); qattn.integrations.transformers without transformers raises PY0904, not an
+    ImportError trace."""
+    r = _run_python("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+                    "import qattn, qattn.distributed as d, qattn.flash_attn_interface as f\n"
+                    "assert d.chunk_bounds(5, 2) == [(0, 3), (3, 5)]\n"
+                    "try:\n    f.flash_attn_func(None, None, None)\nexcept qattn.QattnError as e:\n    print(e.code)\n"
+                    "try:\n    import qattn.integrations.transformers\nexcept qattn.QattnError as e:\n    print(e.code)\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["PY0204", "PY0904"], r.stdout

@@ -17,7 +17,7 @@ static cache's trailing slots during decoding, dropout in training, attention si
 output_attentions, gradients (qattn is forward-only).
 """
 from .. import _attention
-from ..errors import SpecError
+from ..errors import SpecError, ToolchainError
 
 NAME = "qattn"
 
@@ -110,8 +110,13 @@ def mask_function(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask
 
 def register(name=NAME):
     """Registers attention_forward and mask_function with transformers under `name`."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError as e:
+        raise ToolchainError(f"qattn.integrations.transformers needs transformers with AttentionInterface and "
+                             f"AttentionMaskInterface ({e})", code="PY0904",
+                             hint="pip install 'transformers>=5'") from None
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, mask_function)
     return name
