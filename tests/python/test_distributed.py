@@ -168,22 +168,11 @@ def test_arguments_are_checked_before_any_collective():
 _WORKER = r'''
 import os, sys, torch, torch.distributed as dist
 sys.path.insert(0, os.environ["QATTN_PY"])
+sys.path.insert(0, os.environ["QATTN_TESTS"])
 import qattn.distributed as qcp
 from qattn import _attention
 
-def ref(q, k, v, causal=False, scale=None, softcap=None, return_lse=False, **kw):
-    assert not kw.get("window") and q.dtype == torch.float32
-    s = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.repeat_interleave(q.shape[2] // k.shape[2], 2).double())
-    s = s * (scale if scale is not None else q.shape[-1] ** -0.5)
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    if causal:
-        sq, sk = q.shape[1], k.shape[1]
-        s = s.masked_fill(torch.arange(sk)[None, :] > torch.arange(sq)[:, None] + (sk - sq if causal is True else 0), float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
-    o = torch.einsum("bhqk,bkhd->bqhd", p, v.repeat_interleave(q.shape[2] // v.shape[2], 2).double())
-    return (o.float(), lse.float()) if return_lse else o.float()
+from attention_standin import standin as ref  # fp32 attention with qattn.attention's arguments
 
 _attention.attention = ref
 qcp._check_local = lambda *a: None  # fp32 CPU tensors: the checks of the real kernel do not apply
@@ -240,7 +229,8 @@ def test_torch_distributed_on_cpu_gloo(tmp_path, world):
     procs = []
     for r in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(r),
-                   QATTN_PY=os.path.join(REPO, "python"), OMP_NUM_THREADS="1")
+                   QATTN_PY=os.path.join(REPO, "python"), QATTN_TESTS=os.path.dirname(os.path.abspath(__file__)),
+                   OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     try:
