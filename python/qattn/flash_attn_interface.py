@@ -153,7 +153,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if val is not None:
             _refuse(name, hint)
     window, cap = _common(0.0, window_size, softcap, causal)
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
+        if t is not None and (not isinstance(t, torch.Tensor) or t.dim() != 4):
+            raise SpecError(f"{name}: expected a 4-D (batch, seqlen, heads, d) tensor", code="PY0101")
     b, s_cache = k_cache.shape[0], k_cache.shape[1]
+    if q.shape[0] != b or v_cache.shape[:3] != k_cache.shape[:3]:
+        raise SpecError(f"q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)}: batch, "
+                        f"cache length and kv heads must agree", code="PY0105")
+    for name, t, cache in (("k", k, k_cache), ("v", v, v_cache)):
+        if t is not None and (t.shape[0] != b or t.shape[2:] != cache.shape[2:]):
+            raise SpecError(f"{name} {tuple(t.shape)} does not match its cache {tuple(cache.shape)} (batch, heads, d)",
+                            code="PY0105")
     if cache_seqlens is None:
         lens = torch.full((b,), s_cache if k is None else s_cache - k.shape[1], dtype=torch.int64)
     elif isinstance(cache_seqlens, int):

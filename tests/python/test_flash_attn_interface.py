@@ -153,3 +153,9 @@ def test_refusals():
     with pytest.raises(qattn.QattnError) as e:
         fai.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 4, 4)
     assert e.value.code == "PY0105"
+    with pytest.raises(qattn.QattnError) as e:
+        fai.flash_attn_with_kvcache(q, q, q, k=torch.zeros(1, 1, 3, 64), v=torch.zeros(1, 1, 3, 64))
+    assert e.value.code == "PY0105"
+    with pytest.raises(qattn.QattnError) as e:
+        fai.flash_attn_with_kvcache(q[0], q, q)
+    assert e.value.code == "PY0101"
