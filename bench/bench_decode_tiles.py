@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "gpu"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from qattn_lib import Kernel  # noqa: E402
 from qattn import _attention  # noqa: E402
-from bench_split_kv import ROWS  # noqa: E402
+from bench_split_kv import ROWS, replay_rounds  # noqa: E402
 
 
 def main():
@@ -77,16 +77,7 @@ def main():
                     kern(qf, kf, vf, o, lse, scale=d ** -0.5, stream=torch.cuda.current_stream().cuda_stream)
             graphs[n] = g
         names = list(graphs)
-        ts = {n: [] for n in names}
-        for r in range(a.rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                graphs[n].replay()
-                e1.record()
-                torch.cuda.synchronize()
-                ts[n].append(e0.elapsed_time(e1) * 1e3 / a.calls)
-        med = {n: sorted(x)[len(x) // 2] for n, x in ts.items()}
+        med = replay_rounds(graphs, a.rounds, a.calls)
         kv_bytes = 2 * b * c * S * hkv * d * 2
         for n in names:
             rows.append(dict(impl=n, config=name, splits=S, us=round(med[n], 2),

@@ -78,6 +78,22 @@ def graphed(fn, calls):
     return g
 
 
+def replay_rounds(graphs, rounds, calls):
+    """{name: median us per call}: each CUDA graph (of `calls` calls) replayed once per round, the
+    graphs adjacent in time and in rotating order."""
+    names = list(graphs)
+    ts = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            graphs[n].replay()
+            e1.record()
+            torch.cuda.synchronize()
+            ts[n].append(e0.elapsed_time(e1) * 1e3 / calls)
+    return {n: sorted(v_)[len(v_) // 2] for n, v_ in ts.items()}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -112,16 +128,7 @@ def main():
             assert diff < 2e-2, f"{name}: qattn and {n} differ by {diff}"
         graphs = {n: graphed(f, a.calls) for n, f in fns.items()}
         names = list(graphs)
-        ts = {n: [] for n in names}
-        for r in range(a.rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                graphs[n].replay()
-                e1.record()
-                torch.cuda.synchronize()
-                ts[n].append(e0.elapsed_time(e1) * 1e3 / a.calls)
-        med = {n: sorted(v_)[len(v_) // 2] for n, v_ in ts.items()}
+        med = replay_rounds(graphs, a.rounds, a.calls)
         kv_bytes = 2 * b * sk * hkv * d * 2
         for n in names:
             lines.append(dict(impl=n, config=name, batch=b, hq=hq, hkv=hkv, seqlen_k=sk,

@@ -33,6 +33,7 @@ run the ring with them on numpy.
 import math
 from typing import NamedTuple
 
+from ._attention import _views
 from .errors import SpecError
 
 SHARDINGS = ("zigzag", "contiguous")
@@ -224,14 +225,6 @@ def _global_len(dist, group, world, rank, local, given, sharding, what):
 
 
 _RING_REFUSED = ("window", "score_mod", "mask_mod", "prefix_lm", "alibi_slopes", "segment_ids", "relative_bias")
-
-
-def _views(q, k, v, layout):
-    if layout == "bshd":
-        return q, k, v
-    if layout == "bhsd":
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")
 
 
 def _result(o, lse, return_lse, layout):
