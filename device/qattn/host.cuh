@@ -123,9 +123,49 @@ static inline int check_fwd_params(const qattn_fwd_params* params, int d_qk, int
   return ok();
 }
 
+// The argument checks of a generated qattn_bwd: as check_fwd_params, for the backward's tensors
+// (dq fp32; dk / dv of dk_bytes per element, fp32 when accumulated).
+static inline int check_bwd_params(const qattn_bwd_params* params, int d_qk, int d_v, int elem_bytes, int dk_bytes) {
+  if (params == nullptr) return fail(QATTN_ERR_SHAPE, "params is NULL");
+  const qattn_bwd_params& p = *params;
+  if (p.abi_version != QATTN_ABI_VERSION)
+    return fail(QATTN_ERR_ABI, "abi_version %d; this library was built for %d", p.abi_version, QATTN_ABI_VERSION);
+  if (p.d_qk != d_qk || p.d_v != d_v)
+    return fail(QATTN_ERR_SHAPE, "head dims (%d, %d); this kernel was generated for (%d, %d)", p.d_qk, p.d_v, d_qk, d_v);
+  if (p.batch <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.seqlen_q < 0 || p.seqlen_k < 0)
+    return fail(QATTN_ERR_SHAPE, "sizes must be positive (batch %d, heads %d/%d, seqlens %d/%d)", p.batch, p.heads_q,
+                p.heads_kv, p.seqlen_q, p.seqlen_k);
+  if (p.heads_q % p.heads_kv != 0)
+    return fail(QATTN_ERR_SHAPE, "heads_q %d is not a multiple of heads_kv %d", p.heads_q, p.heads_kv);
+  if (!(p.softmax_scale > 0.f) || p.softmax_scale == INFINITY)
+    return fail(QATTN_ERR_SHAPE, "softmax_scale %g must be positive and finite", double(p.softmax_scale));
+  if (!p.q || !p.k || !p.v || !p.o || !p.dout || !p.lse || !p.dq || !p.dk || !p.dv)
+    return fail(QATTN_ERR_SHAPE, "q, k, v, o, dout, lse, dq, dk and dv must not be NULL");
+  const int eb = elem_bytes;
+  const bool in_ok = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) && aligned16(p.dout) &&
+                     stride_aligned(p.q_batch_stride, eb) && stride_aligned(p.q_row_stride, eb) && stride_aligned(p.q_head_stride, eb) &&
+                     stride_aligned(p.k_batch_stride, eb) && stride_aligned(p.k_row_stride, eb) && stride_aligned(p.k_head_stride, eb) &&
+                     stride_aligned(p.v_batch_stride, eb) && stride_aligned(p.v_row_stride, eb) && stride_aligned(p.v_head_stride, eb) &&
+                     stride_aligned(p.o_batch_stride, eb) && stride_aligned(p.o_row_stride, eb) && stride_aligned(p.o_head_stride, eb) &&
+                     stride_aligned(p.do_batch_stride, eb) && stride_aligned(p.do_row_stride, eb) && stride_aligned(p.do_head_stride, eb);
+  if (!in_ok) return fail(QATTN_ERR_ALIGNMENT, "q, k, v, o, dout and their strides must be 16-byte aligned");
+  const auto al = [](const void* ptr, int bytes) { return (reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes)) == 0; };
+  if (!al(p.dq, 4) || !al(p.lse, 4) || !al(p.dk, dk_bytes) || !al(p.dv, dk_bytes))
+    return fail(QATTN_ERR_ALIGNMENT, "lse, dq, dk and dv must be aligned to their element size");
+  int64_t widest = 0;
+  for (int64_t s : {p.q_row_stride, p.o_row_stride, p.do_row_stride, p.dq_row_stride, p.k_row_stride, p.v_row_stride,
+                    p.dk_row_stride, p.dv_row_stride})
+    widest = s > widest ? s : widest;
+  const int64_t rows = p.seqlen_q > p.seqlen_k ? p.seqlen_q : p.seqlen_k;
+  if (int64_t(rows + 1) * widest > 2147483647LL)
+    return fail(QATTN_ERR_SHAPE, "one (batch, head) matrix spans more than 2^31 elements (rows * row_stride)");
+  return ok();
+}
+
 // The launch-time builtins a kernel's TL reads (docs/tl.md): window sides >= -1 (-1: unbounded)
 // and below 2^30, a positive finite softcap. QATTN_OK or QATTN_ERR_ARG.
-static inline int check_launch_args(const qattn_fwd_params& p, bool window, bool softcap) {
+template <class Params>
+static inline int check_launch_args(const Params& p, bool window, bool softcap) {
   if (window && (p.window_left < -1 || p.window_right < -1 || p.window_left >= (1 << 30) || p.window_right >= (1 << 30)))
     return fail(QATTN_ERR_ARG, "window (%d, %d): each side must be >= 0, or -1 for unbounded", p.window_left, p.window_right);
   if (window && int64_t(p.seqlen_q) + p.seqlen_k >= (int64_t(1) << 30))

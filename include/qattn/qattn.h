@@ -65,6 +65,42 @@ typedef enum qattn_status {
 /* Launches the forward kernel on `stream` (a cudaStream_t; NULL for the default stream). */
 int qattn_fwd(const qattn_fwd_params* params, void* stream);
 
+/* The backward pass (a library generated from a `Kernel NAME backward` TL program exports
+ * qattn_bwd instead of qattn_fwd; its qattn_kernel_info says "pass": "backward"). The gradients of
+ * O = attention(Q, K, V) for an upstream gradient dO, given the forward's O and LSE:
+ * dQ, dK, dV. dQ is accumulated: fp32, zero at launch. dK and dV have the dtype the info's
+ * "dk_dtype" names; "fp32" ones are accumulated too (GQA: the query heads of a kv head add their
+ * shares) and must be zero at launch. Same layouts as qattn_fwd_params (last dim contiguous). */
+typedef struct qattn_bwd_params {
+  int32_t abi_version;   /* must be QATTN_ABI_VERSION */
+  const void* q;         /* (batch, seqlen_q, heads_q, d_qk) */
+  const void* k;         /* (batch, seqlen_k, heads_kv, d_qk) */
+  const void* v;         /* (batch, seqlen_k, heads_kv, d_v) */
+  const void* o;         /* (batch, seqlen_q, heads_q, d_v): the forward's output */
+  const void* dout;      /* (batch, seqlen_q, heads_q, d_v): the gradient of O */
+  const float* lse;      /* (batch, heads_q, seqlen_q) contiguous: the forward's LSE */
+  float* dq;             /* (batch, seqlen_q, heads_q, d_qk) fp32, zero at launch */
+  void* dk;              /* (batch, seqlen_k, heads_kv, d_qk) */
+  void* dv;              /* (batch, seqlen_k, heads_kv, d_v) */
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+  int64_t do_batch_stride, do_row_stride, do_head_stride;
+  int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+  int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+  int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+  int32_t batch, heads_q, heads_kv;
+  int32_t seqlen_q, seqlen_k;
+  int32_t d_qk, d_v;
+  float softmax_scale;
+  int32_t window_left, window_right;  /* as in qattn_fwd_params */
+  float softcap;
+} qattn_bwd_params;
+
+/* Launches the backward kernel on `stream`. */
+int qattn_bwd(const qattn_bwd_params* params, void* stream);
+
 /* A human-readable description of the last error of this thread (never NULL). */
 const char* qattn_last_error(void);
 

@@ -203,6 +203,77 @@ AttentionResult naive_attention_lowp(const AttentionProblem& p, const std::vecto
   return r;
 }
 
+namespace {
+
+// The backward of one (batch, head) row set, exact or in the storage precision (rnd != nullptr):
+// P per row from the forward's softmax, then dV, dP, D, dS, dQ, dK as in reference.h.
+AttentionGrads attention_backward(const AttentionProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                                  const std::vector<double>& v, const std::vector<double>& dout, const RoundFn* rnd,
+                                  const ScoreVariant* variant) {
+  AttentionGrads g;
+  g.dq.assign(p.q_size(), 0.0);
+  g.dk.assign(p.k_size(), 0.0);
+  g.dv.assign(p.v_size(), 0.0);
+  const auto lo = [&](double x) { return rnd ? (*rnd)(x) : x; };   // a stored low-precision value
+  const auto f = [&](double x) { return rnd ? f32(x) : x; };       // an fp32 intermediate
+  std::vector<double> s(size_t(p.seqlen_k)), dp(size_t(p.seqlen_k));
+  std::vector<double> dq_acc(size_t(p.d_qk));
+  for_each_row(p, q, k, v, [&](const Row& at, const double* qr, const double* kb, const double* vb) {
+    double m = kNegInf;
+    for (int64_t j = 0; j < p.seqlen_k; ++j) {
+      s[j] = visible(p, variant, at, j) ? f(f(dot(qr, kb + j * p.d_qk, p.d_qk)) * p.softmax_scale) : kNegInf;
+      m = std::max(m, s[j]);
+    }
+    if (m == kNegInf) return;  // no visible key: no gradient flows through this row
+    double l = 0;
+    for (int64_t j = 0; j < p.seqlen_k; ++j) {
+      s[j] = s[j] == kNegInf ? 0.0 : f(std::exp(f(s[j] - m)));
+      l = f(l + s[j]);
+    }
+    const double* dor = dout.data() + at.row * p.d_v;
+    const int64_t hk = p.kv_head(at.h);
+    double* dkb = g.dk.data() + (at.b * p.heads_kv + hk) * p.seqlen_k * p.d_qk;
+    double* dvb = g.dv.data() + (at.b * p.heads_kv + hk) * p.seqlen_k * p.d_v;
+    double dsum = 0;
+    for (int64_t j = 0; j < p.seqlen_k; ++j) {
+      s[j] = lo(f(s[j] / l));  // P
+      dp[j] = lo(f(dot(dor, vb + j * p.d_v, p.d_v)));
+      dsum += s[j] * dp[j];
+    }
+    dsum = f(dsum);  // D = rowsum(P * dP) = rowsum(dO * O)
+    std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+    for (int64_t j = 0; j < p.seqlen_k; ++j) {
+      if (s[j] == 0) continue;
+      for (int64_t c = 0; c < p.d_v; ++c) dvb[j * p.d_v + c] += s[j] * dor[c];
+      const double ds = lo(f(s[j] * (dp[j] - dsum)));
+      for (int64_t c = 0; c < p.d_qk; ++c) {
+        dq_acc[size_t(c)] += ds * kb[j * p.d_qk + c];
+        dkb[j * p.d_qk + c] += ds * qr[c];
+      }
+    }
+    double* dqr = g.dq.data() + at.row * p.d_qk;
+    for (int64_t c = 0; c < p.d_qk; ++c) dqr[c] = lo(f(p.softmax_scale * dq_acc[size_t(c)]));
+  });
+  for (double& x : g.dk) x = lo(f(p.softmax_scale * x));
+  for (double& x : g.dv) x = lo(f(x));
+  return g;
+}
+
+}  // namespace
+
+AttentionGrads reference_attention_backward(const AttentionProblem& p, const std::vector<double>& q,
+                                            const std::vector<double>& k, const std::vector<double>& v,
+                                            const std::vector<double>& dout, const ScoreVariant* variant) {
+  return attention_backward(p, q, k, v, dout, nullptr, variant);
+}
+
+AttentionGrads naive_attention_backward_lowp(const AttentionProblem& p, const std::vector<double>& q,
+                                             const std::vector<double>& k, const std::vector<double>& v,
+                                             const std::vector<double>& dout, const RoundFn& round_fn,
+                                             const ScoreVariant* variant) {
+  return attention_backward(p, q, k, v, dout, &round_fn, variant);
+}
+
 std::vector<double> random_normal(size_t n, uint64_t seed, uint64_t stream) {
   SplitMix rng(seed, stream);
   auto uniform = [&rng]() { return rng.uniform(); };

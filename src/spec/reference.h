@@ -89,6 +89,28 @@ AttentionResult reference_attention(const AttentionProblem& p, const std::vector
 
 using RoundFn = std::function<double(double)>;
 
+// ---- the backward pass (docs/tl.md, "The backward pass") ----
+// Gradients of the attention above for an upstream gradient dO (BHSD, shaped like O): dQ (like Q),
+// dK (like K), dV (like V); dK and dV sum the query heads that read a kv head (GQA/MQA). With
+// P = softmax(S) per row, dP = dO V^T, D = rowsum(dO * O) = rowsum(P * dP), dS = P * (dP - D):
+// dV = P^T dO, dQ = softmax_scale * dS K, dK = softmax_scale * dS^T Q. A row with no visible key
+// contributes nothing. `variant` may hide keys (keep); its score modification is not
+// differentiated (precondition: variant == nullptr or variant->score is empty).
+struct AttentionGrads {
+  std::vector<double> dq, dk, dv;
+};
+AttentionGrads reference_attention_backward(const AttentionProblem& p, const std::vector<double>& q,
+                                            const std::vector<double>& k, const std::vector<double>& v,
+                                            const std::vector<double>& dout, const ScoreVariant* variant = nullptr);
+// The same written with framework ops in the storage precision (the tolerance's model, FlashAttention's
+// rule for gradients): S and the softmax in fp32, P = round(softmax), dP = round(fp32(dO V^T)),
+// D = fp32(rowsum(P * dP)), dS = round(fp32(P * (dP - D))), and each gradient summed exactly and
+// rounded once: dV = round(P^T dO), dQ = round(scale * dS K), dK = round(scale * dS^T Q).
+AttentionGrads naive_attention_backward_lowp(const AttentionProblem& p, const std::vector<double>& q,
+                                             const std::vector<double>& k, const std::vector<double>& v,
+                                             const std::vector<double>& dout, const RoundFn& round_fn,
+                                             const ScoreVariant* variant = nullptr);
+
 // A naive attention in the storage precision, modelling what `softmax(Q K^T) V` written with
 // framework ops in that precision computes: S = fp32(scale * Q K^T) (products summed exactly,
 // rounded to fp32), row softmax in fp32, P = round_p(softmax) (the normalized probabilities in

@@ -84,9 +84,12 @@ struct Operand {
 // ---- statements ----------------------------------------------------------------------------
 struct Stmt;
 
-struct KernelStmt {  // Kernel NAME [with mask M]
+struct KernelStmt {  // Kernel NAME [backward] [with mask M]
   std::string name;
   MaskSpec mask;
+  // `backward`: the program computes the gradients dQ, dK, dV of the attention the rest of the line
+  // declares, from Q, K, V, O, dO and LSE (docs/tl.md, "The backward pass").
+  bool backward = false;
 };
 struct DimStmt {  // Dim a, b = 128, c      (problem dimensions; optionally fixed)
   struct Item { std::string name; std::optional<Expr> value; SrcLoc loc; };
@@ -120,6 +123,9 @@ struct CopyStmt {
   std::vector<Expr> coord;   // tile coordinate, in units of the tile shape
   Space from = Space::Global;
   Space to = Space::Shared;
+  // `... from register to global and accumulate`: the tile is added to the global tensor's values
+  // (fp32 outputs of a backward program, zero at launch: dQ, and dK / dV under GQA).
+  bool accumulate = false;
 };
 struct ComputeStmt {
   // Compute OP operands [and get NAME | and accumulate NAME] [at [r, c]] [with MASK]

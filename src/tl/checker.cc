@@ -507,13 +507,37 @@ void Walker::finish() {
   }
   finish_pack();
   // Kernel arguments.
-  for (const char* n : {"Q", "K", "V", "O"}) {
+  const std::vector<const char*> required =
+      backward() ? std::vector<const char*>{"Q", "K", "V", "O", "dO", "LSE", "dQ", "dK", "dV"}
+                 : std::vector<const char*>{"Q", "K", "V", "O"};
+  for (const char* n : required) {
     if (!global_alloc_.count(n)) {
-      rep_.error("TL0406", top, std::string("the program never allocates the global tensor ") + n,
+      rep_.error("TL0406", top, std::string("the ") + (backward() ? "backward " : "") + "program never allocates the global tensor " + n,
                  "add `" + example_global(n) + "` after the Grid/Let lines");
     }
   }
+  if (backward()) {
+    // The gradients: dK and dV stored (or accumulated) per key tile, dQ accumulated by every key block.
+    for (const char* n : {"dQ", "dK", "dV"}) {
+      auto it = global_alloc_.find(n);
+      if (it == global_alloc_.end()) continue;
+      const std::string name = n;
+      const bool acc = accumulated_to_global_.count(n) > 0, plain = plain_to_global_.count(n) > 0;
+      if (!acc && !plain) {
+        rep_.error("TL0406", it->second, "the gradient " + name + " is never stored",
+                   name == "dQ" ? "add `Copy dQ (BM, d) in coordinate [i, 0] from register to global and accumulate` in the query loop"
+                                : "add `Copy " + name + " (BN, d) in coordinate [n_block, 0] from register to global` after the loop");
+      } else if (acc && plain) {
+        rep_.error("TL0413", it->second, name + " is both accumulated into and stored by plain Copies",
+                   "store every tile of " + name + " the same way: with `and accumulate` (fp32, zero at launch) or without");
+      } else if (name == "dQ" && !acc) {
+        rep_.error("TL0413", it->second, "dQ is stored by a plain Copy: every key block computes a share of each dQ tile",
+                   "write `Copy dQ (BM, d) in coordinate [i, 0] from register to global and accumulate`");
+      }
+    }
+  }
   for (const char* n : {"O", "LSE"}) {
+    if (backward()) break;  // inputs of a backward program
     auto it = global_alloc_.find(n);
     if (it != global_alloc_.end() && !stored_to_global_.count(n)) {
       rep_.error("TL0406", it->second, std::string("the output ") + n + " is never stored",
@@ -541,6 +565,12 @@ void Walker::finish() {
   };
   same_head("Q", "K");
   same_head("V", "O");
+  if (backward()) {
+    same_head("O", "dO");
+    same_head("Q", "dQ");
+    same_head("K", "dK");
+    same_head("V", "dV");
+  }
 }
 
 void Walker::run() {

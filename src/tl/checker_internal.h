@@ -188,6 +188,14 @@ class Walker {
   std::vector<Frame> frames_;
   std::vector<LoopCtx> loops_;
   const Stmt* kernel_ = nullptr;
+  bool backward() const { return kernel_ && kernel_->kernel.backward; }  // `Kernel NAME backward`
+  std::set<std::string> accumulated_to_global_;  // `Copy X ... to global and accumulate`
+  std::set<std::string> plain_to_global_;        // other Copies to global
+  // A backward program's data flow: which global inputs each tensor's value derives from (bits of
+  // kGradInputs, checker_memory.cc), checked where dQ, dK, dV are stored (TL0413).
+  std::map<std::string, unsigned> deps_;
+  void flow_compute(const Stmt& s);
+  void check_gradient_flow(const Stmt& s);
   bool seen_non_header_ = false;
   std::map<std::string, SrcLoc> global_alloc_;  // first global Allocate per name
   std::set<std::string> stored_to_global_;

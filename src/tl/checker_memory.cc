@@ -8,8 +8,64 @@ namespace qattn::tl::detail {
 namespace {
 
 const char* kGlobalNames[] = {"Q", "K", "V", "O", "LSE"};
+const char* kBackwardNames[] = {"dO", "dQ", "dK", "dV"};  // a backward program's arguments besides those
+
+bool is_backward_name(const std::string& n) {
+  for (const char* g : kBackwardNames)
+    if (n == g) return true;
+  return false;
+}
+
+// The inputs a backward's gradients derive from, and what each one stands for in the algorithm.
+struct GradInput { const char* name; const char* role; };
+const GradInput kGradInputs[] = {
+    {"Q", "S = Q K^T"}, {"K", "S = Q K^T"}, {"LSE", "P = exp(S - LSE), recomputed from the forward's LSE"},
+    {"dO", "dP = dO V^T"}, {"V", "dP = dO V^T"}, {"O", "the D term rowsum(dO * O) in dS = P * (dP - D)"}};
+constexpr unsigned kAllGradInputs = 0x3f;       // dQ and dK: dS needs every input
+constexpr unsigned kDvGradInputs = 0x1 | 0x2 | 0x4 | 0x8;  // dV = P^T dO
+
+unsigned grad_input_bit(const std::string& n) {
+  for (unsigned i = 0; i < sizeof(kGradInputs) / sizeof(kGradInputs[0]); ++i)
+    if (n == kGradInputs[i].name) return 1u << i;
+  return 0;
+}
 
 }  // namespace
+
+// Data flow of a backward program: a result derives from its operands (and, accumulated or in
+// place, from its earlier value); a load from global derives from that input.
+void Walker::flow_compute(const Stmt& s) {
+  const ComputeStmt& c = s.compute;
+  unsigned from = 0;
+  for (const auto& o : c.operands)
+    if (o.expr.kind == Expr::Kind::Name) {
+      auto it = deps_.find(o.expr.name);
+      if (it != deps_.end()) from |= it->second;
+    }
+  if (c.result == ComputeStmt::Result::Get) deps_[c.target] = from;
+  else if (c.result == ComputeStmt::Result::Accumulate) deps_[c.target] |= from;
+  else if (!c.operands.empty() && c.operands[0].expr.kind == Expr::Kind::Name) deps_[c.operands[0].expr.name] |= from;
+}
+
+// Where a gradient is stored: it must derive from every input its formula reads (docs/tl.md,
+// "The backward pass"). A missing D term, a dS computed without P, a dV without dO are TL0413.
+void Walker::check_gradient_flow(const Stmt& s) {
+  const std::string& n = s.copy.name;
+  const unsigned want = n == "dV" ? kDvGradInputs : kAllGradInputs;
+  const unsigned have = deps_.count(n) ? deps_[n] : 0;
+  std::string missing, roles;
+  for (unsigned i = 0; i < sizeof(kGradInputs) / sizeof(kGradInputs[0]); ++i) {
+    if (!(want & (1u << i)) || (have & (1u << i))) continue;
+    missing += (missing.empty() ? "" : ", ") + std::string(kGradInputs[i].name);
+    if (roles.find(kGradInputs[i].role) == std::string::npos) roles += (roles.empty() ? "" : "; ") + std::string(kGradInputs[i].role);
+  }
+  if (missing.empty()) return;
+  error(s, "TL0413", s.loc,
+        "the gradient " + n + " stored here does not depend on " + missing + ": its formula needs " + roles,
+        n == "dV" ? "dV accumulates P^T dO with P recomputed from Q, K and LSE"
+                  : "d" + std::string(n == "dQ" ? "Q accumulates dS K" : "K accumulates dS^T Q") +
+                        " with dS = P * (dP - D), P from Q, K and LSE, dP = dO V^T and D = rowsum(dO * O)");
+}
 
 void Walker::allocate_stmt(const Stmt& s) {
   const AllocateStmt& a = s.alloc;
@@ -42,15 +98,17 @@ void Walker::allocate_stmt(const Stmt& s) {
                           (a.init ? " init " + fmt_expr(*a.init) : std::string());
 
   if (a.space == Space::Global) {
-    bool known = false;
+    bool known = backward() && is_backward_name(a.name);
     for (const char* g : kGlobalNames) known = known || a.name == g;
     if (!known) {
       // An auxiliary input of Score / Mask declarations: full shape, fp32 or int32, no offset.
       const bool dt_ok = a.dtype && (*a.dtype == DType::F32 || *a.dtype == DType::I32);
       if (!dt_ok || !a.offset.empty() || a.shape.empty() || a.shape.size() > 2) {
         error(s, "TL0406", s.loc,
-              "'" + a.name + "' is not a kernel argument (Q, K, V, O, LSE); an auxiliary global tensor is 1-D or 2-D, "
-              "fp32 or int32, with no offset",
+              "'" + a.name + "' is not a kernel argument (" +
+                  (backward() ? "Q, K, V, O, dO, LSE, dQ, dK, dV" : "Q, K, V, O, LSE") +
+                  "); an auxiliary global tensor is 1-D or 2-D, fp32 or int32, with no offset" +
+                  (is_backward_name(a.name) ? " (dO, dQ, dK and dV are the arguments of a `Kernel NAME backward`)" : ""),
               "write e.g. `Allocate " + a.name + " in global (batch, seqlen_k) int32` for a Score/Mask input, or keep "
               "intermediate values in shared or register memory");
       } else if (info_.aux.size() >= 4) {
@@ -64,7 +122,7 @@ void Walker::allocate_stmt(const Stmt& s) {
     }
     if (known) {
       bool is_lse = a.name == "LSE";
-      std::string rows = (a.name == "K" || a.name == "V") ? "seqlen_k" : "seqlen_q";
+      std::string rows = (a.name == "K" || a.name == "V" || a.name == "dK" || a.name == "dV") ? "seqlen_k" : "seqlen_q";
       bool ok = is_lse ? a.shape.size() == 1 : a.shape.size() == 2;
       if (ok) ok = a.shape[0].kind == Expr::Kind::Name && a.shape[0].name == rows;
       if (!ok) {
@@ -75,6 +133,13 @@ void Walker::allocate_stmt(const Stmt& s) {
       }
       if (is_lse && a.dtype && *a.dtype != DType::F32) {
         error(s, "TL0406", s.loc, "LSE is fp32, found " + std::string(to_string(*a.dtype)), "write `" + example_global("LSE") + "`");
+      }
+      if (a.name == "dQ" && (!a.dtype || *a.dtype != DType::F32)) {
+        error(s, "TL0413", s.loc,
+              "dQ is " + std::string(a.dtype ? to_string(*a.dtype) : "fp16 (the default)") +
+                  ": every key block adds its share of dQ, so it is accumulated in fp32",
+              "write `" + example_global("dQ") + "` and store it with `Copy dQ (BM, d) in coordinate [i, 0] from register "
+              "to global and accumulate`");
       }
       if (a.offset.size() != 2) {
         error(s, "TL0406", s.loc,
@@ -109,7 +174,8 @@ void Walker::allocate_stmt(const Stmt& s) {
   }
   b.decl_text = decl_text;
   if (a.space == Space::Global) {
-    b.defined = a.name == "Q" || a.name == "K" || a.name == "V" || is_aux(a.name);
+    b.defined = a.name == "Q" || a.name == "K" || a.name == "V" || is_aux(a.name) ||
+                (backward() && (a.name == "O" || a.name == "dO" || a.name == "LSE"));
     if (!global_alloc_.count(a.name)) global_alloc_[a.name] = s.loc;
   } else if (a.space == Space::Register) {
     b.defined = a.init.has_value();
@@ -189,10 +255,32 @@ void Walker::copy_stmt(const Stmt& s) {
   };
   Buffer* src = need(c.from);
   Buffer* dst = need(c.to);
+  if (c.accumulate) {
+    const bool out = backward() && (c.name == "dQ" || c.name == "dK" || c.name == "dV");
+    const Buffer* gb = buffer(c.name, Space::Global);
+    if (c.from != Space::Register || c.to != Space::Global || !out) {
+      error(s, "TL0413", s.loc,
+            "`and accumulate` on a Copy of '" + c.name + "' from " + route +
+                ": only a backward program's outputs (dQ, dK, dV) accumulate, from register to global",
+            backward() ? "write `Copy dQ (BM, d) in coordinate [i, 0] from register to global and accumulate`"
+                       : "remove `and accumulate` (a forward kernel stores O and LSE once per tile)");
+      ok = false;
+    } else if (gb && gb->dtype && *gb->dtype != DType::F32) {
+      error(s, "TL0413", s.loc,
+            "`and accumulate` into " + c.name + ", which is " + to_string(*gb->dtype) + ": the tiles are added in fp32",
+            "allocate it as fp32: `" + example_global(c.name) + "`");
+      ok = false;
+    }
+    accumulated_to_global_.insert(c.name);
+  } else if (c.to == Space::Global) {
+    plain_to_global_.insert(c.name);
+  }
   if (global) {
-    bool input = c.name == "Q" || c.name == "K" || c.name == "V";
+    const bool input = c.name == "Q" || c.name == "K" || c.name == "V" ||
+                       (backward() && (c.name == "O" || c.name == "dO" || c.name == "LSE"));
     if (c.to == Space::Global && input) {
-      error(s, "TL0406", s.loc, "'" + c.name + "' is a kernel input; it is never written", "only O and LSE are stored to global");
+      error(s, "TL0406", s.loc, "'" + c.name + "' is a kernel input; it is never written",
+            backward() ? "a backward kernel stores dQ, dK and dV" : "only O and LSE are stored to global");
       ok = false;
     }
     if (c.from == Space::Global && !input) {
@@ -256,6 +344,10 @@ void Walker::copy_stmt(const Stmt& s) {
     }
   }
   if (!(c.from == Space::Global)) read(c.name, c.from, s.loc, s);
+  if (backward()) {
+    if (c.from == Space::Global) deps_[c.name] |= grad_input_bit(c.name);
+    if (c.to == Space::Global && (c.name == "dQ" || c.name == "dK" || c.name == "dV")) check_gradient_flow(s);
+  }
   write_full(c.name, c.to);
   if (c.to == Space::Register) {
     if (Buffer* r = buffer(c.name, Space::Register)) r->layout = Layout::Operand;

@@ -188,6 +188,22 @@ void Walker::gemm(const Stmt& s) {
   bool ok = resolve_tensor_operand(c.operands[0], s, true, a);
   ok = resolve_tensor_operand(c.operands[1], s, true, b) && ok;
   if (!ok) return;
+  if (a.transposed && a.space == Space::Register) {
+    // A transposed A operand is read from shared memory (ldmatrix.trans on sm80, a K-major view for
+    // wgmma): a register tile (P, dS in the backward) is staged there by a Copy first.
+    if (buffer(a.name, Space::Shared)) {
+      a.space = Space::Shared;
+      a.layout = Layout::Operand;
+      a.shape = buffer(a.name, Space::Shared)->shape;
+    } else {
+      error(s, "TL0403", a.loc,
+            "'" + a.name + "^T' is a transposed A operand, read from shared memory, and '" + a.name + "' has no shared buffer",
+            "stage it: `Allocate " + a.name + " in shared " + fmt_shape(a.shape) + "` before the loop and `Copy " + a.name +
+                " from register to shared` before this GEMM");
+      poisoned.insert(&s);
+      return;
+    }
+  }
   read(a.name, a.space, a.loc, s);
   read(b.name, b.space, b.loc, s);
   for (const Opnd* o : {&a, &b}) {
@@ -413,6 +429,7 @@ void Walker::mask(const Stmt& s) {
 
 void Walker::compute_stmt(const Stmt& s) {
   const ComputeStmt& c = s.compute;
+  if (backward()) flow_compute(s);
   const OpSpec* op = find_op(c.op);
   if (!op) {
     error(s, "TL0408", s.loc, "unknown Compute op '" + c.op + "'",

@@ -105,6 +105,10 @@ std::string example_global(const std::string& n) {
   if (n == "K") return "Allocate K in global (seqlen_k, d) fp16 with offset [b, kv_head]";
   if (n == "V") return "Allocate V in global (seqlen_k, d) fp16 with offset [b, kv_head]";
   if (n == "O") return "Allocate O in global (seqlen_q, d) fp16 with offset [b, head]";
+  if (n == "dO") return "Allocate dO in global (seqlen_q, d) fp16 with offset [b, head]";
+  if (n == "dQ") return "Allocate dQ in global (seqlen_q, d) fp32 with offset [b, head]";
+  if (n == "dK") return "Allocate dK in global (seqlen_k, d) fp32 with offset [b, kv_head]";
+  if (n == "dV") return "Allocate dV in global (seqlen_k, d) fp32 with offset [b, kv_head]";
   return "Allocate LSE in global (seqlen_q) fp32 with offset [b, head]";
 }
 

@@ -14,11 +14,27 @@ namespace interp {
 namespace {
 
 const char* kGlobals[] = {"Q", "K", "V", "O", "LSE"};
+const char* kBackwardGlobals[] = {"Q", "K", "V", "O", "LSE", "dO", "dQ", "dK", "dV"};
 
-bool is_global_name(const std::string& n) {
+// The kernel arguments of a forward / backward program (docs/tl.md, "The backward pass").
+bool is_global_name(const std::string& n, bool backward) {
+  if (backward) {
+    for (const char* g : kBackwardGlobals)
+      if (n == g) return true;
+    return false;
+  }
   for (const char* g : kGlobals)
     if (n == g) return true;
   return false;
+}
+
+// Visits every statement, loop bodies included.
+template <class Fn>
+void each_stmt(const std::vector<Stmt>& body, Fn&& fn) {
+  for (const auto& s : body) {
+    fn(s);
+    if (s.kind == Stmt::Kind::For) each_stmt(s.loop.body, fn);
+  }
 }
 
 std::string fmt(double x) {
@@ -47,6 +63,7 @@ bool Machine::setup_header(const Program& p) {
   if (kernel) {
     kernel_loc_ = kernel->loc;
     if (!kernel->kernel.name.empty()) kernel_name_ = kernel->kernel.name;
+    backward_ = kernel->kernel.backward;
   }
   // Dims, with values from the program (fixed) or the configuration.
   std::vector<std::string> missing;
@@ -158,12 +175,12 @@ bool Machine::setup_globals(const Program& p) {
   for (const auto& s : p.stmts) {
     if (s.kind != Stmt::Kind::Allocate || s.alloc.space != Space::Global) continue;
     const auto& a = s.alloc;
-    if (!is_global_name(a.name)) continue;  // an auxiliary input (setup_variants)
+    if (!is_global_name(a.name, backward_)) continue;  // an auxiliary input (setup_variants)
     if (globals_.count(a.name)) continue;  // duplicate: the checker reports it
     Global g;
     g.name = a.name;
     g.loc = s.loc;
-    g.output = a.name == "O" || a.name == "LSE";
+    g.output = backward_ ? (a.name == "dQ" || a.name == "dK" || a.name == "dV") : (a.name == "O" || a.name == "LSE");
     g.dtype = a.dtype.value_or(a.name == "LSE" ? DType::F32 : DType::F16);
     size_t rank = a.name == "LSE" ? 1 : 2;
     if (a.shape.size() != rank)
@@ -192,6 +209,16 @@ bool Machine::setup_globals(const Program& p) {
     if (!globals_.count(n))
       return error("TL0901", kernel_loc_, std::string("the program does not allocate ") + n + " in global",
                    "the kernel's arguments Q, K, V and O are declared with `Allocate NAME in global (rows, cols) DTYPE with offset [b, h]`");
+  if (backward_) {
+    for (const char* n : {"dO", "LSE", "dQ", "dK", "dV"})
+      if (!globals_.count(n))
+        return error("TL0901", kernel_loc_, std::string("the backward program does not allocate ") + n + " in global",
+                     "a backward program reads Q, K, V, O, dO, LSE and writes dQ, dK, dV (docs/tl.md, \"The backward pass\")");
+    each_stmt(p.stmts, [&](const Stmt& s) {
+      if (s.kind == Stmt::Kind::Copy && s.copy.accumulate)
+        if (auto it = globals_.find(s.copy.name); it != globals_.end() && it->second.output) it->second.accumulated = true;
+    });
+  }
   Global &q = globals_["Q"], &k = globals_["K"], &v = globals_["V"], &o = globals_["O"];
   auto get = [&](const char* n, int64_t dflt) {
     auto it = header_env_.ints.find(n);
@@ -214,6 +241,12 @@ bool Machine::setup_globals(const Program& p) {
   if (o.view != std::vector<int64_t>{prob_.seqlen_q, prob_.d_v}) return mismatch(o, {prob_.seqlen_q, prob_.d_v}, "Q's rows and V's columns");
   if (auto it = globals_.find("LSE"); it != globals_.end() && it->second.view[0] != prob_.seqlen_q)
     return mismatch(it->second, {prob_.seqlen_q}, "Q's rows");
+  if (backward_) {
+    if (globals_["dO"].view != o.view) return mismatch(globals_["dO"], o.view, "O");
+    if (globals_["dQ"].view != q.view) return mismatch(globals_["dQ"], q.view, "Q");
+    if (globals_["dK"].view != k.view) return mismatch(globals_["dK"], k.view, "K");
+    if (globals_["dV"].view != v.view) return mismatch(globals_["dV"], v.view, "V");
+  }
   prob_.softmax_scale = cfg_.softmax_scale.value_or(1.0 / std::sqrt(double(prob_.d_qk)));
   if (auto why = spec::validate(prob_); !why.empty()) return error("TL0901", kernel_loc_, "bad problem: " + why);
   if (prob_.flops_madd() > kMaxReferenceMadds)
@@ -223,7 +256,7 @@ bool Machine::setup_globals(const Program& p) {
                  "run with smaller --dims (the interpreter checks the algorithm; small ragged sizes suffice)");
   double total = 0;
   for (auto& [name, g] : globals_) {
-    g.heads = (name == "K" || name == "V") ? prob_.heads_kv : prob_.heads_q;
+    g.heads = (name == "K" || name == "V" || name == "dK" || name == "dV") ? prob_.heads_kv : prob_.heads_q;
     if (g.pack > 1 && g.heads % g.pack != 0)
       return error("TL0901", g.loc,
                    "global " + name + " is packed by " + std::to_string(g.pack) + ", which does not divide heads_q = " +
@@ -251,7 +284,7 @@ bool Machine::setup_globals(const Program& p) {
   return true;
 }
 
-void Machine::make_inputs() {
+void Machine::make_inputs(const Program& p) {
   auto in = spec::random_inputs(prob_, cfg_.seed);
   std::vector<double>* src[] = {&in.q, &in.k, &in.v};
   const char* names[] = {"Q", "K", "V"};
@@ -260,10 +293,26 @@ void Machine::make_inputs() {
     g.data = std::move(*src[i]);
     for (double& x : g.data) x = rnd(g.dtype, x);
   }
+  if (backward_) {
+    // The backward's inputs: dO fresh from the seed (stream 3); O and LSE what the forward stores,
+    // the exact attention of these Q, K, V rounded to their dtypes.
+    Global& dout = globals_["dO"];
+    dout.data = spec::random_normal(prob_.o_size(), cfg_.seed, 3);
+    for (double& x : dout.data) x = rnd(dout.dtype, x);
+    const spec::ScoreVariant variant = cfg_.reference_variant ? cfg_.reference_variant(aux_) : declared_variant(p);
+    auto fwd = spec::reference_attention(prob_, globals_["Q"].data, globals_["K"].data, globals_["V"].data,
+                                         variant.empty() ? nullptr : &variant);
+    Global &o = globals_["O"], &lse = globals_["LSE"];
+    o.data = std::move(fwd.o);
+    for (double& x : o.data) x = rnd(o.dtype, x);
+    lse.data = std::move(fwd.lse);
+    for (double& x : lse.data) x = rnd(lse.dtype, x);
+  }
   for (auto& [name, g] : globals_) {
     if (!g.output) continue;
     size_t n = size_t(prob_.batch * g.heads * g.view_elems());
-    g.data.assign(n, std::numeric_limits<double>::quiet_NaN());  // poison
+    // poison, except what `and accumulate` adds to: zero at launch (the C ABI's contract)
+    g.data.assign(n, g.accumulated ? 0.0 : std::numeric_limits<double>::quiet_NaN());
     g.written.assign(n, 0);
   }
 }
@@ -272,7 +321,7 @@ bool Machine::setup(const Program& p) {
   if (!setup_header(p)) return false;
   if (!setup_globals(p)) return false;
   if (!setup_variants(p)) return false;
-  make_inputs();
+  make_inputs(p);
   return true;
 }
 
@@ -300,6 +349,7 @@ bool Machine::run_grid(const Program& p) {
 }
 
 RunResult Machine::verdict(const Program& p) {
+  if (backward_) return verdict_backward(p);
   RunResult r;
   r.ran = true;
   r.blocks = blocks_;
@@ -389,6 +439,87 @@ RunResult Machine::verdict(const Program& p) {
                                "Grid extents and the final Copy"
                              : "run with --precision fp64 to separate algorithm bugs from precision loss");
   }
+  return r;
+}
+
+// The backward's verdict: dQ, dK, dV against the fp64 gradients (FP64: relative error 1e-6 each;
+// Storage: FlashAttention's rule, twice a naive same-precision backward's error plus atol).
+RunResult Machine::verdict_backward(const Program& p) {
+  RunResult r;
+  r.ran = true;
+  r.blocks = blocks_;
+  const spec::ScoreVariant variant = cfg_.reference_variant ? cfg_.reference_variant(aux_) : declared_variant(p);
+  const spec::ScoreVariant* vp = variant.empty() ? nullptr : &variant;
+  const Global &q = globals_["Q"], &k = globals_["K"], &v = globals_["V"], &dout = globals_["dO"];
+  auto ref = spec::reference_attention_backward(prob_, q.data, k.data, v.data, dout.data, vp);
+  if (*ref_failed_) {
+    r.ran = false;
+    r.summary = "not verified: a declaration could not be evaluated for the reference (see the diagnostics)";
+    return r;
+  }
+  std::optional<spec::AttentionGrads> naive;
+  if (cfg_.precision == Precision::Storage) {
+    const DType in = q.dtype;
+    naive = spec::naive_attention_backward_lowp(prob_, q.data, k.data, v.data, dout.data,
+                                                [in](double x) { return round_to(in, x); }, vp);
+  }
+  struct Out { const char* name; const std::vector<double>* ref; const std::vector<double>* naive; };
+  const Out outs[] = {{"dQ", &ref.dq, naive ? &naive->dq : nullptr},
+                      {"dK", &ref.dk, naive ? &naive->dk : nullptr},
+                      {"dV", &ref.dv, naive ? &naive->dv : nullptr}};
+  std::ostringstream sum;
+  sum << kernel_name_ << " (backward): batch=" << prob_.batch << " heads_q=" << prob_.heads_q << " heads_kv=" << prob_.heads_kv
+      << " seqlen_q=" << prob_.seqlen_q << " seqlen_k=" << prob_.seqlen_k << " d_qk=" << prob_.d_qk << " d_v=" << prob_.d_v
+      << " mask=" << spec::to_string(prob_.mask);
+  if (prob_.mask == spec::MaskKind::Window) sum << "(" << prob_.window_left << ", " << prob_.window_right << ")";
+  sum << " scale=" << prob_.softmax_scale << " seed=" << cfg_.seed << " blocks=" << blocks_ << "\n";
+  sum << (cfg_.precision == Precision::FP64 ? "precision fp64:" : "precision storage:");
+  std::string why;
+  bool ok = true;
+  for (const Out& out : outs) {
+    const Global& g = globals_[out.name];
+    std::vector<double> got, want;
+    int64_t unwritten = 0;
+    for (size_t i = 0; i < g.data.size(); ++i) {
+      if (!g.accumulated && !g.written[i]) { ++unwritten; continue; }  // an accumulated output starts at 0
+      got.push_back(g.data[i]);
+      want.push_back((*out.ref)[i]);
+    }
+    r.unwritten += unwritten;
+    const double err = spec::max_abs_diff(got, want), rel = spec::rel_frobenius(got, want);
+    double bound;
+    bool good;
+    if (cfg_.precision == Precision::FP64) {
+      bound = 1e-6;
+      good = rel <= bound;
+      sum << " " << out.name << " rel_err=" << fmt(rel) << " (bound " << fmt(bound) << ");";
+    } else {
+      // atol: 1e-5 of the largest gradient element, at least 1e-5 (fp32 accumulation of many tiles)
+      double gmax = 1;
+      for (double x : *out.ref) gmax = std::max(gmax, std::fabs(x));
+      const double naive_err = spec::max_abs_diff(*out.naive, *out.ref);
+      bound = 2 * naive_err + 1e-5 * gmax;
+      good = err <= bound;
+      sum << " " << out.name << " max_abs_err=" << fmt(err) << " (bound " << fmt(bound) << " = 2 * naive " << fmt(naive_err)
+          << " + " << fmt(1e-5 * gmax) << ");";
+    }
+    if (std::string(out.name) == "dQ") r.max_abs_err = err, r.rel_err = rel, r.tolerance = bound;
+    if (!std::isfinite(bound)) good = false;
+    if (!good)
+      why += (why.empty() ? "" : "; ") + std::string(out.name) + " differs from the reference gradient: " +
+             (cfg_.precision == Precision::FP64 ? "rel_err " + fmt(rel) : "max_abs_err " + fmt(err)) + " > " + fmt(bound);
+    if (unwritten)
+      why += (why.empty() ? "" : "; ") + std::to_string(unwritten) + " elements of " + out.name + " were never written";
+    ok = ok && good && unwritten == 0;
+  }
+  r.passed = ok;
+  r.summary = sum.str();
+  if (!ok)
+    diags_.error("TL0801", kernel_loc_, why,
+                 r.unwritten ? "every element of dK and dV must be copied to global by some block (dQ is accumulated): "
+                               "check the Grid extents and the final Copies"
+                             : "run with --precision fp64 to separate algorithm bugs from precision loss; check the D term "
+                               "(rowsum(dO * O)), the transposes and the softmax_scale factors");
   return r;
 }
 

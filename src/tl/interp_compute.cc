@@ -108,7 +108,21 @@ bool Machine::exec_compute(const Stmt& s) {
 bool Machine::compute_gemm(const Stmt& s) {
   const auto& c = s.compute;
   if (c.operands.size() != 2) return error("TL0901", s.loc, "GEMM takes 2 operands, found " + std::to_string(c.operands.size()));
-  Buffer* a = operand_tensor(c.operands[0], s, "the first operand");
+  Buffer* a = nullptr;
+  if (c.operands[0].transposed && c.operands[0].expr.kind == Expr::Kind::Name) {
+    // A transposed A operand is read from shared memory (docs/tl.md, GEMM): a register tile is
+    // staged there first (`Copy P from register to shared`).
+    const std::string& n = c.operands[0].expr.name;
+    auto it = slots_.find(n);
+    if (it == slots_.end() || !it->second.buf[kShared])
+      return error("TL0901", c.operands[0].loc.line ? c.operands[0].loc : s.loc,
+                   "'" + n + "^T', a transposed A operand, is read from shared memory, and '" + n + "' has no shared buffer here",
+                   "allocate `" + n + " in shared` and copy it there first (`Copy " + n + " from register to shared`)");
+    a = &*it->second.buf[kShared];
+    if (!shared_read_ok(n, a, s.loc)) return false;
+  } else {
+    a = operand_tensor(c.operands[0], s, "the first operand");
+  }
   if (!a) return false;
   Buffer* b = operand_tensor(c.operands[1], s, "the second operand");
   if (!b) return false;

@@ -294,14 +294,21 @@ bool Machine::copy_values(const Stmt& s, Buffer* into) {
   Side src, dst;
   if (!side(c.from, src) || !side(c.to, dst)) return false;
   if (dst.view && !dst.view->g->output)
-    return error("TL0901", s.loc, "Copy to the global input '" + c.name + "'", "a kernel writes only O and LSE");
+    return error("TL0901", s.loc, "Copy to the global input '" + c.name + "'",
+                 backward_ ? "a backward kernel writes only dQ, dK and dV" : "a kernel writes only O and LSE");
+  if (c.accumulate && !(dst.view && dst.view->g->accumulated && c.from == Space::Register))
+    return error("TL0901", s.loc, "`and accumulate` on a Copy of '" + c.name + "' from " + to_string(c.from) + " to " + to_string(c.to),
+                 "only a backward program's outputs (dQ, dK, dV) accumulate, from register to global");
+  if (dst.view && dst.view->g->accumulated && !c.accumulate)
+    return error("TL0901", s.loc, "a plain Copy to '" + c.name + "', which other Copies accumulate into",
+                 "write every Copy of " + c.name + " to global with `and accumulate`, or none");
   auto read = [&](const Side& sd, int64_t r, int64_t col) {
     return sd.view ? sd.view->g->data[sd.view->at(r, col, sd.cols)] : sd.buf->data[size_t(r * sd.cols + col)];
   };
   auto write = [&](const Side& sd, int64_t r, int64_t col, double x) {
     if (sd.view) {
       size_t i = sd.view->at(r, col, sd.cols);
-      sd.view->g->data[i] = rnd(sd.dtype, x);
+      sd.view->g->data[i] = rnd(sd.dtype, c.accumulate ? sd.view->g->data[i] + x : x);  // an atomic add rounds the sum
       sd.view->g->written[i] = 1;
     } else {
       sd.buf->data[size_t(r * sd.cols + col)] = rnd(sd.dtype, x);

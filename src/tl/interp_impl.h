@@ -35,7 +35,7 @@ inline std::string shape_str(const std::vector<int64_t>& s) {
   return out + ")";
 }
 
-bool is_kernel_arg(const std::string& n);  // Q, K, V, O, LSE
+bool is_kernel_arg(const std::string& n);  // Q, K, V, O, LSE, and a backward program's dO, dQ, dK, dV
 
 // The ring of a shared buffer that `{async}` Copies fill (docs/tl.md, "Hopper schedule"): N slots
 // (`{stages: N}`, else 1). The k-th async copy fills slot k mod N and leaves it pending; a wait
@@ -92,6 +92,7 @@ struct Global {
   std::string name;
   DType dtype = DType::F32;
   bool output = false;
+  bool accumulated = false;         // a backward output that `Copy ... and accumulate` adds to: zero at launch
   int64_t heads = 1;                // heads_q or heads_kv
   std::vector<int64_t> view;        // one (batch, head) matrix: (rows, cols) or (rows)
   int64_t pack = 1;                 // `{pack: G}`: a block's view interleaves G heads (docs/tl.md, GQA packing)
@@ -141,7 +142,7 @@ class Machine {
   // ---- interp.cc ----
   bool setup_header(const Program& p);
   bool setup_globals(const Program& p);
-  void make_inputs();
+  void make_inputs(const Program& p);
   // ---- interp_exec.cc ----
   bool exec_block(const std::vector<Stmt>& body, bool top);
   bool exec_let(const Stmt& s);
@@ -217,6 +218,8 @@ class Machine {
   std::map<std::pair<int64_t, int64_t>, Env> ref_envs_;   // reference: names per (batch, head)
   std::shared_ptr<bool> ref_failed_ = std::make_shared<bool>(false);
   std::string kernel_name_ = "kernel";
+  bool backward_ = false;     // `Kernel NAME backward`: the gradients dQ, dK, dV (docs/tl.md, "The backward pass")
+  RunResult verdict_backward(const Program& p);
 };
 
 }  // namespace qattn::tl::interp

@@ -12,7 +12,7 @@
 
 namespace qattn::tl::interp {
 namespace {
-const char* kArgs[] = {"Q", "K", "V", "O", "LSE"};
+const char* kArgs[] = {"Q", "K", "V", "O", "LSE", "dO", "dQ", "dK", "dV"};
 }  // namespace
 
 bool is_kernel_arg(const std::string& n) {
@@ -25,6 +25,11 @@ bool Machine::setup_variants(const Program& p) {
   uint64_t float_stream = 0;
   for (const auto& s : p.stmts) {
     if (s.kind == Stmt::Kind::Variant) {
+      if (backward_ && !s.variant.is_mask)
+        return error("TL0903", s.loc,
+                     "Score '" + s.variant.name + "' in a backward program: the interpreter does not differentiate score "
+                     "modifications yet",
+                     "a backward program may use Mask declarations; Score declarations are forward-only for now");
       variants_[s.variant.name] = &s.variant;
       decls_.push_back(&s.variant);
       continue;

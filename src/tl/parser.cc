@@ -325,8 +325,9 @@ class LineParser {
 
   // ---- statements ----------------------------------------------------------------------------
   bool kernel(KernelStmt& k) {
-    const char* hint = "Kernel NAME [with mask M]";
+    const char* hint = "Kernel NAME [backward] [with mask M]";
     if (!name(k.name, nullptr, "the kernel name after 'Kernel'", hint)) return false;
+    k.backward = accept_kw("backward");
     if (!accept_kw("with")) return true;
     return expect_kw("mask", "after 'Kernel NAME with'", hint) && mask(k.mask);
   }
@@ -393,7 +394,7 @@ class LineParser {
     return true;
   }
   bool copy(CopyStmt& s) {
-    const char* hint = "Copy NAME [(tile) in coordinate [r, c]] from SPACE to SPACE";
+    const char* hint = "Copy NAME [(tile) in coordinate [r, c]] from SPACE to SPACE [and accumulate]";
     if (!name(s.name, nullptr, "a tensor name after 'Copy'", hint)) return false;
     if (peek().kind == Tok::LParen) {
       if (!shape(s.tile, "", hint) || !expect_kw("in", "after the tile shape", hint) ||
@@ -402,7 +403,9 @@ class LineParser {
     }
     return expect_kw("from", s.tile.empty() ? "after the tensor name" : "after the tile coordinate", hint) &&
            space(s.from, "after 'from'") && expect_kw("to", "after the source space", hint) &&
-           space(s.to, "after 'to'");
+           space(s.to, "after 'to'") &&
+           (!accept_kw("and") || (expect_kw("accumulate", "after 'and' (a Copy to global may add: `and accumulate`)", hint) &&
+                                  (s.accumulate = true)));
   }
   bool compute(ComputeStmt& s) {
     const char* hint = "Compute OP a, b [and get NAME [DTYPE] | and accumulate NAME] [at [r, c]] [with MASK]";

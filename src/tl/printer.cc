@@ -123,7 +123,8 @@ std::string comment(const std::string& text) { return text.empty() ? "#" : "# " 
 std::string head(const Stmt& s) {
   std::string out;
   switch (s.kind) {
-    case Stmt::Kind::Kernel: return "Kernel " + s.kernel.name + " with mask " + mask(s.kernel.mask);
+    case Stmt::Kind::Kernel:
+      return "Kernel " + s.kernel.name + (s.kernel.backward ? " backward" : "") + " with mask " + mask(s.kernel.mask);
     case Stmt::Kind::Dim:
       out = "Dim ";
       for (size_t i = 0; i < s.dim.items.size(); ++i) {
@@ -164,7 +165,7 @@ std::string head(const Stmt& s) {
       const auto& c = s.copy;
       out = "Copy " + c.name;
       if (!c.tile.empty()) out += " (" + join(c.tile) + ") in coordinate [" + join(c.coord) + "]";
-      return out + " from " + to_string(c.from) + " to " + to_string(c.to);
+      return out + " from " + to_string(c.from) + " to " + to_string(c.to) + (c.accumulate ? " and accumulate" : "");
     }
     case Stmt::Kind::Compute: {
       const auto& c = s.compute;

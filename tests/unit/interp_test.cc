@@ -247,6 +247,82 @@ TEST(PlantedBug, RescaleWithTheWrongFactor) {
 TEST(PlantedBug, LastKeyTileSkipped) {
   expect_wrong_output(mha_with("for j = 0: cdiv(seqlen_k, BN)", "for j = 0: seqlen_k / BN"), "floor in loop bound");
 }
+// ---- the backward pass (tests/tl/backward.tl with one edit) -----------------------------------
+
+std::string backward_with(const std::string& from, const std::string& to) {
+  std::string text = slurp(kCorpus / "backward.tl");
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "backward.tl no longer contains: " << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// GQA 4/2, several key tiles, ragged query tiles, both length orders.
+RunConfig backward_dims(Precision prec, bool longer_keys) {
+  RunConfig c;
+  c.dims = {{"batch", 1}, {"heads_q", 4}, {"heads_kv", 2}, {"seqlen_q", longer_keys ? 45 : 100},
+            {"seqlen_k", longer_keys ? 100 : 45}, {"d", 16}};
+  c.precision = prec;
+  c.seed = 11;
+  return c;
+}
+
+void expect_wrong_gradients(const std::string& text, const char* what) {
+  for (Precision prec : {Precision::FP64, Precision::Storage})
+    for (bool longer_keys : {true, false}) {
+      SCOPED_TRACE(std::string(what) + (prec == Precision::FP64 ? " (fp64" : " (storage") +
+                   (longer_keys ? ", seqlen_k > seqlen_q)" : ", seqlen_q > seqlen_k)"));
+      Outcome o = run_text(text, backward_dims(prec, longer_keys));
+      EXPECT_TRUE(o.r.ran) << o.diags;
+      EXPECT_FALSE(o.r.passed) << o.r.summary;
+      EXPECT_TRUE(o.has("TL0801")) << o.diags;
+    }
+}
+
+TEST(Backward, UnmodifiedProgramPasses) {
+  for (Precision prec : {Precision::FP64, Precision::Storage})
+    for (bool longer_keys : {true, false}) {
+      Outcome o = run_text(slurp(kCorpus / "backward.tl"), backward_dims(prec, longer_keys));
+      EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
+      EXPECT_TRUE(o.codes.empty()) << o.diags;
+      EXPECT_NE(o.r.summary.find(prec == Precision::FP64 ? "dK rel_err" : "dK max_abs_err"), std::string::npos) << o.r.summary;
+    }
+}
+TEST(Backward, MissingDTerm) {
+  // dS = P * dP: the rowsum(dO * O) term dropped.
+  std::string text = backward_with("  Compute Subtract dP, Di and get dS\n", "  Compute Multiply dP, 1.0 and get dS\n");
+  expect_wrong_gradients(text, "no D term");
+}
+TEST(Backward, DsWithoutP) {
+  expect_wrong_gradients(backward_with("  Compute Multiply dS, P\n", ""), "dS = dP - D");
+}
+TEST(Backward, DkWithoutSoftmaxScale) {
+  expect_wrong_gradients(backward_with("Compute Multiply dK, softmax_scale\n", ""), "dK unscaled");
+}
+TEST(Backward, DqWithoutSoftmaxScale) {
+  expect_wrong_gradients(backward_with("  Compute Multiply dQ, softmax_scale\n", ""), "dQ unscaled");
+}
+TEST(Backward, PFromTheUnscaledLse) {
+  // P = exp2(S * scale * log2e - LSE): the LSE left in natural-log units.
+  expect_wrong_gradients(backward_with("  Compute Multiply LSE, log2e\n", ""), "LSE not in base 2");
+}
+TEST(Backward, QueryLoopStartsOneTileLate) {
+  expect_wrong_gradients(backward_with("for i = max(0, (n_block * BN + seqlen_q - seqlen_k) / BM):",
+                                       "for i = max(0, (n_block * BN + seqlen_q - seqlen_k) / BM + 1):"),
+                         "first query tile skipped");
+}
+TEST(Backward, DvStoredInsteadOfAccumulatedUnderGqa) {
+  // Two query heads share a kv head: a plain store keeps one head's share (the last block's).
+  expect_wrong_gradients(backward_with("Copy dV (BN, d) in coordinate [n_block, 0] from register to global and accumulate",
+                                       "Copy dV (BN, d) in coordinate [n_block, 0] from register to global"),
+                         "dV overwritten per query head");
+}
+TEST(Backward, TransposedAOperandIsReadFromShared) {
+  // Without the Copy to shared, P^T reads the shared buffer's unwritten (NaN) values, not the
+  // register tile: the gradients are wrong (the checker reports the read, TL0305).
+  expect_wrong_gradients(backward_with("  Copy Pc from register to shared\n", ""), "P^T never staged");
+}
+
 TEST(PlantedBug, CausalProgramMaskedOnlyByBounds) {
   std::string text = slurp(kCorpus / "causal.tl");
   std::string from = "with causal\n";

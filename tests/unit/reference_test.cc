@@ -166,6 +166,82 @@ TEST(Reference, GqaHeadMapping) {
   EXPECT_NE(head(0), head(3));
 }
 
+// ---- the backward: the gradients against central differences of L = sum(dO * O) ----------------
+
+double loss(const AttentionProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+            const std::vector<double>& v, const std::vector<double>& dout, const ScoreVariant* var) {
+  auto r = reference_attention(p, q, k, v, var);
+  double l = 0;
+  for (size_t i = 0; i < r.o.size(); ++i) l += r.o[i] * dout[i];
+  return l;
+}
+
+void expect_gradients_match_differences(const AttentionProblem& p, const ScoreVariant* var) {
+  auto in = random_inputs(p, 5);
+  auto dout = random_normal(p.o_size(), 5, 3);
+  auto g = reference_attention_backward(p, in.q, in.k, in.v, dout, var);
+  ASSERT_EQ(g.dq.size(), in.q.size());
+  ASSERT_EQ(g.dk.size(), in.k.size());
+  ASSERT_EQ(g.dv.size(), in.v.size());
+  const double h = 1e-5;
+  int nonzero = 0;
+  auto check = [&](std::vector<double>& x, const std::vector<double>& grad, const char* what) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double keep = x[i];
+      x[i] = keep + h;
+      const double up = loss(p, in.q, in.k, in.v, dout, var);
+      x[i] = keep - h;
+      const double down = loss(p, in.q, in.k, in.v, dout, var);
+      x[i] = keep;
+      const double fd = (up - down) / (2 * h);
+      EXPECT_NEAR(grad[i], fd, 1e-7 * (1 + std::fabs(fd))) << what << "[" << i << "]";
+      nonzero += grad[i] != 0;
+    }
+  };
+  check(in.q, g.dq, "dQ");
+  check(in.k, g.dk, "dK");
+  check(in.v, g.dv, "dV");
+  EXPECT_GT(nonzero, int(g.dq.size() + g.dk.size() + g.dv.size()) / 3);  // not a test of zeros
+}
+
+TEST(ReferenceBackward, CausalGqaMatchesCentralDifferences) {
+  AttentionProblem p;
+  p.batch = 2, p.heads_q = 4, p.heads_kv = 2, p.seqlen_q = 5, p.seqlen_k = 7, p.d_qk = 3, p.d_v = 4;
+  p.softmax_scale = 0.6;
+  p.mask = MaskKind::Causal;
+  expect_gradients_match_differences(p, nullptr);
+}
+
+TEST(ReferenceBackward, WindowWithEmptyRowsAndAKeepMaskMatchCentralDifferences) {
+  AttentionProblem p;
+  p.heads_q = 2, p.heads_kv = 1, p.seqlen_q = 7, p.seqlen_k = 4, p.d_qk = 3, p.d_v = 2;
+  p.softmax_scale = 0.8;
+  p.mask = MaskKind::Window;  // bottom-right: the first rows see no key
+  p.window_left = 1, p.window_right = 0;
+  ScoreVariant var;
+  var.keep = [](int64_t, int64_t h, int64_t q, int64_t k) { return (q + k + h) % 3 != 0; };
+  expect_gradients_match_differences(p, &var);
+}
+
+TEST(ReferenceBackward, NaiveLowPrecisionIsCloseAndRounds) {
+  AttentionProblem p;
+  p.heads_q = 2, p.heads_kv = 2, p.seqlen_q = 9, p.seqlen_k = 11, p.d_qk = 8, p.d_v = 8;
+  p.softmax_scale = 0.35;
+  auto in = random_inputs(p, 2);
+  auto dout = random_normal(p.o_size(), 2, 3);
+  auto exact = reference_attention_backward(p, in.q, in.k, in.v, dout);
+  auto bf = [](double x) {  // round to 8 significant bits
+    int e;
+    double m = std::frexp(x, &e);
+    return std::ldexp(std::nearbyint(m * 256) / 256, e);
+  };
+  auto lowp = naive_attention_backward_lowp(p, in.q, in.k, in.v, dout, bf);
+  const double err = max_abs_diff(lowp.dq, exact.dq);
+  EXPECT_GT(err, 0);     // it does round
+  EXPECT_LT(err, 0.05);  // and stays an approximation
+  for (double x : lowp.dk) EXPECT_EQ(x, bf(x));  // the stored gradient is in the storage precision
+}
+
 TEST(Reference, Validate) {
   AttentionProblem p;
   EXPECT_EQ(validate(p), "");

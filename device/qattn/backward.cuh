@@ -1,0 +1,101 @@
+// qattn device runtime: the moves a backward program (TL `Kernel NAME backward`, docs/tl.md "The
+// backward pass") makes beyond the forward's, on mma.sync accumulator tiles:
+//   load_acc     TL `Copy X from shared to register` of a 2-D tile read element-wise (dO * O): the
+//                shared tile into a register tile in the accumulator layout of the tiled MMA
+//   load_rows    TL `Copy LSE from shared to register`: a row vector (one value per accumulator row
+//                this thread owns, the order of rows_view)
+//   copy_rows_g2s  TL `Copy LSE (BM) in coordinate [i] from global to shared`: fp32 rows, zero past
+//                the end of the view
+//   store_acc_smem TL `Copy P from register to shared`: an accumulator tile into a shared tile (a
+//                transposed A operand is read from there by ldmatrix.trans)
+//   store_acc_global / add_acc_global  TL `Copy dK (BN, d) in coordinate [n, 0] from register to
+//                global [and accumulate]`: the accumulator rounded to the global dtype and stored, or
+//                added with fp32 atomics; rows past the end of the view skipped
+// Every helper takes the tiled MMA and the thread index: the element a thread owns is where
+// partition_C of an identity tensor says.
+#pragma once
+#include <cute/tensor.hpp>
+
+#include "qattn/layout.cuh"
+#include "qattn/softmax.cuh"
+
+namespace qattn {
+using namespace cute;
+
+// A register row vector for the rows of an (M, N) accumulator of `mma` (any N).
+template <int M, class TiledMma>
+__device__ __forceinline__ auto rows_for(TiledMma const& mma) {
+  auto acc = partition_fragment_C(mma, Shape<Int<M>, _8>{});
+  return make_rows<float>(acc);
+}
+
+// The (M, N) tile of shared tensor sX into the accumulator-layout register tile `acc` (fp32).
+template <class TiledMma, class SEngine, class SLayout, class AEngine, class ALayout>
+__device__ __forceinline__ void load_acc(TiledMma const& mma, Tensor<SEngine, SLayout> const& sX,
+                                         Tensor<AEngine, ALayout>& acc, int tid) {
+  Tensor tXsX = mma.get_slice(tid).partition_C(sX);  // (MMA, MMA_M, MMA_N)
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) acc(i) = static_cast<float>(tXsX(i));
+}
+
+// Row vector `r` of the M-row accumulator tiles from the shared vector sX (M) fp32.
+template <int M, class TiledMma, class REngine, class RLayout>
+__device__ __forceinline__ void load_rows(TiledMma const& mma, float const* sX, Tensor<REngine, RLayout>& r, int tid) {
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, _8>{}));  // -> (row, col)
+  auto cr = rows_view(c);
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(cr); ++i) r(i) = sX[get<0>(cr(i, 0))];
+}
+
+// ROWS fp32 values of the global vector x (length n) from element tile_row * ROWS into sX; zero
+// past the end. Synchronous (the caller's barrier publishes them).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void copy_rows_g2s(float const* x, int n, int tile_row, float* sX, int tid) {
+  for (int i = tid; i < ROWS; i += THREADS) {
+    const int row = tile_row * ROWS + i;
+    sX[i] = row < n ? x[row] : 0.f;
+  }
+}
+
+// The accumulator tile `acc` (any element type) into the shared (M, N) tile sX.
+template <class TiledMma, class AEngine, class ALayout, class SEngine, class SLayout>
+__device__ __forceinline__ void store_acc_smem(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
+                                               Tensor<SEngine, SLayout>& sX, int tid) {
+  using T = typename SEngine::value_type;
+  Tensor tXsX = mma.get_slice(tid).partition_C(sX);  // (MMA, MMA_M, MMA_N)
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) tXsX(i) = static_cast<T>(acc(i));
+}
+
+// The (M, N) accumulator into rows tile_row * M ... of the global view mX (rows, N), rounded to
+// its element type; rows past the end are skipped.
+template <int M, int N, class TiledMma, class AEngine, class ALayout, class GEngine, class GLayout>
+__device__ __forceinline__ void store_acc_global(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
+                                                 Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
+  using T = cute::remove_cvref_t<typename GEngine::value_type>;
+  Tensor gX = local_tile(mX, Shape<Int<M>, Int<N>>{}, make_coord(tile_row, 0));
+  auto thr = mma.get_slice(tid);
+  Tensor tXgX = thr.partition_C(gX);
+  Tensor tXcX = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  const int rows_left = int(size<0>(mX)) - tile_row * M;
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i)
+    if (get<0>(tXcX(i)) < rows_left) tXgX(i) = static_cast<T>(acc(i));
+}
+
+// The (M, N) fp32 accumulator added into the fp32 global view mX (atomics; several blocks add to
+// one tile); rows past the end are skipped.
+template <int M, int N, class TiledMma, class AEngine, class ALayout, class GEngine, class GLayout>
+__device__ __forceinline__ void add_acc_global(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
+                                               Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
+  Tensor gX = local_tile(mX, Shape<Int<M>, Int<N>>{}, make_coord(tile_row, 0));
+  auto thr = mma.get_slice(tid);
+  Tensor tXgX = thr.partition_C(gX);
+  Tensor tXcX = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  const int rows_left = int(size<0>(mX)) - tile_row * M;
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i)
+    if (get<0>(tXcX(i)) < rows_left) atomicAdd(&tXgX(i), acc(i));
+}
+
+}  // namespace qattn
