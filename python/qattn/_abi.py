@@ -68,6 +68,74 @@ def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window
     return p
 
 
+class BwdParams(ctypes.Structure):
+    """qattn_bwd_params, field for field (the backward pass: a library of a `Kernel NAME backward`)."""
+    _fields_ = [("abi_version", ctypes.c_int32)] + [
+        (n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv")] + [
+        (f"{t}_{w}_stride", ctypes.c_int64) for t in ("q", "k", "v", "o", "do", "dq", "dk", "dv")
+        for w in ("batch", "row", "head")] + [
+        ("batch", ctypes.c_int32), ("heads_q", ctypes.c_int32), ("heads_kv", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32), ("seqlen_k", ctypes.c_int32),
+        ("d_qk", ctypes.c_int32), ("d_v", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+    ]
+
+
+def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None):
+    """BwdParams for (batch, seqlen, heads, dim) views q, k, v, o, dout, dq (fp32), dk, dv; lse
+    (batch, heads_q, seqlen_q) fp32 contiguous. dq (and fp32 dk / dv) must be zero: the kernel adds."""
+    p = BwdParams()
+    p.abi_version = QATTN_ABI_VERSION
+    tensors = (("q", "q", q), ("k", "k", k), ("v", "v", v), ("o", "o", o), ("dout", "do", dout), ("dq", "dq", dq),
+               ("dk", "dk", dk), ("dv", "dv", dv))
+    for field, prefix, t in tensors:
+        setattr(p, field, t.data_ptr())
+        s = t.stride()
+        setattr(p, prefix + "_batch_stride", s[0])
+        setattr(p, prefix + "_row_stride", s[1])
+        setattr(p, prefix + "_head_stride", s[2])
+    p.lse = lse.data_ptr()
+    p.batch, p.seqlen_q, p.heads_q, p.d_qk = (int(x) for x in q.shape)
+    p.seqlen_k, p.heads_kv = int(k.shape[1]), int(k.shape[2])
+    p.d_v = int(v.shape[3])
+    p.softmax_scale = scale if scale is not None else int(q.shape[3]) ** -0.5
+    p.window_left, p.window_right = (int(x) for x in window) if window is not None else (-1, -1)
+    p.softcap = 1.0
+    return p
+
+
+class BwdLibrary:
+    """A loaded backward library: info (its qattn_kernel_info, "pass": "backward"), bwd(params, stream)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.lib = ctypes.CDLL(self.path)
+        if not hasattr(self.lib, "qattn_bwd"):
+            raise ValueError(f"{self.path}: no qattn_bwd (not a backward library)")
+        self.lib.qattn_bwd.argtypes = [ctypes.POINTER(BwdParams), ctypes.c_void_p]
+        self.lib.qattn_bwd.restype = ctypes.c_int
+        self.lib.qattn_kernel_info.restype = ctypes.c_char_p
+        self.lib.qattn_last_error.restype = ctypes.c_char_p
+        raw = self.lib.qattn_kernel_info() or b""
+        if len(raw) > 1 << 16:
+            raise ValueError("qattn_kernel_info: longer than 64 KiB")
+        try:
+            info = json.loads(raw.decode("utf-8", errors="replace"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"qattn_kernel_info: not JSON ({e})") from None
+        if not isinstance(info, dict) or info.get("pass") != "backward":
+            raise ValueError(f"{self.path}: its kernel info does not say \"pass\": \"backward\"")
+        self.info = info
+
+    def last_error(self):
+        return self.lib.qattn_last_error().decode()
+
+    def bwd(self, params, stream=None):
+        return self.lib.qattn_bwd(ctypes.byref(params), stream)
+
+
 INFO_DTYPES = ("fp16", "bf16", "fp8_e4m3")
 INFO_MASKS = ("none", "causal", "causal_top_left", "window")
 

@@ -7,7 +7,9 @@ Reads ARTIFACTS_DIR/spec.json (heads, variants) and libqattn_kernel.so (qattn_ke
 mask, dtype). Kernels with variants (softcap, ALiBi, document, ...) or a window are skipped: SDPA has
 no baseline for them (bench/bench_variants.py times them against FlexAttention). Shapes: batch * seqlen = --tokens, BSHD. Checks the output against SDPA once (fresh random
 inputs, poisoned output) before timing; timing is triton's do_bench median. FLOPs =
-2 * B * Hq * S^2 * (d_qk + d_v), halved for causal masks.
+2 * B * Hq * S^2 * (d_qk + d_v), halved for causal masks. A backward library (`qattn generate
+--backward`) is timed against SDPA's backward (cuDNN and FlashAttention-2 backends) by
+qattn._backward_check.bench.
 """
 import argparse
 import json
@@ -30,7 +32,17 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     a = ap.parse_args()
     spec = json.load(open(os.path.join(a.artifacts, "spec.json")))
-    k = Kernel(os.path.join(a.artifacts, "libqattn_kernel.so"))
+    so = os.path.join(a.artifacts, "libqattn_kernel.so")
+    from qattn.verify import is_backward_library
+    if is_backward_library(so):  # `qattn generate --backward`: next to SDPA's backward
+        from qattn import _abi
+        from qattn._backward_check import bench
+        lib = _abi.BwdLibrary(so)
+        s = a.seqlen
+        hkv = spec["heads_kv"] if lib.info["dk_dtype"] == "fp32" else spec["heads_q"]
+        bench(lib, (max(1, a.tokens // s), spec["heads_q"], hkv, s, s), [], "qattn")
+        return 0
+    k = Kernel(so)
     info = k.info
     if info["dtype"] not in DT or info["mask"] not in ("none", "causal"):
         print(f"time_kernel: skipped ({info['dtype']}, mask {info['mask']}: no SDPA baseline here)")

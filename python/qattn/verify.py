@@ -20,8 +20,11 @@ different window (unbounded sides, -1, included) and cap per case, the reference
 Kernels named neg_* were built from deliberately broken TL (build_kernels.sh): they must
 compute wrong answers (the translator must not repair the TL). Prints a table; exits 1 if anything
 fails, 3 if some kernel could not be verified (and nothing failed), else 0.
+Libraries of the backward pass (exporting qattn_bwd: `qattn generate --backward`) are checked by
+qattn._backward_check: dQ, dK, dV against fp32 autograd on shapes that cross every tile boundary.
 """
 import argparse
+import ctypes
 import glob
 import json
 import math
@@ -344,6 +347,41 @@ CASES = [
 ]
 
 
+def is_backward_library(path):
+    """A library of a backward program exports qattn_bwd (include/qattn/qattn.h)."""
+    try:
+        return hasattr(ctypes.CDLL(path), "qattn_bwd")
+    except OSError:
+        return False
+
+
+def verify_backward(path, name, rows):
+    """The backward numerics (qattn._backward_check) of one library into rows; returns the failures.
+    A neg_* library (broken TL) must compute wrong gradients on some case."""
+    from . import _abi
+    from ._backward_check import check_library
+    try:
+        lib = _abi.BwdLibrary(path)
+    except (OSError, ValueError) as e:
+        rows.append((name, "load", False, str(e)))
+        return 1
+    results = check_library(lib)
+    if name.startswith("neg_"):
+        wrong = sum(1 for _, _, r in results if not r["ok"])
+        rows.append((name, "broken TL -> wrong gradients", wrong > 0, f"{wrong}/{len(results)} cases wrong"))
+        return 0 if wrong > 0 else 1
+    failures = 0
+    for (b, hq, hkv, sq, sk), window, r in results:
+        detail = r["status"] if r["status"] != "ok" else " ".join(
+            f"{n}={r[n + '_err']:.2e}/{r[n + '_bound']:.2e}" for n in ("dq", "dk", "dv"))
+        case = f"bwd b{b} h{hq}/{hkv} s{sq}/{sk}" + (f" w{window[0]},{window[1]}" if window != (-1, -1) else "")
+        rows.append((name, case, r["ok"], detail))
+        failures += 0 if r["ok"] else 1
+    i = lib.info
+    print(f"{name}: backward {i['arch']} {i['dtype']} d{i['d_qk']}/{i['d_v']} {i['mask']} dK/dV {i['dk_dtype']}", flush=True)
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
@@ -362,6 +400,9 @@ def main():
     rows = []
     for path in libs:
         name = os.path.basename(path)[:-3]
+        if is_backward_library(path):  # `Kernel NAME backward`: dQ, dK, dV against fp32 autograd
+            failures += verify_backward(path, name, rows)
+            continue
         try:
             kern = Kernel(path)
         except (OSError, ValueError, AttributeError) as e:  # not loadable, no C ABI, or a bad kernel_info

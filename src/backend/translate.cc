@@ -3,6 +3,7 @@
 // The mma.sync families: check -> analyze -> describe the kernel IR -> verify -> emit (the statement
 // walk of emit_kernel.cc, on the IR's pipeline and shared-memory plan).
 #include "backend/translate.h"
+#include "backend/bwd/lower.h"
 
 #include "backend/kir_print.h"
 #include "backend/kir_verify.h"
@@ -27,17 +28,8 @@ std::optional<Translation> translate(const tl::Program& code, const plan::Target
                 "fix the TL errors above (`qattn tl check`)");
     return std::nullopt;
   }
-  for (const auto& st : code.stmts) {
-    if (st.kind == tl::Stmt::Kind::Kernel && st.kernel.backward) {
-      // The backward is checked and interpreted (docs/tl.md, "The backward pass"); no architecture
-      // lowers it yet.
-      diags.error("XL0301", st.loc,
-                  "`Kernel " + st.kernel.name + " backward`: backward programs are checked and interpreted (`qattn tl run`) "
-                  "but not yet lowered to CUDA for " + target.name,
-                  "run it with `qattn tl run FILE --dims ...`; the forward program of the same attention translates");
-      return std::nullopt;
-    }
-  }
+  for (const auto& st : code.stmts)
+    if (st.kind == tl::Stmt::Kind::Kernel && st.kernel.backward) return bwd::translate(code, info, target, diags);  // src/backend/bwd
   detail::Lowering lowering(code, info, target, diags);
   const int before = diags.error_count();
   auto refused = [&]() -> std::optional<Translation> {

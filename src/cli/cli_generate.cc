@@ -26,6 +26,7 @@ struct GenerateArgs {
   bool no_cache = false;
   bool no_gpu = false;
   bool no_verify = false;
+  bool backward = false;
   std::string mode = "rules";
   llm::EndpointFlags llm;
   int llm_turns = 3;
@@ -46,6 +47,7 @@ int cmd_generate(const GenerateArgs& a) {
   o.use_cache = !a.no_cache;
   o.use_gpu = !a.no_gpu;
   o.verify_on_gpu = !a.no_verify;
+  o.backward = a.backward;
   o.progress = [](const std::string& line) { std::cerr << line << (line.empty() || line.back() != '\n' ? "\n" : ""); };
   const auto r = pipeline::generate(*s, o, diags);
   print_diags(diags);
@@ -73,6 +75,8 @@ void register_generate_commands(CLI::App& app) {
   add_spec_options(gen, ga.spec);
   gen->add_option("--out", ga.out, "artifacts folder (default artifacts/<name>-<gpu>)");
   gen->add_flag("--no-cache", ga.no_cache, "rebuild even when the kernel cache has this kernel");
+  gen->add_flag("--backward", ga.backward,
+                "the backward pass: a kernel of dQ, dK, dV exporting qattn_bwd (docs/tl.md, \"The backward pass\")");
   gen->add_flag("--no-gpu", ga.no_gpu, "stop after compiling even when a GPU is present");
   gen->add_flag("--no-verify", ga.no_verify,
                 "build native code for the local GPU too, but skip the GPU numerics and timing step");

@@ -30,6 +30,7 @@ struct PlanArgs {
   bool no_verify = false;
   bool rules = false;
   bool print = false;
+  bool backward = false;
 };
 
 // The target: --gpu (or the spec's "gpu"), else the local GPU, else an error that says what to do.
@@ -98,6 +99,7 @@ int cmd_plan(const PlanArgs& a) {
   auto s = load_spec(a.spec, diags);
   const hw::GpuFacts* g = s ? resolve_gpu(*s, diags) : nullptr;
   plan::PlanOptions opts;
+  opts.backward = a.backward;
   if (!s || !g || (!a.tiles.empty() && !parse_tiles(a.tiles, opts, diags))) {
     print_diags(diags);
     return kFailed;
@@ -168,6 +170,7 @@ void register_plan_commands(CLI::App& app) {
   plan->add_flag("--no-verify", pl.no_verify, "skip interpreting the TL code against the reference");
   plan->add_flag("--rules", pl.rules, "print the tile rules tables and exit");
   plan->add_flag("--print", pl.print, "print code.tl instead of writing files");
+  plan->add_flag("--backward", pl.backward, "the backward pass: TL code of dQ, dK, dV (docs/tl.md, \"The backward pass\")");
   plan->callback([] { exit_status() = cmd_plan(pl); });
 }
 

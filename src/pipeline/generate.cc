@@ -78,7 +78,14 @@ class Run {
   // 2. plan: the rules engine's, then (LLM modes) the LLM's, verified and repaired
   bool plan() {
     say("[1/4] plan: " + spec::summary(s_) + " on " + g_->name);
-    plan_ = plan::make_plan(s_, *g_, d_);
+    plan::PlanOptions po;
+    po.backward = o_.backward;
+    if (o_.backward && modes_->any_llm()) {
+      d_.error("GEN0105", {}, "--backward runs on the rules engine only: the LLM stages do not write the backward pass yet",
+               "drop --mode (the default `rules`)");
+      return fail("no plan: nothing written");
+    }
+    plan_ = plan::make_plan(s_, *g_, d_, po);
     if (!plan_) return fail("no plan: nothing written");
     if (!modes_->any_llm()) return true;
     say("      --mode " + modes_->str() + ": " + endpoint_->model + " at " + endpoint_->url);

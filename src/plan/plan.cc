@@ -137,6 +137,7 @@ std::string report_markdown(const Plan& p) {
 
 std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
                               const PlanOptions& opts) {
+  if (opts.backward) return make_backward_plan(s, g, diags, opts);
   Plan plan;
   plan.problem = make_problem(s);
   plan.target = make_target(g);

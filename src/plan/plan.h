@@ -20,6 +20,9 @@ namespace qattn::plan {
 struct PlanOptions {
   // Override the rules table (e.g. for autotuning or experiments): 0 keeps the rule's value.
   int bm = 0, bn = 0, warps = 0, stages = 0;
+  // The backward pass (`qattn plan --backward`): make_plan writes the TL of the gradients instead
+  // (make_backward_plan, backward.cc).
+  bool backward = false;
 };
 
 // GQA packing (TL `{pack: heads_q / heads_kv}`, sm90): on when the spec states a query length whose
@@ -46,6 +49,13 @@ Target make_target(const hw::GpuFacts& g);
 // engine produced TL that fails its own verification (an internal error, never expected).
 std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
                               const PlanOptions& opts = {});
+
+// The backward pass: FlashAttention-2's algorithm as a `Kernel NAME backward` program (docs/tl.md,
+// "The backward pass"), tiles from the backward rules (a reason each), parsed, checked and compared
+// with its sketch. PLAN0501 (variants: not differentiated yet), PLAN0502 (not fp16/bf16), PLAN0503
+// (before sm80), PLAN0102 (tiles that do not fit).
+std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
+                                       const PlanOptions& opts = {});
 
 // The TL oracle of stage 1: interprets the plan's TL code against the reference, in fp64 and in
 // storage precision, at several problem sizes chosen from the program's own tiles (`Const BM, BN`,

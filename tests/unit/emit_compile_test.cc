@@ -60,6 +60,7 @@ struct Kernel {
   std::string name, preset, gpu;
   std::map<std::string, std::string> flags;
   std::vector<std::string> ptx_has, ptx_lacks;
+  bool backward = false;  // plan the backward pass (qattn plan --backward)
 };
 
 struct Built {
@@ -75,7 +76,9 @@ Built build(const Kernel& k, const std::string& nvcc, const std::string& cutlass
   flags["gpu"] = k.gpu;
   if (!spec::apply_flags(s, flags, d)) return {1, d.render(), ""};
   const hw::GpuFacts* g = hw::find_gpu(k.gpu);
-  auto p = plan::make_plan(s, *g, d);
+  plan::PlanOptions opts;
+  opts.backward = k.backward;
+  auto p = plan::make_plan(s, *g, d, opts);
   if (!p) return {1, d.render(), ""};
   auto t = translate_text(p->code, plan::make_target(*g), d);
   if (!t) return {1, d.render(), ""};
@@ -109,6 +112,8 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
       {"sm89_fp8_d128_causal", "llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}, {"mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "cp.async.cg.shared.global", "cvt.rn.satfinite.e4m3x2.f32"}, {}},
       {"sm90_bf16_d128_causal_gqa", "llama3-8b", "h100", {}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.4d.shared::cluster.global", "setmaxnreg.inc.sync.aligned.u32 232", "setmaxnreg.dec.sync.aligned.u32 40", "mbarrier.try_wait.parity", "atom.global.add"}, {"mma.sync"}},
       {"sm90_bf16_d64_none", "llama3.2-1b", "h100", {{"mask", "none"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "setmaxnreg.inc.sync.aligned.u32 160", "setmaxnreg.dec.sync.aligned.u32 32"}, {"mma.sync", "atom.global.add"}},
+      // the backward pass (src/backend/bwd): mma.sync, ldmatrix.trans for P^T / dS^T, fp32 atomics for dQ, dK, dV
+      {"bwd_sm80_bf16_d64_causal_gqa", "llama3.2-1b", "a100", {}, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16", "cp.async.cg.shared.global", "atom.global.add.f32"}, {"wgmma"}, true},
   };
   const fs::path dir = fs::temp_directory_path() / ("qattn_emit_compile_" + std::to_string(::getpid()));
   fs::create_directories(dir);

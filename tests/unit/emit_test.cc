@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -320,6 +321,88 @@ TEST(Emit, GarbageNeverCrashes) {
     EXPECT_FALSE(xlate(text, "a100", d));
     EXPECT_TRUE(d.has_errors());
   }
+}
+
+
+// ---- the backward pass (src/backend/bwd) -------------------------------------------------------
+
+std::string plan_backward(const std::string& preset, const std::string& gpu, std::map<std::string, std::string> flags = {}) {
+  support::DiagSink d;
+  spec::AttentionSpec s = *spec::find_preset(preset);
+  flags["gpu"] = gpu;
+  EXPECT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
+  plan::PlanOptions o;
+  o.backward = true;
+  auto p = plan::make_plan(s, *hw::find_gpu(gpu), d, o);
+  EXPECT_TRUE(p.has_value()) << preset << " on " << gpu << "\n" << d.render();
+  return p ? p->code : std::string();
+}
+
+TEST(EmitBackward, EveryStatementLowersToItsBlockAndTheAbiIsQattnBwd) {
+  for (const char* gpu : {"a100", "h100"}) {
+    SCOPED_TRACE(gpu);
+    const std::string code = plan_backward("llama3-8b", gpu);
+    support::DiagSink d;
+    auto t = xlate(code, gpu, d);
+    ASSERT_TRUE(t.has_value()) << d.render();
+    const std::string& cu = t->cuda_source;
+    EXPECT_NE(cu.find("QATTN_EXPORT int qattn_bwd(const qattn_bwd_params* params"), std::string::npos);
+    EXPECT_EQ(cu.find("qattn_fwd("), std::string::npos);
+    EXPECT_NE(t->info_json.find("\"pass\":\"backward\""), std::string::npos) << t->info_json;
+    EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(tiled_mma, rdQ, mdQ, i, tid);  // fp32 atomics"), std::string::npos);
+    // P^T and dS^T: transposed A operands, read from shared memory by ldmatrix.trans
+    EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtomT, SmemCopyAtomT>(tiled_mma, rdV, make_tensor(sPc.data(), qattn::transposed("),
+              std::string::npos);
+    EXPECT_NE(cu.find("qattn::gemm_rs<SmemCopyAtomT>(tiled_mma, rdQ, rdSc_a"), std::string::npos);
+    // every statement of the TL is named by a `// TL n:` block
+    support::DiagSink pd;
+    auto prog = tl::parse(code, pd, "code.tl");
+    std::function<void(const std::vector<tl::Stmt>&)> each = [&](const std::vector<tl::Stmt>& body) {
+      for (const auto& st : body) {
+        if (st.kind == tl::Stmt::Kind::Comment || st.kind == tl::Stmt::Kind::Blank) continue;
+        if (st.kind != tl::Stmt::Kind::Dim && st.kind != tl::Stmt::Kind::Const)
+          EXPECT_NE(cu.find("// TL " + std::to_string(st.loc.line) + ": "), std::string::npos) << "line " << st.loc.line;
+        if (st.kind == tl::Stmt::Kind::For) each(st.loop.body);
+      }
+    };
+    each(prog.stmts);
+    EXPECT_EQ(t->arch, "sm80");
+  }
+}
+
+TEST(EmitBackward, TheTlIsTheSourceOfTruth) {
+  const std::string code = plan_backward("llama3.2-1b", "h100");
+  support::DiagSink d1, d2;
+  auto full = xlate(code, "h100", d1);
+  ASSERT_TRUE(full.has_value()) << d1.render();
+  EXPECT_NE(full->cuda_source.find("qattn::ew_scalar<qattn::op::Mul>(rdK, softmax_scale, rdK);"), std::string::npos);
+  std::string edited = code;
+  const std::string line = "Compute Multiply dK, softmax_scale\n";
+  ASSERT_NE(edited.find(line), std::string::npos);
+  edited.erase(edited.find(line), line.size());
+  auto cut = xlate(edited, "h100", d2);
+  ASSERT_TRUE(cut.has_value()) << d2.render();
+  EXPECT_EQ(cut->cuda_source.find("ew_scalar<qattn::op::Mul>(rdK"), std::string::npos);
+  // other tiles in the TL give other constants
+  std::string wide = code;
+  wide.replace(wide.find("Const BM = 64, BN = 64"), 22, "Const BM = 128, BN = 64");
+  support::DiagSink d3;
+  auto w = xlate(wide, "h100", d3);
+  ASSERT_TRUE(w.has_value()) << d3.render();
+  EXPECT_NE(w->cuda_source.find("partition_fragment_C(tiled_mma, Shape<Int<128>, Int<64>>{})"), std::string::npos);
+}
+
+TEST(EmitBackward, PlainStoresRefuseGqaAndOldGpusAreRefused) {
+  support::DiagSink d;
+  auto t = xlate(plan_backward("llama3.2-1b", "a100", {{"mask", "none"}, {"heads", "16,16"}}), "a100", d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  EXPECT_NE(t->cuda_source.find("if (p.heads_q != p.heads_kv) return qattn::host::fail(QATTN_ERR_SHAPE"), std::string::npos);
+  EXPECT_NE(t->info_json.find("\"dk_dtype\":\"bf16\""), std::string::npos);
+  // the same program for a Turing GPU: fp16 has a path there, the backward lowering does not
+  std::string code = plan_backward("llama3.2-1b", "a100", {{"mask", "none"}, {"dtype", "fp16"}});
+  support::DiagSink d2;
+  EXPECT_FALSE(xlate(code, "t4", d2).has_value());
+  EXPECT_TRUE(has(d2, "XL0101")) << d2.render();
 }
 
 }  // namespace

@@ -365,5 +365,60 @@ TEST(planDocs, PlannerMdHoldsTheCurrentTables) {
   EXPECT_NE(ss.str().find(rules_markdown()), std::string::npos)
       << "docs/planner.md is stale: regenerate its last section with `qattn plan --rules`";
 }
+
+// ---- the backward pass (plan/backward.cc) ----------------------------------------------------
+
+TEST(planBackward, PresetsPlanCheckAndInterpret) {
+  struct Case { const char* preset; const char* gpu; std::map<std::string, std::string> flags; bool accumulate; };
+  const std::vector<Case> cases = {
+      {"llama3-8b", "h100", {}, true},                                       // GQA causal: dK, dV accumulate in fp32
+      {"llama3.2-1b", "a100", {{"mask", "none"}, {"heads", "16,16"}}, false},  // MHA: stored once in bf16
+      {"mistral-7b", "h100", {{"window", "256,0"}}, true},                   // window
+      {"llama2-7b", "a100", {{"mask", "causal_top_left"}, {"dtype", "fp16"}}, false},
+      {"deepseek-v3-mla-prefill", "h100", {}, false},                         // d_qk 192, d_v 128
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.preset) + " on " + c.gpu);
+    support::DiagSink d;
+    spec::AttentionSpec s = *spec::find_preset(c.preset);
+    auto flags = c.flags;
+    flags["gpu"] = c.gpu;
+    ASSERT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
+    PlanOptions o;
+    o.backward = true;
+    auto plan = make_plan(s, *hw::find_gpu(c.gpu), d, o);
+    ASSERT_TRUE(plan.has_value()) << d.render();
+    EXPECT_NE(plan->code.find(" backward with mask "), std::string::npos) << plan->code;
+    EXPECT_NE(plan->code.find("Copy dQ (BM, "), std::string::npos);
+    EXPECT_EQ(plan->code.find("Copy dK (BN, d) in coordinate [n_block, 0] from register to global and accumulate") != std::string::npos ||
+                  plan->code.find("Copy dK (BN, d_qk) in coordinate [n_block, 0] from register to global and accumulate") != std::string::npos,
+              c.accumulate)
+        << plan->code;
+    EXPECT_FALSE(plan->tiles.reason.empty());
+    auto v = verify(*plan, d);
+    EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
+  }
+}
+
+TEST(planBackward, WhatIsNotPlannedIsRefusedWithItsCode) {
+  struct Case { const char* preset; const char* gpu; std::map<std::string, std::string> flags; const char* code; };
+  const std::vector<Case> cases = {
+      {"gemma2-9b", "h100", {}, "PLAN0501"},                          // softcap: a Score, not differentiated yet
+      {"llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}, "PLAN0502"},
+      {"bert-large", "t4", {{"dtype", "fp16"}}, "PLAN0503"},
+  };
+  for (const auto& c : cases) {
+    support::DiagSink d;
+    spec::AttentionSpec s = *spec::find_preset(c.preset);
+    auto flags = c.flags;
+    flags["gpu"] = c.gpu;
+    ASSERT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
+    PlanOptions o;
+    o.backward = true;
+    EXPECT_FALSE(make_plan(s, *hw::find_gpu(c.gpu), d, o).has_value()) << c.preset;
+    EXPECT_NE(d.render().find(c.code), std::string::npos) << c.preset << ": " << d.render();
+  }
+}
+
 }  // namespace
 }  // namespace qattn::plan

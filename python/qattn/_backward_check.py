@@ -1,0 +1,198 @@
+"""The backward pass on a GPU: numerics of a `qattn_bwd` library against fp32 autograd, and its time
+next to PyTorch's SDPA backward (cuDNN and FlashAttention-2 backends). Used by `python -m
+qattn.verify` / `qattn.timing` (the GPU step of `qattn generate --backward`) and
+tests/gpu/bwd_check.py.
+
+Numerics (FlashAttention's rule for gradients): for each of dQ, dK, dV, max |dX - dX_ref| <=
+2 * max |dX_torch - dX_ref| + 1e-4 * max(1, max |dX_ref|), dX_ref from fp32 autograd of the same
+inputs, dX_torch from autograd in the kernel's dtype. Fresh random inputs per case; dQ (and fp32
+dK / dV) zeroed as the ABI asks, 16-bit dK / dV poisoned with NaN. A kernel that stores dK / dV once
+per query head must refuse GQA calls (QATTN_ERR_SHAPE).
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import _abi
+
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def mask_matrix(kind, sq, sk, window, device):
+    q = torch.arange(sq, device=device)[:, None]
+    k = torch.arange(sk, device=device)[None, :]
+    off = sk - sq
+    if kind == "causal":
+        return k <= q + off
+    if kind == "causal_top_left":
+        return k <= q
+    if kind == "window":
+        left, right = window
+        ok = torch.ones(sq, sk, dtype=torch.bool, device=device)
+        if left >= 0:
+            ok &= k >= q + off - left
+        if right >= 0:
+            ok &= k <= q + off + right
+        return ok
+    return None
+
+
+def attention(q, k, v, keep, scale):
+    """(b, s, h, d) eager attention in q's dtype; rows with no visible key give 0."""
+    hq, hk = q.shape[2], k.shape[2]
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if hq != hk:
+        kt = kt.repeat_interleave(hq // hk, dim=1)
+        vt = vt.repeat_interleave(hq // hk, dim=1)
+    s = (qt @ kt.transpose(-1, -2)) * scale
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(q.dtype)
+    o = p @ vt
+    lse = torch.logsumexp(s.float(), dim=-1)
+    return o.transpose(1, 2), lse
+
+
+def run_case(lib, shape, seed, window):
+    info = lib.info
+    dt = DT[info["dtype"]]
+    b, hq, hk, sq, sk = shape
+    d, dv_ = info["d_qk"], info["d_v"]
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, device=dev, generator=g).to(dt)
+    k = torch.randn(b, sk, hk, d, device=dev, generator=g).to(dt)
+    v = torch.randn(b, sk, hk, dv_, device=dev, generator=g).to(dt)
+    dout = torch.randn(b, sq, hq, dv_, device=dev, generator=g).to(dt)
+    scale = d ** -0.5
+    keep = mask_matrix(info["mask"], sq, sk, window, dev)
+    # fp32 reference (forward and autograd), and the same math in the kernel's dtype
+    qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+    of, lse = attention(qf, kf, vf, keep, scale)
+    ref = torch.autograd.grad(of, (qf, kf, vf), dout.float())
+    ql, kl, vl = (x.clone().requires_grad_() for x in (q, k, v))
+    ol, _ = attention(ql, kl, vl, keep, scale)
+    low = torch.autograd.grad(ol, (ql, kl, vl), dout)
+    o = of.detach().to(dt)
+    lse = lse.detach().contiguous()  # (b, hq, sq), -inf on rows with no visible key
+    dk_dt = DT[info["dk_dtype"]]
+    dq = torch.zeros(b, sq, hq, d, device=dev, dtype=torch.float32)
+    fill = 0.0 if dk_dt == torch.float32 else float("nan")
+    dk = torch.full((b, sk, hk, d), fill, device=dev, dtype=dk_dt)
+    dvv = torch.full((b, sk, hk, dv_), fill, device=dev, dtype=dk_dt)
+    p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dvv, scale=scale, window=window)
+    st = lib.bwd(p, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    if dk_dt != torch.float32 and hq != hk:
+        # a kernel that stores dK / dV per query head must refuse GQA (qattn.h: "dk_dtype")
+        refused = st == 2 and "GQA" in lib.last_error()
+        return {"status": "refused GQA as documented" if refused else f"GQA not refused (status {st})", "ok": refused}
+    if st != 0:
+        return {"status": f"{_abi.STATUS.get(st, st)}: {lib.last_error()}", "ok": False}
+    out = {"status": "ok", "ok": True}
+    for name, got, r, lo in (("dq", dq, ref[0], low[0]), ("dk", dk, ref[1], low[1]), ("dv", dvv, ref[2], low[2])):
+        err = (got.float() - r).abs().max().item()
+        naive = (lo.float() - r).abs().max().item()
+        bound = 2 * naive + 1e-4 * max(1.0, r.abs().max().item())
+        good = math.isfinite(err) and err <= bound
+        out[name + "_err"], out[name + "_bound"] = err, bound
+        out["ok"] = out["ok"] and good
+    return out
+
+
+def sdpa_backward_ms(q, k, v, dout, causal, backend):
+    from torch.nn.attention import sdpa_kernel
+    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+    with sdpa_kernel(backend):
+        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=q.shape[2] != k.shape[2])
+    dot = dout.transpose(1, 2)
+
+    def step():
+        torch.autograd.grad(o, (qt, kt, vt), dot, retain_graph=True)
+    return time_ms(step)
+
+
+def time_ms(fn, reps=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def bench(lib, shape, rows, name):
+    from torch.nn.attention import SDPBackend
+    info = lib.info
+    dt = DT[info["dtype"]]
+    b, hq, hk, sq, sk = shape
+    d = info["d_qk"]
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
+    k = torch.randn(b, sk, hk, d, device="cuda", dtype=dt)
+    v = torch.randn(b, sk, hk, d, device="cuda", dtype=dt)
+    dout = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
+    causal = info["mask"] == "causal"
+    keep = mask_matrix(info["mask"], sq, sk, (-1, -1), "cuda") if sq * sk <= 4096 * 4096 else None
+    with torch.no_grad():
+        qt = q.transpose(1, 2)
+        kt = k.transpose(1, 2).repeat_interleave(hq // hk, dim=1)
+        vt = v.transpose(1, 2).repeat_interleave(hq // hk, dim=1)
+        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2).contiguous()
+        lse = torch.zeros(b, hq, sq, device="cuda", dtype=torch.float32)  # timing only (values do not change the work)
+        del keep
+    dk_dt = DT[info["dk_dtype"]]
+    dq = torch.zeros(b, sq, hq, d, device="cuda", dtype=torch.float32)
+    dk = torch.zeros(b, sk, hk, d, device="cuda", dtype=dk_dt)
+    dv = torch.zeros(b, sk, hk, d, device="cuda", dtype=dk_dt)
+    p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=d ** -0.5)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def ours():  # what a training step pays: zero the accumulators, the kernel, the dtype conversions
+        dq.zero_()
+        if dk_dt == torch.float32:
+            dk.zero_()
+            dv.zero_()
+        lib.bwd(p, stream)
+        dq.to(dt)
+        if dk_dt == torch.float32:
+            dk.to(dt)
+            dv.to(dt)
+    ms = time_ms(ours)
+    flops = 2.5 * 4 * b * hq * sq * sk * d * (0.5 if causal else 1.0)  # 5 GEMMs (2.5x the forward's 2)
+    row = {"kernel": name, "shape": f"b{b} h{hq}/{hk} s{sq}x{sk} d{d}", "mask": info["mask"], "qattn_ms": ms,
+           "qattn_tflops": flops / ms / 1e9}
+    for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+        try:
+            t = sdpa_backward_ms(q, k, v, dout, causal, backend)
+            row[label + "_ms"], row[label + "_tflops"] = t, flops / t / 1e9
+        except RuntimeError as e:
+            row[label + "_ms"], row[label + "_tflops"] = float("nan"), float("nan")
+            print(f"  {label}: {str(e).splitlines()[0]}")
+    rows.append(row)
+    print(f"  {row['shape']} {row['mask']}: qattn {ms:.3f} ms {row['qattn_tflops']:.1f} TFLOPS, cudnn "
+          f"{row.get('cudnn_tflops', float('nan')):.1f}, fa2 {row.get('fa2_tflops', float('nan')):.1f}")
+
+
+
+# Shapes (batch, heads_q, heads_kv, seqlen_q, seqlen_k) crossing every tile boundary of 64-row tiles:
+# odd lengths, both length orders, one query, GQA / MQA; windows cycled for window kernels.
+SHAPES = [(1, 2, 2, 77, 130), (2, 4, 2, 130, 77), (1, 4, 1, 257, 257), (2, 2, 2, 1, 333), (1, 2, 2, 500, 64),
+          (1, 8, 2, 1030, 1000), (2, 3, 3, 64, 64), (1, 2, 1, 63, 65)]
+WINDOWS = [(37, 0), (-1, 19), (150, -1), (5, 5)]
+
+
+def check_library(lib, seed=100):
+    """Every shape of SHAPES on one BwdLibrary: [(shape, window, result dict)]."""
+    out = []
+    for i, shape in enumerate(SHAPES):
+        window = WINDOWS[i % len(WINDOWS)] if lib.info["mask"] == "window" else (-1, -1)
+        out.append((shape, window, run_case(lib, shape, seed=seed + i, window=window)))
+    return out

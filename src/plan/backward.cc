@@ -1,0 +1,262 @@
+// The rules engine's backward pass (docs/planner.md, "The backward pass"; docs/tl.md, "The backward
+// pass"): a spec -> the TL sketch and TL code of FlashAttention-2's backward, one block per key tile
+// walking the query tiles that see it. Tiles come from a small rules table with a reason per row;
+// the program is parsed, checked and compared with its sketch like the forward's, and plan::verify
+// interprets it against the fp64 gradients.
+#include <algorithm>
+#include <cctype>
+
+#include "hw/target.h"
+#include "plan/plan.h"
+#include "plan/sketch.h"
+#include "spec/variants.h"
+#include "tl/checker.h"
+#include "tl/parser.h"
+
+namespace qattn::plan {
+namespace {
+
+// The backward's tile rule for the mma.sync lowering (src/backend/bwd), by head dim.
+TileConfig backward_rule(const Problem& p, const Target& t) {
+  TileConfig c;
+  c.warps = 4;
+  c.stages = 1;
+  const int d = std::max(p.d_qk, p.d_v);
+  if (d <= 64) {
+    c.bm = 64, c.bn = 64;
+    c.reason = "backward d<=64: BM=BN=64 over 4 warps (16 rows each); dK, dV, S, P, dP, dS and dQ fit the 255 registers";
+  } else {
+    c.bm = 64, c.bn = 64;
+    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 4 warps keeps dK and dV (64 x d each) in registers";
+  }
+  (void)t;
+  return c;
+}
+
+// Shared bytes of the backward's buffers: K, V (BN rows), Q, dO, O (BM rows), P and dS (BM, BN) in
+// the storage dtype, LSE (BM) fp32; each rounded to 128 bytes.
+int64_t backward_smem(const Problem& p, const TileConfig& c) {
+  auto r = [](int64_t b) { return (b + 127) / 128 * 128; };
+  const int64_t e = p.bytes();
+  return r(c.bn * p.d_qk * e) + r(c.bn * p.d_v * e) + r(c.bm * p.d_qk * e) + 2 * r(c.bm * p.d_v * e) +
+         2 * r(c.bm * c.bn * e) + r(c.bm * 4);
+}
+
+std::string kernel_name_bwd(const Problem& p) {
+  std::string n = "flash_bwd_";
+  for (char ch : p.name) n += std::isalnum(static_cast<unsigned char>(ch)) ? char(std::tolower(static_cast<unsigned char>(ch))) : '_';
+  if (p.name.empty()) n += "kernel";
+  return n;
+}
+
+class BwdWriter {
+ public:
+  explicit BwdWriter(bool code) : code_(code) {}
+  void line(const std::string& s) { out_ += std::string(depth_ * 2, ' ') + s + "\n"; }
+  void comment(const std::string& s) { line("#" + s); }
+  void blank() { out_ += "\n"; }
+  void indent() { ++depth_; }
+  void dedent() { --depth_; }
+  bool code() const { return code_; }
+  std::string text() const { return out_; }
+
+ private:
+  bool code_;
+  std::string out_;
+  int depth_ = 0;
+};
+
+std::string bwd_mask_name(const Problem& p) {
+  using K = tl::MaskSpec::Kind;
+  switch (p.mask) {
+    case K::Causal: return "causal";
+    case K::CausalTopLeft: return "causal_top_left";
+    case K::Window: return "window(window_left, window_right)";
+    default: return "none";
+  }
+}
+
+// The query tiles that see key tile n_block (the loop's bounds), per mask.
+std::string query_lo(const Problem& p) {
+  using K = tl::MaskSpec::Kind;
+  switch (p.mask) {
+    case K::Causal: return "max(0, (n_block * BN + seqlen_q - seqlen_k) / BM)";
+    case K::CausalTopLeft: return "n_block * BN / BM";
+    case K::Window: return "max(0, (n_block * BN + seqlen_q - seqlen_k - window_right) / BM)";
+    default: return "0";
+  }
+}
+std::string query_hi(const Problem& p) {
+  if (p.mask == tl::MaskSpec::Kind::Window)
+    return "min(cdiv(seqlen_q, BM), ((n_block + 1) * BN - 1 + seqlen_q - seqlen_k + window_left) / BM + 1)";
+  return "cdiv(seqlen_q, BM)";
+}
+
+// One statement list for both stages: the sketch (no tiles) and the code.
+std::string backward_text(const Problem& p, const Target& t, const TileConfig* tiles) {
+  BwdWriter w(tiles != nullptr);
+  const bool same_d = p.d_qk == p.d_v;
+  const std::string dqk = same_d ? "d" : "d_qk", dv = same_d ? "d" : "d_v";
+  const std::string st = tl::to_string(p.dtype);
+  // dK and dV: stored once by the block that owns them (MHA) or added by the query heads of a kv head
+  // (GQA / MQA: fp32 outputs, zero at launch).
+  const bool accumulate_kv = p.heads_q != p.heads_kv;
+  const std::string dk_t = accumulate_kv ? "fp32" : st;
+  const std::string kv_store = accumulate_kv ? " and accumulate" : "";
+  if (w.code()) {
+    w.comment(" TL code (stage 1b): " + p.name + " backward for sm" + std::to_string(t.sm) + " (" + t.name + ")");
+    w.comment(" tiles: " + tiles->reason);
+  } else {
+    w.comment(" TL sketch (stage 1a): " + p.name + " backward");
+    w.comment(" statements only: stage 1b adds Allocate, tile shapes, coordinates, loop bounds and Reshape");
+  }
+  w.line("Kernel " + kernel_name_bwd(p) + " backward with mask " + bwd_mask_name(p));
+  if (w.code()) {
+    w.line("Dim batch, heads_q, heads_kv, seqlen_q, seqlen_k, " +
+           (same_d ? "d = " + std::to_string(p.d_qk) : "d_qk = " + std::to_string(p.d_qk) + ", d_v = " + std::to_string(p.d_v)));
+    w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) + ", WARPS = " + std::to_string(tiles->warps));
+    w.comment(" one block per key tile and query head; the loop walks the query tiles that see the key tile");
+    w.line("Grid n_block = 0: cdiv(seqlen_k, BN), head = 0: heads_q, b = 0: batch");
+    w.line("Let kv_head = head / (heads_q / heads_kv)");
+    w.blank();
+    w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + " with offset [b, head]");
+    w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]");
+    w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]");
+    w.line("Allocate O in global (seqlen_q, " + dv + ") " + st + " with offset [b, head]");
+    w.line("Allocate dO in global (seqlen_q, " + dv + ") " + st + " with offset [b, head]");
+    w.line("Allocate LSE in global (seqlen_q) fp32 with offset [b, head]");
+    w.comment(" dQ: every key block adds its share (fp32, zero at launch)");
+    w.line("Allocate dQ in global (seqlen_q, " + dqk + ") fp32 with offset [b, head]");
+    if (accumulate_kv)
+      w.comment(" dK, dV: the heads_q / heads_kv query heads of a kv head add their shares (fp32, zero at launch)");
+    w.line("Allocate dK in global (seqlen_k, " + dqk + ") " + dk_t + " with offset [b, kv_head]");
+    w.line("Allocate dV in global (seqlen_k, " + dv + ") " + dk_t + " with offset [b, kv_head]");
+    w.line("Allocate K in shared (BN, " + dqk + ") " + st);
+    w.line("Allocate V in shared (BN, " + dv + ") " + st);
+    w.line("Allocate Q in shared (BM, " + dqk + ") " + st);
+    w.line("Allocate dO in shared (BM, " + dv + ") " + st);
+    w.line("Allocate O in shared (BM, " + dv + ") " + st);
+    w.line("Allocate LSE in shared (BM) fp32");
+    w.line("Allocate dO in register (BM, " + dv + ") " + st);
+    w.line("Allocate O in register (BM, " + dv + ") " + st);
+    w.line("Allocate LSE in register (BM) fp32");
+    w.comment(" P and dS are read transposed (P^T dO, dS^T Q): staged in shared memory");
+    w.line("Allocate Pc in shared (BM, BN) " + st);
+    w.line("Allocate dSc in shared (BM, BN) " + st);
+    w.line("Allocate dK in register (BN, " + dqk + ") fp32 init 0");
+    w.line("Allocate dV in register (BN, " + dv + ") fp32 init 0");
+    w.blank();
+  }
+  auto copy = [&](const std::string& name, const std::string& tile, const char* from, const char* to, const std::string& tail = {}) {
+    w.line("Copy " + name + (w.code() && !tile.empty() ? " " + tile : "") + " from " + from + " to " + to + tail);
+  };
+  copy("K", "(BN, " + dqk + ") in coordinate [n_block, 0]", "global", "shared");
+  copy("V", "(BN, " + dv + ") in coordinate [n_block, 0]", "global", "shared");
+  w.line(w.code() ? "for i = " + query_lo(p) + ": " + query_hi(p) : "for i = 0: M");
+  w.indent();
+  copy("Q", "(BM, " + dqk + ") in coordinate [i, 0]", "global", "shared");
+  copy("dO", "(BM, " + dv + ") in coordinate [i, 0]", "global", "shared");
+  copy("O", "(BM, " + dv + ") in coordinate [i, 0]", "global", "shared");
+  copy("LSE", "(BM) in coordinate [i]", "global", "shared");
+  copy("dO", "", "shared", "register");
+  copy("O", "", "shared", "register");
+  copy("LSE", "", "shared", "register");
+  if (w.code()) w.comment(" D = rowsum(dO * O), first: dO and O are dead before the scores are live");
+  w.line("Compute Multiply dO, O and get dOO");
+  w.line("Compute RowSum dOO and get Di");
+  w.line("Compute GEMM Q, K^T and get S");
+  w.line("Compute Multiply S, softmax_scale * log2e");
+  const std::string at = w.code() ? " at [i, n_block]" : "";
+  w.line("Compute Mask S" + at + " with " + (p.mask == tl::MaskSpec::Kind::None ? std::string("bounds") : bwd_mask_name(p)));
+  if (w.code()) w.comment(" P recomputed from the forward's LSE, in the exp2 domain");
+  w.line("Compute Multiply LSE, log2e");
+  w.line("Compute Subtract S, LSE and get P");
+  w.line("Compute Exp2 P");
+  w.line("Compute Convert P and get Pc " + st);
+  copy("Pc", "", "register", "shared");
+  w.line("Compute GEMM Pc^T, dO and accumulate dV");
+  w.line("Compute GEMM dO, V^T and get dP");
+  w.line("Compute Subtract dP, Di and get dS");
+  w.line("Compute Multiply dS, P");
+  w.line("Compute Convert dS and get dSc " + st);
+  copy("dSc", "", "register", "shared");
+  w.line("Compute GEMM dSc^T, Q and accumulate dK");
+  if (w.code()) w.line("Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
+  w.line("Compute GEMM dSc, K and get dQ");
+  w.line("Compute Multiply dQ, softmax_scale");
+  copy("dQ", "(BM, " + dqk + ") in coordinate [i, 0]", "register", "global", " and accumulate");
+  w.dedent();
+  w.line("end");
+  w.line("Compute Multiply dK, softmax_scale");
+  copy("dK", "(BN, " + dqk + ") in coordinate [n_block, 0]", "register", "global", kv_store);
+  copy("dV", "(BN, " + dv + ") in coordinate [n_block, 0]", "register", "global", kv_store);
+  return w.text();
+}
+
+}  // namespace
+
+std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
+                                       const PlanOptions& opts) {
+  Plan plan;
+  plan.problem = make_problem(s);
+  plan.target = make_target(g);
+  const Problem& p = plan.problem;
+  const Target& t = plan.target;
+  if (!hw::validate_for_gpu(s, g, diags)) return std::nullopt;
+  if (p.variants.any()) {
+    diags.error("PLAN0501", {}, "the backward of attention variants (" + spec::describe(p.variants) + ") is not planned yet",
+                "plan the backward of the plain attention with its mask (causal, window, ...); variants are forward-only for now");
+    return std::nullopt;
+  }
+  if (p.dtype != tl::DType::F16 && p.dtype != tl::DType::BF16) {
+    diags.error("PLAN0502", {}, std::string("the backward pass takes fp16 or bf16, not ") + tl::to_string(p.dtype),
+                "use --dtype bf16 (training runs in 16-bit)");
+    return std::nullopt;
+  }
+  if (t.sm < 80) {
+    diags.error("PLAN0503", {}, "the backward pass is lowered for sm80 and newer (mma.sync m16n8k16, cp.async); " + t.name +
+                                    " is sm" + std::to_string(t.sm),
+                "plan for --gpu a100, l40s, h100 or h200");
+    return std::nullopt;
+  }
+  TileConfig tiles = backward_rule(p, t);
+  if (opts.bm) tiles.bm = opts.bm;
+  if (opts.bn) tiles.bn = opts.bn;
+  if (opts.warps) tiles.warps = opts.warps;
+  if (opts.bm || opts.bn || opts.warps) tiles.reason = "set by the user (--tiles)";
+  Budget b;
+  b.smem_bytes = backward_smem(p, tiles);
+  b.fits = b.smem_bytes <= t.smem_per_block && tiles.bm % (16 * tiles.warps) == 0 && tiles.bn % (16 * tiles.warps) == 0;
+  if (!b.fits) {
+    diags.error("PLAN0102", {}, "backward tiles BM=" + std::to_string(tiles.bm) + " BN=" + std::to_string(tiles.bn) + " warps=" +
+                                    std::to_string(tiles.warps) + " need " + std::to_string(b.smem_bytes) +
+                                    " bytes of shared memory (" + t.name + ": " + std::to_string(t.smem_per_block) +
+                                    ") and tile rows that are multiples of 16 * warps",
+                "use smaller tiles (--tiles 64,64,4) or a smaller head dim");
+    return std::nullopt;
+  }
+  b.blocks_per_sm = b.smem_bytes > 0 ? std::max<int64_t>(1, t.smem_per_sm / b.smem_bytes) : 1;
+  plan.tiles = tiles;
+  plan.budget = b;
+  plan.sketch = backward_text(p, t, nullptr);
+  plan.code = backward_text(p, t, &tiles);
+  support::DiagSink inner("code.tl");
+  auto sketch_prog = tl::parse(plan.sketch, inner, "sketch.tl");
+  auto code_prog = tl::parse(plan.code, inner, "code.tl");
+  if (!inner.has_errors()) tl::check(code_prog, inner);
+  if (!inner.has_errors()) refines(sketch_prog, code_prog, inner);
+  if (inner.has_errors()) {
+    for (const auto& d : inner.all()) diags.add(d);
+    diags.error("PLAN0901", {}, "internal error: the rules engine wrote backward TL that fails verification",
+                "please report this with the spec and the GPU");
+    return std::nullopt;
+  }
+  plan.report = "# Plan: " + p.name + " backward on " + t.name + "\n\n" + "- tiles: BM=" + std::to_string(tiles.bm) +
+                " BN=" + std::to_string(tiles.bn) + " warps=" + std::to_string(tiles.warps) + " (" + tiles.reason + ")\n" +
+                "- shared memory: " + std::to_string(b.smem_bytes) + " bytes per block\n" +
+                "- dK, dV: " + (p.heads_q != p.heads_kv ? "fp32, accumulated by the query heads of a kv head (GQA)" : "stored once per key tile (MHA)") +
+                "; dQ: fp32, accumulated by every key block\n";
+  return plan;
+}
+
+}  // namespace qattn::plan

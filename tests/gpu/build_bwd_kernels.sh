@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds the backward kernels of the GPU checks (issue 19): each config is a TL program, translated by
+# qattn_translate (the backward lowering, src/backend/bwd) and built by nvcc into a library exporting
+# qattn_bwd. Configs named neg_* carry a planted bug that passes the checker; tests/gpu/bwd_check.py
+# --planted expects them to fail.
+#
+#   tests/gpu/build_bwd_kernels.sh OUT_DIR [--bin BUILD_DIR] [--gpu h100] [--only REGEX] [-j N]
+#
+# The programs come from `qattn plan --backward` (the rules engine's backward TL) with the flags of
+# each config, optionally edited by a sed script (the planted bugs).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT=""; BIN="$ROOT/build"; GPU="h100"; ONLY=""; JOBS="$(nproc)"
+CUTLASS="${CUTLASS_INCLUDE:-$ROOT/.cutlass/include}"
+NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) BIN="$2"; shift 2 ;;
+    --gpu) GPU="$2"; shift 2 ;;
+    --only) ONLY="$2"; shift 2 ;;
+    -j) JOBS="$2"; shift 2 ;;
+    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    *) if [ -z "$OUT" ]; then OUT="$1"; shift; else echo "unexpected argument $1" >&2; exit 2; fi ;;
+  esac
+done
+[ -n "$OUT" ] || { echo "usage: $0 OUT_DIR [--bin BUILD_DIR] [--gpu NAME] [--only REGEX]" >&2; exit 2; }
+[ -d "$CUTLASS/cute" ] || { echo "CUTLASS/CuTe headers not found (CUTLASS_INCLUDE)" >&2; exit 1; }
+mkdir -p "$OUT"
+# name | qattn plan flags [| sed script applied to the TL]
+CONFIGS=(
+  "bwd_d64_causal|--preset llama3.2-1b"
+  "bwd_d128_causal|--preset llama3-8b"
+  "bwd_d128_none|--preset llama3-8b --mask none"
+  "bwd_d64_none_mha|--preset llama3.2-1b --mask none --heads 16,16"
+  "bwd_d128_window_mha|--preset mistral-7b --window 256,0 --heads 32,32"
+  "neg_bwd_no_dk_scale|--preset llama3.2-1b|/^Compute Multiply dK, softmax_scale$/d"
+  "neg_bwd_late_first_tile|--preset llama3.2-1b|s/^for i = max(0, \\(.*\\)): /for i = max(0, \\1 + 1): /"
+)
+build_one() {
+  local name="$1" flags="$2" script="$3"
+  local dir="$OUT/$name.plan" tl="$OUT/$name.tl" cu="$OUT/$name.cu" so="$OUT/$name.so" log="$OUT/$name.log"
+  rm -rf "$dir"
+  # shellcheck disable=SC2086
+  "$BIN/qattn" plan --backward $flags --gpu "$GPU" --out "$dir" > "$log" 2>&1 || { echo "$name: plan failed (see $log)"; return 1; }
+  if [ -n "$script" ]; then sed -e "$script" "$dir/code.tl" > "$tl"; else cp "$dir/code.tl" "$tl"; fi
+  cmp -s "$dir/code.tl" "$tl" && [ -n "$script" ] && { echo "$name: the sed script changed nothing"; return 1; }
+  "$BIN/qattn_translate" "$tl" --gpu "$GPU" -o "$cu" >> "$log" 2>&1 || { echo "$name: translation failed (see $log)"; return 1; }
+  local flags_nvcc
+  flags_nvcc="$("$BIN/qattn_translate" "$tl" --gpu "$GPU" --flags)"
+  # shellcheck disable=SC2086
+  "$NVCC" $flags_nvcc -I"$ROOT/include" -I"$ROOT/device" -I"$CUTLASS" -shared -Xcompiler -fPIC -Xptxas -v \
+    -o "$so" "$cu" >> "$log" 2>&1 || { echo "$name: nvcc failed (see $log)"; return 1; }
+  echo "$name: $(grep -o 'Used [0-9]* registers' "$log" | head -1), $(grep -o '[0-9]* bytes spill stores' "$log" | head -1)"
+}
+pids=()
+for c in "${CONFIGS[@]}"; do
+  IFS='|' read -r name flags script <<< "$c"
+  [ -n "$ONLY" ] && ! [[ "$name" =~ $ONLY ]] && continue
+  build_one "$name" "$flags" "${script:-}" &
+  pids+=($!)
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
+done
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+exit $status

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Backward kernels on the GPU (issue 19): numerics against an fp32 autograd reference and timing
+against PyTorch's SDPA backward (cuDNN and FlashAttention-2 backends), in one process.
+
+  python3 tests/gpu/bwd_check.py KERNEL.so [KERNEL.so ...] [--csv OUT.csv] [--bench] [--planted NAME.so ...]
+
+Each library is a `Kernel NAME backward` translated for this GPU (qattn_bwd, kernel info "pass":
+"backward"). Numerics (FlashAttention's rule for gradients): for each of dQ, dK, dV,
+max |dX - dX_ref| <= 2 * max |dX_torch - dX_ref| + 1e-4 * max(1, max |dX_ref|), dX_ref from fp32
+autograd of the same inputs, dX_torch from autograd in the kernel's dtype. Fresh random inputs per
+shape; dQ (and fp32 dK / dV) zeroed as the ABI asks, bf16 dK / dV poisoned with NaN. Shapes cross
+every tile boundary (odd lengths, both length orders, GQA). --planted: libraries built from a TL
+with a planted bug, which must FAIL. Exit status 1 when a check does not come out as expected.
+"""
+import argparse
+import csv
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from qattn import _abi  # noqa: E402
+from qattn._backward_check import SHAPES, WINDOWS, bench, run_case  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("libs", nargs="+")
+    ap.add_argument("--planted", nargs="*", default=[])
+    ap.add_argument("--csv")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--bench-shapes", default="4,16,16,4096,4096;2,16,16,8192,8192;4,32,8,4096,4096")
+    args = ap.parse_args()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    bad = 0
+    total = 0
+    for path in args.libs + args.planted:
+        planted = path in args.planted
+        lib = _abi.BwdLibrary(path)
+        name = os.path.basename(path)
+        fails = 0
+        for i, shape in enumerate(SHAPES):
+            window = WINDOWS[i % len(WINDOWS)] if lib.info["mask"] == "window" else (-1, -1)
+            r = run_case(lib, shape, seed=100 + i, window=window)
+            total += 1
+            fails += not r["ok"]
+            tag = "ok" if r["ok"] else "FAIL"
+            detail = r["status"] if r["status"] != "ok" else " ".join(
+                f"{n}={r[n + '_err']:.2e}/{r[n + '_bound']:.2e}" for n in ("dq", "dk", "dv"))
+            print(f"{name} {shape} window={window}: {tag} {detail}")
+        if planted:
+            ok = fails > 0
+            print(f"{name}: planted bug {'caught' if ok else 'NOT CAUGHT'} ({fails}/{len(SHAPES)} shapes fail)")
+        else:
+            ok = fails == 0
+        bad += not ok
+    print(f"numerics: {total} cases, {bad} libraries not as expected")
+    if args.bench:
+        rows = []
+        for path in args.libs:
+            lib = _abi.BwdLibrary(path)
+            for spec in args.bench_shapes.split(";"):
+                shape = tuple(int(x) for x in spec.split(","))
+                if lib.info["dk_dtype"] != "fp32" and shape[1] != shape[2]:
+                    continue  # a plain-store kernel serves MHA only
+                bench(lib, shape, rows, os.path.basename(path))
+        if args.csv and rows:
+            with open(args.csv, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+                w.writeheader()
+                w.writerows(rows)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
