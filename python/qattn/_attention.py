@@ -3,7 +3,7 @@ import math
 import os
 
 from . import _op
-from . import _build, _pack
+from . import _backward, _build, _pack
 from ._abi import STATUS, fill_params
 from ._target import local_capability, target_for_capability, target_for_gpu
 from ._torch_util import import_torch
@@ -54,9 +54,6 @@ def _check_tensors(torch, q, k, v, layout):
                         hint="fp8 kernels are built by the `qattn` command and launched through the C API")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise SpecError(f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})", code="PY0104")
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise SpecError("qattn kernels are forward-only and an input requires grad", code="PY0109",
-                        hint="call under torch.no_grad() / torch.inference_mode(), or pass detached tensors")
     return dt
 
 
@@ -281,6 +278,8 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     qv, kv, vv = _views(q, k, v, layout)
     _, sq, _, hq, hkv, _, _ = _check_shapes(qv, kv, vv)
     scale = _scale(scale, int(qv.shape[3]))
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args, aux)
     splits = split_keys(torch, q.device, qv, kv, fields, args, aux)
     if splits > 1 and not return_lse and _compiles_only_for_split(torch, dt, qv, vv, fields, q.device, (hq, hkv, sq)):
         splits = 1  # a pack / the cache has this call's kernel but not its LSE twin: no compile for a split
@@ -289,6 +288,29 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     if splits > 1:
         return _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args)
     return _launch(torch, b, q, k, v, layout, scale, return_lse, aux, args)
+
+
+def _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args, aux):
+    """attention() recorded for autograd: the forward kernel with its LSE, and the backward kernel
+    (qattn._backward) when the gradients are asked for."""
+    if not _backward.supported(fields):
+        _backward.refuse(fields)
+    qv, kv, vv = _views(q, k, v, layout)
+    _, sq, _, hq, hkv, dqk, dv = _check_shapes(qv, kv, vv)
+    b = _build_for(torch, dt, dqk, dv, fields, True, q.device)
+    _backward.device_target = _device_target
+
+    def run(qd, kd, vd):
+        return _launch(torch, b, qd, kd, vd, layout, scale, True, aux, args)
+
+    def bwd(q_, k_, v_, o_, lse_, do_):
+        bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q_.device)
+        views = _views(q_, k_, v_, layout) + ((o_, do_) if layout == "bshd" else (o_.transpose(1, 2), do_.transpose(1, 2)))
+        grads = _backward.launch(torch, bb, *views[:4], lse_, views[4], scale, args.get("window"))
+        return grads if layout == "bshd" else tuple(g.transpose(1, 2) for g in grads)
+
+    o, lse = _backward.function(torch).apply(q, k, v, run, bwd)
+    return (o, lse) if return_lse else o
 
 
 # ---- split keys (FlashDecoding) on the host --------------------------------------------------------

@@ -29,7 +29,7 @@ import threading
 import time
 
 from . import _cli, _pack
-from ._abi import Library
+from ._abi import BwdLibrary, Library
 from ._variants import fields_of_spec, variant_tag
 from .errors import BuildError, QattnError, SpecError
 
@@ -121,8 +121,9 @@ class _Progress:
 class Build:
     """The artifacts of one `qattn generate` run and the loaded library (shared by all users)."""
 
-    def __init__(self, spec, target, reason, out_dir, cache_hit, nvcc_seconds, wall_seconds, log):
+    def __init__(self, spec, target, reason, out_dir, cache_hit, nvcc_seconds, wall_seconds, log, backward=False):
         self.spec, self.target, self.target_reason = spec, target, reason
+        self.backward = backward  # a `qattn generate --backward` library (qattn_bwd)
         self.dir = out_dir
         self.library_path = os.path.join(out_dir, "libqattn_kernel.so")
         self.cache_hit, self.nvcc_seconds, self.wall_seconds, self.log = cache_hit, nvcc_seconds, wall_seconds, log
@@ -136,7 +137,7 @@ class Build:
             with self._lock:
                 if self._lib is None:
                     try:
-                        lib = Library(self.library_path)
+                        lib = (BwdLibrary if self.backward else Library)(self.library_path)
                     except (OSError, ValueError) as e:  # not loadable, or its qattn_kernel_info is malformed
                         raise BuildError(f"cannot load {self.library_path}: {e}", code="PY0203") from None
                     self._check_info(lib.info)
@@ -145,7 +146,8 @@ class Build:
 
     def _check_info(self, info):
         s = self.spec
-        want = {"dtype": s["dtype"], "d_qk": s["head_dim_qk"], "d_v": s["head_dim_v"], "lse": s["return_lse"]}
+        want = {"dtype": s["dtype"], "d_qk": s["head_dim_qk"], "d_v": s["head_dim_v"]}
+        want.update({"pass": "backward"} if self.backward else {"lse": s["return_lse"]})
         got = {k: info.get(k) for k in want}
         if got != want:
             raise BuildError(f"{self.library_path} computes {got}, expected {want}", code="PY0203",
@@ -180,16 +182,17 @@ def _file_lock(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build(spec, target, reason, local_tag="", use_cache=True, verbose=None):
-    """The Build for a kernel spec: from this process's cache, else through `qattn generate`."""
-    text = json.dumps(spec, sort_keys=True)
+def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, backward=False):
+    """The Build for a kernel spec: from this process's cache, else through `qattn generate`
+    (`--backward`: the backward pass of the spec's attention, a qattn_bwd library)."""
+    text = json.dumps(spec, sort_keys=True) + ("#backward" if backward else "")
     key = (text, local_tag, use_cache)
     if use_cache and key in _BUILDS:
         return _BUILDS[key]
     with _key_lock(key):
         if use_cache and key in _BUILDS:
             return _BUILDS[key]
-        if use_cache:  # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc
+        if use_cache and not backward:  # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc
             t0 = time.perf_counter()
             found = _pack.find(spec)
             if found is not None:
@@ -200,7 +203,7 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None):
                 return b
         h = hashlib.sha256((text + local_tag).encode()).hexdigest()[:12]
         root = os.path.join(cache_dir(), "python")
-        name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}-{h}"
+        name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}{'-bwd' if backward else ''}-{h}"
         out_dir = os.path.join(root, name)
         try:
             os.makedirs(root, exist_ok=True)
@@ -210,7 +213,7 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None):
         except OSError as e:
             raise QattnError(f"cannot write to the cache folder {root}: {e}", code="PY0205",
                              hint="set QATTN_CACHE_DIR to a writable folder") from None
-        args = ["generate", "--spec", spec_file, "--out", out_dir, "--no-verify"]
+        args = ["generate", "--spec", spec_file, "--out", out_dir, "--no-verify"] + (["--backward"] if backward else [])
         if not use_cache:
             args.append("--no-cache")
         prog = _Progress(spec["name"], _verbose(verbose))
@@ -222,7 +225,7 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None):
         if not os.path.isfile(os.path.join(out_dir, "libqattn_kernel.so")):
             raise BuildError(f"`qattn generate` succeeded but wrote no library to {out_dir}:\n{r.stderr}",
                              code="PY0203")
-        b = Build(spec, target, reason, out_dir, prog.cache_hit, prog.nvcc_seconds, wall, r.stderr)
+        b = Build(spec, target, reason, out_dir, prog.cache_hit, prog.nvcc_seconds, wall, r.stderr, backward=backward)
         if use_cache:
             _BUILDS[key] = b
         return b

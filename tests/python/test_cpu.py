@@ -47,10 +47,10 @@ def test_import_without_torch():
     assert "ok PY0204" in r.stdout
 
 
-def _header_fields():
+def _header_fields(struct="qattn_fwd_params"):
     text = open(os.path.join(REPO, "include", "qattn", "qattn.h")).read()
     version = int(re.search(r"#define\s+QATTN_ABI_VERSION\s+(\d+)", text).group(1))
-    body = re.search(r"typedef struct qattn_fwd_params \{(.*?)\} qattn_fwd_params;", text, re.S).group(1)
+    body = re.search(r"typedef struct " + struct + r" \{(.*?)\} " + struct + ";", text, re.S).group(1)
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     names = []
     for decl in body.split(";"):
@@ -69,6 +69,24 @@ def test_abi_struct_matches_header():
     version, names = _header_fields()
     assert qattn.QATTN_ABI_VERSION == version
     assert [f[0] for f in _abi.Params._fields_] == names
+
+
+def test_backward_abi_struct_matches_header():
+    """qattn_bwd_params (the backward pass's ABI) likewise: _abi.BwdParams field for field."""
+    _, names = _header_fields("qattn_bwd_params")
+    assert [f[0] for f in _abi.BwdParams._fields_] == names
+    assert "dq" in names and "do_row_stride" in names
+
+
+def test_backward_of_variants_is_refused_with_py0109():
+    from qattn import _backward
+    assert _backward.supported({"mask": {"kind": "causal", "align": "bottom_right"}})
+    assert _backward.supported({"mask": {"kind": "window", "left": 8, "right": 0}})
+    fields = {"mask": {"kind": "none"}, "variants": {"softcap": 30.0}}
+    assert not _backward.supported(fields)
+    with pytest.raises(qattn.SpecError) as e:
+        _backward.refuse(fields)
+    assert e.value.code == "PY0109" and "softcap" in str(e.value)
 
 
 def test_kernel_info_is_checked_before_the_verifiers_use_it():

@@ -488,7 +488,8 @@ def test_errors_are_exceptions_with_diagnostics():
     _err(lambda: qattn.attention(c, c, c, scale=-1.0), qattn.SpecError, "PY0108")
     _err(lambda: qattn.attention(c, c, c, window=(4, 2), causal=True), qattn.SpecError, "PY0107")
     g = c.clone().requires_grad_(True)
-    _err(lambda: qattn.attention(g, c, c, causal="top_left"), qattn.SpecError, "PY0109")
+    # variants have no backward yet (the plain attention's is in test_attention_backward_*)
+    _err(lambda: qattn.attention(g, c, c, causal="top_left", softcap=30.0), qattn.SpecError, "PY0109")
     with torch.no_grad():  # (the top-left causal kernel is one of the suite's)
         assert qattn.attention(g, c, c, causal="top_left").shape == c.shape
     odd = torch.randn(1, 16, 2, 80, device="cuda", dtype=torch.float16)
@@ -625,3 +626,81 @@ def test_cuda_graph_capture_and_replay_match_eager(gen):
     graph2.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out2, out, rtol=0, atol=0)
+
+
+# ---- the backward pass (issue 19): attention() is differentiable -----------------------------------
+
+def _grad_reference(q, k, v, dout, causal, window, layout):
+    """fp32 autograd and same-dtype autograd of the eager attention (bshd or bhsd inputs)."""
+    def eager(q, k, v):
+        qb, kb, vb = (x if layout == "bhsd" else x.transpose(1, 2) for x in (q, k, v))
+        hq, hk = qb.shape[1], kb.shape[1]
+        kb = kb.repeat_interleave(hq // hk, dim=1)
+        vb = vb.repeat_interleave(hq // hk, dim=1)
+        vis = visible(qb.shape[2], kb.shape[2], causal=causal, window=window)
+        s = (qb @ kb.transpose(-1, -2)) * qb.shape[-1] ** -0.5
+        s = s.masked_fill(~vis, float("-inf"))
+        p = torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(qb.dtype)
+        o = p @ vb
+        return o if layout == "bhsd" else o.transpose(1, 2)
+    out = []
+    for cast in (torch.float32, None):
+        xs = [(x.detach().to(cast) if cast else x.detach().clone()).requires_grad_() for x in (q, k, v)]
+        o = eager(*xs)
+        out.append(torch.autograd.grad(o, xs, dout.to(o.dtype)))
+    return out
+
+
+@pytest.mark.parametrize("shape,causal,window,layout", [
+    ((2, 77, 130, 4, 2, 64), True, None, "bshd"),         # GQA, causal bottom-right, ragged lengths
+    ((1, 130, 77, 4, 4, 64), "top_left", None, "bhsd"),   # MHA, top-left, seqlen_q > seqlen_k, SDPA's layout
+    ((2, 257, 257, 2, 2, 128), False, None, "bshd"),      # MHA d128, no mask
+    ((1, 300, 290, 8, 1, 128), True, None, "bshd"),       # MQA d128
+    ((1, 200, 230, 2, 2, 64), False, (37, 5), "bshd"),    # sliding window (launch argument)
+])
+def test_attention_backward_matches_autograd(gen, shape, causal, window, layout):
+    b, sq, sk, hq, hk, d = shape
+    dt = torch.bfloat16
+
+    def t(s, h):
+        x = torch.randn(b, s, h, d, device="cuda", generator=gen).to(dt)
+        return (x if layout == "bshd" else x.transpose(1, 2).contiguous()).requires_grad_()
+    q, k, v = t(sq, hq), t(sk, hk), t(sk, hk)
+    o = qattn.attention(q, k, v, causal=causal, window=window, layout=layout)
+    assert o.requires_grad and o.grad_fn is not None
+    dout = torch.randn(o.shape, device="cuda", generator=gen).to(dt)
+    got = torch.autograd.grad(o, (q, k, v), dout)
+    ref, low = _grad_reference(q, k, v, dout, causal, window, layout)
+    for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
+        assert g.shape == r.shape and g.dtype == dt
+        err = (g.float() - r).abs().max().item()
+        bound = 2 * (lo.float() - r).abs().max().item() + 1e-4 * max(1.0, r.abs().max().item())
+        assert err <= bound, f"{name}: max abs err {err:.3e} > {bound:.3e}"
+
+
+def test_a_training_step_through_attention(gen):
+    """A small attention layer trains: loss.backward() through qattn.attention matches the same layer
+    on SDPA within bf16 noise, and an optimizer step changes the weights."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(128, 3 * 128, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 200, 128, device="cuda", generator=gen).to(torch.bfloat16)
+
+    def loss_of(attn):
+        qkv = layer(x).view(2, 200, 3, 2, 64)
+        o = attn(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
+        return (o.float() ** 2).mean()
+    loss = loss_of(lambda q, k, v: qattn.attention(q, k, v, causal=True))
+    loss.backward()
+    g_qattn = layer.weight.grad.detach().clone()
+    layer.weight.grad = None
+    sdpa = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
+    loss_of(sdpa).backward()
+    g_sdpa = layer.weight.grad.detach().clone()
+    rel = (g_qattn.float() - g_sdpa.float()).norm() / g_sdpa.float().norm()
+    assert rel < 2e-2, rel
+    before = layer.weight.detach().clone()
+    opt = torch.optim.SGD(layer.parameters(), lr=1.0)
+    layer.weight.grad = g_qattn
+    opt.step()
+    assert not torch.equal(before, layer.weight.detach())

@@ -1,0 +1,109 @@
+"""attention()'s backward pass: a kernel generated from the backward TL (`qattn generate --backward`,
+docs/tl.md "The backward pass") for the call's dtype, head dims and mask.
+
+attention() on inputs that require grad runs the forward kernel with its LSE and records this
+module's autograd Function; backward() launches the qattn_bwd library: dQ (and, for GQA / MQA, dK and
+dV) accumulate in fp32 buffers zeroed here, then take the inputs' dtype. MHA calls use the kernel that
+stores dK and dV once per query head. Attention variants (softcap, ALiBi, ...) have no backward yet
+(PY0109).
+"""
+from . import _build
+from ._abi import STATUS, fill_bwd_params
+from .errors import LaunchError, SpecError
+
+
+def supported(fields):
+    """The backward is generated for the plain attention under any mask (none, causal, top-left, window)."""
+    return "variants" not in fields
+
+
+def refuse(fields):
+    names = sorted(k for k, x in (fields.get("variants") or {}).items() if x not in (None, False))
+    raise SpecError(f"the backward of attention variants ({', '.join(names)}) is not generated yet", code="PY0109",
+                    hint="differentiate the plain attention with its mask (causal, window), or call the variant under "
+                         "torch.no_grad()")
+
+
+def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device):
+    """The backward Build of this compile-time tuple: heads (2, 1) for GQA / MQA (dK, dV accumulated in
+    fp32), (1, 1) for MHA (stored once per query head)."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    target, reason, tag = device_target(torch, device)
+    key = ("bwd", dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), gqa, idx)
+    hit = _build.FAST.get(key)
+    if hit is not None:
+        if isinstance(hit, Exception):
+            raise hit
+        return hit
+    spec = _build.kernel_spec(dt, dqk, dv, fields, False, target)
+    spec["name"] = (spec["name"] + "_bwd" + ("_gqa" if gqa else ""))[:128]
+    spec["heads_q"], spec["heads_kv"] = (2, 1) if gqa else (1, 1)
+    try:
+        b = _build.build(spec, target, reason, local_tag=tag, backward=True)
+    except SpecError as e:
+        _build.FAST[key] = e
+        raise
+    _build.FAST[key] = b
+    return b
+
+
+device_target = None  # set by _attention (its per-device target cache)
+
+
+def launch(torch, b, q, k, v, o, lse, dout, scale, window):
+    """dQ, dK, dV for (batch, seqlen, heads, dim) views q, k, v, o, dout and lse (batch, heads_q, seqlen_q)."""
+    lib = b.library
+    bsz, sq, hq, dqk = q.shape
+    sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    dev = q.device
+    acc_kv = lib.info.get("dk_dtype") == "fp32"
+    dq = torch.zeros((bsz, sq, hq, dqk), device=dev, dtype=torch.float32)
+    kv_dtype = torch.float32 if acc_kv else q.dtype
+    make = torch.zeros if acc_kv else torch.empty
+    dk = make((bsz, sk, hkv, dqk), device=dev, dtype=kv_dtype)
+    dvv = make((bsz, sk, hkv, dv), device=dev, dtype=kv_dtype)
+    if dq.numel() == 0 and dk.numel() == 0:
+        return dq.to(q.dtype), dk.to(q.dtype), dvv.to(q.dtype)
+    if sk == 0:
+        return dq.to(q.dtype), dk.to(q.dtype), dvv.to(q.dtype)
+    if sq == 0:  # no query: no gradient reaches K and V
+        return dq.to(q.dtype), torch.zeros_like(dk, dtype=q.dtype), torch.zeros_like(dvv, dtype=q.dtype)
+    tensors = [t if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v, o, dout)]
+    p = fill_bwd_params(*tensors, lse.contiguous(), dq, dk, dvv, scale=scale, window=window)
+    with torch.cuda.device(dev):
+        st = lib.bwd(p, torch.cuda.current_stream(dev).cuda_stream)
+    if st != 0:
+        raise LaunchError(f"qattn_bwd returned {STATUS.get(st, st)}: {lib.last_error()}", code="PY0501",
+                          hint=f"kernel {b.spec['name']} ({b.library_path})")
+    return dq.to(q.dtype), dk.to(q.dtype), dvv.to(q.dtype)
+
+
+_FUNCTION = None
+
+
+def function(torch):
+    """The autograd Function (made once torch is imported)."""
+    global _FUNCTION
+    if _FUNCTION is not None:
+        return _FUNCTION
+
+    class AttentionFunction(torch.autograd.Function):
+        """forward(q, k, v, run, bwd) with run() -> (o, lse) the forward launch on detached views and
+        bwd(q, k, v, o, lse, do) -> (dq, dk, dv)."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, run, bwd):
+            o, lse = run(q.detach(), k.detach(), v.detach())
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.bwd = bwd
+            ctx.mark_non_differentiable(lse)
+            return o, lse
+
+        @staticmethod
+        def backward(ctx, do, _dlse):
+            q, k, v, o, lse = ctx.saved_tensors
+            dq, dk, dv = ctx.bwd(q, k, v, o, lse, do)
+            return dq, dk, dv, None, None
+
+    _FUNCTION = AttentionFunction
+    return _FUNCTION
