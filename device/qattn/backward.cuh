@@ -48,12 +48,14 @@ __device__ __forceinline__ void load_rows(TiledMma const& mma, float const* sX, 
 }
 
 // ROWS fp32 values of the global vector x (length n) from element tile_row * ROWS into sX; zero
-// past the end. Synchronous (the caller's barrier publishes them).
+// past the end. cp.async, 4 bytes per thread (committed and waited for by the caller, as copy_g2s).
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void copy_rows_g2s(float const* x, int n, int tile_row, float* sX, int tid) {
   for (int i = tid; i < ROWS; i += THREADS) {
     const int row = tile_row * ROWS + i;
-    sX[i] = row < n ? x[row] : 0.f;
+    const bool in = row < n;
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(sX + i));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(in ? x + row : x), "r"(in ? 4 : 0));
   }
 }
 

@@ -101,6 +101,20 @@ class Lower {
                  "tile shapes and head dims must be Consts or fixed Dims (`Dim d = 128`, `Const BM = 64`)");
     return v;
   }
+  // A buffer the lowering expects: XL0301 naming the statement when it is not there (never throws).
+  SharedBuf* sh(const std::string& n, const Stmt& s) {
+    auto it = shared_.find(n);
+    if (it != shared_.end()) return &it->second;
+    fail("XL0301", s.loc, "'" + n + "' has no shared buffer the backward lowering knows here", "allocate it in shared before the loop");
+    return nullptr;
+  }
+  RegBuf* rg(const std::string& n, const Stmt& s) {
+    auto it = regs_.find(n);
+    if (it != regs_.end()) return &it->second;
+    fail("XL0301", s.loc, "'" + n + "' has no register tile the backward lowering knows here",
+         "allocate it in register, or produce it with `and get " + n + "` first");
+    return nullptr;
+  }
   std::string cint(const tl::Expr& e) const { return names_.int_expr(e); }
   std::string cfloat(const tl::Expr& e) const { return names_.float_expr(e); }
   std::string id(const std::string& n) const { return names_.ident(n); }
@@ -323,38 +337,37 @@ class Lower {
   }
 
   // ---- barriers ------------------------------------------------------------------------------------
-  // Shared buffers written since the last barrier (cp.async ones may still be in flight), and
-  // whether shared memory was read since it.
-  void before_read(Out& w, const std::string& name) {
-    if (written_.count(name)) {
-      if (async_pending_) {
-        w.line("qattn::commit();");
-        w.line("qattn::wait<0>();  // the cp.async copies into shared memory have landed");
-        async_pending_ = false;
-      }
-      w.line("__syncthreads();  // what the block wrote to shared memory is visible");
-      written_.clear();
-    }
-    read_since_barrier_ = true;
+  // Shared buffers written since the last barrier: by cp.async (in flight until waited for) or by
+  // the threads' own stores; and whether shared memory was read since the last barrier.
+  void barrier(Out& w, const std::string& why) {
+    w.line("__syncthreads();  // " + why);
+    read_since_barrier_.clear();
+    written_sync_.clear();  // (a barrier also publishes the block's stores so far)
   }
-  void before_write(Out& w, const std::string& name, bool async) {
-    if (read_since_barrier_) {
-      w.line("__syncthreads();  // every warp is done reading shared memory");
-      read_since_barrier_ = false;
+  void before_read(Out& w, const std::string& name) {
+    if (written_async_.count(name)) {
+      w.line("qattn::commit();");
+      w.line("qattn::wait<0>();  // the cp.async copies into shared memory have landed");
+      barrier(w, "... for every thread");
+      written_async_.clear();
+    } else if (written_sync_.count(name)) {
+      barrier(w, "what the block stored to shared memory is visible");
     }
-    written_.insert(name);
-    async_pending_ = async_pending_ || async;
+    read_since_barrier_.insert(name);
+  }
+  // Before `name` is written: a barrier when some warp may still be reading it.
+  void before_write(Out& w, const std::string& name, bool async) {
+    if (read_since_barrier_.count(name)) barrier(w, "every warp is done reading " + name);
+    (async ? written_async_ : written_sync_).insert(name);
   }
   void flush(Out& w) {
-    if (written_.empty()) return;
-    if (async_pending_) {
+    if (written_async_.empty() && written_sync_.empty()) return;
+    if (!written_async_.empty()) {
       w.line("qattn::commit();");
       w.line("qattn::wait<0>();");
-      async_pending_ = false;
     }
-    w.line("__syncthreads();");
-    written_.clear();
-    read_since_barrier_ = false;
+    barrier(w, "the copies so far have landed");
+    written_async_.clear();
   }
 
   // ---- the kernel ---------------------------------------------------------------------------------
@@ -385,6 +398,13 @@ class Lower {
   void body(Out& w, const std::vector<Stmt>& stmts, bool in_loop) {
     for (const auto& s : stmts) {
       if (failed_) return;
+      one(w, s);
+    }
+    (void)in_loop;
+  }
+
+  void one(Out& w, const Stmt& s) {
+    {
       switch (s.kind) {
         case Stmt::Kind::Let: w.line(ref(s)); w.line("const int " + id(s.let.name) + " = " + cint(s.let.value) + ";"); break;
         case Stmt::Kind::Allocate: allocate(w, s); break;
@@ -396,20 +416,118 @@ class Lower {
         default: break;
       }
     }
-    (void)in_loop;
   }
 
+  // The statements of `body` that read the shared buffer of `name` (GEMM operands, Copies from shared).
+  static bool reads(const Stmt& st, const std::string& name) {
+    if (st.kind == Stmt::Kind::Copy) return st.copy.name == name && st.copy.from == tl::Space::Shared;
+    if (st.kind == Stmt::Kind::Compute && st.compute.op == "GEMM")
+      for (const auto& o : st.compute.operands)
+        if (o.expr.kind == tl::Expr::Kind::Name && o.expr.name == name) return true;
+    return false;
+  }
+  static bool writes_shared(const Stmt& st, const std::string& name) {
+    return st.kind == Stmt::Kind::Copy && st.copy.name == name && st.copy.to == tl::Space::Shared;
+  }
+
+  // The loop's copy/compute overlap (chosen here; the TL states what is copied, not when): a global ->
+  // shared Copy of the loop body, whose buffer no other statement of the body writes, is issued for
+  // iteration i + 1 right after the last statement of iteration i that reads the buffer (one
+  // __syncthreads first), and for the first iteration before the loop; its own place in the body then
+  // only marks the buffer as in flight, waited for at its first read.
   void loop(Out& w, const Stmt& s) {
-    flush(w);  // the loop starts with nothing in flight
+    const auto& body_stmts = s.loop.body;
+    std::map<size_t, std::vector<const Stmt*>> after;  // statement index -> Copies to issue for i + 1 after it
+    std::vector<const Stmt*> ahead;
+    for (size_t k = 0; k < body_stmts.size(); ++k) {
+      const Stmt& c = body_stmts[k];
+      if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Global || c.copy.to != tl::Space::Shared) continue;
+      if (!shared_.count(c.copy.name)) continue;
+      long first = -1, last = -1;
+      bool other_writer = false;
+      for (size_t j = 0; j < body_stmts.size(); ++j) {
+        if (j != k && writes_shared(body_stmts[j], c.copy.name)) other_writer = true;
+        if (reads(body_stmts[j], c.copy.name)) {
+          if (first < 0) first = long(j);
+          last = long(j);
+        }
+      }
+      if (other_writer || first <= long(k)) continue;
+      // issued after a run of loads from shared memory rather than inside it (one barrier for the run)
+      while (size_t(last) + 1 < body_stmts.size() && body_stmts[size_t(last) + 1].kind == Stmt::Kind::Copy &&
+             body_stmts[size_t(last) + 1].copy.from == tl::Space::Shared && body_stmts[size_t(last) + 1].copy.to == tl::Space::Register)
+        ++last;
+      after[size_t(last)].push_back(&c);
+      ahead.push_back(&c);
+      prefetched_.insert(&c);
+    }
+    // everything written before the loop that is still in flight stays so: the first read waits
+    if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
+    std::set<std::string> body_reads;  // what an earlier iteration may still be reading at the top of the body
+    for (const auto& st : body_stmts)
+      for (const auto& [name, b] : shared_)
+        if (reads(st, name)) body_reads.insert(name);
     w.line(ref(s));
     const std::string v = id(s.loop.var);
     w.line("const int lo_" + v + " = " + cint(s.loop.lo) + ", hi_" + v + " = " + cint(s.loop.hi) + ";");
+    if (!ahead.empty()) {
+      w.line("// the first iteration's copies, issued before the loop (each later one during the iteration before)");
+      for (const Stmt* c : ahead)
+        if (read_since_barrier_.count(c->copy.name)) {
+          barrier(w, "every warp is done reading the buffers");
+          break;
+        }
+      w.open("if (lo_" + v + " < hi_" + v + ") {");
+      w.line("const int " + v + " = lo_" + v + ";");
+      for (const Stmt* c : ahead) emit_g2s(w, *c);
+      w.close();
+    }
+    std::set<std::string> in_flight = written_async_;
+    for (const Stmt* c : ahead) in_flight.insert(c->copy.name);
     w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
-    read_since_barrier_ = true;  // the previous iteration read shared memory
-    body(w, s.loop.body, true);
-    flush(w);
+    written_async_ = in_flight;
+    read_since_barrier_ = body_reads;  // the previous iteration's reads
+    for (size_t k = 0; k < body_stmts.size() && !failed_; ++k) {
+      one(w, body_stmts[k]);
+      auto it = after.find(k);
+      if (it == after.end()) continue;
+      std::string names;
+      for (const Stmt* c : it->second) names += (names.empty() ? "" : ", ") + c->copy.name;
+      w.line("// " + names + " of iteration " + v + " + 1, issued after " + v + "'s last read (TL " +
+             std::to_string(body_stmts[k].loc.line) + ")");
+      for (const Stmt* c : it->second)
+        if (read_since_barrier_.count(c->copy.name)) {
+          barrier(w, "every warp is done reading them");
+          break;
+        }
+      w.open("if (" + v + " + 1 < hi_" + v + ") {");
+      w.line("const int " + v + "_next = " + v + " + 1;");
+      w.open("{");
+      w.line("const int " + v + " = " + v + "_next;");
+      for (const Stmt* c : it->second) emit_g2s(w, *c);
+      w.close();
+      w.close();
+      for (const Stmt* c : it->second) written_async_.insert(c->copy.name);
+    }
+    if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
+    if (!ahead.empty()) w.line("qattn::commit();  // the next iteration's copies: one group");
     w.close();
-    read_since_barrier_ = true;
+    written_async_.clear();  // after the loop: the last iteration issued none (nothing in flight to read)
+    read_since_barrier_ = body_reads;
+  }
+
+  // The copy call of a global -> shared Copy (tile at the statement's coordinate).
+  void emit_g2s(Out& w, const Stmt& st) {
+    const auto& c = st.copy;
+    const SharedBuf* b = sh(c.name, st);
+    if (!b) return;
+    const std::string coord = c.coord.empty() ? std::string("0") : cint(c.coord[0]);
+    if (b->cols == 0)
+      w.line("qattn::copy_rows_g2s<" + std::to_string(b->rows) + ", kThreads>(g" + id(c.name) + ", p.seqlen_q, " + coord + ", " +
+             b->var + ", tid);  // TL " + std::to_string(st.loc.line));
+    else
+      w.line("qattn::copy_g2s(gmem_copy, m" + id(c.name) + ", " + coord + ", " + b->var + ", tid);  // TL " +
+             std::to_string(st.loc.line));
   }
 
   std::string shape(int r, int c) const { return "Shape<Int<" + std::to_string(r) + ">, Int<" + std::to_string(c) + ">>{}"; }
@@ -434,7 +552,9 @@ class Lower {
       return;
     }
     if (a.space == tl::Space::Shared) {
-      const SharedBuf& b = shared_.at(a.name);
+      const SharedBuf* bp = sh(a.name, s);
+      if (!bp) return;
+      const SharedBuf& b = *bp;
       if (b.cols == 0)
         w.line("float* " + b.var + " = reinterpret_cast<float*>(smem + kSmem" + id(a.name) + ");  // (" + std::to_string(b.rows) + ")");
       else
@@ -442,7 +562,9 @@ class Lower {
                b.layout + "{});");
       return;
     }
-    RegBuf& r = regs_.at(a.name);
+    RegBuf* rp = rg(a.name, s);
+    if (!rp) return;
+    RegBuf& r = *rp;
     if (!computed_.count(a.name) && !elementwise_.count(a.name)) {
       w.line("// (a GEMM operand: its fragments are loaded from s" + id(a.name) + " inside the GEMM)");
       return;
@@ -467,22 +589,30 @@ class Lower {
     w.line(ref(s));
     const std::string n = id(c.name);
     auto coord0 = [&]() { return c.coord.empty() ? std::string("0") : cint(c.coord[0]); };
+    (void)coord0;
     if (c.from == tl::Space::Global && c.to == tl::Space::Shared) {
-      const SharedBuf& b = shared_.at(c.name);
+      const SharedBuf* bp = sh(c.name, s);
+      if (!bp) return;
+      const SharedBuf& b = *bp;
       if (c.coord.size() == 2 && !(c.coord[1].kind == tl::Expr::Kind::Number && c.coord[1].value == 0)) {
         fail("XL0301", s.loc, "a tile whose column coordinate is not 0", "copy whole rows: `in coordinate [i, 0]`");
         return;
       }
-      before_write(w, c.name, b.cols > 0);
-      if (b.cols == 0)
-        w.line("qattn::copy_rows_g2s<" + std::to_string(b.rows) + ", kThreads>(g" + n + ", p.seqlen_q, " + coord0() + ", " + b.var + ", tid);");
-      else
-        w.line("qattn::copy_g2s(gmem_copy, m" + n + ", " + coord0() + ", " + b.var + ", tid);");
+      if (prefetched_.count(&s)) {
+        w.line("// (issued ahead: before the loop for the first iteration, during the previous one after that; waited for at its first read)");
+        return;
+      }
+      (void)b;
+      before_write(w, c.name, true);
+      emit_g2s(w, s);
       return;
     }
     if (c.from == tl::Space::Shared && c.to == tl::Space::Register) {
-      const SharedBuf& b = shared_.at(c.name);
-      const RegBuf& r = regs_.at(c.name);
+      const SharedBuf* bp = sh(c.name, s);
+      const RegBuf* rp = bp ? rg(c.name, s) : nullptr;
+      if (!rp) return;
+      const SharedBuf& b = *bp;
+      const RegBuf& r = *rp;
       if (!computed_.count(c.name) && !elementwise_.count(c.name)) {
         w.line("// (fragments are loaded inside the GEMMs that read " + c.name + ")");
         return;
@@ -496,8 +626,11 @@ class Lower {
       return;
     }
     if (c.from == tl::Space::Register && c.to == tl::Space::Shared) {
-      const SharedBuf& b = shared_.at(c.name);
-      const RegBuf& r = regs_.at(c.name);
+      const SharedBuf* bp = sh(c.name, s);
+      const RegBuf* rp = bp ? rg(c.name, s) : nullptr;
+      if (!rp) return;
+      const SharedBuf& b = *bp;
+      const RegBuf& r = *rp;
       if (b.cols == 0) {
         fail("XL0301", s.loc, "a row vector copied to shared memory", "");
         return;
@@ -507,7 +640,9 @@ class Lower {
       return;
     }
     if (c.from == tl::Space::Register && c.to == tl::Space::Global) {
-      const RegBuf& r = regs_.at(c.name);
+      const RegBuf* rp = rg(c.name, s);
+      if (!rp) return;
+      const RegBuf& r = *rp;
       if (r.cols == 0) {
         fail("XL0301", s.loc, "a row vector stored to global memory in a backward program", "");
         return;
@@ -547,7 +682,8 @@ class Lower {
     }
     RegBuf* acc = nullptr;
     if (c.result == tl::ComputeStmt::Result::Accumulate) {
-      acc = &regs_.at(c.target);
+      acc = rg(c.target, s);
+      if (!acc) return;
     } else {
       // M from A, N from B
       int m = 0, nn = 0;
@@ -582,6 +718,9 @@ class Lower {
       return;
     }
     before_read(w, B.expr.name);
+    const bool a_shared = A.transposed || !regs_.count(A.expr.name) || !computed_.count(A.expr.name);
+    if (a_shared) before_read(w, A.expr.name);
+    read_since_barrier_.insert(B.expr.name);  // (a barrier for A's stores comes before B's reads too)
     const RegBuf* ra = regs_.count(A.expr.name) ? &regs_.at(A.expr.name) : nullptr;
     if (!A.transposed && ra && computed_.count(A.expr.name)) {
       if (ra->a_view.empty()) {
@@ -595,7 +734,6 @@ class Lower {
     }
     auto av = operand_view(A, true, s);
     if (!av) return;
-    before_read(w, A.expr.name);
     w.line("qattn::gemm_ss<" + av->atom + ", " + bv->atom + ">(tiled_mma, " + acc->var + ", " + av->expr + ", " + bv->expr +
            ", tid);  // A and B streamed from shared memory");
   }
@@ -618,11 +756,11 @@ class Lower {
       fail("XL0303", s.loc, "'" + x + "' has no register tile here", "");
       return;
     }
-    RegBuf& rx = regs_.at(x);
+    RegBuf& rx = regs_[x];
     // the result: in place, a new tensor (get) or an existing one (accumulate)
     auto target = [&](int rows, int cols, const std::string& like) -> RegBuf* {
       if (c.result == tl::ComputeStmt::Result::InPlace) return &rx;
-      if (c.result == tl::ComputeStmt::Result::Accumulate) return &regs_.at(c.target);
+      if (c.result == tl::ComputeStmt::Result::Accumulate) return rg(c.target, s);
       RegBuf r;
       r.var = "r" + id(c.target);
       r.rows = rows;
@@ -648,7 +786,8 @@ class Lower {
       const bool accumulate = c.result == tl::ComputeStmt::Result::Accumulate;
       RegBuf* z;
       if (accumulate) {
-        z = &regs_.at(c.target);
+        z = rg(c.target, s);
+        if (!z) return;
       } else {
         RegBuf r;
         r.var = "r" + id(c.target);
@@ -663,6 +802,7 @@ class Lower {
     }
     if (c.op == "Exp" || c.op == "Exp2" || c.op == "Log" || c.op == "Log2") {
       RegBuf* z = target(rx.rows, rx.cols, rx.var);
+      if (!z) return;
       w.line("qattn::map<qattn::op::" + c.op + ">(" + rx.var + ", " + z->var + ");");
       return;
     }
@@ -673,7 +813,9 @@ class Lower {
         else fail("XL0301", s.loc, "Normalize by a scalar is not lowered", "");
         return;
       }
-      w.line(std::string("qattn::") + (c.op == "Rescale" ? "rescale(" : "normalize(") + rx.var + ", " + regs_.at(y.expr.name).var + ");");
+      const RegBuf* ry = rg(y.expr.name, s);
+      if (!ry) return;
+      w.line(std::string("qattn::") + (c.op == "Rescale" ? "rescale(" : "normalize(") + rx.var + ", " + ry->var + ");");
       return;
     }
     const char* fn = op_functor(c.op);
@@ -683,12 +825,15 @@ class Lower {
     }
     const auto& y = c.operands[1];
     RegBuf* z = target(rx.rows, rx.cols, rx.var);
+    if (!z) return;
     const std::string op = std::string("qattn::op::") + fn;
     if (!is_tensor(y)) {
       w.line("qattn::ew_scalar<" + op + ">(" + rx.var + ", " + cfloat(y.expr) + ", " + z->var + ");");
       return;
     }
-    const RegBuf& ry = regs_.at(y.expr.name);
+    const RegBuf* ryp = rg(y.expr.name, s);
+    if (!ryp) return;
+    const RegBuf& ry = *ryp;
     if (ry.cols == 0 && rx.cols > 0) w.line("qattn::ew_rows<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
     else w.line("qattn::ew<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
   }
@@ -701,7 +846,13 @@ class Lower {
       fail("XL0301", s.loc, "a declared Mask in a backward program is not lowered yet", "");
       return;
     }
-    const RegBuf& r = regs_.at(c.operands[0].expr.name);
+    if (c.operands.empty() || c.at.size() != 2) {
+      fail("XL0301", s.loc, "a Mask without its tile coordinate", "");
+      return;
+    }
+    const RegBuf* rp = rg(c.operands[0].expr.name, s);
+    if (!rp) return;
+    const RegBuf& r = *rp;
     std::string kind = m.kind == K::Causal ? "Causal" : m.kind == K::CausalTopLeft ? "CausalTopLeft" : m.kind == K::Window ? "Window" : "Bounds";
     std::string args = "qattn::MaskArgs{p.seqlen_q, p.seqlen_k";
     if (m.kind == K::Window) args += ", " + cint(m.left) + ", " + cint(m.right);
@@ -713,7 +864,9 @@ class Lower {
 
   void reshape(Out& w, const Stmt& s) {
     w.line(ref(s));
-    RegBuf& r = regs_.at(s.reshape.name);
+    RegBuf* rp = rg(s.reshape.name, s);
+    if (!rp) return;
+    RegBuf& r = *rp;
     r.a_view = r.var + "_a";
     w.line("Tensor " + r.a_view + " = make_tensor(" + r.var + ".data(), " + arch_.reshape_fn + "(" + r.var +
            ".layout()));  // (MMA, MMA_M, MMA_K): the A-operand view, no data moves");
@@ -811,8 +964,9 @@ class Lower {
   std::map<std::string, RegBuf> regs_;
   std::set<std::string> computed_, elementwise_;
   int64_t smem_bytes_ = 0;
-  std::set<std::string> written_;
-  bool async_pending_ = false, read_since_barrier_ = false;
+  std::set<std::string> written_async_, written_sync_;
+  std::set<std::string> read_since_barrier_;  // shared buffers read since the last __syncthreads
+  std::set<const Stmt*> prefetched_;  // loop Copies issued ahead (loop())
 };
 
 }  // namespace
