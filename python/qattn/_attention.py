@@ -257,8 +257,14 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
         return eager_attention(q, k, v, causal, window, scale, softcap, return_lse, layout=layout, score_mod=score_mod,
                                mask_mod=mask_mod, prefix_lm=prefix_lm, alibi_slopes=alibi_slopes,
                                segment_ids=segment_ids, relative_bias=relative_bias)
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if grad:  # the operator's autograd formula (qattn._op) needs the LSE; variants have no backward yet
+        fields = variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
+        if not _backward.supported(fields):
+            _backward.refuse(fields)
     o, lse = op(q, k, v, _op.causal_name(causal), [int(x) for x in window] if window is not None else None,
-                None if scale is None else float(scale), None if softcap is None else float(softcap), bool(return_lse),
+                None if scale is None else float(scale), None if softcap is None else float(softcap),
+                bool(return_lse) or grad,
                 layout, score_mod, mask_mod, prefix_lm, aux.get("alibi_slopes"), aux.get("seg_q"), aux.get("seg_k"),
                 aux.get("rel_bias"))
     return (o, lse) if return_lse else o
@@ -288,6 +294,22 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     if splits > 1:
         return _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args)
     return _launch(torch, b, q, k, v, layout, scale, return_lse, aux, args)
+
+
+def attention_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=None, *, layout="bshd"):
+    """dQ, dK, dV of attention(q, k, v, causal, window, scale) for the upstream gradient dout, given
+    its output o and LSE (the implementation of torch.ops.qattn.attention_backward and of the
+    operator's autograd formula; attention() under autograd uses the same kernel)."""
+    torch = import_torch()
+    fields, args = split_launch_args(variant_fields(causal, window))
+    dt = _check_tensors(torch, q, k, v, layout)
+    qv, kv, vv = _views(q, k, v, layout)
+    _, sq, _, hq, hkv, dqk, dv = _check_shapes(qv, kv, vv)
+    _backward.device_target = _device_target
+    bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q.device)
+    ov, dov = (o, dout) if layout == "bshd" else (o.transpose(1, 2), dout.transpose(1, 2))
+    grads = _backward.launch(torch, bb, qv, kv, vv, ov, lse, dov, _scale(scale, dqk), args.get("window"))
+    return grads if layout == "bshd" else tuple(g.transpose(1, 2) for g in grads)
 
 
 def _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args, aux):

@@ -15,6 +15,12 @@ Registered once per process when torch is imported: at `import qattn` if torch i
 imported, else on the first qattn.attention call. torch.compile traces through the operator when it
 is registered before tracing starts (import torch before qattn, or call qattn.attention once).
 Needs torch >= 2.4 (torch.library.custom_op); older versions run eagerly (a graph break).
+
+Training: the operator has an autograd formula (register_autograd): the gradients come from
+`torch.ops.qattn.attention_backward(q, k, v, o, lse, dout, causal, window, scale, layout) ->
+(dq, dk, dv)`, a second operator over the generated backward kernel (qattn._backward), so
+torch.compile(fullgraph=True) traces forward and backward. qattn.attention asks the operator for the
+LSE whenever an input requires grad; calls with attention variants have no backward (PY0109).
 """
 from typing import List, Optional, Tuple
 
@@ -54,10 +60,13 @@ def register(torch):
                      seg_q: Optional[Tensor], seg_k: Optional[Tensor],
                      relative_bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         from ._attention import eager_attention
-        out = eager_attention(q, k, v, causal_value(causal), tuple(window) if window is not None else None, scale,
-                              softcap, return_lse, layout=layout, score_mod=score_mod, mask_mod=mask_mod,
-                              prefix_lm=prefix_lm, alibi_slopes=alibi_slopes,
-                              segment_ids=(seg_q, seg_k) if seg_q is not None else None, relative_bias=relative_bias)
+        torch_ = torch
+        with torch_.no_grad():  # the operator's forward; its gradient is the autograd formula below
+            out = eager_attention(q, k, v, causal_value(causal), tuple(window) if window is not None else None, scale,
+                                  softcap, return_lse, layout=layout, score_mod=score_mod, mask_mod=mask_mod,
+                                  prefix_lm=prefix_lm, alibi_slopes=alibi_slopes,
+                                  segment_ids=(seg_q, seg_k) if seg_q is not None else None,
+                                  relative_bias=relative_bias)
         if return_lse:
             return out
         return out, q.new_empty((0,), dtype=torch.float32)
@@ -74,5 +83,40 @@ def register(torch):
         lse = q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
         return o, lse
 
+    @library.custom_op("qattn::attention_backward", mutates_args=(), device_types="cuda")
+    def attention_backward_op(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, dout: Tensor, causal: str,
+                              window: Optional[List[int]], scale: Optional[float],
+                              layout: str) -> Tuple[Tensor, Tensor, Tensor]:
+        from ._attention import attention_backward
+        dq, dk, dv = attention_backward(q, k, v, o, lse, dout, causal_value(causal),
+                                        tuple(window) if window is not None else None, scale, layout=layout)
+        return dq.contiguous(), dk.contiguous(), dv.contiguous()
+
+    @attention_backward_op.register_fake
+    def _(q, k, v, o, lse, dout, causal, window, scale, layout):
+        return torch.empty_like(q, memory_format=torch.contiguous_format), \
+            torch.empty_like(k, memory_format=torch.contiguous_format), \
+            torch.empty_like(v, memory_format=torch.contiguous_format)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, causal, window, scale, softcap, return_lse, layout = inputs[:9]
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = (causal, window, scale, layout)
+        ctx.variants = softcap is not None or any(x is not None for x in inputs[9:])
+        ctx.has_lse = return_lse
+
+    def backward(ctx, do, _dlse):
+        if ctx.variants or not ctx.has_lse:
+            from .errors import SpecError
+            raise SpecError("no backward for this call: attention variants have none yet, and the operator was called "
+                            "without its LSE", code="PY0109", hint="qattn.attention asks for the LSE when an input "
+                            "requires grad; differentiate the plain attention with its mask")
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, window, scale, layout = ctx.args
+        dq, dk, dv = torch.ops.qattn.attention_backward(q, k, v, o, lse, do, causal, window, scale, layout)
+        return (dq, dk, dv) + (None,) * 13
+
+    attention_op.register_autograd(backward, setup_context=setup_context)
     OP = torch.ops.qattn.attention
     return OP

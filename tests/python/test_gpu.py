@@ -552,8 +552,8 @@ def test_torch_compile_fullgraph_traces_the_operator_and_matches_eager(gen):
         got2 = compiled(torch.randn(2, 300, 256, device="cuda", generator=gen).to(torch.bfloat16))
     assert got.shape == eager.shape and torch.isfinite(got).all() and torch.isfinite(got2).all()
     torch.testing.assert_close(got.float(), eager.float(), rtol=2e-2, atol=2e-2)
-    # the graph holds the operator (no graph break at the ctypes launch); inference: the kernels are
-    # forward-only, so with grad enabled the block's weights would make attention refuse (PY0109)
+    # the graph holds the operator (no graph break at the ctypes launch); training through the
+    # compiled block is test_torch_compile_fullgraph_trains_through_forward_and_backward
     with torch.no_grad():
         explained = torch._dynamo.explain(block)(x)
     assert explained.graph_break_count == 0, explained.break_reasons
@@ -704,3 +704,46 @@ def test_a_training_step_through_attention(gen):
     layer.weight.grad = g_qattn
     opt.step()
     assert not torch.equal(before, layer.weight.detach())
+
+
+def test_torch_compile_fullgraph_trains_through_forward_and_backward(gen):
+    """Issue 19: torch.compile(fullgraph=True) of a block with qattn.attention traces forward and
+    backward (the operator's autograd formula calls torch.ops.qattn.attention_backward): the loss
+    and every weight gradient match the eager block's, with no graph break."""
+    _op_or_skip()
+    torch.manual_seed(7)
+    block = _Block().cuda().to(torch.bfloat16)
+    x = torch.randn(2, 300, 256, device="cuda", generator=gen).to(torch.bfloat16)
+
+    def step(model):
+        for p in block.parameters():
+            p.grad = None
+        loss = model(x).float().pow(2).mean()
+        loss.backward()
+        return loss.detach(), [p.grad.detach().clone() for p in block.parameters()]
+    eager_loss, eager_grads = step(block)
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True)
+    loss, grads = step(compiled)
+    torch.testing.assert_close(loss, eager_loss, rtol=1e-2, atol=1e-3)
+    for g, e in zip(grads, eager_grads):
+        rel = ((g.float() - e.float()).norm() / e.float().norm()).item()
+        assert rel < 2e-2, rel
+    explained = torch._dynamo.explain(block)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_opcheck_passes_for_the_backward_operator(gen):
+    op = _op_or_skip()
+    b, sq, sk, hq, hkv, d = 2, 77, 130, 4, 2, 64
+    q, k, v = inputs(b, sq, sk, hq, hkv, d, d, torch.bfloat16, "bshd", gen)
+    for x in (q, k, v):
+        x.requires_grad_()
+    # the forward operator with its autograd formula (opcheck's autograd-registration test included)
+    torch.library.opcheck(op, (q, k, v, "bottom_right", None, None, None, True, "bshd", None, None, None, None, None,
+                               None, None))
+    with torch.no_grad():
+        o, lse = op(q, k, v, "bottom_right", None, None, None, True, "bshd", None, None, None, None, None, None, None)
+    dout = torch.randn(o.shape, device="cuda", generator=gen).to(torch.bfloat16)
+    torch.library.opcheck(torch.ops.qattn.attention_backward,
+                          (q.detach(), k.detach(), v.detach(), o, lse, dout, "bottom_right", None, None, "bshd"))
