@@ -111,10 +111,21 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.comment(" statements only: stage 1b adds Allocate, tile shapes, coordinates, loop bounds and Reshape");
   }
   w.line("Kernel " + kernel_name_bwd(p) + " backward with mask " + bwd_mask_name(p));
+  const spec::Variants& var = p.variants;
+  std::vector<std::string> decls = variant_declarations(p);
+  const std::vector<std::string> scores = spec::score_order(var);
+  // A score modification can make the rows past seqlen_q (zero-filled queries, LSE 0) overflow: P of
+  // such a row is exp(modified score) and meets dO's zero rows as inf * 0. Those rows are hidden.
+  if (!scores.empty()) decls.push_back("Mask query_rows = q_idx < seqlen_q");
+  if (!w.code() && !decls.empty()) {
+    w.comment(" variants: " + spec::describe(var));
+    for (const auto& d : decls) w.line(d);
+  }
   if (w.code()) {
     w.line("Dim batch, heads_q, heads_kv, seqlen_q, seqlen_k, " +
            (same_d ? "d = " + std::to_string(p.d_qk) : "d_qk = " + std::to_string(p.d_qk) + ", d_v = " + std::to_string(p.d_v)));
     w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) + ", WARPS = " + std::to_string(tiles->warps));
+    if (var.relative_bias) w.line("Const NB = " + std::to_string(*var.relative_bias));
     w.comment(" one block per key tile and query head; the loop walks the query tiles that see the key tile");
     w.line("Grid n_block = 0: cdiv(seqlen_k, BN), head = 0: heads_q, b = 0: batch");
     w.line("Let kv_head = head / (heads_q / heads_kv)");
@@ -131,6 +142,18 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
       w.comment(" dK, dV: the heads_q / heads_kv query heads of a kv head add their shares (fp32, zero at launch)");
     w.line("Allocate dK in global (seqlen_k, " + dqk + ") " + dk_t + " with offset [b, kv_head]");
     w.line("Allocate dV in global (seqlen_k, " + dv + ") " + dk_t + " with offset [b, kv_head]");
+    if (!decls.empty()) {
+      w.comment(" variants: " + spec::describe(var) + " (docs/spec.md, Variants); the gradient passes through each Score by "
+                "its derivative (Compute Derivative)");
+      const std::vector<spec::AuxInput> aux = spec::aux_inputs(var);
+      for (size_t i = 0; i < aux.size(); ++i) {
+        std::string shape;
+        for (const auto& dd : aux[i].shape) shape += (shape.empty() ? "" : ", ") + dd;
+        w.comment(" aux[" + std::to_string(i) + "]: " + aux[i].meaning);
+        w.line("Allocate " + aux[i].name + " in global (" + shape + ") " + (aux[i].is_int ? "int32" : "fp32"));
+      }
+      for (const auto& d : decls) w.line(d);
+    }
     w.line("Allocate K in shared (BN, " + dqk + ") " + st);
     w.line("Allocate V in shared (BN, " + dv + ") " + st);
     w.line("Allocate Q in shared (BM, " + dqk + ") " + st);
@@ -165,9 +188,21 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   w.line("Compute Multiply dO, O and get dOO");
   w.line("Compute RowSum dOO and get Di");
   w.line("Compute GEMM Q, K^T and get S");
-  w.line("Compute Multiply S, softmax_scale * log2e");
   const std::string at = w.code() ? " at [i, n_block]" : "";
+  if (scores.empty()) {
+    w.line("Compute Multiply S, softmax_scale * log2e");
+  } else {
+    // each Score sees the natural-log score; its input is kept for the derivative (the chain rule)
+    w.line("Compute Multiply S, softmax_scale");
+    for (size_t k = 0; k < scores.size(); ++k) {
+      w.line("Compute Convert S and get S" + std::to_string(k) + " fp32");
+      w.line("Compute Modify S" + at + " with " + scores[k]);
+    }
+    w.line("Compute Multiply S, log2e");
+  }
   w.line("Compute Mask S" + at + " with " + (p.mask == tl::MaskSpec::Kind::None ? std::string("bounds") : bwd_mask_name(p)));
+  for (const auto& name : spec::mask_order(var)) w.line("Compute Mask S" + at + " with " + name);
+  if (!scores.empty()) w.line("Compute Mask S" + at + " with query_rows");
   if (w.code()) w.comment(" P recomputed from the forward's LSE, in the exp2 domain");
   w.line("Compute Multiply LSE, log2e");
   w.line("Compute Subtract S, LSE and get P");
@@ -178,6 +213,8 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   w.line("Compute GEMM dO, V^T and get dP");
   w.line("Compute Subtract dP, Di and get dS");
   w.line("Compute Multiply dS, P");
+  for (size_t k = scores.size(); k-- > 0;)
+    w.line("Compute Derivative dS, S" + std::to_string(k) + at + " with " + scores[k]);
   w.line("Compute Convert dS and get dSc " + st);
   copy("dSc", "", "register", "shared");
   w.line("Compute GEMM dSc^T, Q and accumulate dK");
@@ -203,11 +240,6 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
   const Problem& p = plan.problem;
   const Target& t = plan.target;
   if (!hw::validate_for_gpu(s, g, diags)) return std::nullopt;
-  if (p.variants.any()) {
-    diags.error("PLAN0501", {}, "the backward of attention variants (" + spec::describe(p.variants) + ") is not planned yet",
-                "plan the backward of the plain attention with its mask (causal, window, ...); variants are forward-only for now");
-    return std::nullopt;
-  }
   if (p.dtype != tl::DType::F16 && p.dtype != tl::DType::BF16) {
     diags.error("PLAN0502", {}, std::string("the backward pass takes fp16 or bf16, not ") + tl::to_string(p.dtype),
                 "use --dtype bf16 (training runs in 16-bit)");
@@ -247,6 +279,12 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
   if (!inner.has_errors()) refines(sketch_prog, code_prog, inner);
   if (inner.has_errors()) {
     for (const auto& d : inner.all()) diags.add(d);
+    if (p.variants.custom()) {
+      diags.error("PLAN0302", {}, "the spec's score_mod / mask_mod does not check in the backward TL (see above)",
+                  "a score_mod is differentiated symbolically: + - * / tanh exp exp2 log of score (abs, min, max, floor and "
+                  "clamp of the score have no derivative everywhere)");
+      return std::nullopt;
+    }
     diags.error("PLAN0901", {}, "internal error: the rules engine wrote backward TL that fails verification",
                 "please report this with the spec and the GPU");
     return std::nullopt;

@@ -5,6 +5,7 @@
 // construction; plan::refines() checks that property for any pair (LLM output included).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "plan/problem.h"
 #include "support/diag.h"
@@ -17,6 +18,8 @@ std::string code_text(const Problem& p, const Target& t, const TileConfig& tiles
 
 // The kernel name used in TL ("flash_fwd_llama3_8b").
 std::string kernel_name(const Problem& p);
+// The spec's Score / Mask declarations as TL lines, in application order (what both passes declare).
+std::vector<std::string> variant_declarations(const Problem& p);
 
 // True when `code` keeps every statement of `sketch` in order (same statement kinds, ops, tensor
 // names and operands), adding only parameters, Allocate, Reshape and header statements.

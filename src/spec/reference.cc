@@ -216,12 +216,25 @@ AttentionGrads attention_backward(const AttentionProblem& p, const std::vector<d
   g.dv.assign(p.v_size(), 0.0);
   const auto lo = [&](double x) { return rnd ? (*rnd)(x) : x; };   // a stored low-precision value
   const auto f = [&](double x) { return rnd ? f32(x) : x; };       // an fp32 intermediate
-  std::vector<double> s(size_t(p.seqlen_k)), dp(size_t(p.seqlen_k));
+  std::vector<double> s(size_t(p.seqlen_k)), dp(size_t(p.seqlen_k)), dmod(size_t(p.seqlen_k), 1.0);
   std::vector<double> dq_acc(size_t(p.d_qk));
+  const bool modifies = variant && variant->score;
   for_each_row(p, q, k, v, [&](const Row& at, const double* qr, const double* kb, const double* vb) {
     double m = kNegInf;
     for (int64_t j = 0; j < p.seqlen_k; ++j) {
-      s[j] = visible(p, variant, at, j) ? f(f(dot(qr, kb + j * p.d_qk, p.d_qk)) * p.softmax_scale) : kNegInf;
+      if (!visible(p, variant, at, j)) {
+        s[j] = kNegInf;
+        continue;
+      }
+      const double raw = f(f(dot(qr, kb + j * p.d_qk, p.d_qk)) * p.softmax_scale);
+      s[j] = raw;
+      if (modifies) {
+        // the score modification and its derivative (a central difference: independent of the TL's
+        // symbolic one, accurate to ~1e-10 for the smooth modifications TL can write)
+        s[j] = f(modified(variant, at, j, raw));
+        const double h = 1e-5 * std::max(1.0, std::fabs(raw));
+        dmod[size_t(j)] = (modified(variant, at, j, raw + h) - modified(variant, at, j, raw - h)) / (2 * h);
+      }
       m = std::max(m, s[j]);
     }
     if (m == kNegInf) return;  // no visible key: no gradient flows through this row
@@ -245,7 +258,7 @@ AttentionGrads attention_backward(const AttentionProblem& p, const std::vector<d
     for (int64_t j = 0; j < p.seqlen_k; ++j) {
       if (s[j] == 0) continue;
       for (int64_t c = 0; c < p.d_v; ++c) dvb[j * p.d_v + c] += s[j] * dor[c];
-      const double ds = lo(f(s[j] * (dp[j] - dsum)));
+      const double ds = lo(f(f(s[j] * (dp[j] - dsum)) * dmod[size_t(j)]));
       for (int64_t c = 0; c < p.d_qk; ++c) {
         dq_acc[size_t(c)] += ds * kb[j * p.d_qk + c];
         dkb[j * p.d_qk + c] += ds * qr[c];

@@ -94,8 +94,9 @@ using RoundFn = std::function<double(double)>;
 // dK (like K), dV (like V); dK and dV sum the query heads that read a kv head (GQA/MQA). With
 // P = softmax(S) per row, dP = dO V^T, D = rowsum(dO * O) = rowsum(P * dP), dS = P * (dP - D):
 // dV = P^T dO, dQ = softmax_scale * dS K, dK = softmax_scale * dS^T Q. A row with no visible key
-// contributes nothing. `variant` may hide keys (keep); its score modification is not
-// differentiated (precondition: variant == nullptr or variant->score is empty).
+// contributes nothing. `variant` may hide keys (keep) and modify scores (score): s' = score(s), and
+// the gradient of s is dS times ds'/ds, taken by a central difference of variant->score (independent
+// of the TL's symbolic derivative, `Compute Derivative`).
 struct AttentionGrads {
   std::vector<double> dq, dk, dv;
 };

@@ -517,6 +517,13 @@ void Walker::finish() {
     }
   }
   if (backward()) {
+    // The chain rule through every score modification: each Score a Modify applies is differentiated.
+    for (const auto& name : modified_)
+      if (!derived_.count(name))
+        rep_.error("TL0413", top,
+                   "the scores are modified by Score '" + name + "' but no `Compute Derivative` carries the gradient through it",
+                   "keep the scores before the Modify (`Compute Convert S and get S0 fp32`) and, after dS = P * (dP - D), "
+                   "write `Compute Derivative dS, S0 at [i, n_block] with " + name + "`");
     // The gradients: dK and dV stored (or accumulated) per key tile, dQ accumulated by every key block.
     for (const char* n : {"dQ", "dK", "dV"}) {
       auto it = global_alloc_.find(n);

@@ -172,6 +172,7 @@ class Walker {
   void reduce(const Stmt& s);
   void rowop(const Stmt& s);
   void mask(const Stmt& s);
+  void derivative(const Stmt& s);
   void put_result(const Stmt& s, const std::vector<Expr>& shape, Layout layout, const char* code,
                   std::optional<DType> default_dtype);
 
@@ -194,6 +195,8 @@ class Walker {
   // A backward program's data flow: which global inputs each tensor's value derives from (bits of
   // kGradInputs, checker_memory.cc), checked where dQ, dK, dV are stored (TL0413).
   std::map<std::string, unsigned> deps_;
+  std::set<std::string> derived_;                // Scores a `Compute Derivative` differentiates
+  std::set<std::string> modified_;               // Scores a `Compute Modify` applies
   void flow_compute(const Stmt& s);
   void check_gradient_flow(const Stmt& s);
   bool seen_non_header_ = false;

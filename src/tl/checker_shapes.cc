@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "tl/checker_internal.h"
+#include "tl/variant.h"
 
 namespace qattn::tl::detail {
 
@@ -23,7 +24,7 @@ struct Walker::Opnd {
 
 namespace {
 
-enum class OpClass { Gemm, Binary, Unary, Convert, Reduce, RowOp, Mask };
+enum class OpClass { Gemm, Binary, Unary, Convert, Reduce, RowOp, Mask, Derivative };
 
 struct OpSpec {
   const char* name;
@@ -37,7 +38,7 @@ const OpSpec kOps[] = {
     {"Exp", OpClass::Unary, 1},     {"Exp2", OpClass::Unary, 1},    {"Log", OpClass::Unary, 1},
     {"Log2", OpClass::Unary, 1},    {"Convert", OpClass::Convert, 1}, {"RowMax", OpClass::Reduce, 1},
     {"RowSum", OpClass::Reduce, 1}, {"Rescale", OpClass::RowOp, 2}, {"Normalize", OpClass::RowOp, 2},
-    {"Mask", OpClass::Mask, 1},     {"Modify", OpClass::Mask, 1},
+    {"Mask", OpClass::Mask, 1},     {"Modify", OpClass::Mask, 1},   {"Derivative", OpClass::Derivative, 2},
 };
 
 const OpSpec* find_op(const std::string& n) {
@@ -403,6 +404,7 @@ void Walker::mask(const Stmt& s) {
   const ComputeStmt& c = s.compute;
   const bool modify = c.op == "Modify";
   if (!check_named(s, modify)) return;
+  if (modify) modified_.insert(c.mask.name);
   if (!modify) masks_.push_back(&s);
   if (c.mask.kind == MaskSpec::Kind::None) {
     error(s, "TL0409", pick(c.mask.loc, s.loc), "Compute Mask with mask none does nothing",
@@ -472,16 +474,17 @@ void Walker::compute_stmt(const Stmt& s) {
           "write " + eg);
     ok = false;
   }
-  if (op->cls == OpClass::Mask && has_target) {
+  const bool tile_op = op->cls == OpClass::Mask || op->cls == OpClass::Derivative;  // `at [..] with NAME`
+  if (tile_op && has_target) {
     error(s, "TL0408", s.loc, c.op + " works in place; it has no result", "remove `and ...`");
     ok = false;
   }
-  if (op->cls != OpClass::Mask && !c.at.empty()) {
-    error(s, "TL0408", s.loc, "`at [...]` is only for Compute Mask and Modify", "remove `at [...]`");
+  if (!tile_op && !c.at.empty()) {
+    error(s, "TL0408", s.loc, "`at [...]` is only for Compute Mask, Modify and Derivative", "remove `at [...]`");
     ok = false;
   }
-  if (op->cls != OpClass::Mask && c.mask.kind != MaskSpec::Kind::None) {
-    error(s, "TL0408", s.loc, "`with MASK` is only for Compute Mask and Modify", "remove `with ...`");
+  if (!tile_op && c.mask.kind != MaskSpec::Kind::None) {
+    error(s, "TL0408", s.loc, "`with MASK` is only for Compute Mask, Modify and Derivative", "remove `with ...`");
     ok = false;
   }
   if (!ok) {
@@ -496,7 +499,46 @@ void Walker::compute_stmt(const Stmt& s) {
     case OpClass::Reduce: reduce(s); break;
     case OpClass::RowOp: rowop(s); break;
     case OpClass::Mask: mask(s); break;
+    case OpClass::Derivative: derivative(s); break;
   }
+}
+
+// `Compute Derivative dS, S0 at [r, c] with NAME` (backward programs): dS *= d NAME / d score at
+// score = S0, element by element over the score tile at [r, c]. NAME a Score whose expression has a
+// derivative in score (derive_score); dS and S0 register tiles of one shape. TL0413.
+void Walker::derivative(const Stmt& s) {
+  const ComputeStmt& c = s.compute;
+  if (!backward()) {
+    error(s, "TL0413", s.loc, "Compute Derivative belongs to a backward program (`Kernel NAME backward`)",
+          "a forward program applies the Score with `Compute Modify S at [..] with NAME`");
+    return;
+  }
+  if (!check_named(s, true)) return;
+  if (c.at.size() != 2) {
+    error(s, "TL0408", s.loc, "Compute Derivative needs the score tile's coordinate: `at [r, c]` with 2 indices",
+          "write `Compute Derivative dS, S0 at [i, n_block] with " + c.mask.name + "`");
+  }
+  for (const auto& e : c.at) check_expr(e, Ctx::Index, s);
+  std::string why;
+  if (!derive_score(info_.variants.at(c.mask.name).expr, why)) {
+    error(s, "TL0413", pick(c.mask.loc, s.loc), "Score '" + c.mask.name + "' cannot be differentiated: " + why,
+          "write the Score with + - * / tanh exp exp2 log of score (other names are constants)");
+    return;
+  }
+  derived_.insert(c.mask.name);
+  Opnd x, y;
+  if (!resolve_tensor_operand(c.operands[0], s, false, x) || !resolve_tensor_operand(c.operands[1], s, false, y)) return;
+  if (x.shape.size() != 2 || !same_shape(x.shape, y.shape)) {
+    error(s, "TL0405", s.loc,
+          "Compute Derivative multiplies the gradient tile '" + x.name + "' " + fmt_shape(x.shape) + " by the Score's derivative at '" +
+              y.name + "' " + fmt_shape(y.shape) + ": two score tiles of one shape",
+          "keep the scores before the Modify (`Compute Convert S and get S0 fp32`) and pass them: `Compute Derivative dS, S0 at "
+          "[i, n_block] with " + c.mask.name + "`");
+    return;
+  }
+  read(x.name, Space::Register, x.loc, s);
+  read(y.name, Space::Register, y.loc, s);
+  write_full(x.name, Space::Register);
 }
 
 void Walker::reshape_stmt(const Stmt& s) {

@@ -101,11 +101,6 @@ VType_ Walker::vexpr(const Expr& e, const Stmt& s, const std::vector<std::string
 void Walker::variant_stmt(const Stmt& s) {
   const VariantStmt& v = s.variant;
   const char* what = v.is_mask ? "Mask" : "Score";
-  if (backward() && !v.is_mask) {
-    error(s, "TL0413", s.loc,
-          "Score '" + v.name + "' in a backward program: score modifications are not differentiated yet",
-          "a backward program may hide keys with Mask declarations; keep Score declarations in forward programs");
-  }
   if (!loops_.empty()) {
     error(s, "TL0410", s.loc, std::string(what) + " declaration inside a loop body",
           "declare Score and Mask at the top level, before the loop that applies them");

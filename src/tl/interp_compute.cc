@@ -101,6 +101,7 @@ bool Machine::exec_compute(const Stmt& s) {
   if (op == "Mask" && s.compute.mask.kind == MaskSpec::Kind::Named) return compute_named_mask(s);
   if (op == "Mask") return compute_mask(s);
   if (op == "Modify") return compute_modify(s);
+  if (op == "Derivative") return compute_derivative(s);
   return error("TL0903", s.loc, "unknown Compute op '" + op + "'");
 }
 

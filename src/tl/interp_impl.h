@@ -180,6 +180,7 @@ class Machine {
   Buffer* score_tile(const Stmt& s, int64_t& q0, int64_t& k0);
   bool compute_modify(const Stmt& s);
   bool compute_named_mask(const Stmt& s);
+  bool compute_derivative(const Stmt& s);
   bool skip_iteration(const Stmt& loop, bool& skip);
   spec::ScoreVariant declared_variant(const Program& p);
   // Stores `vals` (shape `shape`) as the result of s: in place into x, into a new register tensor
@@ -215,6 +216,7 @@ class Machine {
   spec::AuxMap aux_;                                      // auxiliary global tensors
   std::map<std::string, const VariantStmt*> variants_;    // Score / Mask declarations
   std::vector<const VariantStmt*> decls_;                 // in program order
+  std::map<std::string, Expr> derivatives_;               // Score name -> d / d score (derive_score)
   std::map<std::pair<int64_t, int64_t>, Env> ref_envs_;   // reference: names per (batch, head)
   std::shared_ptr<bool> ref_failed_ = std::make_shared<bool>(false);
   std::string kernel_name_ = "kernel";

@@ -25,11 +25,6 @@ bool Machine::setup_variants(const Program& p) {
   uint64_t float_stream = 0;
   for (const auto& s : p.stmts) {
     if (s.kind == Stmt::Kind::Variant) {
-      if (backward_ && !s.variant.is_mask)
-        return error("TL0903", s.loc,
-                     "Score '" + s.variant.name + "' in a backward program: the interpreter does not differentiate score "
-                     "modifications yet",
-                     "a backward program may use Mask declarations; Score declarations are forward-only for now");
       variants_[s.variant.name] = &s.variant;
       decls_.push_back(&s.variant);
       continue;
@@ -96,8 +91,8 @@ std::optional<int> Machine::tile_class(const VariantStmt& m, int64_t q_lo, int64
 // The score tile of a Modify / Mask statement: its buffer and element origin.
 Buffer* Machine::score_tile(const Stmt& s, int64_t& q0, int64_t& k0) {
   const auto& c = s.compute;
-  if (c.operands.size() != 1)
-    return error("TL0901", s.loc, c.op + " takes 1 operand (the score tile)"), nullptr;
+  if (c.operands.size() != (c.op == "Derivative" ? 2u : 1u))
+    return error("TL0901", s.loc, c.op + (c.op == "Derivative" ? " takes 2 operands (the gradient, the scores)" : " takes 1 operand (the score tile)")), nullptr;
   Buffer* x = operand_tensor(c.operands[0], s, "the operand");
   if (!x) return nullptr;
   if (x->shape.size() != 2 || c.at.size() != 2)
@@ -130,6 +125,44 @@ bool Machine::compute_modify(const Stmt& s) {
                          {{"score", {v, false}}, {"q_idx", {double(q0 + i), true}}, {"kv_idx", {double(k0 + j), true}}});
       if (!r) return false;
       v = *r;
+    }
+  return store_result(s, x, x->shape, std::move(vals), nullptr);
+}
+
+// `Compute Derivative X, Y at [r, c] with NAME`: X *= (d NAME / d score)(score = Y), per element of
+// the score tile at [r, c] (the derivative is derive_score's, evaluated like the declaration).
+bool Machine::compute_derivative(const Stmt& s) {
+  const auto& c = s.compute;
+  auto it = variants_.find(c.mask.name);
+  if (c.mask.kind != MaskSpec::Kind::Named || it == variants_.end() || it->second->is_mask)
+    return error("TL0901", s.loc, "Compute Derivative needs a declared Score: `with NAME`");
+  if (c.operands.size() != 2) return error("TL0901", s.loc, "Compute Derivative takes 2 operands (the gradient, the scores)");
+  auto dit = derivatives_.find(c.mask.name);
+  if (dit == derivatives_.end()) {
+    std::string why;
+    auto de = derive_score(it->second->expr, why);
+    if (!de) return error("TL0903", s.loc, "Score '" + c.mask.name + "' has no derivative: " + why);
+    dit = derivatives_.emplace(c.mask.name, std::move(*de)).first;
+  }
+  int64_t q0 = 0, k0 = 0;
+  Buffer* x = score_tile(s, q0, k0);
+  if (!x) return false;
+  Buffer* y = operand_tensor(c.operands[1], s, "the scores");
+  if (!y) return false;
+  if (y->shape != x->shape)
+    return error("TL0901", s.loc, "Compute Derivative: the gradient " + shape_str(x->shape) + " and the scores " +
+                                      shape_str(y->shape) + " differ in shape");
+  if (!count(double(x->data.size()) * 10, s.loc)) return false;
+  std::vector<double> vals(x->data);
+  const int64_t rows = x->rows(), cols = x->cols();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t e = size_t(i * cols + j);
+      if (vals[e] == 0) continue;  // no gradient here (a masked key): 0 whatever the derivative is
+      auto r = eval_decl(dit->second, env_,
+                         {{"score", {y->data[e], false}}, {"q_idx", {double(q0 + i), true}}, {"kv_idx", {double(k0 + j), true}}});
+      if (!r) return false;
+      vals[e] *= *r;
     }
   return store_result(s, x, x->shape, std::move(vals), nullptr);
 }

@@ -91,4 +91,11 @@ std::optional<Clauses> derive_clauses(const Expr& predicate);
 // predicate allows derivation (marked derived, so the printer keeps the program as written).
 void complete_clauses(Program& p);
 
+// The derivative of a Score declaration's expression with respect to `score` (src/tl/derive.cc):
+// sum, product, quotient and chain rules over + - * / tanh exp exp2 log, simplified (0 and 1
+// absorbed); parts without `score` (q_idx, kv_idx, auxiliary reads, scalars) are constants.
+// nullopt, with `why`, when `score` reaches a function without a derivative everywhere (abs, floor,
+// min, max, clamp, cdiv) or a comparison. Used by `Compute Derivative` (docs/tl.md, "The backward pass").
+std::optional<Expr> derive_score(const Expr& e, std::string& why);
+
 }  // namespace qattn::tl

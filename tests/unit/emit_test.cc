@@ -398,6 +398,10 @@ TEST(EmitBackward, PlainStoresRefuseGqaAndOldGpusAreRefused) {
   ASSERT_TRUE(t.has_value()) << d.render();
   EXPECT_NE(t->cuda_source.find("if (p.heads_q != p.heads_kv) return qattn::host::fail(QATTN_ERR_SHAPE"), std::string::npos);
   EXPECT_NE(t->info_json.find("\"dk_dtype\":\"bf16\""), std::string::npos);
+  // Score / Mask declarations and Compute Derivative are interpreted, not lowered yet
+  support::DiagSink dv;
+  EXPECT_FALSE(xlate(plan_backward("gemma2-9b", "h100"), "h100", dv).has_value());
+  EXPECT_TRUE(has(dv, "XL0301")) << dv.render();
   // the same program for a Turing GPU: fp16 has a path there, the backward lowering does not
   std::string code = plan_backward("llama3.2-1b", "a100", {{"mask", "none"}, {"dtype", "fp16"}});
   support::DiagSink d2;

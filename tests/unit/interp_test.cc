@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "tl/interp.h"
+#include "tl/variant.h"
 #include "tl/parser.h"
 #if __has_include("tl/checker.h")
 #include "tl/checker.h"
@@ -316,6 +318,56 @@ TEST(Backward, DvStoredInsteadOfAccumulatedUnderGqa) {
   expect_wrong_gradients(backward_with("Copy dV (BN, d) in coordinate [n_block, 0] from register to global and accumulate",
                                        "Copy dV (BN, d) in coordinate [n_block, 0] from register to global"),
                          "dV overwritten per query head");
+}
+TEST(Backward, ScoreDerivativeAtTheWrongScores) {
+  // the softcap's derivative taken at the raw scores (before ALiBi) instead of its own input
+  std::string text = slurp(kCorpus / "backward_scores.tl");
+  const std::string from = "Compute Derivative dS, S1 at [i, n_block] with softcap";
+  ASSERT_NE(text.find(from), std::string::npos);
+  text.replace(text.find(from), from.size(), "Compute Derivative dS, S0 at [i, n_block] with softcap");
+  for (Precision prec : {Precision::FP64, Precision::Storage}) {
+    RunConfig cfg = backward_dims(prec, true);
+    cfg.softcap = 2.0;
+    Outcome o = run_text(text, cfg);
+    EXPECT_TRUE(o.r.ran) << o.diags;
+    EXPECT_FALSE(o.r.passed) << o.r.summary;
+    EXPECT_TRUE(o.has("TL0801")) << o.diags;
+  }
+}
+TEST(Backward, DerivativeOfAScoreIsSymbolic) {
+  support::DiagSink d;
+  Program p = parse("Kernel k\nScore s = 30.0 * tanh(score / 30.0) + exp2(score) - log(score) * q_idx\n", d, "t.tl");
+  ASSERT_FALSE(d.has_errors()) << d.render();
+  const Expr* e = nullptr;
+  for (const auto& st : p.stmts)
+    if (st.kind == Stmt::Kind::Variant) e = &st.variant.expr;
+  ASSERT_NE(e, nullptr);
+  std::string why;
+  auto de = derive_score(*e, why);
+  ASSERT_TRUE(de.has_value()) << why;
+  Env env;
+  env.scalars["ln2"] = 0.6931471805599453;
+  for (double sc : {-3.0, 0.7, 12.0}) {
+    auto at = [&](const Expr& x, double s) -> std::optional<double> {
+      VariantEnv ve;
+      ve.env = &env;
+      ve.locals = VLocals{{"score", {s, false}}, {"q_idx", {5.0, true}}, {"kv_idx", {2.0, true}}};
+      auto r = evaluate(x, ve, nullptr);
+      if (!r) return std::nullopt;
+      return r->v;
+    };
+    const double x = std::fabs(sc);  // log needs a positive score
+    auto got = at(*de, x);
+    auto up = at(*e, x + 1e-6), down = at(*e, x - 1e-6);
+    ASSERT_TRUE(got && up && down);
+    EXPECT_NEAR(*got, (*up - *down) / 2e-6, 1e-5 * (1 + std::fabs(*got))) << x;
+  }
+  Program q = parse("Kernel k\nScore s = min(score, 3.0)\n", d, "t.tl");
+  for (const auto& st : q.stmts)
+    if (st.kind == Stmt::Kind::Variant) {
+      EXPECT_FALSE(derive_score(st.variant.expr, why).has_value());
+    }
+  EXPECT_NE(why.find("min"), std::string::npos) << why;
 }
 TEST(Backward, TransposedAOperandIsReadFromShared) {
   // Without the Copy to shared, P^T reads the shared buffer's unwritten (NaN) values, not the

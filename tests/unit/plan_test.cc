@@ -15,6 +15,7 @@
 #include "plan/plan.h"
 #include "plan/rules.h"
 #include "plan/sketch.h"
+#include "spec/variants.h"
 #include "tl/checker.h"
 #include "tl/parser.h"
 
@@ -376,6 +377,8 @@ TEST(planBackward, PresetsPlanCheckAndInterpret) {
       {"mistral-7b", "h100", {{"window", "256,0"}}, true},                   // window
       {"llama2-7b", "a100", {{"mask", "causal_top_left"}, {"dtype", "fp16"}}, false},
       {"deepseek-v3-mla-prefill", "h100", {}, false},                         // d_qk 192, d_v 128
+      {"gemma2-9b", "h100", {}, true},                                       // softcap: Compute Derivative
+      {"llama3-8b", "a100", {{"alibi", "true"}, {"mask", "none"}, {"document", "true"}}, true},  // a Score and a Mask
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.preset) + " on " + c.gpu);
@@ -395,6 +398,11 @@ TEST(planBackward, PresetsPlanCheckAndInterpret) {
               c.accumulate)
         << plan->code;
     EXPECT_FALSE(plan->tiles.reason.empty());
+    for (const auto& name : spec::score_order(s.variants))  // the chain rule through every Score
+      EXPECT_NE(plan->code.find(" with " + name + "\n"), std::string::npos) << name;
+    if (s.variants.any_score()) {
+      EXPECT_NE(plan->code.find("Compute Derivative dS, S0 at [i, n_block] with "), std::string::npos);
+    }
     auto v = verify(*plan, d);
     EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
   }
@@ -403,7 +411,7 @@ TEST(planBackward, PresetsPlanCheckAndInterpret) {
 TEST(planBackward, WhatIsNotPlannedIsRefusedWithItsCode) {
   struct Case { const char* preset; const char* gpu; std::map<std::string, std::string> flags; const char* code; };
   const std::vector<Case> cases = {
-      {"gemma2-9b", "h100", {}, "PLAN0501"},                          // softcap: a Score, not differentiated yet
+      {"llama3-8b", "h100", {{"score-mod", "abs(score)"}}, "PLAN0302"},  // no derivative everywhere
       {"llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}, "PLAN0502"},
       {"bert-large", "t4", {{"dtype", "fp16"}}, "PLAN0503"},
   };
