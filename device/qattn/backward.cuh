@@ -100,4 +100,23 @@ __device__ __forceinline__ void add_acc_global(TiledMma const& mma, Tensor<AEngi
     if (get<0>(tXcX(i)) < rows_left) atomicAdd(&tXgX(i), acc(i));
 }
 
+// TL `Compute Derivative dS, S0 at [r, c] with NAME`: dS *= d(q, k, S0) element by element over the
+// (M, N) score tile at element origin (row0, col0), d the Score's derivative in score; elements whose
+// gradient is 0 (masked keys) stay 0 whatever the derivative is there.
+template <int M, int N, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F>
+__device__ __forceinline__ void apply_derivative(TiledMma const& mma, Tensor<GEngine, GLayout>& ds,
+                                                 Tensor<SEngine, SLayout> const& s0, int row0, int col0, F&& d, int tid) {
+  auto gr = rows_view(ds);
+  auto sr = rows_view(s0);
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  auto cr = rows_view(c);
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(gr); ++i) {
+    const int q = row0 + get<0>(cr(i, 0));
+    CUTE_UNROLL
+    for (int k = 0; k < size<1>(gr); ++k)
+      if (gr(i, k) != 0.f) gr(i, k) *= d(sr(i, k), q, col0 + get<1>(cr(i, k)));
+  }
+}
+
 }  // namespace qattn

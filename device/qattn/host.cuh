@@ -125,7 +125,8 @@ static inline int check_fwd_params(const qattn_fwd_params* params, int d_qk, int
 
 // The argument checks of a generated qattn_bwd: as check_fwd_params, for the backward's tensors
 // (dq fp32; dk / dv of dk_bytes per element, fp32 when accumulated).
-static inline int check_bwd_params(const qattn_bwd_params* params, int d_qk, int d_v, int elem_bytes, int dk_bytes) {
+static inline int check_bwd_params(const qattn_bwd_params* params, int d_qk, int d_v, int elem_bytes, int dk_bytes,
+                                   unsigned aux_needed = 0u) {
   if (params == nullptr) return fail(QATTN_ERR_SHAPE, "params is NULL");
   const qattn_bwd_params& p = *params;
   if (p.abi_version != QATTN_ABI_VERSION)
@@ -141,6 +142,8 @@ static inline int check_bwd_params(const qattn_bwd_params* params, int d_qk, int
     return fail(QATTN_ERR_SHAPE, "softmax_scale %g must be positive and finite", double(p.softmax_scale));
   if (!p.q || !p.k || !p.v || !p.o || !p.dout || !p.lse || !p.dq || !p.dk || !p.dv)
     return fail(QATTN_ERR_SHAPE, "q, k, v, o, dout, lse, dq, dk and dv must not be NULL");
+  for (int i = 0; i < 4; ++i)
+    if (((aux_needed >> i) & 1u) && p.aux[i] == nullptr) return fail(QATTN_ERR_AUX, "aux[%d] must not be NULL", i);
   const int eb = elem_bytes;
   const bool in_ok = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) && aligned16(p.dout) &&
                      stride_aligned(p.q_batch_stride, eb) && stride_aligned(p.q_row_stride, eb) && stride_aligned(p.q_head_stride, eb) &&

@@ -94,6 +94,7 @@ typedef struct qattn_bwd_params {
   int32_t seqlen_q, seqlen_k;
   int32_t d_qk, d_v;
   float softmax_scale;
+  const void* aux[4];    /* the auxiliary inputs of Score / Mask declarations (kernel info "aux" order) */
   int32_t window_left, window_right;  /* as in qattn_fwd_params */
   float softcap;
 } qattn_bwd_params;

@@ -78,12 +78,13 @@ class BwdParams(ctypes.Structure):
         ("seqlen_q", ctypes.c_int32), ("seqlen_k", ctypes.c_int32),
         ("d_qk", ctypes.c_int32), ("d_v", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
+        ("aux", ctypes.c_void_p * 4),
         ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
     ]
 
 
-def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None):
+def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None, softcap=None, aux=None):
     """BwdParams for (batch, seqlen, heads, dim) views q, k, v, o, dout, dq (fp32), dk, dv; lse
     (batch, heads_q, seqlen_q) fp32 contiguous. dq (and fp32 dk / dv) must be zero: the kernel adds."""
     p = BwdParams()
@@ -102,7 +103,9 @@ def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None):
     p.d_v = int(v.shape[3])
     p.softmax_scale = scale if scale is not None else int(q.shape[3]) ** -0.5
     p.window_left, p.window_right = (int(x) for x in window) if window is not None else (-1, -1)
-    p.softcap = 1.0
+    p.softcap = float(softcap) if softcap is not None else 1.0
+    for i, t in enumerate(aux or ()):
+        p.aux[i] = t.data_ptr() if t is not None else None
     return p
 
 

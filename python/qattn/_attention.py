@@ -258,10 +258,12 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
                                mask_mod=mask_mod, prefix_lm=prefix_lm, alibi_slopes=alibi_slopes,
                                segment_ids=segment_ids, relative_bias=relative_bias)
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if grad:  # the operator's autograd formula (qattn._op) needs the LSE; variants have no backward yet
+    if grad:  # the operator's autograd formula (qattn._op) needs the LSE and covers the plain attention
         fields = variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
-        if not _backward.supported(fields):
-            _backward.refuse(fields)
+        if fields.get("variants"):
+            raise SpecError("under torch.compile, the backward of attention variants is not traced yet", code="PY0109",
+                            hint="train the variant eagerly (qattn.attention differentiates softcap, alibi_slopes, "
+                                 "relative_bias, segment_ids, prefix_lm outside torch.compile), or compile inference only")
     o, lse = op(q, k, v, _op.causal_name(causal), [int(x) for x in window] if window is not None else None,
                 None if scale is None else float(scale), None if softcap is None else float(softcap),
                 bool(return_lse) or grad,
@@ -328,7 +330,9 @@ def _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args,
     def bwd(q_, k_, v_, o_, lse_, do_):
         bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q_.device)
         views = _views(q_, k_, v_, layout) + ((o_, do_) if layout == "bshd" else (o_.transpose(1, 2), do_.transpose(1, 2)))
-        grads = _backward.launch(torch, bb, *views[:4], lse_, views[4], scale, args.get("window"))
+        aux_list = _aux_tensors(torch, bb, aux or {}, views[0], views[1])
+        grads = _backward.launch(torch, bb, *views[:4], lse_, views[4], scale, args.get("window"), args.get("softcap"),
+                                 aux_list)
         return grads if layout == "bshd" else tuple(g.transpose(1, 2) for g in grads)
 
     o, lse = _backward.function(torch).apply(q, k, v, run, bwd)

@@ -13,15 +13,20 @@ from .errors import LaunchError, SpecError
 
 
 def supported(fields):
-    """The backward is generated for the plain attention under any mask (none, causal, top-left, window)."""
-    return "variants" not in fields
+    """The backward is generated for every mask and variant but custom score_mod / mask_mod text (the
+    backward TL differentiates the built-in Scores: softcap, ALiBi, relative bias; Masks need no
+    derivative: document, prefix-LM)."""
+    var = fields.get("variants") or {}
+    return not (var.get("score_mod") or var.get("mask_mod"))
 
 
 def refuse(fields):
     names = sorted(k for k, x in (fields.get("variants") or {}).items() if x not in (None, False))
-    raise SpecError(f"the backward of attention variants ({', '.join(names)}) is not generated yet", code="PY0109",
-                    hint="differentiate the plain attention with its mask (causal, window), or call the variant under "
-                         "torch.no_grad()")
+    raise SpecError(f"the backward of custom score_mod / mask_mod expressions ({', '.join(names)}) is not generated "
+                    "from Python yet", code="PY0109",
+                    hint="`qattn plan --backward --spec ...` writes and interprets their backward TL; from Python, "
+                         "differentiate the built-in variants (softcap, alibi_slopes, relative_bias, segment_ids, "
+                         "prefix_lm), or call the custom one under torch.no_grad()")
 
 
 def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device):
@@ -50,7 +55,7 @@ def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device):
 device_target = None  # set by _attention (its per-device target cache)
 
 
-def launch(torch, b, q, k, v, o, lse, dout, scale, window):
+def launch(torch, b, q, k, v, o, lse, dout, scale, window, softcap=None, aux_list=None):
     """dQ, dK, dV for (batch, seqlen, heads, dim) views q, k, v, o, dout and lse (batch, heads_q, seqlen_q)."""
     lib = b.library
     bsz, sq, hq, dqk = q.shape
@@ -69,7 +74,7 @@ def launch(torch, b, q, k, v, o, lse, dout, scale, window):
     if sq == 0:  # no query: no gradient reaches K and V
         return dq.to(q.dtype), torch.zeros_like(dk, dtype=q.dtype), torch.zeros_like(dvv, dtype=q.dtype)
     tensors = [t if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v, o, dout)]
-    p = fill_bwd_params(*tensors, lse.contiguous(), dq, dk, dvv, scale=scale, window=window)
+    p = fill_bwd_params(*tensors, lse.contiguous(), dq, dk, dvv, scale=scale, window=window, softcap=softcap, aux=aux_list)
     with torch.cuda.device(dev):
         st = lib.bwd(p, torch.cuda.current_stream(dev).cuda_stream)
     if st != 0:

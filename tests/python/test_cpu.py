@@ -78,15 +78,16 @@ def test_backward_abi_struct_matches_header():
     assert "dq" in names and "do_row_stride" in names
 
 
-def test_backward_of_variants_is_refused_with_py0109():
+def test_backward_of_custom_expressions_is_refused_with_py0109():
     from qattn import _backward
     assert _backward.supported({"mask": {"kind": "causal", "align": "bottom_right"}})
     assert _backward.supported({"mask": {"kind": "window", "left": 8, "right": 0}})
-    fields = {"mask": {"kind": "none"}, "variants": {"softcap": 30.0}}
+    assert _backward.supported({"mask": {"kind": "none"}, "variants": {"softcap": 30.0, "alibi": True}})
+    fields = {"mask": {"kind": "none"}, "variants": {"score_mod": "score * 2.0"}}
     assert not _backward.supported(fields)
     with pytest.raises(qattn.SpecError) as e:
         _backward.refuse(fields)
-    assert e.value.code == "PY0109" and "softcap" in str(e.value)
+    assert e.value.code == "PY0109" and "score_mod" in str(e.value)
 
 
 def test_kernel_info_is_checked_before_the_verifiers_use_it():

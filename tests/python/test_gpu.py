@@ -488,8 +488,8 @@ def test_errors_are_exceptions_with_diagnostics():
     _err(lambda: qattn.attention(c, c, c, scale=-1.0), qattn.SpecError, "PY0108")
     _err(lambda: qattn.attention(c, c, c, window=(4, 2), causal=True), qattn.SpecError, "PY0107")
     g = c.clone().requires_grad_(True)
-    # variants have no backward yet (the plain attention's is in test_attention_backward_*)
-    _err(lambda: qattn.attention(g, c, c, causal="top_left", softcap=30.0), qattn.SpecError, "PY0109")
+    # custom score_mod text has no backward from Python yet (the built-in variants' is in test_attention_backward_*)
+    _err(lambda: qattn.attention(g, c, c, causal="top_left", score_mod="score * 0.5"), qattn.SpecError, "PY0109")
     with torch.no_grad():  # (the top-left causal kernel is one of the suite's)
         assert qattn.attention(g, c, c, causal="top_left").shape == c.shape
     odd = torch.randn(1, 16, 2, 80, device="cuda", dtype=torch.float16)
@@ -747,3 +747,42 @@ def test_opcheck_passes_for_the_backward_operator(gen):
     dout = torch.randn(o.shape, device="cuda", generator=gen).to(torch.bfloat16)
     torch.library.opcheck(torch.ops.qattn.attention_backward,
                           (q.detach(), k.detach(), v.detach(), o, lse, dout, "bottom_right", None, None, "bshd"))
+
+
+@pytest.mark.parametrize("softcap,alibi,causal", [(30.0, False, True), (None, True, False), (5.0, True, True)])
+def test_attention_backward_through_score_variants(gen, softcap, alibi, causal):
+    """Issue 19: the softcap and ALiBi are differentiated by the backward TL (`Compute Derivative`):
+    gradients against fp32 autograd of the same variant by FlashAttention's rule."""
+    b, sq, sk, hq, hk, d = 2, 150, 170, 4, 2, 64
+    dt = torch.bfloat16
+    q = torch.randn(b, sq, hq, d, device="cuda", generator=gen).to(dt).requires_grad_()
+    k = torch.randn(b, sk, hk, d, device="cuda", generator=gen).to(dt).requires_grad_()
+    v = torch.randn(b, sk, hk, d, device="cuda", generator=gen).to(dt).requires_grad_()
+    slopes = (torch.rand(hq, device="cuda", generator=gen) * 0.1).float() if alibi else None
+    o = qattn.attention(q, k, v, causal=causal, softcap=softcap, alibi_slopes=slopes)
+    dout = torch.randn(o.shape, device="cuda", generator=gen).to(dt)
+    got = torch.autograd.grad(o, (q, k, v), dout)
+
+    def eager(q, k, v):
+        qb, kb, vb = (x.transpose(1, 2) for x in (q, k, v))
+        kb = kb.repeat_interleave(hq // hk, dim=1)
+        vb = vb.repeat_interleave(hq // hk, dim=1)
+        s = (qb @ kb.transpose(-1, -2)).float() * d ** -0.5
+        qi = torch.arange(sq, device="cuda")[:, None]
+        ki = torch.arange(sk, device="cuda")[None, :]
+        if alibi:
+            s = s - slopes[None, :, None, None] * (qi + sk - sq - ki).abs()
+        if softcap is not None:
+            s = softcap * torch.tanh(s / softcap)
+        if causal:
+            s = s.masked_fill(ki > qi + sk - sq, float("-inf"))
+        p = torch.softmax(s, dim=-1).to(qb.dtype)
+        return (p @ vb).transpose(1, 2)
+    ref, low = [], []
+    for cast, out in ((torch.float32, ref), (None, low)):
+        xs = [(x.detach().to(cast) if cast else x.detach().clone()).requires_grad_() for x in (q, k, v)]
+        out.extend(torch.autograd.grad(eager(*xs), xs, dout.to(xs[0].dtype)))
+    for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
+        err = (g.float() - r).abs().max().item()
+        bound = 2 * (lo.float() - r).abs().max().item() + 1e-4 * max(1.0, r.abs().max().item())
+        assert err <= bound, f"{name}: max abs err {err:.3e} > {bound:.3e}"

@@ -398,10 +398,21 @@ TEST(EmitBackward, PlainStoresRefuseGqaAndOldGpusAreRefused) {
   ASSERT_TRUE(t.has_value()) << d.render();
   EXPECT_NE(t->cuda_source.find("if (p.heads_q != p.heads_kv) return qattn::host::fail(QATTN_ERR_SHAPE"), std::string::npos);
   EXPECT_NE(t->info_json.find("\"dk_dtype\":\"bf16\""), std::string::npos);
-  // Score / Mask declarations and Compute Derivative are interpreted, not lowered yet
+  // the variants' statements lower: the Score, its derivative (derived from the declaration), the
+  // Modify and the Derivative, the softcap at launch; ALiBi's slopes through aux[0]
   support::DiagSink dv;
-  EXPECT_FALSE(xlate(plan_backward("gemma2-9b", "h100"), "h100", dv).has_value());
-  EXPECT_TRUE(has(dv, "XL0301")) << dv.render();
+  auto g = xlate(plan_backward("gemma2-9b", "h100"), "h100", dv);
+  ASSERT_TRUE(g.has_value()) << dv.render();
+  EXPECT_NE(g->cuda_source.find("auto dscore_softcap = [&](float score, int q_idx, int kv_idx) -> float"), std::string::npos);
+  EXPECT_NE(g->cuda_source.find("qattn::apply_derivative<64, 64>(tiled_mma, rdS, rS0, (i) * 64, (n_block) * 64, dscore_softcap, tid);"),
+            std::string::npos);
+  EXPECT_NE(g->info_json.find("\"args\":[\"softcap\"]"), std::string::npos) << g->info_json;
+  support::DiagSink da;
+  auto al = xlate(plan_backward("llama3-8b", "a100", {{"alibi", "true"}, {"mask", "none"}}), "a100", da);
+  ASSERT_TRUE(al.has_value()) << da.render();
+  EXPECT_NE(al->cuda_source.find("static_cast<const float*>(p.aux[0])"), std::string::npos);
+  EXPECT_NE(al->info_json.find("{\"name\":\"alibi_slopes\",\"dtype\":\"fp32\",\"shape\":[\"heads_q\"]}"), std::string::npos)
+      << al->info_json;
   // the same program for a Turing GPU: fp16 has a path there, the backward lowering does not
   std::string code = plan_backward("llama3.2-1b", "a100", {{"mask", "none"}, {"dtype", "fp16"}});
   support::DiagSink d2;

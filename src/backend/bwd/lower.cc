@@ -11,6 +11,7 @@
 #include "support/sha256.h"
 #include "tl/eval.h"
 #include "tl/printer.h"
+#include "tl/variant.h"
 
 namespace qattn::backend::bwd {
 namespace {
@@ -154,10 +155,7 @@ class Lower {
                         "CUDA grids have 3 axes");
           break;
         case Stmt::Kind::Role:
-        case Stmt::Kind::Variant:
-          return fail("XL0301", s.loc,
-                      s.kind == Stmt::Kind::Role ? "a Role in a backward program is not lowered"
-                                                 : "Score / Mask declarations in a backward program are not lowered yet",
+          return fail("XL0301", s.loc, "a Role in a backward program is not lowered",
                       "the backward lowering (mma.sync) takes the program of tests/tl/backward.tl's form");
         case Stmt::Kind::For:
           for (const auto& b : s.loop.body)
@@ -204,7 +202,20 @@ class Lower {
       if (!ok || s.kind != Stmt::Kind::Allocate) return;
       const auto& a = s.alloc;
       if (a.space == tl::Space::Global) {
-        if (!find_arg(a.name)) ok = fail("XL0301", s.loc, "global '" + a.name + "' is not an argument of the backward ABI", "");
+        if (find_arg(a.name)) return;
+        // an auxiliary input of the declarations: qattn_bwd_params::aux[slot], in the checker's order
+        int slot = -1;
+        for (size_t i = 0; i < info_.aux.size(); ++i)
+          if (info_.aux[i] == a.name) slot = int(i);
+        if (slot < 0) {
+          ok = fail("XL0301", s.loc, "global '" + a.name + "' is not an argument of the backward ABI", "");
+          return;
+        }
+        std::vector<std::string> ext;
+        for (const auto& e : a.shape) ext.push_back(cint(e));
+        names_.aux_extents[a.name] = ext;
+        aux_slot_[a.name] = slot;
+        aux_int_[a.name] = a.dtype && *a.dtype == tl::DType::I32;
         return;
       }
       std::vector<int> dims;
@@ -380,6 +391,7 @@ class Lower {
     if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";  // TL Dims bound at launch");
     w.line("[[maybe_unused]] const float softmax_scale = p.softmax_scale;");
     w.line("[[maybe_unused]] const int window_left = p.window_left, window_right = p.window_right;  // resolved by qattn_bwd");
+    w.line("[[maybe_unused]] const float softcap = p.softcap;  // a launch argument of the declarations");
     w.line("TiledMma tiled_mma;");
     w.line("GmemCopy gmem_copy;");
     w.line(ref(*grid_stmt_));
@@ -413,6 +425,7 @@ class Lower {
         case Stmt::Kind::Reshape: reshape(w, s); break;
         case Stmt::Kind::For: loop(w, s); break;
         case Stmt::Kind::Comment: w.line("// " + (s.comment.text.empty() || s.comment.text[0] != ' ' ? s.comment.text : s.comment.text.substr(1))); break;
+        case Stmt::Kind::Variant: declaration(w, s); break;
         default: break;
       }
     }
@@ -535,6 +548,13 @@ class Lower {
   void allocate(Out& w, const Stmt& s) {
     const auto& a = s.alloc;
     w.line(ref(s));
+    if (a.space == tl::Space::Global && !find_arg(a.name)) {
+      const bool is_int = aux_int_[a.name];
+      const std::string t = is_int ? "int" : "float";
+      w.line("const " + t + "* __restrict__ aux_" + a.name + " = static_cast<const " + t + "*>(p.aux[" +
+             std::to_string(aux_slot_[a.name]) + "]);  // an input of the declarations");
+      return;
+    }
     if (a.space == tl::Space::Global) {
       const GlobalArg* g = find_arg(a.name);
       const std::string b = cint(a.offset[0]), h = cint(a.offset[1]);
@@ -747,10 +767,7 @@ class Lower {
     w.line(ref(s));
     if (c.op == "GEMM") return gemm(w, s);
     if (c.op == "Mask") return mask(w, s);
-    if (c.op == "Modify") {
-      fail("XL0301", s.loc, "Compute Modify in a backward program is not lowered", "");
-      return;
-    }
+    if (c.op == "Modify" || c.op == "Derivative") return score_op(w, s);
     const std::string x = c.operands[0].expr.name;
     if (!regs_.count(x)) {
       fail("XL0303", s.loc, "'" + x + "' has no register tile here", "");
@@ -843,7 +860,16 @@ class Lower {
     const auto& m = c.mask;
     using K = tl::MaskSpec::Kind;
     if (m.kind == K::Named) {
-      fail("XL0301", s.loc, "a declared Mask in a backward program is not lowered yet", "");
+      if (c.at.size() != 2 || c.operands.empty()) return void(fail("XL0301", s.loc, "a Mask without its tile coordinate", ""));
+      const RegBuf* rp = rg(c.operands[0].expr.name, s);
+      if (!rp) return;
+      const std::string M = std::to_string(rp->rows), N = std::to_string(rp->cols);
+      w.open("{");
+      w.line("const int row0 = (" + cint(c.at[0]) + ") * " + M + ", col0 = (" + cint(c.at[1]) + ") * " + N + ";");
+      w.line("const bool full = full_" + m.name + "(row0, row0 + " + M + " - 1, col0, col0 + " + N + " - 1);");
+      w.line("qattn::apply_keep<" + M + ", " + N + ">(tiled_mma, " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
+             ", tid);");
+      w.close();
       return;
     }
     if (c.operands.empty() || c.at.size() != 2) {
@@ -860,6 +886,60 @@ class Lower {
     w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(tiled_mma, " +
            r.var + ", (" + cint(c.at[0]) + ") * " + std::to_string(r.rows) + ", (" + cint(c.at[1]) + ") * " + std::to_string(r.cols) +
            ", " + args + ", tid);");
+  }
+
+  // A Score / Mask declaration: device lambdas over the element's indices (the forward's form,
+  // backend/emit_variant.cc), and for a Score its derivative in score (tl::derive_score).
+  void declaration(Out& w, const Stmt& s) {
+    w.line(ref(s));
+    const tl::VariantStmt& v = s.variant;
+    DeclType t;
+    const std::string body = names_.decl_expr(v.expr, t);
+    std::function<void(const tl::Expr&)> scan = [&](const tl::Expr& e) {
+      if (e.kind == tl::Expr::Kind::Name && e.name == "softcap") reads_softcap_ = true;
+      for (const auto& a : e.args) scan(a);
+    };
+    scan(v.expr);
+    if (!v.is_mask) {
+      w.line("[[maybe_unused]] auto score_" + v.name + " = [&](float score, int q_idx, int kv_idx) -> float { return " +
+             (t == DeclType::Float ? body : "float(" + body + ")") + "; };");
+      std::string why;
+      if (auto de = tl::derive_score(v.expr, why)) {
+        DeclType dt;
+        const std::string dbody = names_.decl_expr(*de, dt);
+        w.line("[[maybe_unused]] auto dscore_" + v.name + " = [&](float score, int q_idx, int kv_idx) -> float { return " +
+               (dt == DeclType::Float ? dbody : "float(" + dbody + ")") + "; };  // d " + v.name + " / d score: " +
+               tl::print_expr(*de));
+      }
+      return;
+    }
+    w.line("[[maybe_unused]] auto mask_" + v.name + " = [&](int q_idx, int kv_idx) -> bool { return " + body + "; };");
+    for (const auto& [what, cl] : {std::pair<const char*, const std::optional<tl::Expr>*>{"empty", &v.empty_when},
+                                   std::pair<const char*, const std::optional<tl::Expr>*>{"full", &v.full_when}}) {
+      DeclType ct;
+      const std::string e = *cl ? names_.decl_expr(**cl, ct) : "false";
+      w.line("[[maybe_unused]] auto " + std::string(what) + "_" + v.name +
+             " = [&](int q_lo, int q_hi, int kv_lo, int kv_hi) -> bool { return " + e + "; };");
+    }
+  }
+
+  // `Compute Modify S at [r, c] with NAME` / `Compute Derivative dS, S0 at [r, c] with NAME`.
+  void score_op(Out& w, const Stmt& s) {
+    const auto& c = s.compute;
+    if (c.at.size() != 2 || c.operands.empty()) return void(fail("XL0301", s.loc, c.op + " without its tile coordinate", ""));
+    const RegBuf* x = rg(c.operands[0].expr.name, s);
+    if (!x) return;
+    const std::string M = std::to_string(x->rows), N = std::to_string(x->cols);
+    const std::string r0 = "(" + cint(c.at[0]) + ") * " + M, c0 = "(" + cint(c.at[1]) + ") * " + N;
+    if (c.op == "Modify") {
+      w.line("qattn::apply_score<" + M + ", " + N + ">(tiled_mma, " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
+             ", tid);");
+      return;
+    }
+    const RegBuf* y = c.operands.size() > 1 ? rg(c.operands[1].expr.name, s) : nullptr;
+    if (!y) return;
+    w.line("qattn::apply_derivative<" + M + ", " + N + ">(tiled_mma, " + x->var + ", " + y->var + ", " + r0 + ", " + c0 +
+           ", dscore_" + c.mask.name + ", tid);");
   }
 
   void reshape(Out& w, const Stmt& s) {
@@ -887,7 +967,17 @@ class Lower {
       first = false;
     }
     j << "},\"threads\":" << threads_ << ",\"smem_bytes\":" << smem_bytes_
-      << ",\"args\":[" << (window ? "\"window_left\",\"window_right\"" : "") << "],\"tl_hash\":\""
+      << ",\"aux\":[";
+    for (size_t i = 0; i < info_.aux.size(); ++i) {  // as the forward's info: name, dtype, shape (TL names)
+      const std::string& n = info_.aux[i];
+      j << (i ? "," : "") << "{\"name\":\"" << n << "\",\"dtype\":\"" << (aux_int_[n] ? "int32" : "fp32") << "\",\"shape\":[";
+      const auto& shape = info_.tensors.count(n) ? info_.tensors.at(n).global_shape : std::vector<tl::Expr>{};
+      for (size_t k = 0; k < shape.size(); ++k) j << (k ? "," : "") << "\"" << tl::print_expr(shape[k]) << "\"";
+      j << "]}";
+    }
+    std::string args = window ? "\"window_left\",\"window_right\"" : "";
+    if (reads_softcap_) args += std::string(args.empty() ? "" : ",") + "\"softcap\"";
+    j << "],\"args\":[" << args << "],\"tl_hash\":\""
       << support::sha256_hex(tl::print(prog_)).substr(0, 16) << "\"}";
     info_json_ = j.str();
     w.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
@@ -901,15 +991,19 @@ class Lower {
     w.line("}");
     w.line();
     w.open("QATTN_EXPORT int qattn_bwd(const qattn_bwd_params* params, void* stream) {");
+    unsigned aux_mask = 0;
+    for (size_t i = 0; i < info_.aux.size(); ++i) aux_mask |= 1u << i;
     w.line("if (int st = qattn::host::check_bwd_params(params, " + std::to_string(d_qk_) + ", " + std::to_string(d_v_) +
-           ", int(sizeof(Element)), int(sizeof(ElementDK))); st != QATTN_OK)");
+           ", int(sizeof(Element)), int(sizeof(ElementDK)), " + std::to_string(aux_mask) + "u); st != QATTN_OK)");
     w.line("  return st;");
     w.line("qattn_bwd_params p = *params;");
     if (dk_dtype_ != tl::DType::F32)
       w.line("if (p.heads_q != p.heads_kv) return qattn::host::fail(QATTN_ERR_SHAPE, \"this backward kernel stores dK and dV once per "
              "query head (heads_q %d, heads_kv %d): GQA needs the kernel that accumulates them in fp32\", p.heads_q, p.heads_kv);");
+    if (reads_softcap_ && !window) w.line("if (int st = qattn::host::check_launch_args(p, false, true); st != QATTN_OK) return st;");
     if (window) {
-      w.line("if (int st = qattn::host::check_launch_args(p, true, false); st != QATTN_OK) return st;");
+      w.line(std::string("if (int st = qattn::host::check_launch_args(p, true, ") + (reads_softcap_ ? "true" : "false") +
+             "); st != QATTN_OK) return st;");
       w.line("if (p.window_left < 0) p.window_left = p.seqlen_q + p.seqlen_k;  // unbounded: no key is that far");
       w.line("if (p.window_right < 0) p.window_right = p.seqlen_q + p.seqlen_k;");
     }
@@ -967,6 +1061,9 @@ class Lower {
   std::set<std::string> written_async_, written_sync_;
   std::set<std::string> read_since_barrier_;  // shared buffers read since the last __syncthreads
   std::set<const Stmt*> prefetched_;  // loop Copies issued ahead (loop())
+  std::map<std::string, int> aux_slot_;   // auxiliary inputs: ABI aux[] slot
+  std::map<std::string, bool> aux_int_;   // ... int32 (else fp32)
+  bool reads_softcap_ = false;            // a declaration reads the launch argument softcap
 };
 
 }  // namespace
