@@ -189,10 +189,24 @@ SHAPES = [(1, 2, 2, 77, 130), (2, 4, 2, 130, 77), (1, 4, 1, 257, 257), (2, 2, 2,
 WINDOWS = [(37, 0), (-1, 19), (150, -1), (5, 5)]
 
 
-def check_library(lib, seed=100):
-    """Every shape of SHAPES on one BwdLibrary: [(shape, window, result dict)]."""
+def random_shapes(n, seed, gqa=True):
+    """n random (batch, heads_q, heads_kv, seqlen_q, seqlen_k): batch 1-3, MHA / GQA / MQA (MHA only
+    when gqa is False), lengths 1-1100 (odd ones included), from one seed."""
+    import random
+    rng = random.Random(seed)
     out = []
-    for i, shape in enumerate(SHAPES):
+    for _ in range(n):
+        hk = rng.choice([1, 2, 3])
+        hq = hk * (rng.choice([1, 2, 4]) if gqa else 1)
+        out.append((rng.randint(1, 3), hq, hk, rng.randint(1, 1100), rng.randint(1, 1100)))
+    return out
+
+
+def check_library(lib, seed=100, random_count=0):
+    """Every shape of SHAPES, then random_count random ones, on one BwdLibrary: [(shape, window, result)]."""
+    out = []
+    shapes = SHAPES + random_shapes(random_count, seed, gqa=lib.info.get("dk_dtype") == "fp32")
+    for i, shape in enumerate(shapes):
         window = WINDOWS[i % len(WINDOWS)] if lib.info["mask"] == "window" else (-1, -1)
         out.append((shape, window, run_case(lib, shape, seed=seed + i, window=window)))
     return out

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from qattn import _abi  # noqa: E402
-from qattn._backward_check import SHAPES, WINDOWS, bench, run_case  # noqa: E402
+from qattn._backward_check import SHAPES, WINDOWS, bench, random_shapes, run_case  # noqa: E402
 
 
 def main():
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--planted", nargs="*", default=[])
     ap.add_argument("--csv")
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--random", type=int, default=0, help="random shapes per library after the fixed ones")
     ap.add_argument("--bench-shapes", default="4,16,16,4096,4096;2,16,16,8192,8192;4,32,8,4096,4096")
     args = ap.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -40,7 +41,8 @@ def main():
         lib = _abi.BwdLibrary(path)
         name = os.path.basename(path)
         fails = 0
-        for i, shape in enumerate(SHAPES):
+        shapes = SHAPES + random_shapes(0 if planted else args.random, 1000 + total, gqa=lib.info["dk_dtype"] == "fp32")
+        for i, shape in enumerate(shapes):
             window = WINDOWS[i % len(WINDOWS)] if lib.info["mask"] == "window" else (-1, -1)
             r = run_case(lib, shape, seed=100 + i, window=window)
             total += 1
@@ -51,11 +53,12 @@ def main():
             print(f"{name} {shape} window={window}: {tag} {detail}")
         if planted:
             ok = fails > 0
-            print(f"{name}: planted bug {'caught' if ok else 'NOT CAUGHT'} ({fails}/{len(SHAPES)} shapes fail)")
+            print(f"{name}: planted bug {'caught' if ok else 'NOT CAUGHT'} ({fails}/{len(shapes)} shapes fail)")
         else:
             ok = fails == 0
         bad += not ok
-    print(f"numerics: {total} cases, {bad} libraries not as expected")
+    print(f"numerics: {total} cases ({sum(1 for p in args.libs)} libraries x {len(SHAPES)} fixed + {args.random} random "
+          f"shapes, planted ones on the fixed shapes), {bad} libraries not as expected")
     if args.bench:
         rows = []
         for path in args.libs:
