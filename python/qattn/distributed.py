@@ -301,13 +301,39 @@ def _heads_of(x, world, rank):
     return x[:, :, rank * h:(rank + 1) * h]
 
 
+_A2A = None
+
+
+def _a2a_function(torch, dist):
+    """all_to_all_single as an autograd Function: its gradient is the all-to-all back (the sizes
+    swapped), so Ulysses attention trains (qattn.attention is differentiable)."""
+    global _A2A
+    if _A2A is None:
+        class AllToAll(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, flat_in, out_sizes, in_sizes, group):
+                ctx.sizes, ctx.group = (out_sizes, in_sizes), group
+                flat_out = flat_in.new_empty(sum(out_sizes))
+                dist.all_to_all_single(flat_out, flat_in.contiguous(), out_sizes, in_sizes, group=group)
+                return flat_out
+
+            @staticmethod
+            def backward(ctx, grad):
+                out_sizes, in_sizes = ctx.sizes
+                back = grad.new_empty(sum(in_sizes))
+                dist.all_to_all_single(back, grad.contiguous(), in_sizes, out_sizes, group=ctx.group)
+                return back, None, None, None
+        _A2A = AllToAll
+    return _A2A
+
+
 def _all_to_all(torch, dist, group, send, shapes):
     """send[j] goes to rank j; returns the tensors received from each rank (shapes[j] from rank j).
-    One all_to_all_single on flattened buffers (uneven sizes; NCCL and gloo both take it)."""
+    One all_to_all_single on flattened buffers (uneven sizes; NCCL and gloo both take it);
+    differentiable (_a2a_function)."""
     flat_in = torch.cat([t.reshape(-1) for t in send])
     sizes = [math.prod(s) for s in shapes]
-    flat_out = flat_in.new_empty(sum(sizes))
-    dist.all_to_all_single(flat_out, flat_in, sizes, [t.numel() for t in send], group=group)
+    flat_out = _a2a_function(torch, dist).apply(flat_in, sizes, [t.numel() for t in send], group)
     return [c.view(s) for c, s in zip(torch.split(flat_out, sizes), shapes)]
 
 
@@ -317,12 +343,13 @@ def _seq_to_heads(torch, dist, group, world, x, n, sharding):
     send = [x[:, :, j * hw:(j + 1) * hw] for j in range(world)]
     recv = _all_to_all(torch, dist, group, send, [(x.shape[0], shard_len(n, world, j, sharding), hw) + tuple(x.shape[3:])
                                                   for j in range(world)])
-    full = x.new_empty((x.shape[0], n, hw) + tuple(x.shape[3:]))
+    pieces = []  # (global start, rows): the whole sequence in order, differentiable (no in-place writes)
     for j in range(world):
         iv = rank_intervals(n, world, j, sharding)
         for (a, bb), (lo, hi) in zip(iv, _local_offsets(iv)):
-            full[:, a:bb] = recv[j][:, lo:hi]
-    return full
+            pieces.append((a, recv[j][:, lo:hi]))
+    pieces.sort(key=lambda t: t[0])
+    return torch.cat([t for _, t in pieces], dim=1)
 
 
 def _heads_to_seq(torch, dist, group, world, rank, x, n, sharding, seq_dim=1):
@@ -405,8 +432,15 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     if unknown:
         raise SpecError(f"unexpected keyword {unknown[0]!r}", code="PY0107")
     given = [n for n in _RING_REFUSED if (window if n == "window" else variants.get(n)) is not None]
+    torch_ = __import__("torch") if any(getattr(t, "requires_grad", False) for t in (q, k, v)) else None
+    grad = torch_ is not None and torch_.is_grad_enabled()
     if mode == "auto":
         mode = "ring"
+        if grad and not given:  # training: Ulysses (differentiable end to end) where the heads split
+            _, _, world, _ = _dist(group)
+            hq, hkv = (int(q.shape[2]), int(k.shape[2])) if layout == "bshd" else (int(q.shape[1]), int(k.shape[1]))
+            if _ulysses_heads_ok(hq, hkv, world):
+                mode = "ulysses"
         if given:
             _, _, world, _ = _dist(group)
             hq, hkv = (int(q.shape[2]), int(k.shape[2])) if layout == "bshd" else (int(q.shape[1]), int(k.shape[1]))
@@ -423,6 +457,9 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
         raise SpecError(f"mode='ring' does not take {given[0]}: it reads positions, and the kernel of a ring step "
                         f"sees positions inside a shard, not global ones", code="PY0802",
                         hint="mode='ulysses' (or 'auto') runs every mask and variant (each rank holds whole sequences)")
+    if grad:
+        raise SpecError("mode='ring' has no backward yet (its LSE merge needs the gradient of the LSE)", code="PY0804",
+                        hint="train with mode='ulysses' (or 'auto', which takes it when the heads split over the ranks)")
     return ring_attention(q, k, v, causal, scale, softcap, return_lse, group=group, seqlen=seqlen, seqlen_k=seqlen_k,
                           sharding=sharding, layout=layout)
 

@@ -207,6 +207,33 @@ for case, (n, hq, hkv, causal, mode, sharding, layout, softcap) in enumerate([
     if not err < 1e-4:
         fails += 1
         print(f"rank {r}: {n} {hq}/{hkv} causal={causal} {mode} {sharding} {layout}: error {err}", flush=True)
+# training through Ulysses (the all-to-alls are differentiable): the gradients of every rank's shards
+# equal the rows of the whole attention's gradients; mode='auto' takes Ulysses for inputs that require
+# grad; the ring refuses them (PY0804)
+for n, hq, hkv, causal, sharding in [(37, 4, 2, True, "zigzag"), (29, 4, 4, False, "contiguous")]:
+    if 4 % w:
+        continue
+    q = torch.randn(2, n, hq, 16, generator=g); k = torch.randn(2, n, hkv, 16, generator=g); v = torch.randn(2, n, hkv, 16, generator=g)
+    do = torch.randn(2, n, hq, 16, generator=g)
+    qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(ref(qf, kf, vf, causal=causal), (qf, kf, vf), do)
+    ql, kl, vl = (qcp.shard(t, seq_dim=1, sharding=sharding).clone().requires_grad_() for t in (q, k, v))
+    seen = []
+    real_uly = qcp.ulysses_attention
+    qcp.ulysses_attention = lambda *a, **k: seen.append("ulysses") or real_uly(*a, **k)
+    o = qcp.attention(ql, kl, vl, causal=causal, sharding=sharding, seqlen=n)
+    qcp.ulysses_attention = real_uly
+    got = torch.autograd.grad(o, (ql, kl, vl), qcp.shard(do, seq_dim=1, sharding=sharding))
+    err = max((a - qcp.shard(b, seq_dim=1, sharding=sharding)).abs().max().item() for a, b in zip(got, want))
+    if seen != ["ulysses"] or not err < 1e-4:
+        fails += 1
+        print(f"rank {r}: training {n} {hq}/{hkv} causal={causal} {sharding}: modes {seen}, gradient error {err}", flush=True)
+    try:
+        qcp.attention(ql, kl, vl, causal=causal, sharding=sharding, seqlen=n, mode="ring")
+        fails += 1
+        print(f"rank {r}: the ring took inputs that require grad", flush=True)
+    except qcp.SpecError as e:
+        fails += e.code != "PY0804"
 print(f"rank {r} of {w}: {fails} failures", flush=True)
 dist.destroy_process_group()
 sys.exit(1 if fails else 0)
