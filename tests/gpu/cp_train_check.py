@@ -1,0 +1,77 @@
+"""Training through context parallelism on GPUs (issues 19 and 22): qattn.distributed's Ulysses mode
+under autograd over NCCL, against single-GPU qattn and fp32 autograd.
+
+    torchrun --nproc-per-node N tests/gpu/cp_train_check.py
+
+Every rank makes the same whole-sequence inputs and upstream gradient (one seed, on the CPU), shards
+them, runs qcp.attention (mode='auto', which takes Ulysses for inputs that require grad) and
+backpropagates its shard of dO. Its shard gradients are compared with the rows of (a) the gradients
+of qattn.attention on the whole sequence on its own GPU and (b) fp32 autograd of the same attention.
+Pass: error to fp32 at most 2x single-GPU qattn's error + 1e-3 for each of dQ, dK, dV. Exit 1 on any
+failure.
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import qattn  # noqa: E402
+import qattn.distributed as qcp  # noqa: E402
+
+# (name, batch, n, heads_q, heads_kv, d, causal, sharding)
+CASES = [
+    ("gqa-causal-zigzag", 1, 2049, 8, 2, 128, True, "zigzag"),
+    ("mha-full-contiguous", 2, 1001, 4, 4, 64, False, "contiguous"),
+]
+
+
+def fp32_grads(q, k, v, dout, causal):
+    qf, kf, vf = (x.detach().float().requires_grad_() for x in (q, k, v))
+    hq, hk = q.shape[2], k.shape[2]
+    qb, kb, vb = qf.transpose(1, 2), kf.transpose(1, 2).repeat_interleave(hq // hk, 1), vf.transpose(1, 2).repeat_interleave(hq // hk, 1)
+    s = (qb @ kb.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if causal:
+        n = q.shape[1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    o = (torch.softmax(s, -1) @ vb).transpose(1, 2)
+    return torch.autograd.grad(o, (qf, kf, vf), dout.float())
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    fails = 0
+    for name, b, n, hq, hk, d, causal, sharding in CASES:
+        g = torch.Generator().manual_seed(11)
+        q, k, v = (torch.randn(b, n, h, d, generator=g).to(torch.bfloat16).cuda() for h in (hq, hk, hk))
+        dout = torch.randn(b, n, hq, d, generator=g).to(torch.bfloat16).cuda()
+        # single-GPU qattn on the whole sequence
+        qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
+        single = torch.autograd.grad(qattn.attention(qs, ks, vs, causal=causal), (qs, ks, vs), dout)
+        ref = fp32_grads(q, k, v, dout, causal)
+        # context parallel: this rank's shards
+        ql, kl, vl = (qcp.shard(x, seq_dim=1, sharding=sharding).clone().requires_grad_() for x in (q, k, v))
+        o = qcp.attention(ql, kl, vl, causal=causal, sharding=sharding, seqlen=n)
+        got = torch.autograd.grad(o, (ql, kl, vl), qcp.shard(dout, seq_dim=1, sharding=sharding))
+        line = []
+        for gname, gt, sg, rf in zip(("dq", "dk", "dv"), got, single, ref):
+            sg_rows, rf_rows = (qcp.shard(x, seq_dim=1, sharding=sharding) for x in (sg, rf))
+            err = (gt.float() - rf_rows).abs().max().item()
+            bound = 2 * (sg_rows.float() - rf_rows).abs().max().item() + 1e-3
+            ok = err <= bound
+            fails += not ok
+            line.append(f"{gname} {err:.2e}/{bound:.2e}{'' if ok else ' FAIL'}")
+        print(f"[rank {rank}/{world}] {name}: {'; '.join(line)}", flush=True)
+    total = torch.tensor([fails], device="cuda")
+    dist.all_reduce(total)
+    if rank == 0:
+        print(f"cp_train_check: world {world}, {len(CASES)} cases, {int(total.item())} failures", flush=True)
+    dist.destroy_process_group()
+    return 1 if total.item() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
