@@ -35,6 +35,7 @@ CONFIGS=(
   "bwd_d128_window_mha|--preset mistral-7b --window 256,0 --heads 32,32"
   "bwd_mla_causal|--preset deepseek-v3-mla-prefill"
   "bwd_fp16_d128_topleft_mha|--preset llama2-7b --mask causal_top_left --dtype fp16"
+  "bwd_d256_causal|--preset llama3-8b --head-dim 256"
   "neg_bwd_no_dk_scale|--preset llama3.2-1b|/^Compute Multiply dK, softmax_scale$/d"
   "neg_bwd_late_first_tile|--preset llama3.2-1b|s/^for i = max(0, \\(.*\\)): /for i = max(0, \\1 + 1): /"
 )
