@@ -259,6 +259,30 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
     n_q = _global_len(dist, group, world, rank, sq, seqlen, sharding, "q")
     n_k = _global_len(dist, group, world, rank, sk, seqlen_k, sharding, "k/v")
     steps = ring_schedule(n_q, n_k, world, rank, causal, sharding)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if softcap is not None:
+            raise SpecError("mode='ring' with a softcap has no backward yet", code="PY0804",
+                            hint="train the softcap with mode='ulysses'")
+        from ._attention import _scale
+        s = _scale(scale, dqk)
+
+        def run(qd, kd, vd):
+            return _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, scale, softcap)
+
+        def back(qd, kd, vd, od, ld, do):
+            return _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, od, ld, do, s)
+        o, lse = _ring_function(torch).apply(qv, kv, vv, run, back)
+        return _result(o, lse, return_lse, layout)
+    o, lse = _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap)
+    return _result(o, lse, return_lse, layout)
+
+
+def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap):
+    """The ring's forward on BSHD views: (o in q's dtype, lse fp32) of this rank's rows."""
+    from . import _attention
+    q = qv
+    b, sq, hq, dqk = (int(x) for x in qv.shape)
+    sk, hkv, dv = int(kv.shape[1]), int(kv.shape[2]), int(vv.shape[3])
     # the first launch covers every row in the usual case (step 0, the rank's own shard): it is copied
     # in, not merged; otherwise rows start empty (0, -inf)
     c0 = steps[0][1][0] if steps[0][1] else None
@@ -293,7 +317,74 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
             r.wait()
         if reqs:
             cur_k, cur_v = nk, nv
-    return _result(out.to(q.dtype), lse, return_lse, layout)
+    return out.to(q.dtype), lse
+
+
+_RING_FN = None
+
+
+def _ring_function(torch):
+    """Ring attention as an autograd Function. Its backward walks the ring again: at each step the
+    kernel's backward (qattn._attention.attention_backward) runs on this rank's queries against the
+    K/V shard that is here, with this rank's final O and LSE (the gradient of a step's scores only
+    needs the global softmax: P = exp(S - LSE), D = rowsum(dO * O)); dQ adds up here, while the
+    shard's dK and dV travel with it and are back at their owner after the last step."""
+    global _RING_FN
+    if _RING_FN is None:
+        class RingFn(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, run, back):
+                o, lse = run(q.detach(), k.detach(), v.detach())
+                ctx.save_for_backward(q, k, v, o, lse)
+                ctx.back = back
+                ctx.mark_non_differentiable(lse)
+                return o, lse
+
+            @staticmethod
+            def backward(ctx, do, _dlse):
+                q, k, v, o, lse = ctx.saved_tensors
+                dq, dk, dv = ctx.back(q, k, v, o, lse, do)
+                return dq, dk, dv, None, None
+        _RING_FN = RingFn
+    return _RING_FN
+
+
+def _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, q, k, v, o, lse, do, scale):
+    """dQ, dK, dV of this rank's shards (BSHD views) from the ring schedule `steps` (see _ring_function)."""
+    from . import _attention
+    b, sq, hq, dqk = (int(x) for x in q.shape)
+    hkv, dv_ = int(k.shape[2]), int(v.shape[3])
+    dq = torch.zeros((b, sq, hq, dqk), device=q.device, dtype=torch.float32)
+    cur_k, cur_v = k.contiguous(), v.contiguous()
+    cur_dk = torch.zeros(cur_k.shape, device=q.device, dtype=torch.float32)
+    cur_dv = torch.zeros(cur_v.shape, device=q.device, dtype=torch.float32)
+    nxt, prv = _peer(dist, group, (rank + 1) % world), _peer(dist, group, (rank - 1) % world)
+    do = do.contiguous()
+    for t, (src, calls) in enumerate(steps):
+        for c in calls:
+            gq, gk, gv = _attention.attention_backward(
+                q[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]], o[:, c.q[0]:c.q[1]],
+                lse[:, :, c.q[0]:c.q[1]].contiguous(), do[:, c.q[0]:c.q[1]], causal="top_left" if c.causal else False,
+                scale=scale)
+            dq[:, c.q[0]:c.q[1]] += gq.float()
+            cur_dk[:, c.kv[0]:c.kv[1]] += gk.float()
+            cur_dv[:, c.kv[0]:c.kv[1]] += gv.float()
+        # the shard moves on with its gradients; after the last step only the gradients go, home
+        n_next = shard_len(n_k, world, (rank - t - 1) % world, sharding)
+        ops, recv = [], []
+        send = [cur_dk, cur_dv] if t + 1 == world else [cur_k, cur_v, cur_dk, cur_dv]
+        for x in send:
+            y = x.new_empty((b, n_next) + tuple(x.shape[2:]))
+            ops += [dist.P2POp(dist.isend, x.contiguous(), nxt, group), dist.P2POp(dist.irecv, y, prv, group)]
+            recv.append(y)
+        if world > 1:
+            for r in dist.batch_isend_irecv(ops):
+                r.wait()
+            if t + 1 == world:
+                cur_dk, cur_dv = recv
+            else:
+                cur_k, cur_v, cur_dk, cur_dv = recv
+    return dq.to(q.dtype), cur_dk.to(k.dtype), cur_dv.to(v.dtype)
 
 
 def _heads_of(x, world, rank):
@@ -457,9 +548,6 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
         raise SpecError(f"mode='ring' does not take {given[0]}: it reads positions, and the kernel of a ring step "
                         f"sees positions inside a shard, not global ones", code="PY0802",
                         hint="mode='ulysses' (or 'auto') runs every mask and variant (each rank holds whole sequences)")
-    if grad:
-        raise SpecError("mode='ring' has no backward yet (its LSE merge needs the gradient of the LSE)", code="PY0804",
-                        hint="train with mode='ulysses' (or 'auto', which takes it when the heads split over the ranks)")
     return ring_attention(q, k, v, causal, scale, softcap, return_lse, group=group, seqlen=seqlen, seqlen_k=seqlen_k,
                           sharding=sharding, layout=layout)
 

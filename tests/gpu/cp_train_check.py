@@ -4,8 +4,9 @@ under autograd over NCCL, against single-GPU qattn and fp32 autograd.
     torchrun --nproc-per-node N tests/gpu/cp_train_check.py
 
 Every rank makes the same whole-sequence inputs and upstream gradient (one seed, on the CPU), shards
-them, runs qcp.attention (mode='auto', which takes Ulysses for inputs that require grad) and
-backpropagates its shard of dO. Its shard gradients are compared with the rows of (a) the gradients
+them, runs qcp.attention (mode='auto', which takes Ulysses for inputs that require grad, and
+mode='ring', whose backward walks the ring with the global O and LSE) and backpropagates its shard
+of dO. Its shard gradients are compared with the rows of (a) the gradients
 of qattn.attention on the whole sequence on its own GPU and (b) fp32 autograd of the same attention.
 Pass: error to fp32 at most 2x single-GPU qattn's error + 1e-3 for each of dQ, dK, dV. Exit 1 on any
 failure.
@@ -20,10 +21,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import qattn  # noqa: E402
 import qattn.distributed as qcp  # noqa: E402
 
-# (name, batch, n, heads_q, heads_kv, d, causal, sharding)
+# (name, batch, n, heads_q, heads_kv, d, causal, sharding, mode)
 CASES = [
-    ("gqa-causal-zigzag", 1, 2049, 8, 2, 128, True, "zigzag"),
-    ("mha-full-contiguous", 2, 1001, 4, 4, 64, False, "contiguous"),
+    ("gqa-causal-zigzag", 1, 2049, 8, 2, 128, True, "zigzag", "auto"),
+    ("mha-full-contiguous", 2, 1001, 4, 4, 64, False, "contiguous", "auto"),
+    ("ring-gqa-causal-zigzag", 1, 2049, 8, 2, 128, True, "zigzag", "ring"),
+    ("ring-mqa-full-contiguous", 2, 1001, 4, 1, 64, False, "contiguous", "ring"),
 ]
 
 
@@ -44,7 +47,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(rank % torch.cuda.device_count())
     fails = 0
-    for name, b, n, hq, hk, d, causal, sharding in CASES:
+    for name, b, n, hq, hk, d, causal, sharding, mode in CASES:
         g = torch.Generator().manual_seed(11)
         q, k, v = (torch.randn(b, n, h, d, generator=g).to(torch.bfloat16).cuda() for h in (hq, hk, hk))
         dout = torch.randn(b, n, hq, d, generator=g).to(torch.bfloat16).cuda()
@@ -54,7 +57,7 @@ def main():
         ref = fp32_grads(q, k, v, dout, causal)
         # context parallel: this rank's shards
         ql, kl, vl = (qcp.shard(x, seq_dim=1, sharding=sharding).clone().requires_grad_() for x in (q, k, v))
-        o = qcp.attention(ql, kl, vl, causal=causal, sharding=sharding, seqlen=n)
+        o = qcp.attention(ql, kl, vl, causal=causal, sharding=sharding, seqlen=n, mode=mode)
         got = torch.autograd.grad(o, (ql, kl, vl), qcp.shard(dout, seq_dim=1, sharding=sharding))
         line = []
         for gname, gt, sg, rf in zip(("dq", "dk", "dv"), got, single, ref):

@@ -35,3 +35,35 @@ def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
     o = (p @ vf).transpose(1, 2).to(q.dtype).contiguous()
     return (o, lse) if return_lse else o
+
+
+def standin_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=None, *, layout="bshd"):
+    """qattn._attention.attention_backward's meaning in fp32 torch (BSHD): dQ, dK, dV of the attention
+    whose output is o and log-sum-exp lse, for the upstream gradient dout (P from lse; D = rowsum(dO * O))."""
+    assert layout == "bshd"
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    qf = q.float().transpose(1, 2)
+    kf = k.float().transpose(1, 2).repeat_interleave(g, 1)
+    vf = v.float().transpose(1, 2).repeat_interleave(g, 1)
+    sc = scale if scale is not None else d ** -0.5
+    s = (qf @ kf.transpose(-1, -2)) * sc
+    i = torch.arange(sq, device=q.device)[:, None] + (0 if causal == "top_left" else sk - sq)
+    j = torch.arange(sk, device=q.device)[None, :]
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        vis &= j <= i
+    if window is not None:
+        left, right = window
+        vis &= ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
+    s = s.masked_fill(~vis[None, None], float("-inf"))
+    p = torch.exp(s - lse.float()[..., None]).nan_to_num(0.0)
+    dof, of = dout.float().transpose(1, 2), o.float().transpose(1, 2)
+    dvv = p.transpose(-1, -2) @ dof
+    ds = p * ((dof @ vf.transpose(-1, -2)) - (dof * of).sum(-1, keepdim=True))
+    dq = (ds @ kf) * sc
+    dk = (ds.transpose(-1, -2) @ qf) * sc
+    dk = dk.view(b, hkv, g, sk, d).sum(2)
+    dvv = dvv.view(b, hkv, g, sk, dvv.shape[-1]).sum(2)
+    return dq.transpose(1, 2).to(q.dtype), dk.transpose(1, 2).to(k.dtype), dvv.transpose(1, 2).to(v.dtype)
