@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "interp_test_util.h"
 #include "tl/interp.h"
 #include "tl/variant.h"
 #include "tl/parser.h"
@@ -21,15 +22,12 @@ namespace qattn::tl {
 namespace {
 
 namespace fs = std::filesystem;
+using testutil::kCorpus;
+using testutil::Outcome;
+using testutil::run_text;
+using testutil::slurp;
 
-const fs::path kCorpus = fs::path(QATTN_SOURCE_DIR) / "tests" / "tl";
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // One `# expect-run: precision=fp64 dims=a=1,b=2 result=pass [seed=N] [scale=X]` line.
 struct Expect {
@@ -99,22 +97,6 @@ std::vector<Expect> parse_expectations(const std::string& text, std::string& err
   return out;
 }
 
-struct Outcome {
-  RunResult r;
-  std::string diags;
-  std::vector<std::string> codes;
-  bool has(const std::string& code) const { return std::find(codes.begin(), codes.end(), code) != codes.end(); }
-};
-
-Outcome run_text(const std::string& text, RunConfig cfg, const std::string& file = "test.tl") {
-  support::DiagSink diags(file);
-  Program p = parse(text, diags, file);
-  Outcome o;
-  o.r = run(p, cfg, diags);
-  o.diags = diags.render();
-  for (const auto& d : diags.all()) o.codes.push_back(d.code);
-  return o;
-}
 
 RunConfig config(const Expect& e) {
   RunConfig c;
@@ -249,132 +231,6 @@ TEST(PlantedBug, RescaleWithTheWrongFactor) {
 TEST(PlantedBug, LastKeyTileSkipped) {
   expect_wrong_output(mha_with("for j = 0: cdiv(seqlen_k, BN)", "for j = 0: seqlen_k / BN"), "floor in loop bound");
 }
-// ---- the backward pass (tests/tl/backward.tl with one edit) -----------------------------------
-
-std::string backward_with(const std::string& from, const std::string& to) {
-  std::string text = slurp(kCorpus / "backward.tl");
-  size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << "backward.tl no longer contains: " << from;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
-
-// GQA 4/2, several key tiles, ragged query tiles, both length orders.
-RunConfig backward_dims(Precision prec, bool longer_keys) {
-  RunConfig c;
-  c.dims = {{"batch", 1}, {"heads_q", 4}, {"heads_kv", 2}, {"seqlen_q", longer_keys ? 45 : 100},
-            {"seqlen_k", longer_keys ? 100 : 45}, {"d", 16}};
-  c.precision = prec;
-  c.seed = 11;
-  return c;
-}
-
-void expect_wrong_gradients(const std::string& text, const char* what) {
-  for (Precision prec : {Precision::FP64, Precision::Storage})
-    for (bool longer_keys : {true, false}) {
-      SCOPED_TRACE(std::string(what) + (prec == Precision::FP64 ? " (fp64" : " (storage") +
-                   (longer_keys ? ", seqlen_k > seqlen_q)" : ", seqlen_q > seqlen_k)"));
-      Outcome o = run_text(text, backward_dims(prec, longer_keys));
-      EXPECT_TRUE(o.r.ran) << o.diags;
-      EXPECT_FALSE(o.r.passed) << o.r.summary;
-      EXPECT_TRUE(o.has("TL0801")) << o.diags;
-    }
-}
-
-TEST(Backward, UnmodifiedProgramPasses) {
-  for (Precision prec : {Precision::FP64, Precision::Storage})
-    for (bool longer_keys : {true, false}) {
-      Outcome o = run_text(slurp(kCorpus / "backward.tl"), backward_dims(prec, longer_keys));
-      EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
-      EXPECT_TRUE(o.codes.empty()) << o.diags;
-      EXPECT_NE(o.r.summary.find(prec == Precision::FP64 ? "dK rel_err" : "dK max_abs_err"), std::string::npos) << o.r.summary;
-    }
-}
-TEST(Backward, MissingDTerm) {
-  // dS = P * dP: the rowsum(dO * O) term dropped.
-  std::string text = backward_with("  Compute Subtract dP, Di and get dS\n", "  Compute Multiply dP, 1.0 and get dS\n");
-  expect_wrong_gradients(text, "no D term");
-}
-TEST(Backward, DsWithoutP) {
-  expect_wrong_gradients(backward_with("  Compute Multiply dS, P\n", ""), "dS = dP - D");
-}
-TEST(Backward, DkWithoutSoftmaxScale) {
-  expect_wrong_gradients(backward_with("Compute Multiply dK, softmax_scale\n", ""), "dK unscaled");
-}
-TEST(Backward, DqWithoutSoftmaxScale) {
-  expect_wrong_gradients(backward_with("  Compute Multiply dQ, softmax_scale\n", ""), "dQ unscaled");
-}
-TEST(Backward, PFromTheUnscaledLse) {
-  // P = exp2(S * scale * log2e - LSE): the LSE left in natural-log units.
-  expect_wrong_gradients(backward_with("  Compute Multiply LSE, log2e\n", ""), "LSE not in base 2");
-}
-TEST(Backward, QueryLoopStartsOneTileLate) {
-  expect_wrong_gradients(backward_with("for i = max(0, (n_block * BN + seqlen_q - seqlen_k) / BM):",
-                                       "for i = max(0, (n_block * BN + seqlen_q - seqlen_k) / BM + 1):"),
-                         "first query tile skipped");
-}
-TEST(Backward, DvStoredInsteadOfAccumulatedUnderGqa) {
-  // Two query heads share a kv head: a plain store keeps one head's share (the last block's).
-  expect_wrong_gradients(backward_with("Copy dV (BN, d) in coordinate [n_block, 0] from register to global and accumulate",
-                                       "Copy dV (BN, d) in coordinate [n_block, 0] from register to global"),
-                         "dV overwritten per query head");
-}
-TEST(Backward, ScoreDerivativeAtTheWrongScores) {
-  // the softcap's derivative taken at the raw scores (before ALiBi) instead of its own input
-  std::string text = slurp(kCorpus / "backward_scores.tl");
-  const std::string from = "Compute Derivative dS, S1 at [i, n_block] with softcap";
-  ASSERT_NE(text.find(from), std::string::npos);
-  text.replace(text.find(from), from.size(), "Compute Derivative dS, S0 at [i, n_block] with softcap");
-  for (Precision prec : {Precision::FP64, Precision::Storage}) {
-    RunConfig cfg = backward_dims(prec, true);
-    cfg.softcap = 2.0;
-    Outcome o = run_text(text, cfg);
-    EXPECT_TRUE(o.r.ran) << o.diags;
-    EXPECT_FALSE(o.r.passed) << o.r.summary;
-    EXPECT_TRUE(o.has("TL0801")) << o.diags;
-  }
-}
-TEST(Backward, DerivativeOfAScoreIsSymbolic) {
-  support::DiagSink d;
-  Program p = parse("Kernel k\nScore s = 30.0 * tanh(score / 30.0) + exp2(score) - log(score) * q_idx\n", d, "t.tl");
-  ASSERT_FALSE(d.has_errors()) << d.render();
-  const Expr* e = nullptr;
-  for (const auto& st : p.stmts)
-    if (st.kind == Stmt::Kind::Variant) e = &st.variant.expr;
-  ASSERT_NE(e, nullptr);
-  std::string why;
-  auto de = derive_score(*e, why);
-  ASSERT_TRUE(de.has_value()) << why;
-  Env env;
-  env.scalars["ln2"] = 0.6931471805599453;
-  for (double sc : {-3.0, 0.7, 12.0}) {
-    auto at = [&](const Expr& x, double s) -> std::optional<double> {
-      VariantEnv ve;
-      ve.env = &env;
-      ve.locals = VLocals{{"score", {s, false}}, {"q_idx", {5.0, true}}, {"kv_idx", {2.0, true}}};
-      auto r = evaluate(x, ve, nullptr);
-      if (!r) return std::nullopt;
-      return r->v;
-    };
-    const double x = std::fabs(sc);  // log needs a positive score
-    auto got = at(*de, x);
-    auto up = at(*e, x + 1e-6), down = at(*e, x - 1e-6);
-    ASSERT_TRUE(got && up && down);
-    EXPECT_NEAR(*got, (*up - *down) / 2e-6, 1e-5 * (1 + std::fabs(*got))) << x;
-  }
-  Program q = parse("Kernel k\nScore s = min(score, 3.0)\n", d, "t.tl");
-  for (const auto& st : q.stmts)
-    if (st.kind == Stmt::Kind::Variant) {
-      EXPECT_FALSE(derive_score(st.variant.expr, why).has_value());
-    }
-  EXPECT_NE(why.find("min"), std::string::npos) << why;
-}
-TEST(Backward, TransposedAOperandIsReadFromShared) {
-  // Without the Copy to shared, P^T reads the shared buffer's unwritten (NaN) values, not the
-  // register tile: the gradients are wrong (the checker reports the read, TL0305).
-  expect_wrong_gradients(backward_with("  Copy Pc from register to shared\n", ""), "P^T never staged");
-}
-
 TEST(PlantedBug, CausalProgramMaskedOnlyByBounds) {
   std::string text = slurp(kCorpus / "causal.tl");
   std::string from = "with causal\n";

@@ -1,1076 +1,616 @@
-// Backward programs on mma.sync: TL statements -> CuTe code over the device runtime (lower.h).
-#include "backend/bwd/lower.h"
+// Backward programs on mma.sync: TL statements -> CuTe code over the device runtime (lower.h); the
+// header facts, the tensors and the statements. Barriers and the overlap: schedule.cc; the preamble,
+// variants and the C ABI: abi.cc.
+#include "backend/bwd/lower_impl.h"
 
-#include <functional>
-#include <map>
-#include <set>
-#include <sstream>
-
-#include "backend/arch.h"
-#include "backend/cpp_expr.h"
 #include "support/sha256.h"
-#include "tl/eval.h"
 #include "tl/printer.h"
 #include "tl/variant.h"
 
-namespace qattn::backend::bwd {
-namespace {
-
+namespace qattn::backend::bwd::detail {
 using tl::Stmt;
 
-// Indented C++ text.
-class Out {
- public:
-  void line(const std::string& s = {}) { os_ << (s.empty() ? "" : std::string(indent_ * 2, ' ') + s) << "\n"; }
-  void open(const std::string& s) { line(s); ++indent_; }
-  void close(const std::string& s = "}") { --indent_; line(s); }
-  std::string str() const { return os_.str(); }
+std::optional<Translation> Lower::run() {
+  if (!header() || !tensors()) return std::nullopt;
+  Out w;
+  preamble(w);
+  kernel(w);
+  if (failed_) return std::nullopt;
+  abi(w);
+  Translation t;
+  t.cuda_source = w.str();
+  t.kernel_name = kernel_name_;
+  t.arch = arch_.name;
+  t.nvcc_flags = arch_.gencode;
+  for (const auto& f : common_nvcc_flags()) t.nvcc_flags.push_back(f);
+  t.threads = threads_;
+  t.smem_bytes = int(smem_bytes_);
+  t.info_json = info_json_;
+  t.kir = kir_text();
+  return t;
+}
 
- private:
-  std::ostringstream os_;
-  int indent_ = 0;
-};
+bool Lower::fail(const char* code, support::SrcLoc at, const std::string& msg, const std::string& hint) {
+  diags_.error(code, at, msg, hint);
+  failed_ = true;
+  return false;
+}
 
-// A kernel argument of the backward ABI (qattn_bwd_params).
-struct GlobalArg {
-  const char* tl;
-  const char* field;   // pointer field
-  const char* stride;  // stride prefix ("" for lse)
-  bool out;
-};
-const GlobalArg kArgs[] = {{"Q", "q", "q", false},   {"K", "k", "k", false},     {"V", "v", "v", false},
-                           {"O", "o", "o", false},   {"dO", "dout", "do", false}, {"LSE", "lse", "", false},
-                           {"dQ", "dq", "dq", true}, {"dK", "dk", "dk", true},    {"dV", "dv", "dv", true}};
+std::optional<int64_t> Lower::eval(const tl::Expr& e, support::SrcLoc at, const std::string& what) {
+  support::DiagSink quiet(diags_.file());
+  auto v = tl::eval_int(e, env_, &quiet);
+  if (!v) fail("XL0201", at, what + " `" + tl::print_expr(e) + "` is not a compile-time constant",
+               "tile shapes and head dims must be Consts or fixed Dims (`Dim d = 128`, `Const BM = 64`)");
+  return v;
+}
 
-const GlobalArg* find_arg(const std::string& n) {
-  for (const auto& a : kArgs)
-    if (n == a.tl) return &a;
+SharedBuf* Lower::sh(const std::string& n, const Stmt& s) {
+  auto it = shared_.find(n);
+  if (it != shared_.end()) return &it->second;
+  fail("XL0301", s.loc, "'" + n + "' has no shared buffer the backward lowering knows here", "allocate it in shared before the loop");
   return nullptr;
 }
 
-struct SharedBuf {
-  std::string var, layout;  // C++ tensor (or float*) and layout type
-  int rows = 0, cols = 0;   // cols 0: a 1-D fp32 row vector
-  tl::DType dtype = tl::DType::F16;
-  int64_t offset = 0, bytes = 0;
-};
+RegBuf* Lower::rg(const std::string& n, const Stmt& s) {
+  auto it = regs_.find(n);
+  if (it != regs_.end()) return &it->second;
+  fail("XL0301", s.loc, "'" + n + "' has no register tile the backward lowering knows here",
+       "allocate it in register, or produce it with `and get " + n + "` first");
+  return nullptr;
+}
 
-struct RegBuf {
-  std::string var;
-  int rows = 0, cols = 0;   // cols 0: a row vector
-  tl::DType dtype = tl::DType::F32;
-  bool computed = false;    // written by a Compute (else filled by a Copy from shared only)
-  bool elementwise = false; // read by a Compute other than GEMM
-  std::string a_view;       // after `Reshape`: the A-operand fragment view
-};
+std::string Lower::ref(const Stmt& s) {
+  std::string text = s.kind == Stmt::Kind::For ? "for " + s.loop.var + " = " + tl::print_expr(s.loop.lo) + ": " + tl::print_expr(s.loop.hi)
+                                               : tl::print_stmt(s);
+  if (auto nl = text.find('\n'); nl != std::string::npos) text.resize(nl);
+  return "// TL " + std::to_string(s.loc.line) + ": " + text;
+}
 
-class Lower {
- public:
-  Lower(const tl::Program& p, const tl::CheckInfo& info, const plan::Target& t, support::DiagSink& d)
-      : prog_(p), info_(info), target_(t), diags_(d) {}
-
-  std::optional<Translation> run() {
-    if (!header() || !tensors()) return std::nullopt;
-    Out w;
-    preamble(w);
-    kernel(w);
-    if (failed_) return std::nullopt;
-    abi(w);
-    Translation t;
-    t.cuda_source = w.str();
-    t.kernel_name = kernel_name_;
-    t.arch = arch_.name;
-    t.nvcc_flags = arch_.gencode;
-    for (const auto& f : common_nvcc_flags()) t.nvcc_flags.push_back(f);
-    t.threads = threads_;
-    t.smem_bytes = int(smem_bytes_);
-    t.info_json = info_json_;
-    t.kir = kir_text();
-    return t;
-  }
-
- private:
-  bool fail(const char* code, support::SrcLoc at, const std::string& msg, const std::string& hint) {
-    diags_.error(code, at, msg, hint);
-    failed_ = true;
-    return false;
-  }
-  std::optional<int64_t> eval(const tl::Expr& e, support::SrcLoc at, const std::string& what) {
-    support::DiagSink quiet(diags_.file());
-    auto v = tl::eval_int(e, env_, &quiet);
-    if (!v) fail("XL0201", at, what + " `" + tl::print_expr(e) + "` is not a compile-time constant",
-                 "tile shapes and head dims must be Consts or fixed Dims (`Dim d = 128`, `Const BM = 64`)");
-    return v;
-  }
-  // A buffer the lowering expects: XL0301 naming the statement when it is not there (never throws).
-  SharedBuf* sh(const std::string& n, const Stmt& s) {
-    auto it = shared_.find(n);
-    if (it != shared_.end()) return &it->second;
-    fail("XL0301", s.loc, "'" + n + "' has no shared buffer the backward lowering knows here", "allocate it in shared before the loop");
-    return nullptr;
-  }
-  RegBuf* rg(const std::string& n, const Stmt& s) {
-    auto it = regs_.find(n);
-    if (it != regs_.end()) return &it->second;
-    fail("XL0301", s.loc, "'" + n + "' has no register tile the backward lowering knows here",
-         "allocate it in register, or produce it with `and get " + n + "` first");
-    return nullptr;
-  }
-  std::string cint(const tl::Expr& e) const { return names_.int_expr(e); }
-  std::string cfloat(const tl::Expr& e) const { return names_.float_expr(e); }
-  std::string id(const std::string& n) const { return names_.ident(n); }
-  static std::string ref(const Stmt& s) {
-    std::string text = s.kind == Stmt::Kind::For ? "for " + s.loop.var + " = " + tl::print_expr(s.loop.lo) + ": " + tl::print_expr(s.loop.hi)
-                                                 : tl::print_stmt(s);
-    if (auto nl = text.find('\n'); nl != std::string::npos) text.resize(nl);
-    return "// TL " + std::to_string(s.loc.line) + ": " + text;
-  }
-
-  // ---- header ------------------------------------------------------------------------------------
-  bool header() {
-    for (const auto& s : prog_.stmts) {
-      switch (s.kind) {
-        case Stmt::Kind::Kernel: kernel_stmt_ = &s; break;
-        case Stmt::Kind::Dim:
-          for (const auto& it : s.dim.items) {
-            if (!it.value) { runtime_dims_.push_back(it.name); continue; }
-            auto v = eval(*it.value, it.loc, "Dim " + it.name);
-            if (!v) return false;
-            env_.ints[it.name] = *v;
-            fixed_.push_back({it.name, *v});
-          }
-          break;
-        case Stmt::Kind::Const:
-          for (const auto& it : s.cnst.items) {
-            auto v = eval(it.value, it.loc, "Const " + it.name);
-            if (!v) return false;
-            env_.ints[it.name] = *v;
-            fixed_.push_back({it.name, *v});
-          }
-          break;
-        case Stmt::Kind::Grid:
-          grid_stmt_ = &s;
-          if (s.grid.items.size() > 3)
-            return fail("XL0203", s.loc, "a Grid of " + std::to_string(s.grid.items.size()) + " axes cannot be launched",
-                        "CUDA grids have 3 axes");
-          break;
-        case Stmt::Kind::Role:
-          return fail("XL0301", s.loc, "a Role in a backward program is not lowered",
-                      "the backward lowering (mma.sync) takes the program of tests/tl/backward.tl's form");
-        case Stmt::Kind::For:
-          for (const auto& b : s.loop.body)
-            if (b.kind == Stmt::Kind::For)
-              return fail("XL0302", b.loc, "nested loops are not lowered", "one loop over the query tiles");
-          break;
-        default: break;
-      }
-      for (const auto& a : s.attrs)
-        return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a backward program",
-                    "the backward lowering has no Hopper schedule or packing yet: remove the attribute");
-    }
-    if (!kernel_stmt_ || !grid_stmt_) return fail("XL0301", {}, "the program lacks its Kernel or Grid line", "");
-    if (auto it = env_.ints.find("WARPS"); it != env_.ints.end()) warps_ = int(it->second);
-    if (warps_ < 1 || warps_ > 16)
-      return fail("XL0202", {}, "WARPS = " + std::to_string(warps_) + " is not lowered", "use 4 or 8 warps");
-    threads_ = 32 * warps_;
-    // The element type: Q's global dtype; every 16-bit operand shares it.
-    const tl::DType el = info_.tensors.count("Q") ? info_.tensors.at("Q").global_dtype : tl::DType::F16;
-    auto a = choose_arch(target_, el, diags_, kernel_stmt_->loc);
-    if (!a) return failed_ = true, false;
-    if (a->sm < 80 || a->fp8)
-      return fail("XL0101", kernel_stmt_->loc, "the backward lowering needs the sm80 form (fp16/bf16 on Ampere or newer)",
-                  "translate for --gpu a100, l40s (fp16/bf16) or h100");
-    arch_ = *a;
-    elem_ = el;
-    kernel_name_ = kernel_stmt_->kernel.name + "_" + arch_.name;
-    mask_ = kernel_stmt_->kernel.mask;
-    return true;
-  }
-
-  // ---- tensors: shared plan, register facts ------------------------------------------------------
-  void walk(const std::vector<Stmt>& body, const std::function<void(const Stmt&)>& fn) {
-    for (const auto& s : body) {
-      fn(s);
-      if (s.kind == Stmt::Kind::For) walk(s.loop.body, fn);
-    }
-  }
-
-  bool tensors() {
-    bool ok = true;
-    int64_t off = 0;
-    walk(prog_.stmts, [&](const Stmt& s) {
-      if (!ok || s.kind != Stmt::Kind::Allocate) return;
-      const auto& a = s.alloc;
-      if (a.space == tl::Space::Global) {
-        if (find_arg(a.name)) return;
-        // an auxiliary input of the declarations: qattn_bwd_params::aux[slot], in the checker's order
-        int slot = -1;
-        for (size_t i = 0; i < info_.aux.size(); ++i)
-          if (info_.aux[i] == a.name) slot = int(i);
-        if (slot < 0) {
-          ok = fail("XL0301", s.loc, "global '" + a.name + "' is not an argument of the backward ABI", "");
-          return;
+bool Lower::header() {
+  for (const auto& s : prog_.stmts) {
+    switch (s.kind) {
+      case Stmt::Kind::Kernel: kernel_stmt_ = &s; break;
+      case Stmt::Kind::Dim:
+        for (const auto& it : s.dim.items) {
+          if (!it.value) { runtime_dims_.push_back(it.name); continue; }
+          auto v = eval(*it.value, it.loc, "Dim " + it.name);
+          if (!v) return false;
+          env_.ints[it.name] = *v;
+          fixed_.push_back({it.name, *v});
         }
-        std::vector<std::string> ext;
-        for (const auto& e : a.shape) ext.push_back(cint(e));
-        names_.aux_extents[a.name] = ext;
-        aux_slot_[a.name] = slot;
-        aux_int_[a.name] = a.dtype && *a.dtype == tl::DType::I32;
-        return;
-      }
-      std::vector<int> dims;
-      for (const auto& e : a.shape) {
-        auto v = eval(e, s.loc, "the shape of " + a.name);
-        if (!v) { ok = false; return; }
-        dims.push_back(int(*v));
-      }
-      const tl::DType dt = a.dtype.value_or(a.space == tl::Space::Shared ? tl::DType::F16 : tl::DType::F32);
-      if (a.space == tl::Space::Shared) {
-        SharedBuf b;
-        b.var = "s" + id(a.name);
-        b.rows = dims[0];
-        b.cols = dims.size() > 1 ? dims[1] : 0;
-        b.dtype = dt;
-        if (b.cols == 0 && dt != tl::DType::F32) {
-          ok = fail("XL0301", s.loc, "a 1-D shared buffer of " + std::string(tl::to_string(dt)) + " is not lowered",
-                    "1-D shared buffers are fp32 row vectors (the LSE of a query tile)");
-          return;
+        break;
+      case Stmt::Kind::Const:
+        for (const auto& it : s.cnst.items) {
+          auto v = eval(it.value, it.loc, "Const " + it.name);
+          if (!v) return false;
+          env_.ints[it.name] = *v;
+          fixed_.push_back({it.name, *v});
         }
-        if (b.cols > 0 && dt != elem_) {
-          ok = fail("XL0102", s.loc, "shared tile " + a.name + " is " + tl::to_string(dt) + " but the operands are " +
-                                         tl::to_string(elem_), "keep every 16-bit tile in one dtype");
-          return;
-        }
-        if (b.cols > 0 && (b.rows % 8 != 0 || b.cols % 16 != 0)) {
-          ok = fail("XL0202", s.loc, "shared tile " + a.name + " (" + std::to_string(b.rows) + ", " + std::to_string(b.cols) +
-                                         ") does not tile by the swizzle atom", "rows a multiple of 8, columns of 16");
-          return;
-        }
-        const int64_t bytes = b.cols ? int64_t(b.rows) * b.cols * dtype_bytes(dt) : int64_t(b.rows) * 4;
-        b.bytes = (bytes + 127) / 128 * 128;
-        b.offset = off;
-        b.layout = "SmemLayout" + id(a.name);
-        off += b.bytes;
-        shared_[a.name] = b;
-      } else {
-        RegBuf r;
-        r.var = "r" + id(a.name);
-        r.rows = dims[0];
-        r.cols = dims.size() > 1 ? dims[1] : 0;
-        r.dtype = dt;
-        regs_[a.name] = r;
-      }
-    });
-    if (!ok) return false;
-    smem_bytes_ = off;
-    const int64_t limit = target_.smem_per_block > 0 ? int64_t(target_.smem_per_block) : int64_t(166912);
-    if (smem_bytes_ > limit)
-      return fail("XL0202", kernel_stmt_->loc,
-                  "the shared buffers need " + std::to_string(smem_bytes_) + " bytes; " + target_.name + " has " + std::to_string(limit),
-                  "use smaller tiles (BM, BN) or fewer shared buffers");
-    // Register facts: computed tensors and element-wise reads.
-    walk(prog_.stmts, [&](const Stmt& s) {
-      if (s.kind != Stmt::Kind::Compute) return;
-      const auto& c = s.compute;
-      if (c.result != tl::ComputeStmt::Result::InPlace) computed_.insert(c.target);
-      else if (!c.operands.empty() && c.operands[0].expr.kind == tl::Expr::Kind::Name) computed_.insert(c.operands[0].expr.name);
-      if (c.op != "GEMM")
-        for (const auto& o : c.operands)
-          if (o.expr.kind == tl::Expr::Kind::Name) elementwise_.insert(o.expr.name);
-    });
-    dk_dtype_ = info_.tensors.count("dK") ? info_.tensors.at("dK").global_dtype : tl::DType::F32;
-    dv_dtype_ = info_.tensors.count("dV") ? info_.tensors.at("dV").global_dtype : tl::DType::F32;
-    if (dk_dtype_ != dv_dtype_)
-      return fail("XL0102", kernel_stmt_->loc, "dK and dV have different dtypes", "store both in one dtype");
-    if (info_.tensors.count("Q")) {
-      auto q = info_.tensors.at("Q").global_shape;
-      if (q.size() == 2) {
-        auto v = eval(q[1], kernel_stmt_->loc, "the head dim of Q");
-        if (!v) return false;
-        d_qk_ = int(*v);
-      }
+        break;
+      case Stmt::Kind::Grid:
+        grid_stmt_ = &s;
+        if (s.grid.items.size() > 3)
+          return fail("XL0203", s.loc, "a Grid of " + std::to_string(s.grid.items.size()) + " axes cannot be launched",
+                      "CUDA grids have 3 axes");
+        break;
+      case Stmt::Kind::Role:
+        return fail("XL0301", s.loc, "a Role in a backward program is not lowered",
+                    "the backward lowering (mma.sync) takes the program of tests/tl/backward.tl's form");
+      case Stmt::Kind::For:
+        for (const auto& b : s.loop.body)
+          if (b.kind == Stmt::Kind::For)
+            return fail("XL0302", b.loc, "nested loops are not lowered", "one loop over the query tiles");
+        break;
+      default: break;
     }
-    if (info_.tensors.count("V")) {
-      auto vs = info_.tensors.at("V").global_shape;
-      if (vs.size() == 2) {
-        auto v = eval(vs[1], kernel_stmt_->loc, "the head dim of V");
-        if (!v) return false;
-        d_v_ = int(*v);
-      }
-    }
-    return true;
+    for (const auto& a : s.attrs)
+      return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a backward program",
+                  "the backward lowering has no Hopper schedule or packing yet: remove the attribute");
   }
+  if (!kernel_stmt_ || !grid_stmt_) return fail("XL0301", {}, "the program lacks its Kernel or Grid line", "");
+  if (auto it = env_.ints.find("WARPS"); it != env_.ints.end()) warps_ = int(it->second);
+  if (warps_ < 1 || warps_ > 16)
+    return fail("XL0202", {}, "WARPS = " + std::to_string(warps_) + " is not lowered", "use 4 or 8 warps");
+  threads_ = 32 * warps_;
+  // The element type: Q's global dtype; every 16-bit operand shares it.
+  const tl::DType el = info_.tensors.count("Q") ? info_.tensors.at("Q").global_dtype : tl::DType::F16;
+  auto a = choose_arch(target_, el, diags_, kernel_stmt_->loc);
+  if (!a) return failed_ = true, false;
+  if (a->sm < 80 || a->fp8)
+    return fail("XL0101", kernel_stmt_->loc, "the backward lowering needs the sm80 form (fp16/bf16 on Ampere or newer)",
+                "translate for --gpu a100, l40s (fp16/bf16) or h100");
+  arch_ = *a;
+  elem_ = el;
+  kernel_name_ = kernel_stmt_->kernel.name + "_" + arch_.name;
+  mask_ = kernel_stmt_->kernel.mask;
+  return true;
+}
 
-  // ---- the preamble --------------------------------------------------------------------------------
-  void preamble(Out& w) {
-    w.line("// Generated by qattn stage 2 (src/backend/bwd) from TL kernel `" + kernel_stmt_->kernel.name + "` (backward) for " +
-           arch_.name + " (" + target_.name + "). Do not edit: change the TL and translate again.");
-    w.line("// Each block below names the TL statement it lowers (`// TL <line>: ...`).");
-    w.line("#include <cute/tensor.hpp>");
-    w.line();
-    w.line("#include \"qattn/qattn.h\"");
-    w.line("#include \"qattn/runtime.cuh\"");
-    w.line("#include \"qattn/backward.cuh\"");
-    w.line();
-    w.line("#pragma GCC visibility push(hidden)  // only the C ABI below is exported");
-    w.line("namespace qattn_generated {");
-    w.line("using namespace cute;");
-    w.line();
-    w.line("// ---- the TL header: fixed dims and tile parameters ----");
-    w.line(ref(*kernel_stmt_));
-    for (const auto& [n, v] : fixed_) w.line("constexpr int " + id(n) + " = " + std::to_string(v) + ";");
-    w.line("constexpr int kWarps = " + std::to_string(warps_) + ", kThreads = " + std::to_string(threads_) + ";");
-    w.line();
-    w.line("// ---- chosen for " + arch_.name + " ----");
-    w.line("using Element = " + std::string(cute_type(elem_)) + ";  // the 16-bit operands (TL " + tl::to_string(elem_) + ")");
-    w.line("using ElementDK = " + std::string(cute_type(dk_dtype_)) + ";  // dK and dV (TL " + tl::to_string(dk_dtype_) + ")");
-    w.line("// " + arch_.mma_instr + ", fp32 accumulate; kWarps warps along M: every 2-D register tile is an accumulator of it");
-    w.line("using TiledMma = TiledMMA<MMA_Atom<" + arch_.mma_atom +
-           ">, Layout<Shape<Int<kWarps>, _1, _1>>, Tile<Int<16 * kWarps>, _16, _16>>;");
-    w.line("using SmemCopyAtom = Copy_Atom<" + arch_.ldsm_n + ", Element>;   // ldmatrix: an operand stored K-major");
-    w.line("using SmemCopyAtomT = Copy_Atom<" + arch_.ldsm_t + ", Element>;  // ldmatrix.trans: an operand stored MN-major");
-    int narrow = 0;
-    for (const auto& [n, b] : shared_)
-      if (b.cols > 0 && (narrow == 0 || b.cols < narrow)) narrow = b.cols;
-    if (narrow == 0) narrow = 64;
-    w.line("using GmemCopy = decltype(qattn::make_g2s_copy<Element, kThreads, qattn::g2s_threads_per_row<Element, " +
-           std::to_string(narrow) + ">(), true>());  // cp.async, 16 bytes per thread");
-    w.line();
-    w.line("// ---- shared memory (TL `Allocate ... in shared`) ----");
-    for (const auto& [n, b] : shared_) {
-      if (b.cols > 0)
-        w.line("using " + b.layout + " = decltype(qattn::smem_layout<Element, " + std::to_string(b.rows) + ", " +
-               std::to_string(b.cols) + ">());  // " + n + " (" + std::to_string(b.rows) + ", " + std::to_string(b.cols) + ")");
-      w.line("constexpr int kSmem" + id(n) + " = " + std::to_string(b.offset) + ";  // " + n + ": " + std::to_string(b.bytes) + " bytes");
-    }
-    w.line("constexpr int kSmemBytes = " + std::to_string(smem_bytes_) + ";");
-    w.line();
+void Lower::walk(const std::vector<Stmt>& body, const std::function<void(const Stmt&)>& fn) {
+  for (const auto& s : body) {
+    fn(s);
+    if (s.kind == Stmt::Kind::For) walk(s.loop.body, fn);
   }
+}
 
-  // ---- barriers ------------------------------------------------------------------------------------
-  // Shared buffers written since the last barrier: by cp.async (in flight until waited for) or by
-  // the threads' own stores; and whether shared memory was read since the last barrier.
-  void barrier(Out& w, const std::string& why) {
-    w.line("__syncthreads();  // " + why);
-    read_since_barrier_.clear();
-    written_sync_.clear();  // (a barrier also publishes the block's stores so far)
-  }
-  void before_read(Out& w, const std::string& name) {
-    if (written_async_.count(name)) {
-      w.line("qattn::commit();");
-      w.line("qattn::wait<0>();  // the cp.async copies into shared memory have landed");
-      barrier(w, "... for every thread");
-      written_async_.clear();
-    } else if (written_sync_.count(name)) {
-      barrier(w, "what the block stored to shared memory is visible");
-    }
-    read_since_barrier_.insert(name);
-  }
-  // Before `name` is written: a barrier when some warp may still be reading it.
-  void before_write(Out& w, const std::string& name, bool async) {
-    if (read_since_barrier_.count(name)) barrier(w, "every warp is done reading " + name);
-    (async ? written_async_ : written_sync_).insert(name);
-  }
-  void flush(Out& w) {
-    if (written_async_.empty() && written_sync_.empty()) return;
-    if (!written_async_.empty()) {
-      w.line("qattn::commit();");
-      w.line("qattn::wait<0>();");
-    }
-    barrier(w, "the copies so far have landed");
-    written_async_.clear();
-  }
-
-  // ---- the kernel ---------------------------------------------------------------------------------
-  void kernel(Out& w) {
-    w.open("__global__ void __launch_bounds__(kThreads, 1) " + kernel_name_ + "(const __grid_constant__ qattn_bwd_params p) {");
-    w.line("extern __shared__ __align__(128) char smem[];");
-    w.line("const int tid = threadIdx.x;");
-    std::string dims;
-    for (const auto& n : runtime_dims_) dims += (dims.empty() ? "" : ", ") + id(n) + " = p." + n;
-    if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";  // TL Dims bound at launch");
-    w.line("[[maybe_unused]] const float softmax_scale = p.softmax_scale;");
-    w.line("[[maybe_unused]] const int window_left = p.window_left, window_right = p.window_right;  // resolved by qattn_bwd");
-    w.line("[[maybe_unused]] const float softcap = p.softcap;  // a launch argument of the declarations");
-    w.line("TiledMma tiled_mma;");
-    w.line("GmemCopy gmem_copy;");
-    w.line(ref(*grid_stmt_));
-    static const char* axes[] = {"blockIdx.x", "blockIdx.y", "blockIdx.z"};
-    for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i)
-      w.line("const int " + id(grid_stmt_->grid.items[i].var) + " = " + axes[i] + ";");
-    body(w, prog_.stmts, false);
-    flush(w);
-    w.close();
-    w.line();
-    w.line("}  // namespace qattn_generated");
-    w.line("#pragma GCC visibility pop");
-    w.line();
-  }
-
-  void body(Out& w, const std::vector<Stmt>& stmts, bool in_loop) {
-    for (const auto& s : stmts) {
-      if (failed_) return;
-      one(w, s);
-    }
-    (void)in_loop;
-  }
-
-  void one(Out& w, const Stmt& s) {
-    {
-      switch (s.kind) {
-        case Stmt::Kind::Let: w.line(ref(s)); w.line("const int " + id(s.let.name) + " = " + cint(s.let.value) + ";"); break;
-        case Stmt::Kind::Allocate: allocate(w, s); break;
-        case Stmt::Kind::Copy: copy(w, s); break;
-        case Stmt::Kind::Compute: compute(w, s); break;
-        case Stmt::Kind::Reshape: reshape(w, s); break;
-        case Stmt::Kind::For: loop(w, s); break;
-        case Stmt::Kind::Comment: w.line("// " + (s.comment.text.empty() || s.comment.text[0] != ' ' ? s.comment.text : s.comment.text.substr(1))); break;
-        case Stmt::Kind::Variant: declaration(w, s); break;
-        default: break;
-      }
-    }
-  }
-
-  // The statements of `body` that read the shared buffer of `name` (GEMM operands, Copies from shared).
-  static bool reads(const Stmt& st, const std::string& name) {
-    if (st.kind == Stmt::Kind::Copy) return st.copy.name == name && st.copy.from == tl::Space::Shared;
-    if (st.kind == Stmt::Kind::Compute && st.compute.op == "GEMM")
-      for (const auto& o : st.compute.operands)
-        if (o.expr.kind == tl::Expr::Kind::Name && o.expr.name == name) return true;
-    return false;
-  }
-  static bool writes_shared(const Stmt& st, const std::string& name) {
-    return st.kind == Stmt::Kind::Copy && st.copy.name == name && st.copy.to == tl::Space::Shared;
-  }
-
-  // The loop's copy/compute overlap (chosen here; the TL states what is copied, not when): a global ->
-  // shared Copy of the loop body, whose buffer no other statement of the body writes, is issued for
-  // iteration i + 1 right after the last statement of iteration i that reads the buffer (one
-  // __syncthreads first), and for the first iteration before the loop; its own place in the body then
-  // only marks the buffer as in flight, waited for at its first read.
-  void loop(Out& w, const Stmt& s) {
-    const auto& body_stmts = s.loop.body;
-    std::map<size_t, std::vector<const Stmt*>> after;  // statement index -> Copies to issue for i + 1 after it
-    std::vector<const Stmt*> ahead;
-    for (size_t k = 0; k < body_stmts.size(); ++k) {
-      const Stmt& c = body_stmts[k];
-      if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Global || c.copy.to != tl::Space::Shared) continue;
-      if (!shared_.count(c.copy.name)) continue;
-      long first = -1, last = -1;
-      bool other_writer = false;
-      for (size_t j = 0; j < body_stmts.size(); ++j) {
-        if (j != k && writes_shared(body_stmts[j], c.copy.name)) other_writer = true;
-        if (reads(body_stmts[j], c.copy.name)) {
-          if (first < 0) first = long(j);
-          last = long(j);
-        }
-      }
-      if (other_writer || first <= long(k)) continue;
-      // issued after a run of loads from shared memory rather than inside it (one barrier for the run)
-      while (size_t(last) + 1 < body_stmts.size() && body_stmts[size_t(last) + 1].kind == Stmt::Kind::Copy &&
-             body_stmts[size_t(last) + 1].copy.from == tl::Space::Shared && body_stmts[size_t(last) + 1].copy.to == tl::Space::Register)
-        ++last;
-      after[size_t(last)].push_back(&c);
-      ahead.push_back(&c);
-      prefetched_.insert(&c);
-    }
-    // everything written before the loop that is still in flight stays so: the first read waits
-    if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
-    std::set<std::string> body_reads;  // what an earlier iteration may still be reading at the top of the body
-    for (const auto& st : body_stmts)
-      for (const auto& [name, b] : shared_)
-        if (reads(st, name)) body_reads.insert(name);
-    w.line(ref(s));
-    const std::string v = id(s.loop.var);
-    w.line("const int lo_" + v + " = " + cint(s.loop.lo) + ", hi_" + v + " = " + cint(s.loop.hi) + ";");
-    if (!ahead.empty()) {
-      w.line("// the first iteration's copies, issued before the loop (each later one during the iteration before)");
-      for (const Stmt* c : ahead)
-        if (read_since_barrier_.count(c->copy.name)) {
-          barrier(w, "every warp is done reading the buffers");
-          break;
-        }
-      w.open("if (lo_" + v + " < hi_" + v + ") {");
-      w.line("const int " + v + " = lo_" + v + ";");
-      for (const Stmt* c : ahead) emit_g2s(w, *c);
-      w.close();
-    }
-    std::set<std::string> in_flight = written_async_;
-    for (const Stmt* c : ahead) in_flight.insert(c->copy.name);
-    w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
-    written_async_ = in_flight;
-    read_since_barrier_ = body_reads;  // the previous iteration's reads
-    for (size_t k = 0; k < body_stmts.size() && !failed_; ++k) {
-      one(w, body_stmts[k]);
-      auto it = after.find(k);
-      if (it == after.end()) continue;
-      std::string names;
-      for (const Stmt* c : it->second) names += (names.empty() ? "" : ", ") + c->copy.name;
-      w.line("// " + names + " of iteration " + v + " + 1, issued after " + v + "'s last read (TL " +
-             std::to_string(body_stmts[k].loc.line) + ")");
-      for (const Stmt* c : it->second)
-        if (read_since_barrier_.count(c->copy.name)) {
-          barrier(w, "every warp is done reading them");
-          break;
-        }
-      w.open("if (" + v + " + 1 < hi_" + v + ") {");
-      w.line("const int " + v + "_next = " + v + " + 1;");
-      w.open("{");
-      w.line("const int " + v + " = " + v + "_next;");
-      for (const Stmt* c : it->second) emit_g2s(w, *c);
-      w.close();
-      w.close();
-      for (const Stmt* c : it->second) written_async_.insert(c->copy.name);
-    }
-    if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
-    if (!ahead.empty()) w.line("qattn::commit();  // the next iteration's copies: one group");
-    w.close();
-    written_async_.clear();  // after the loop: the last iteration issued none (nothing in flight to read)
-    read_since_barrier_ = body_reads;
-  }
-
-  // The copy call of a global -> shared Copy (tile at the statement's coordinate).
-  void emit_g2s(Out& w, const Stmt& st) {
-    const auto& c = st.copy;
-    const SharedBuf* b = sh(c.name, st);
-    if (!b) return;
-    const std::string coord = c.coord.empty() ? std::string("0") : cint(c.coord[0]);
-    if (b->cols == 0)
-      w.line("qattn::copy_rows_g2s<" + std::to_string(b->rows) + ", kThreads>(g" + id(c.name) + ", p.seqlen_q, " + coord + ", " +
-             b->var + ", tid);  // TL " + std::to_string(st.loc.line));
-    else
-      w.line("qattn::copy_g2s(gmem_copy, m" + id(c.name) + ", " + coord + ", " + b->var + ", tid);  // TL " +
-             std::to_string(st.loc.line));
-  }
-
-  std::string shape(int r, int c) const { return "Shape<Int<" + std::to_string(r) + ">, Int<" + std::to_string(c) + ">>{}"; }
-
-  void allocate(Out& w, const Stmt& s) {
+bool Lower::tensors() {
+  bool ok = true;
+  int64_t off = 0;
+  walk(prog_.stmts, [&](const Stmt& s) {
+    if (!ok || s.kind != Stmt::Kind::Allocate) return;
     const auto& a = s.alloc;
-    w.line(ref(s));
-    if (a.space == tl::Space::Global && !find_arg(a.name)) {
-      const bool is_int = aux_int_[a.name];
-      const std::string t = is_int ? "int" : "float";
-      w.line("const " + t + "* __restrict__ aux_" + a.name + " = static_cast<const " + t + "*>(p.aux[" +
-             std::to_string(aux_slot_[a.name]) + "]);  // an input of the declarations");
-      return;
-    }
     if (a.space == tl::Space::Global) {
-      const GlobalArg* g = find_arg(a.name);
-      const std::string b = cint(a.offset[0]), h = cint(a.offset[1]);
-      if (a.name == "LSE") {
-        w.line("const float* g" + id(a.name) + " = p.lse + (int64_t(" + b + ") * p.heads_q + " + h + ") * p.seqlen_q;  // (seqlen_q)");
+      if (find_arg(a.name)) return;
+      // an auxiliary input of the declarations: qattn_bwd_params::aux[slot], in the checker's order
+      int slot = -1;
+      for (size_t i = 0; i < info_.aux.size(); ++i)
+        if (info_.aux[i] == a.name) slot = int(i);
+      if (slot < 0) {
+        ok = fail("XL0301", s.loc, "global '" + a.name + "' is not an argument of the backward ABI", "");
         return;
       }
-      const bool rows_k = a.name == "K" || a.name == "V" || a.name == "dK" || a.name == "dV";
-      const int cols = (a.name == "V" || a.name == "O" || a.name == "dO" || a.name == "dV") ? d_v_ : d_qk_;
-      const std::string offset = b + " * p." + g->stride + "_batch_stride + " + h + " * p." + g->stride + "_head_stride";
-      std::string type = g->out ? (a.name == "dQ" ? "float" : "ElementDK") : "Element";
-      w.line(std::string("Tensor m") + id(a.name) + " = qattn::global_matrix" + (g->out ? "_out" : "") + "<" + type + ", " +
-             std::to_string(cols) + ">(p." + g->field + ", " + offset + ", " + (rows_k ? "p.seqlen_k" : "p.seqlen_q") + ", p." +
-             g->stride + "_row_stride);");
+      std::vector<std::string> ext;
+      for (const auto& e : a.shape) ext.push_back(cint(e));
+      names_.aux_extents[a.name] = ext;
+      aux_slot_[a.name] = slot;
+      aux_int_[a.name] = a.dtype && *a.dtype == tl::DType::I32;
       return;
     }
+    std::vector<int> dims;
+    for (const auto& e : a.shape) {
+      auto v = eval(e, s.loc, "the shape of " + a.name);
+      if (!v) { ok = false; return; }
+      dims.push_back(int(*v));
+    }
+    const tl::DType dt = a.dtype.value_or(a.space == tl::Space::Shared ? tl::DType::F16 : tl::DType::F32);
     if (a.space == tl::Space::Shared) {
-      const SharedBuf* bp = sh(a.name, s);
-      if (!bp) return;
-      const SharedBuf& b = *bp;
-      if (b.cols == 0)
-        w.line("float* " + b.var + " = reinterpret_cast<float*>(smem + kSmem" + id(a.name) + ");  // (" + std::to_string(b.rows) + ")");
-      else
-        w.line("Tensor " + b.var + " = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem + kSmem" + id(a.name) + ")), " +
-               b.layout + "{});");
+      SharedBuf b;
+      b.var = "s" + id(a.name);
+      b.rows = dims[0];
+      b.cols = dims.size() > 1 ? dims[1] : 0;
+      b.dtype = dt;
+      if (b.cols == 0 && dt != tl::DType::F32) {
+        ok = fail("XL0301", s.loc, "a 1-D shared buffer of " + std::string(tl::to_string(dt)) + " is not lowered",
+                  "1-D shared buffers are fp32 row vectors (the LSE of a query tile)");
+        return;
+      }
+      if (b.cols > 0 && dt != elem_) {
+        ok = fail("XL0102", s.loc, "shared tile " + a.name + " is " + tl::to_string(dt) + " but the operands are " +
+                                       tl::to_string(elem_), "keep every 16-bit tile in one dtype");
+        return;
+      }
+      if (b.cols > 0 && (b.rows % 8 != 0 || b.cols % 16 != 0)) {
+        ok = fail("XL0202", s.loc, "shared tile " + a.name + " (" + std::to_string(b.rows) + ", " + std::to_string(b.cols) +
+                                       ") does not tile by the swizzle atom", "rows a multiple of 8, columns of 16");
+        return;
+      }
+      const int64_t bytes = b.cols ? int64_t(b.rows) * b.cols * dtype_bytes(dt) : int64_t(b.rows) * 4;
+      b.bytes = (bytes + 127) / 128 * 128;
+      b.offset = off;
+      b.layout = "SmemLayout" + id(a.name);
+      off += b.bytes;
+      shared_[a.name] = b;
+    } else {
+      RegBuf r;
+      r.var = "r" + id(a.name);
+      r.rows = dims[0];
+      r.cols = dims.size() > 1 ? dims[1] : 0;
+      r.dtype = dt;
+      regs_[a.name] = r;
+    }
+  });
+  if (!ok) return false;
+  smem_bytes_ = off;
+  const int64_t limit = target_.smem_per_block > 0 ? int64_t(target_.smem_per_block) : int64_t(166912);
+  if (smem_bytes_ > limit)
+    return fail("XL0202", kernel_stmt_->loc,
+                "the shared buffers need " + std::to_string(smem_bytes_) + " bytes; " + target_.name + " has " + std::to_string(limit),
+                "use smaller tiles (BM, BN) or fewer shared buffers");
+  // Register facts: computed tensors and element-wise reads.
+  walk(prog_.stmts, [&](const Stmt& s) {
+    if (s.kind != Stmt::Kind::Compute) return;
+    const auto& c = s.compute;
+    if (c.result != tl::ComputeStmt::Result::InPlace) computed_.insert(c.target);
+    else if (!c.operands.empty() && c.operands[0].expr.kind == tl::Expr::Kind::Name) computed_.insert(c.operands[0].expr.name);
+    if (c.op != "GEMM")
+      for (const auto& o : c.operands)
+        if (o.expr.kind == tl::Expr::Kind::Name) elementwise_.insert(o.expr.name);
+  });
+  dk_dtype_ = info_.tensors.count("dK") ? info_.tensors.at("dK").global_dtype : tl::DType::F32;
+  dv_dtype_ = info_.tensors.count("dV") ? info_.tensors.at("dV").global_dtype : tl::DType::F32;
+  if (dk_dtype_ != dv_dtype_)
+    return fail("XL0102", kernel_stmt_->loc, "dK and dV have different dtypes", "store both in one dtype");
+  if (info_.tensors.count("Q")) {
+    auto q = info_.tensors.at("Q").global_shape;
+    if (q.size() == 2) {
+      auto v = eval(q[1], kernel_stmt_->loc, "the head dim of Q");
+      if (!v) return false;
+      d_qk_ = int(*v);
+    }
+  }
+  if (info_.tensors.count("V")) {
+    auto vs = info_.tensors.at("V").global_shape;
+    if (vs.size() == 2) {
+      auto v = eval(vs[1], kernel_stmt_->loc, "the head dim of V");
+      if (!v) return false;
+      d_v_ = int(*v);
+    }
+  }
+  return true;
+}
+
+void Lower::kernel(Out& w) {
+  w.open("__global__ void __launch_bounds__(kThreads, 1) " + kernel_name_ + "(const __grid_constant__ qattn_bwd_params p) {");
+  w.line("extern __shared__ __align__(128) char smem[];");
+  w.line("const int tid = threadIdx.x;");
+  std::string dims;
+  for (const auto& n : runtime_dims_) dims += (dims.empty() ? "" : ", ") + id(n) + " = p." + n;
+  if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";  // TL Dims bound at launch");
+  w.line("[[maybe_unused]] const float softmax_scale = p.softmax_scale;");
+  w.line("[[maybe_unused]] const int window_left = p.window_left, window_right = p.window_right;  // resolved by qattn_bwd");
+  w.line("[[maybe_unused]] const float softcap = p.softcap;  // a launch argument of the declarations");
+  w.line("TiledMma tiled_mma;");
+  w.line("GmemCopy gmem_copy;");
+  w.line(ref(*grid_stmt_));
+  static const char* axes[] = {"blockIdx.x", "blockIdx.y", "blockIdx.z"};
+  for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i)
+    w.line("const int " + id(grid_stmt_->grid.items[i].var) + " = " + axes[i] + ";");
+  body(w, prog_.stmts, false);
+  flush(w);
+  w.close();
+  w.line();
+  w.line("}  // namespace qattn_generated");
+  w.line("#pragma GCC visibility pop");
+  w.line();
+}
+
+void Lower::body(Out& w, const std::vector<Stmt>& stmts, bool in_loop) {
+  for (const auto& s : stmts) {
+    if (failed_) return;
+    one(w, s);
+  }
+  (void)in_loop;
+}
+
+void Lower::one(Out& w, const Stmt& s) {
+  {
+    switch (s.kind) {
+      case Stmt::Kind::Let: w.line(ref(s)); w.line("const int " + id(s.let.name) + " = " + cint(s.let.value) + ";"); break;
+      case Stmt::Kind::Allocate: allocate(w, s); break;
+      case Stmt::Kind::Copy: copy(w, s); break;
+      case Stmt::Kind::Compute: compute(w, s); break;
+      case Stmt::Kind::Reshape: reshape(w, s); break;
+      case Stmt::Kind::For: loop(w, s); break;
+      case Stmt::Kind::Comment: w.line("// " + (s.comment.text.empty() || s.comment.text[0] != ' ' ? s.comment.text : s.comment.text.substr(1))); break;
+      case Stmt::Kind::Variant: declaration(w, s); break;
+      default: break;
+    }
+  }
+}
+
+void Lower::allocate(Out& w, const Stmt& s) {
+  const auto& a = s.alloc;
+  w.line(ref(s));
+  if (a.space == tl::Space::Global && !find_arg(a.name)) {
+    const bool is_int = aux_int_[a.name];
+    const std::string t = is_int ? "int" : "float";
+    w.line("const " + t + "* __restrict__ aux_" + a.name + " = static_cast<const " + t + "*>(p.aux[" +
+           std::to_string(aux_slot_[a.name]) + "]);  // an input of the declarations");
+    return;
+  }
+  if (a.space == tl::Space::Global) {
+    const GlobalArg* g = find_arg(a.name);
+    const std::string b = cint(a.offset[0]), h = cint(a.offset[1]);
+    if (a.name == "LSE") {
+      w.line("const float* g" + id(a.name) + " = p.lse + (int64_t(" + b + ") * p.heads_q + " + h + ") * p.seqlen_q;  // (seqlen_q)");
       return;
     }
-    RegBuf* rp = rg(a.name, s);
+    const bool rows_k = a.name == "K" || a.name == "V" || a.name == "dK" || a.name == "dV";
+    const int cols = (a.name == "V" || a.name == "O" || a.name == "dO" || a.name == "dV") ? d_v_ : d_qk_;
+    const std::string offset = b + " * p." + g->stride + "_batch_stride + " + h + " * p." + g->stride + "_head_stride";
+    std::string type = g->out ? (a.name == "dQ" ? "float" : "ElementDK") : "Element";
+    w.line(std::string("Tensor m") + id(a.name) + " = qattn::global_matrix" + (g->out ? "_out" : "") + "<" + type + ", " +
+           std::to_string(cols) + ">(p." + g->field + ", " + offset + ", " + (rows_k ? "p.seqlen_k" : "p.seqlen_q") + ", p." +
+           g->stride + "_row_stride);");
+    return;
+  }
+  if (a.space == tl::Space::Shared) {
+    const SharedBuf* bp = sh(a.name, s);
+    if (!bp) return;
+    const SharedBuf& b = *bp;
+    if (b.cols == 0)
+      w.line("float* " + b.var + " = reinterpret_cast<float*>(smem + kSmem" + id(a.name) + ");  // (" + std::to_string(b.rows) + ")");
+    else
+      w.line("Tensor " + b.var + " = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem + kSmem" + id(a.name) + ")), " +
+             b.layout + "{});");
+    return;
+  }
+  RegBuf* rp = rg(a.name, s);
+  if (!rp) return;
+  RegBuf& r = *rp;
+  if (!computed_.count(a.name) && !elementwise_.count(a.name)) {
+    w.line("// (a GEMM operand: its fragments are loaded from s" + id(a.name) + " inside the GEMM)");
+    return;
+  }
+  if (r.cols == 0) {
+    w.line("Tensor " + r.var + " = qattn::rows_for<" + std::to_string(r.rows) + ">(tiled_mma);  // (" + std::to_string(r.rows) + ")");
+  } else {
+    if (r.rows % (16 * warps_) != 0) {
+      fail("XL0202", s.loc, "a " + std::to_string(r.rows) + "-row register tile cannot be split over " + std::to_string(warps_) +
+                                " warps of 16-row MMAs", "tile rows must be a multiple of 16 * WARPS");
+      return;
+    }
+    w.line("Tensor " + r.var + " = partition_fragment_C(tiled_mma, " + shape(r.rows, r.cols) + ");  // (MMA, MMA_M, MMA_N) fp32");
+  }
+  if (a.init) {
+    w.line("fill(" + r.var + ", " + cfloat(*a.init) + ");");
+  }
+}
+
+void Lower::copy(Out& w, const Stmt& s) {
+  const auto& c = s.copy;
+  w.line(ref(s));
+  const std::string n = id(c.name);
+  auto coord0 = [&]() { return c.coord.empty() ? std::string("0") : cint(c.coord[0]); };
+  (void)coord0;
+  if (c.from == tl::Space::Global && c.to == tl::Space::Shared) {
+    const SharedBuf* bp = sh(c.name, s);
+    if (!bp) return;
+    const SharedBuf& b = *bp;
+    if (c.coord.size() == 2 && !(c.coord[1].kind == tl::Expr::Kind::Number && c.coord[1].value == 0)) {
+      fail("XL0301", s.loc, "a tile whose column coordinate is not 0", "copy whole rows: `in coordinate [i, 0]`");
+      return;
+    }
+    if (prefetched_.count(&s)) {
+      w.line("// (issued ahead: before the loop for the first iteration, during the previous one after that; waited for at its first read)");
+      return;
+    }
+    (void)b;
+    before_write(w, c.name, true);
+    emit_g2s(w, s);
+    return;
+  }
+  if (c.from == tl::Space::Shared && c.to == tl::Space::Register) {
+    const SharedBuf* bp = sh(c.name, s);
+    const RegBuf* rp = bp ? rg(c.name, s) : nullptr;
     if (!rp) return;
-    RegBuf& r = *rp;
-    if (!computed_.count(a.name) && !elementwise_.count(a.name)) {
-      w.line("// (a GEMM operand: its fragments are loaded from s" + id(a.name) + " inside the GEMM)");
+    const SharedBuf& b = *bp;
+    const RegBuf& r = *rp;
+    if (!computed_.count(c.name) && !elementwise_.count(c.name)) {
+      w.line("// (fragments are loaded inside the GEMMs that read " + c.name + ")");
       return;
     }
+    if (computed_.count(c.name) && !elementwise_.count(c.name)) {}
+    before_read(w, c.name);
+    if (b.cols == 0)
+      w.line("qattn::load_rows<" + std::to_string(b.rows) + ">(tiled_mma, " + b.var + ", " + r.var + ", tid);");
+    else
+      w.line("qattn::load_acc(tiled_mma, " + b.var + ", " + r.var + ", tid);");
+    return;
+  }
+  if (c.from == tl::Space::Register && c.to == tl::Space::Shared) {
+    const SharedBuf* bp = sh(c.name, s);
+    const RegBuf* rp = bp ? rg(c.name, s) : nullptr;
+    if (!rp) return;
+    const SharedBuf& b = *bp;
+    const RegBuf& r = *rp;
+    if (b.cols == 0) {
+      fail("XL0301", s.loc, "a row vector copied to shared memory", "");
+      return;
+    }
+    before_write(w, c.name, false);
+    w.line("qattn::store_acc_smem(tiled_mma, " + r.var + ", " + b.var + ", tid);");
+    return;
+  }
+  if (c.from == tl::Space::Register && c.to == tl::Space::Global) {
+    const RegBuf* rp = rg(c.name, s);
+    if (!rp) return;
+    const RegBuf& r = *rp;
     if (r.cols == 0) {
-      w.line("Tensor " + r.var + " = qattn::rows_for<" + std::to_string(r.rows) + ">(tiled_mma);  // (" + std::to_string(r.rows) + ")");
-    } else {
-      if (r.rows % (16 * warps_) != 0) {
-        fail("XL0202", s.loc, "a " + std::to_string(r.rows) + "-row register tile cannot be split over " + std::to_string(warps_) +
-                                  " warps of 16-row MMAs", "tile rows must be a multiple of 16 * WARPS");
-        return;
-      }
-      w.line("Tensor " + r.var + " = partition_fragment_C(tiled_mma, " + shape(r.rows, r.cols) + ");  // (MMA, MMA_M, MMA_N) fp32");
+      fail("XL0301", s.loc, "a row vector stored to global memory in a backward program", "");
+      return;
     }
-    if (a.init) {
-      w.line("fill(" + r.var + ", " + cfloat(*a.init) + ");");
-    }
+    w.line(std::string("qattn::") + (c.accumulate ? "add_acc_global<" : "store_acc_global<") + std::to_string(r.rows) + ", " +
+           std::to_string(r.cols) + ">(tiled_mma, " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
+           (c.accumulate ? "  // fp32 atomics" : ""));
+    return;
   }
+  fail("XL0301", s.loc, "a Copy from " + std::string(tl::to_string(c.from)) + " to " + tl::to_string(c.to) + " is not lowered", "");
+}
 
-  void copy(Out& w, const Stmt& s) {
-    const auto& c = s.copy;
-    w.line(ref(s));
-    const std::string n = id(c.name);
-    auto coord0 = [&]() { return c.coord.empty() ? std::string("0") : cint(c.coord[0]); };
-    (void)coord0;
-    if (c.from == tl::Space::Global && c.to == tl::Space::Shared) {
-      const SharedBuf* bp = sh(c.name, s);
-      if (!bp) return;
-      const SharedBuf& b = *bp;
-      if (c.coord.size() == 2 && !(c.coord[1].kind == tl::Expr::Kind::Number && c.coord[1].value == 0)) {
-        fail("XL0301", s.loc, "a tile whose column coordinate is not 0", "copy whole rows: `in coordinate [i, 0]`");
-        return;
-      }
-      if (prefetched_.count(&s)) {
-        w.line("// (issued ahead: before the loop for the first iteration, during the previous one after that; waited for at its first read)");
-        return;
-      }
-      (void)b;
-      before_write(w, c.name, true);
-      emit_g2s(w, s);
-      return;
-    }
-    if (c.from == tl::Space::Shared && c.to == tl::Space::Register) {
-      const SharedBuf* bp = sh(c.name, s);
-      const RegBuf* rp = bp ? rg(c.name, s) : nullptr;
-      if (!rp) return;
-      const SharedBuf& b = *bp;
-      const RegBuf& r = *rp;
-      if (!computed_.count(c.name) && !elementwise_.count(c.name)) {
-        w.line("// (fragments are loaded inside the GEMMs that read " + c.name + ")");
-        return;
-      }
-      if (computed_.count(c.name) && !elementwise_.count(c.name)) {}
-      before_read(w, c.name);
-      if (b.cols == 0)
-        w.line("qattn::load_rows<" + std::to_string(b.rows) + ">(tiled_mma, " + b.var + ", " + r.var + ", tid);");
-      else
-        w.line("qattn::load_acc(tiled_mma, " + b.var + ", " + r.var + ", tid);");
-      return;
-    }
-    if (c.from == tl::Space::Register && c.to == tl::Space::Shared) {
-      const SharedBuf* bp = sh(c.name, s);
-      const RegBuf* rp = bp ? rg(c.name, s) : nullptr;
-      if (!rp) return;
-      const SharedBuf& b = *bp;
-      const RegBuf& r = *rp;
-      if (b.cols == 0) {
-        fail("XL0301", s.loc, "a row vector copied to shared memory", "");
-        return;
-      }
-      before_write(w, c.name, false);
-      w.line("qattn::store_acc_smem(tiled_mma, " + r.var + ", " + b.var + ", tid);");
-      return;
-    }
-    if (c.from == tl::Space::Register && c.to == tl::Space::Global) {
-      const RegBuf* rp = rg(c.name, s);
-      if (!rp) return;
-      const RegBuf& r = *rp;
-      if (r.cols == 0) {
-        fail("XL0301", s.loc, "a row vector stored to global memory in a backward program", "");
-        return;
-      }
-      w.line(std::string("qattn::") + (c.accumulate ? "add_acc_global<" : "store_acc_global<") + std::to_string(r.rows) + ", " +
-             std::to_string(r.cols) + ">(tiled_mma, " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
-             (c.accumulate ? "  // fp32 atomics" : ""));
-      return;
-    }
-    fail("XL0301", s.loc, "a Copy from " + std::string(tl::to_string(c.from)) + " to " + tl::to_string(c.to) + " is not lowered", "");
+std::optional<Lower::View> Lower::operand_view(const tl::Operand& o, bool is_a, const Stmt& s) {
+  const std::string& n = o.expr.name;
+  auto it = shared_.find(n);
+  if (it == shared_.end() || it->second.cols == 0) {
+    fail("XL0303", s.loc, "GEMM operand '" + n + "' has no 2-D shared buffer to read", "");
+    return std::nullopt;
   }
+  const SharedBuf& b = it->second;
+  // A (M, K): stored as written unless ^T; B (N, K): stored as written when ^T (K^T of a (N, K) buffer).
+  const bool as_stored = is_a ? !o.transposed : o.transposed;
+  if (as_stored) return View{b.var, "SmemCopyAtom"};
+  return View{"make_tensor(" + b.var + ".data(), qattn::transposed(" + b.layout + "{}))", "SmemCopyAtomT"};
+}
 
-  // The shared view a GEMM operand reads, (rows, K) for A / (N, K) for B, and its ldmatrix atom.
-  struct View {
-    std::string expr, atom;
-  };
-  std::optional<View> operand_view(const tl::Operand& o, bool is_a, const Stmt& s) {
-    const std::string& n = o.expr.name;
-    auto it = shared_.find(n);
-    if (it == shared_.end() || it->second.cols == 0) {
-      fail("XL0303", s.loc, "GEMM operand '" + n + "' has no 2-D shared buffer to read", "");
-      return std::nullopt;
-    }
-    const SharedBuf& b = it->second;
-    // A (M, K): stored as written unless ^T; B (N, K): stored as written when ^T (K^T of a (N, K) buffer).
-    const bool as_stored = is_a ? !o.transposed : o.transposed;
-    if (as_stored) return View{b.var, "SmemCopyAtom"};
-    return View{"make_tensor(" + b.var + ".data(), qattn::transposed(" + b.layout + "{}))", "SmemCopyAtomT"};
+void Lower::gemm(Out& w, const Stmt& s) {
+  const auto& c = s.compute;
+  const tl::Operand &A = c.operands[0], &B = c.operands[1];
+  if (A.expr.kind != tl::Expr::Kind::Name || B.expr.kind != tl::Expr::Kind::Name) {
+    fail("XL0303", s.loc, "GEMM operands must be tensor names", "");
+    return;
   }
-
-  void gemm(Out& w, const Stmt& s) {
-    const auto& c = s.compute;
-    const tl::Operand &A = c.operands[0], &B = c.operands[1];
-    if (A.expr.kind != tl::Expr::Kind::Name || B.expr.kind != tl::Expr::Kind::Name) {
-      fail("XL0303", s.loc, "GEMM operands must be tensor names", "");
-      return;
-    }
-    RegBuf* acc = nullptr;
-    if (c.result == tl::ComputeStmt::Result::Accumulate) {
-      acc = rg(c.target, s);
-      if (!acc) return;
-    } else {
-      // M from A, N from B
-      int m = 0, nn = 0;
-      auto rows_of = [&](const tl::Operand& o, bool first) -> int {
-        auto sh = shared_.find(o.expr.name);
-        auto rg = regs_.find(o.expr.name);
-        int r = 0, cc = 0;
-        if (rg != regs_.end() && rg->second.cols) r = rg->second.rows, cc = rg->second.cols;
-        else if (sh != shared_.end()) r = sh->second.rows, cc = sh->second.cols;
-        return first ? (o.transposed ? cc : r) : (o.transposed ? r : cc);
-      };
-      m = rows_of(A, true);
-      nn = rows_of(B, false);
-      RegBuf r;
-      r.var = "r" + id(c.target);
-      r.rows = m;
-      r.cols = nn;
-      regs_[c.target] = r;
-      acc = &regs_[c.target];
-      if (m % (16 * warps_) != 0) {
-        fail("XL0202", s.loc, "the product has " + std::to_string(m) + " rows, not a multiple of 16 * WARPS", "");
-        return;
-      }
-      w.line("Tensor " + acc->var + " = partition_fragment_C(tiled_mma, " + shape(m, nn) + ");  // (MMA, MMA_M, MMA_N) fp32");
-      w.line("clear(" + acc->var + ");");
-    }
-    auto bv = operand_view(B, false, s);
-    if (!bv) return;
-    if (regs_.count(B.expr.name) && computed_.count(B.expr.name)) {
-      fail("XL0303", B.loc.line ? B.loc : s.loc, "GEMM B operand '" + B.expr.name + "' is a computed register tile",
-           "a B operand is read from shared memory: copy it there and read the shared buffer");
-      return;
-    }
-    before_read(w, B.expr.name);
-    const bool a_shared = A.transposed || !regs_.count(A.expr.name) || !computed_.count(A.expr.name);
-    if (a_shared) before_read(w, A.expr.name);
-    read_since_barrier_.insert(B.expr.name);  // (a barrier for A's stores comes before B's reads too)
-    const RegBuf* ra = regs_.count(A.expr.name) ? &regs_.at(A.expr.name) : nullptr;
-    if (!A.transposed && ra && computed_.count(A.expr.name)) {
-      if (ra->a_view.empty()) {
-        fail("XL0303", A.loc.line ? A.loc : s.loc, "GEMM A operand '" + A.expr.name + "' is a register accumulator without its Reshape",
-             "insert `Reshape " + A.expr.name + " from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)`");
-        return;
-      }
-      w.line("qattn::gemm_rs<" + bv->atom + ">(tiled_mma, " + acc->var + ", " + ra->a_view + ", " + bv->expr +
-             ", tid);  // A from registers, B streamed from shared memory");
-      return;
-    }
-    auto av = operand_view(A, true, s);
-    if (!av) return;
-    w.line("qattn::gemm_ss<" + av->atom + ", " + bv->atom + ">(tiled_mma, " + acc->var + ", " + av->expr + ", " + bv->expr +
-           ", tid);  // A and B streamed from shared memory");
-  }
-
-  bool is_tensor(const tl::Operand& o) const {
-    return o.expr.kind == tl::Expr::Kind::Name && (regs_.count(o.expr.name) || shared_.count(o.expr.name));
-  }
-
-  void compute(Out& w, const Stmt& s) {
-    const auto& c = s.compute;
-    w.line(ref(s));
-    if (c.op == "GEMM") return gemm(w, s);
-    if (c.op == "Mask") return mask(w, s);
-    if (c.op == "Modify" || c.op == "Derivative") return score_op(w, s);
-    const std::string x = c.operands[0].expr.name;
-    if (!regs_.count(x)) {
-      fail("XL0303", s.loc, "'" + x + "' has no register tile here", "");
-      return;
-    }
-    RegBuf& rx = regs_[x];
-    // the result: in place, a new tensor (get) or an existing one (accumulate)
-    auto target = [&](int rows, int cols, const std::string& like) -> RegBuf* {
-      if (c.result == tl::ComputeStmt::Result::InPlace) return &rx;
-      if (c.result == tl::ComputeStmt::Result::Accumulate) return rg(c.target, s);
-      RegBuf r;
-      r.var = "r" + id(c.target);
-      r.rows = rows;
-      r.cols = cols;
-      r.dtype = c.target_dtype.value_or(tl::DType::F32);
-      regs_[c.target] = r;
-      if (!like.empty()) w.line("Tensor " + r.var + " = make_fragment_like<float>(" + like + ");");
-      return &regs_[c.target];
+  RegBuf* acc = nullptr;
+  if (c.result == tl::ComputeStmt::Result::Accumulate) {
+    acc = rg(c.target, s);
+    if (!acc) return;
+  } else {
+    // M from A, N from B
+    int m = 0, nn = 0;
+    auto rows_of = [&](const tl::Operand& o, bool first) -> int {
+      auto sh = shared_.find(o.expr.name);
+      auto rg = regs_.find(o.expr.name);
+      int r = 0, cc = 0;
+      if (rg != regs_.end() && rg->second.cols) r = rg->second.rows, cc = rg->second.cols;
+      else if (sh != shared_.end()) r = sh->second.rows, cc = sh->second.cols;
+      return first ? (o.transposed ? cc : r) : (o.transposed ? r : cc);
     };
-    if (c.op == "Convert") {
-      const tl::DType dt = c.target_dtype.value_or(tl::DType::F32);
+    m = rows_of(A, true);
+    nn = rows_of(B, false);
+    RegBuf r;
+    r.var = "r" + id(c.target);
+    r.rows = m;
+    r.cols = nn;
+    regs_[c.target] = r;
+    acc = &regs_[c.target];
+    if (m % (16 * warps_) != 0) {
+      fail("XL0202", s.loc, "the product has " + std::to_string(m) + " rows, not a multiple of 16 * WARPS", "");
+      return;
+    }
+    w.line("Tensor " + acc->var + " = partition_fragment_C(tiled_mma, " + shape(m, nn) + ");  // (MMA, MMA_M, MMA_N) fp32");
+    w.line("clear(" + acc->var + ");");
+  }
+  auto bv = operand_view(B, false, s);
+  if (!bv) return;
+  if (regs_.count(B.expr.name) && computed_.count(B.expr.name)) {
+    fail("XL0303", B.loc.line ? B.loc : s.loc, "GEMM B operand '" + B.expr.name + "' is a computed register tile",
+         "a B operand is read from shared memory: copy it there and read the shared buffer");
+    return;
+  }
+  before_read(w, B.expr.name);
+  const bool a_shared = A.transposed || !regs_.count(A.expr.name) || !computed_.count(A.expr.name);
+  if (a_shared) before_read(w, A.expr.name);
+  read_since_barrier_.insert(B.expr.name);  // (a barrier for A's stores comes before B's reads too)
+  const RegBuf* ra = regs_.count(A.expr.name) ? &regs_.at(A.expr.name) : nullptr;
+  if (!A.transposed && ra && computed_.count(A.expr.name)) {
+    if (ra->a_view.empty()) {
+      fail("XL0303", A.loc.line ? A.loc : s.loc, "GEMM A operand '" + A.expr.name + "' is a register accumulator without its Reshape",
+           "insert `Reshape " + A.expr.name + " from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)`");
+      return;
+    }
+    w.line("qattn::gemm_rs<" + bv->atom + ">(tiled_mma, " + acc->var + ", " + ra->a_view + ", " + bv->expr +
+           ", tid);  // A from registers, B streamed from shared memory");
+    return;
+  }
+  auto av = operand_view(A, true, s);
+  if (!av) return;
+  w.line("qattn::gemm_ss<" + av->atom + ", " + bv->atom + ">(tiled_mma, " + acc->var + ", " + av->expr + ", " + bv->expr +
+         ", tid);  // A and B streamed from shared memory");
+}
+
+bool Lower::is_tensor(const tl::Operand& o) const {
+  return o.expr.kind == tl::Expr::Kind::Name && (regs_.count(o.expr.name) || shared_.count(o.expr.name));
+}
+
+void Lower::compute(Out& w, const Stmt& s) {
+  const auto& c = s.compute;
+  w.line(ref(s));
+  if (c.op == "GEMM") return gemm(w, s);
+  if (c.op == "Mask") return mask(w, s);
+  if (c.op == "Modify" || c.op == "Derivative") return score_op(w, s);
+  const std::string x = c.operands[0].expr.name;
+  if (!regs_.count(x)) {
+    fail("XL0303", s.loc, "'" + x + "' has no register tile here", "");
+    return;
+  }
+  RegBuf& rx = regs_[x];
+  // the result: in place, a new tensor (get) or an existing one (accumulate)
+  auto target = [&](int rows, int cols, const std::string& like) -> RegBuf* {
+    if (c.result == tl::ComputeStmt::Result::InPlace) return &rx;
+    if (c.result == tl::ComputeStmt::Result::Accumulate) return rg(c.target, s);
+    RegBuf r;
+    r.var = "r" + id(c.target);
+    r.rows = rows;
+    r.cols = cols;
+    r.dtype = c.target_dtype.value_or(tl::DType::F32);
+    regs_[c.target] = r;
+    if (!like.empty()) w.line("Tensor " + r.var + " = make_fragment_like<float>(" + like + ");");
+    return &regs_[c.target];
+  };
+  if (c.op == "Convert") {
+    const tl::DType dt = c.target_dtype.value_or(tl::DType::F32);
+    RegBuf r;
+    r.var = "r" + id(c.target);
+    r.rows = rx.rows;
+    r.cols = rx.cols;
+    r.dtype = dt;
+    regs_[c.target] = r;
+    w.line("Tensor " + r.var + " = qattn::convert<" + (dt == tl::DType::F32 ? std::string("float") : std::string("Element")) + ">(" +
+           rx.var + ");");
+    return;
+  }
+  if (c.op == "RowSum" || c.op == "RowMax") {
+    const bool accumulate = c.result == tl::ComputeStmt::Result::Accumulate;
+    RegBuf* z;
+    if (accumulate) {
+      z = rg(c.target, s);
+      if (!z) return;
+    } else {
       RegBuf r;
       r.var = "r" + id(c.target);
       r.rows = rx.rows;
-      r.cols = rx.cols;
-      r.dtype = dt;
       regs_[c.target] = r;
-      w.line("Tensor " + r.var + " = qattn::convert<" + (dt == tl::DType::F32 ? std::string("float") : std::string("Element")) + ">(" +
-             rx.var + ");");
-      return;
+      z = &regs_[c.target];
+      w.line("Tensor " + z->var + " = qattn::rows_for<" + std::to_string(rx.rows) + ">(tiled_mma);");
     }
-    if (c.op == "RowSum" || c.op == "RowMax") {
-      const bool accumulate = c.result == tl::ComputeStmt::Result::Accumulate;
-      RegBuf* z;
-      if (accumulate) {
-        z = rg(c.target, s);
-        if (!z) return;
-      } else {
-        RegBuf r;
-        r.var = "r" + id(c.target);
-        r.rows = rx.rows;
-        regs_[c.target] = r;
-        z = &regs_[c.target];
-        w.line("Tensor " + z->var + " = qattn::rows_for<" + std::to_string(rx.rows) + ">(tiled_mma);");
-      }
-      w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + (accumulate ? "true" : "false") + ">(" + rx.var +
-             ", " + z->var + ");");
-      return;
-    }
-    if (c.op == "Exp" || c.op == "Exp2" || c.op == "Log" || c.op == "Log2") {
-      RegBuf* z = target(rx.rows, rx.cols, rx.var);
-      if (!z) return;
-      w.line("qattn::map<qattn::op::" + c.op + ">(" + rx.var + ", " + z->var + ");");
-      return;
-    }
-    if (c.op == "Rescale" || c.op == "Normalize") {
-      const auto& y = c.operands[1];
-      if (!is_tensor(y)) {
-        if (c.op == "Rescale") w.line("qattn::rescale_scalar(" + rx.var + ", " + cfloat(y.expr) + ");");
-        else fail("XL0301", s.loc, "Normalize by a scalar is not lowered", "");
-        return;
-      }
-      const RegBuf* ry = rg(y.expr.name, s);
-      if (!ry) return;
-      w.line(std::string("qattn::") + (c.op == "Rescale" ? "rescale(" : "normalize(") + rx.var + ", " + ry->var + ");");
-      return;
-    }
-    const char* fn = op_functor(c.op);
-    if (!fn) {
-      fail("XL0301", s.loc, "Compute " + c.op + " is not lowered in a backward program", "");
-      return;
-    }
-    const auto& y = c.operands[1];
+    w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + (accumulate ? "true" : "false") + ">(" + rx.var +
+           ", " + z->var + ");");
+    return;
+  }
+  if (c.op == "Exp" || c.op == "Exp2" || c.op == "Log" || c.op == "Log2") {
     RegBuf* z = target(rx.rows, rx.cols, rx.var);
     if (!z) return;
-    const std::string op = std::string("qattn::op::") + fn;
+    w.line("qattn::map<qattn::op::" + c.op + ">(" + rx.var + ", " + z->var + ");");
+    return;
+  }
+  if (c.op == "Rescale" || c.op == "Normalize") {
+    const auto& y = c.operands[1];
     if (!is_tensor(y)) {
-      w.line("qattn::ew_scalar<" + op + ">(" + rx.var + ", " + cfloat(y.expr) + ", " + z->var + ");");
+      if (c.op == "Rescale") w.line("qattn::rescale_scalar(" + rx.var + ", " + cfloat(y.expr) + ");");
+      else fail("XL0301", s.loc, "Normalize by a scalar is not lowered", "");
       return;
     }
-    const RegBuf* ryp = rg(y.expr.name, s);
-    if (!ryp) return;
-    const RegBuf& ry = *ryp;
-    if (ry.cols == 0 && rx.cols > 0) w.line("qattn::ew_rows<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
-    else w.line("qattn::ew<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
+    const RegBuf* ry = rg(y.expr.name, s);
+    if (!ry) return;
+    w.line(std::string("qattn::") + (c.op == "Rescale" ? "rescale(" : "normalize(") + rx.var + ", " + ry->var + ");");
+    return;
   }
-
-  void mask(Out& w, const Stmt& s) {
-    const auto& c = s.compute;
-    const auto& m = c.mask;
-    using K = tl::MaskSpec::Kind;
-    if (m.kind == K::Named) {
-      if (c.at.size() != 2 || c.operands.empty()) return void(fail("XL0301", s.loc, "a Mask without its tile coordinate", ""));
-      const RegBuf* rp = rg(c.operands[0].expr.name, s);
-      if (!rp) return;
-      const std::string M = std::to_string(rp->rows), N = std::to_string(rp->cols);
-      w.open("{");
-      w.line("const int row0 = (" + cint(c.at[0]) + ") * " + M + ", col0 = (" + cint(c.at[1]) + ") * " + N + ";");
-      w.line("const bool full = full_" + m.name + "(row0, row0 + " + M + " - 1, col0, col0 + " + N + " - 1);");
-      w.line("qattn::apply_keep<" + M + ", " + N + ">(tiled_mma, " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
-             ", tid);");
-      w.close();
-      return;
-    }
-    if (c.operands.empty() || c.at.size() != 2) {
-      fail("XL0301", s.loc, "a Mask without its tile coordinate", "");
-      return;
-    }
-    const RegBuf* rp = rg(c.operands[0].expr.name, s);
-    if (!rp) return;
-    const RegBuf& r = *rp;
-    std::string kind = m.kind == K::Causal ? "Causal" : m.kind == K::CausalTopLeft ? "CausalTopLeft" : m.kind == K::Window ? "Window" : "Bounds";
-    std::string args = "qattn::MaskArgs{p.seqlen_q, p.seqlen_k";
-    if (m.kind == K::Window) args += ", " + cint(m.left) + ", " + cint(m.right);
-    args += "}";
-    w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(tiled_mma, " +
-           r.var + ", (" + cint(c.at[0]) + ") * " + std::to_string(r.rows) + ", (" + cint(c.at[1]) + ") * " + std::to_string(r.cols) +
-           ", " + args + ", tid);");
+  const char* fn = op_functor(c.op);
+  if (!fn) {
+    fail("XL0301", s.loc, "Compute " + c.op + " is not lowered in a backward program", "");
+    return;
   }
-
-  // A Score / Mask declaration: device lambdas over the element's indices (the forward's form,
-  // backend/emit_variant.cc), and for a Score its derivative in score (tl::derive_score).
-  void declaration(Out& w, const Stmt& s) {
-    w.line(ref(s));
-    const tl::VariantStmt& v = s.variant;
-    DeclType t;
-    const std::string body = names_.decl_expr(v.expr, t);
-    std::function<void(const tl::Expr&)> scan = [&](const tl::Expr& e) {
-      if (e.kind == tl::Expr::Kind::Name && e.name == "softcap") reads_softcap_ = true;
-      for (const auto& a : e.args) scan(a);
-    };
-    scan(v.expr);
-    if (!v.is_mask) {
-      w.line("[[maybe_unused]] auto score_" + v.name + " = [&](float score, int q_idx, int kv_idx) -> float { return " +
-             (t == DeclType::Float ? body : "float(" + body + ")") + "; };");
-      std::string why;
-      if (auto de = tl::derive_score(v.expr, why)) {
-        DeclType dt;
-        const std::string dbody = names_.decl_expr(*de, dt);
-        w.line("[[maybe_unused]] auto dscore_" + v.name + " = [&](float score, int q_idx, int kv_idx) -> float { return " +
-               (dt == DeclType::Float ? dbody : "float(" + dbody + ")") + "; };  // d " + v.name + " / d score: " +
-               tl::print_expr(*de));
-      }
-      return;
-    }
-    w.line("[[maybe_unused]] auto mask_" + v.name + " = [&](int q_idx, int kv_idx) -> bool { return " + body + "; };");
-    for (const auto& [what, cl] : {std::pair<const char*, const std::optional<tl::Expr>*>{"empty", &v.empty_when},
-                                   std::pair<const char*, const std::optional<tl::Expr>*>{"full", &v.full_when}}) {
-      DeclType ct;
-      const std::string e = *cl ? names_.decl_expr(**cl, ct) : "false";
-      w.line("[[maybe_unused]] auto " + std::string(what) + "_" + v.name +
-             " = [&](int q_lo, int q_hi, int kv_lo, int kv_hi) -> bool { return " + e + "; };");
-    }
+  const auto& y = c.operands[1];
+  RegBuf* z = target(rx.rows, rx.cols, rx.var);
+  if (!z) return;
+  const std::string op = std::string("qattn::op::") + fn;
+  if (!is_tensor(y)) {
+    w.line("qattn::ew_scalar<" + op + ">(" + rx.var + ", " + cfloat(y.expr) + ", " + z->var + ");");
+    return;
   }
+  const RegBuf* ryp = rg(y.expr.name, s);
+  if (!ryp) return;
+  const RegBuf& ry = *ryp;
+  if (ry.cols == 0 && rx.cols > 0) w.line("qattn::ew_rows<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
+  else w.line("qattn::ew<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
+}
 
-  // `Compute Modify S at [r, c] with NAME` / `Compute Derivative dS, S0 at [r, c] with NAME`.
-  void score_op(Out& w, const Stmt& s) {
-    const auto& c = s.compute;
-    if (c.at.size() != 2 || c.operands.empty()) return void(fail("XL0301", s.loc, c.op + " without its tile coordinate", ""));
-    const RegBuf* x = rg(c.operands[0].expr.name, s);
-    if (!x) return;
-    const std::string M = std::to_string(x->rows), N = std::to_string(x->cols);
-    const std::string r0 = "(" + cint(c.at[0]) + ") * " + M, c0 = "(" + cint(c.at[1]) + ") * " + N;
-    if (c.op == "Modify") {
-      w.line("qattn::apply_score<" + M + ", " + N + ">(tiled_mma, " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
-             ", tid);");
-      return;
-    }
-    const RegBuf* y = c.operands.size() > 1 ? rg(c.operands[1].expr.name, s) : nullptr;
-    if (!y) return;
-    w.line("qattn::apply_derivative<" + M + ", " + N + ">(tiled_mma, " + x->var + ", " + y->var + ", " + r0 + ", " + c0 +
-           ", dscore_" + c.mask.name + ", tid);");
-  }
+void Lower::reshape(Out& w, const Stmt& s) {
+  w.line(ref(s));
+  RegBuf* rp = rg(s.reshape.name, s);
+  if (!rp) return;
+  RegBuf& r = *rp;
+  r.a_view = r.var + "_a";
+  w.line("Tensor " + r.a_view + " = make_tensor(" + r.var + ".data(), " + arch_.reshape_fn + "(" + r.var +
+         ".layout()));  // (MMA, MMA_M, MMA_K): the A-operand view, no data moves");
+}
 
-  void reshape(Out& w, const Stmt& s) {
-    w.line(ref(s));
-    RegBuf* rp = rg(s.reshape.name, s);
-    if (!rp) return;
-    RegBuf& r = *rp;
-    r.a_view = r.var + "_a";
-    w.line("Tensor " + r.a_view + " = make_tensor(" + r.var + ".data(), " + arch_.reshape_fn + "(" + r.var +
-           ".layout()));  // (MMA, MMA_M, MMA_K): the A-operand view, no data moves");
-  }
+}  // namespace qattn::backend::bwd::detail
 
-  // ---- the C ABI -----------------------------------------------------------------------------------
-  void abi(Out& w) {
-    const bool window = mask_.kind == tl::MaskSpec::Kind::Window;
-    std::ostringstream j;
-    j << "{\"kernel\":\"" << kernel_name_ << "\",\"tl_kernel\":\"" << kernel_stmt_->kernel.name << "\",\"pass\":\"backward\""
-      << ",\"arch\":\"" << arch_.name << "\",\"family\":\"mma\",\"target\":\"" << target_.name << "\",\"dtype\":\""
-      << tl::to_string(elem_) << "\",\"dq_dtype\":\"fp32\",\"dk_dtype\":\"" << tl::to_string(dk_dtype_) << "\",\"d_qk\":" << d_qk_
-      << ",\"d_v\":" << d_v_ << ",\"mask\":\"" << qattn::to_string(mask_.kind) << "\",\"tiles\":{";
-    bool first = true;
-    for (const auto& [n, v] : fixed_) {
-      if (n == "d" || n == "d_qk" || n == "d_v") continue;
-      j << (first ? "" : ",") << "\"" << n << "\":" << v;
-      first = false;
-    }
-    j << "},\"threads\":" << threads_ << ",\"smem_bytes\":" << smem_bytes_
-      << ",\"aux\":[";
-    for (size_t i = 0; i < info_.aux.size(); ++i) {  // as the forward's info: name, dtype, shape (TL names)
-      const std::string& n = info_.aux[i];
-      j << (i ? "," : "") << "{\"name\":\"" << n << "\",\"dtype\":\"" << (aux_int_[n] ? "int32" : "fp32") << "\",\"shape\":[";
-      const auto& shape = info_.tensors.count(n) ? info_.tensors.at(n).global_shape : std::vector<tl::Expr>{};
-      for (size_t k = 0; k < shape.size(); ++k) j << (k ? "," : "") << "\"" << tl::print_expr(shape[k]) << "\"";
-      j << "]}";
-    }
-    std::string args = window ? "\"window_left\",\"window_right\"" : "";
-    if (reads_softcap_) args += std::string(args.empty() ? "" : ",") + "\"softcap\"";
-    j << "],\"args\":[" << args << "],\"tl_hash\":\""
-      << support::sha256_hex(tl::print(prog_)).substr(0, 16) << "\"}";
-    info_json_ = j.str();
-    w.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
-    w.line("using namespace qattn_generated;");
-    w.line("extern \"C\" {");
-    w.line();
-    w.line("QATTN_EXPORT const char* qattn_last_error(void) { return qattn::host::error_buffer(); }");
-    w.line();
-    w.line("QATTN_EXPORT const char* qattn_kernel_info(void) {");
-    w.line("  return R\"json(" + info_json_ + ")json\";");
-    w.line("}");
-    w.line();
-    w.open("QATTN_EXPORT int qattn_bwd(const qattn_bwd_params* params, void* stream) {");
-    unsigned aux_mask = 0;
-    for (size_t i = 0; i < info_.aux.size(); ++i) aux_mask |= 1u << i;
-    w.line("if (int st = qattn::host::check_bwd_params(params, " + std::to_string(d_qk_) + ", " + std::to_string(d_v_) +
-           ", int(sizeof(Element)), int(sizeof(ElementDK)), " + std::to_string(aux_mask) + "u); st != QATTN_OK)");
-    w.line("  return st;");
-    w.line("qattn_bwd_params p = *params;");
-    if (dk_dtype_ != tl::DType::F32)
-      w.line("if (p.heads_q != p.heads_kv) return qattn::host::fail(QATTN_ERR_SHAPE, \"this backward kernel stores dK and dV once per "
-             "query head (heads_q %d, heads_kv %d): GQA needs the kernel that accumulates them in fp32\", p.heads_q, p.heads_kv);");
-    if (reads_softcap_ && !window) w.line("if (int st = qattn::host::check_launch_args(p, false, true); st != QATTN_OK) return st;");
-    if (window) {
-      w.line(std::string("if (int st = qattn::host::check_launch_args(p, true, ") + (reads_softcap_ ? "true" : "false") +
-             "); st != QATTN_OK) return st;");
-      w.line("if (p.window_left < 0) p.window_left = p.seqlen_q + p.seqlen_k;  // unbounded: no key is that far");
-      w.line("if (p.window_right < 0) p.window_right = p.seqlen_q + p.seqlen_k;");
-    }
-    std::string dims;
-    for (const auto& n : runtime_dims_) dims += (dims.empty() ? "" : ", ") + id(n) + " = p." + n;
-    if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";");
-    w.line("[[maybe_unused]] const int window_left = p.window_left, window_right = p.window_right;");
-    w.line(ref(*grid_stmt_));
-    std::string ext[3] = {"1", "1", "1"};
-    for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i) ext[i] = cint(grid_stmt_->grid.items[i].extent);
-    w.line("const long long gx = " + ext[0] + ", gy = " + ext[1] + ", gz = " + ext[2] + ";");
-    w.line("bool empty = false;");
-    w.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
-    w.line("cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);");
-    w.line("if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");");
-    w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);");
-    w.line("return qattn::host::launch_status(cudaGetLastError(), \"" + kernel_name_ + " launch\");");
-    w.close();
-    w.line();
-    w.line("}  // extern \"C\"");
-  }
-
-  std::string kir_text() const {
-    std::ostringstream o;
-    o << "kernel " << kernel_name_ << " (backward, " << arch_.name << ", " << target_.name << ")\n";
-    o << "  tl " << kernel_stmt_->kernel.name << "  tl_hash " << support::sha256_hex(tl::print(prog_)).substr(0, 16) << "\n";
-    o << "  launch threads " << threads_ << " smem " << smem_bytes_ << " bytes\n";
-    o << "  mma " << arch_.mma_instr << " warps " << warps_ << " along M\n";
-    for (const auto& [n, b] : shared_)
-      o << "  shared " << n << " " << tl::to_string(b.dtype) << " (" << b.rows << (b.cols ? ", " + std::to_string(b.cols) : std::string())
-        << ") @" << b.offset << " " << b.bytes << " B\n";
-    return o.str();
-  }
-
-  const tl::Program& prog_;
-  const tl::CheckInfo& info_;
-  plan::Target target_;
-  support::DiagSink& diags_;
-  CppNames names_;
-  tl::Env env_;
-  bool failed_ = false;
-  const Stmt* kernel_stmt_ = nullptr;
-  const Stmt* grid_stmt_ = nullptr;
-  tl::MaskSpec mask_;
-  std::vector<std::pair<std::string, int64_t>> fixed_;
-  std::vector<std::string> runtime_dims_;
-  ArchSpec arch_;
-  tl::DType elem_ = tl::DType::F16, dk_dtype_ = tl::DType::F32, dv_dtype_ = tl::DType::F32;
-  int warps_ = 4, threads_ = 128, d_qk_ = 0, d_v_ = 0;
-  std::string kernel_name_, info_json_;
-  std::map<std::string, SharedBuf> shared_;
-  std::map<std::string, RegBuf> regs_;
-  std::set<std::string> computed_, elementwise_;
-  int64_t smem_bytes_ = 0;
-  std::set<std::string> written_async_, written_sync_;
-  std::set<std::string> read_since_barrier_;  // shared buffers read since the last __syncthreads
-  std::set<const Stmt*> prefetched_;  // loop Copies issued ahead (loop())
-  std::map<std::string, int> aux_slot_;   // auxiliary inputs: ABI aux[] slot
-  std::map<std::string, bool> aux_int_;   // ... int32 (else fp32)
-  bool reads_softcap_ = false;            // a declaration reads the launch argument softcap
-};
-
-}  // namespace
+namespace qattn::backend::bwd {
 
 std::optional<Translation> translate(const tl::Program& code, const tl::CheckInfo& info, const plan::Target& target,
                                      support::DiagSink& diags) {
-  return Lower(code, info, target, diags).run();
+  return detail::Lower(code, info, target, diags).run();
 }
 
 }  // namespace qattn::backend::bwd

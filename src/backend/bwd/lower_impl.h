@@ -1,0 +1,189 @@
+// Internals of the backward lowering (lower.h), shared by lower.cc (the header facts, tensors and
+// statements), schedule.cc (barriers and the loop's copy/compute overlap) and abi.cc (the preamble,
+// the declarations of variants, the C ABI and the kernel info). Not part of the public API.
+#pragma once
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/arch.h"
+#include "backend/bwd/lower.h"
+#include "backend/cpp_expr.h"
+#include "tl/eval.h"
+
+namespace qattn::backend::bwd::detail {
+
+using tl::Stmt;
+
+// Indented C++ text.
+class Out {
+ public:
+  void line(const std::string& s = {}) { os_ << (s.empty() ? "" : std::string(indent_ * 2, ' ') + s) << "\n"; }
+  void open(const std::string& s) { line(s); ++indent_; }
+  void close(const std::string& s = "}") { --indent_; line(s); }
+  std::string str() const { return os_.str(); }
+
+ private:
+  std::ostringstream os_;
+  int indent_ = 0;
+};
+
+// A kernel argument of the backward ABI (qattn_bwd_params).
+struct GlobalArg {
+  const char* tl;
+  const char* field;   // pointer field
+  const char* stride;  // stride prefix ("" for lse)
+  bool out;
+};
+inline const GlobalArg kArgs[] = {{"Q", "q", "q", false},   {"K", "k", "k", false},     {"V", "v", "v", false},
+                           {"O", "o", "o", false},   {"dO", "dout", "do", false}, {"LSE", "lse", "", false},
+                           {"dQ", "dq", "dq", true}, {"dK", "dk", "dk", true},    {"dV", "dv", "dv", true}};
+
+inline const GlobalArg* find_arg(const std::string& n) {
+  for (const auto& a : kArgs)
+    if (n == a.tl) return &a;
+  return nullptr;
+}
+
+struct SharedBuf {
+  std::string var, layout;  // C++ tensor (or float*) and layout type
+  int rows = 0, cols = 0;   // cols 0: a 1-D fp32 row vector
+  tl::DType dtype = tl::DType::F16;
+  int64_t offset = 0, bytes = 0;
+};
+
+struct RegBuf {
+  std::string var;
+  int rows = 0, cols = 0;   // cols 0: a row vector
+  tl::DType dtype = tl::DType::F32;
+  bool computed = false;    // written by a Compute (else filled by a Copy from shared only)
+  bool elementwise = false; // read by a Compute other than GEMM
+  std::string a_view;       // after `Reshape`: the A-operand fragment view
+};
+
+class Lower {
+ public:
+  Lower(const tl::Program& p, const tl::CheckInfo& info, const plan::Target& t, support::DiagSink& d)
+      : prog_(p), info_(info), target_(t), diags_(d) {}
+
+  std::optional<Translation> run();
+
+ private:
+  bool fail(const char* code, support::SrcLoc at, const std::string& msg, const std::string& hint);
+  std::optional<int64_t> eval(const tl::Expr& e, support::SrcLoc at, const std::string& what);
+  // A buffer the lowering expects: XL0301 naming the statement when it is not there (never throws).
+  SharedBuf* sh(const std::string& n, const Stmt& s);
+  RegBuf* rg(const std::string& n, const Stmt& s);
+  std::string cint(const tl::Expr& e) const { return names_.int_expr(e); }
+  std::string cfloat(const tl::Expr& e) const { return names_.float_expr(e); }
+  std::string id(const std::string& n) const { return names_.ident(n); }
+  static std::string ref(const Stmt& s);
+
+  // ---- header ------------------------------------------------------------------------------------
+  bool header();
+
+  // ---- tensors: shared plan, register facts ------------------------------------------------------
+  void walk(const std::vector<Stmt>& body, const std::function<void(const Stmt&)>& fn);
+
+  bool tensors();
+
+  // ---- the preamble --------------------------------------------------------------------------------
+  void preamble(Out& w);
+
+  // ---- barriers ------------------------------------------------------------------------------------
+  // Shared buffers written since the last barrier: by cp.async (in flight until waited for) or by
+  // the threads' own stores; and whether shared memory was read since the last barrier.
+  void barrier(Out& w, const std::string& why);
+  void before_read(Out& w, const std::string& name);
+  // Before `name` is written: a barrier when some warp may still be reading it.
+  void before_write(Out& w, const std::string& name, bool async);
+  void flush(Out& w);
+
+  // ---- the kernel ---------------------------------------------------------------------------------
+  void kernel(Out& w);
+
+  void body(Out& w, const std::vector<Stmt>& stmts, bool in_loop);
+
+  void one(Out& w, const Stmt& s);
+
+  // The statements of `body` that read the shared buffer of `name` (GEMM operands, Copies from shared).
+  static bool reads(const Stmt& st, const std::string& name);
+  static bool writes_shared(const Stmt& st, const std::string& name);
+
+  // The loop's copy/compute overlap (chosen here; the TL states what is copied, not when): a global ->
+  // shared Copy of the loop body, whose buffer no other statement of the body writes, is issued for
+  // iteration i + 1 right after the last statement of iteration i that reads the buffer (one
+  // __syncthreads first), and for the first iteration before the loop; its own place in the body then
+  // only marks the buffer as in flight, waited for at its first read.
+  void loop(Out& w, const Stmt& s);
+
+  // The copy call of a global -> shared Copy (tile at the statement's coordinate).
+  void emit_g2s(Out& w, const Stmt& st);
+
+  std::string shape(int r, int c) const { return "Shape<Int<" + std::to_string(r) + ">, Int<" + std::to_string(c) + ">>{}"; }
+
+  void allocate(Out& w, const Stmt& s);
+
+  void copy(Out& w, const Stmt& s);
+
+  // The shared view a GEMM operand reads, (rows, K) for A / (N, K) for B, and its ldmatrix atom.
+  struct View {
+    std::string expr, atom;
+  };
+  std::optional<View> operand_view(const tl::Operand& o, bool is_a, const Stmt& s);
+
+  void gemm(Out& w, const Stmt& s);
+
+  bool is_tensor(const tl::Operand& o) const;
+
+  void compute(Out& w, const Stmt& s);
+
+  void mask(Out& w, const Stmt& s);
+
+  // A Score / Mask declaration: device lambdas over the element's indices (the forward's form,
+  // backend/emit_variant.cc), and for a Score its derivative in score (tl::derive_score).
+  void declaration(Out& w, const Stmt& s);
+
+  // `Compute Modify S at [r, c] with NAME` / `Compute Derivative dS, S0 at [r, c] with NAME`.
+  void score_op(Out& w, const Stmt& s);
+
+  void reshape(Out& w, const Stmt& s);
+
+  // ---- the C ABI -----------------------------------------------------------------------------------
+  void abi(Out& w);
+
+  std::string kir_text() const;
+
+  const tl::Program& prog_;
+  const tl::CheckInfo& info_;
+  plan::Target target_;
+  support::DiagSink& diags_;
+  CppNames names_;
+  tl::Env env_;
+  bool failed_ = false;
+  const Stmt* kernel_stmt_ = nullptr;
+  const Stmt* grid_stmt_ = nullptr;
+  tl::MaskSpec mask_;
+  std::vector<std::pair<std::string, int64_t>> fixed_;
+  std::vector<std::string> runtime_dims_;
+  ArchSpec arch_;
+  tl::DType elem_ = tl::DType::F16, dk_dtype_ = tl::DType::F32, dv_dtype_ = tl::DType::F32;
+  int warps_ = 4, threads_ = 128, d_qk_ = 0, d_v_ = 0;
+  std::string kernel_name_, info_json_;
+  std::map<std::string, SharedBuf> shared_;
+  std::map<std::string, RegBuf> regs_;
+  std::set<std::string> computed_, elementwise_;
+  int64_t smem_bytes_ = 0;
+  std::set<std::string> written_async_, written_sync_;
+  std::set<std::string> read_since_barrier_;  // shared buffers read since the last __syncthreads
+  std::set<const Stmt*> prefetched_;  // loop Copies issued ahead (loop())
+  std::map<std::string, int> aux_slot_;   // auxiliary inputs: ABI aux[] slot
+  std::map<std::string, bool> aux_int_;   // ... int32 (else fp32)
+  bool reads_softcap_ = false;            // a declaration reads the launch argument softcap
+};
+
+}  // namespace qattn::backend::bwd::detail

@@ -1,0 +1,150 @@
+// The backward lowering's barriers and the loop's copy/compute overlap (lower_impl.h, docs/translation.md).
+#include "backend/bwd/lower_impl.h"
+
+#include "support/sha256.h"
+#include "tl/printer.h"
+#include "tl/variant.h"
+
+namespace qattn::backend::bwd::detail {
+using tl::Stmt;
+
+void Lower::barrier(Out& w, const std::string& why) {
+  w.line("__syncthreads();  // " + why);
+  read_since_barrier_.clear();
+  written_sync_.clear();  // (a barrier also publishes the block's stores so far)
+}
+
+void Lower::before_read(Out& w, const std::string& name) {
+  if (written_async_.count(name)) {
+    w.line("qattn::commit();");
+    w.line("qattn::wait<0>();  // the cp.async copies into shared memory have landed");
+    barrier(w, "... for every thread");
+    written_async_.clear();
+  } else if (written_sync_.count(name)) {
+    barrier(w, "what the block stored to shared memory is visible");
+  }
+  read_since_barrier_.insert(name);
+}
+
+void Lower::before_write(Out& w, const std::string& name, bool async) {
+  if (read_since_barrier_.count(name)) barrier(w, "every warp is done reading " + name);
+  (async ? written_async_ : written_sync_).insert(name);
+}
+
+void Lower::flush(Out& w) {
+  if (written_async_.empty() && written_sync_.empty()) return;
+  if (!written_async_.empty()) {
+    w.line("qattn::commit();");
+    w.line("qattn::wait<0>();");
+  }
+  barrier(w, "the copies so far have landed");
+  written_async_.clear();
+}
+
+bool Lower::reads(const Stmt& st, const std::string& name) {
+  if (st.kind == Stmt::Kind::Copy) return st.copy.name == name && st.copy.from == tl::Space::Shared;
+  if (st.kind == Stmt::Kind::Compute && st.compute.op == "GEMM")
+    for (const auto& o : st.compute.operands)
+      if (o.expr.kind == tl::Expr::Kind::Name && o.expr.name == name) return true;
+  return false;
+}
+
+bool Lower::writes_shared(const Stmt& st, const std::string& name) {
+  return st.kind == Stmt::Kind::Copy && st.copy.name == name && st.copy.to == tl::Space::Shared;
+}
+
+void Lower::loop(Out& w, const Stmt& s) {
+  const auto& body_stmts = s.loop.body;
+  std::map<size_t, std::vector<const Stmt*>> after;  // statement index -> Copies to issue for i + 1 after it
+  std::vector<const Stmt*> ahead;
+  for (size_t k = 0; k < body_stmts.size(); ++k) {
+    const Stmt& c = body_stmts[k];
+    if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Global || c.copy.to != tl::Space::Shared) continue;
+    if (!shared_.count(c.copy.name)) continue;
+    long first = -1, last = -1;
+    bool other_writer = false;
+    for (size_t j = 0; j < body_stmts.size(); ++j) {
+      if (j != k && writes_shared(body_stmts[j], c.copy.name)) other_writer = true;
+      if (reads(body_stmts[j], c.copy.name)) {
+        if (first < 0) first = long(j);
+        last = long(j);
+      }
+    }
+    if (other_writer || first <= long(k)) continue;
+    // issued after a run of loads from shared memory rather than inside it (one barrier for the run)
+    while (size_t(last) + 1 < body_stmts.size() && body_stmts[size_t(last) + 1].kind == Stmt::Kind::Copy &&
+           body_stmts[size_t(last) + 1].copy.from == tl::Space::Shared && body_stmts[size_t(last) + 1].copy.to == tl::Space::Register)
+      ++last;
+    after[size_t(last)].push_back(&c);
+    ahead.push_back(&c);
+    prefetched_.insert(&c);
+  }
+  // everything written before the loop that is still in flight stays so: the first read waits
+  if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
+  std::set<std::string> body_reads;  // what an earlier iteration may still be reading at the top of the body
+  for (const auto& st : body_stmts)
+    for (const auto& [name, b] : shared_)
+      if (reads(st, name)) body_reads.insert(name);
+  w.line(ref(s));
+  const std::string v = id(s.loop.var);
+  w.line("const int lo_" + v + " = " + cint(s.loop.lo) + ", hi_" + v + " = " + cint(s.loop.hi) + ";");
+  if (!ahead.empty()) {
+    w.line("// the first iteration's copies, issued before the loop (each later one during the iteration before)");
+    for (const Stmt* c : ahead)
+      if (read_since_barrier_.count(c->copy.name)) {
+        barrier(w, "every warp is done reading the buffers");
+        break;
+      }
+    w.open("if (lo_" + v + " < hi_" + v + ") {");
+    w.line("const int " + v + " = lo_" + v + ";");
+    for (const Stmt* c : ahead) emit_g2s(w, *c);
+    w.close();
+  }
+  std::set<std::string> in_flight = written_async_;
+  for (const Stmt* c : ahead) in_flight.insert(c->copy.name);
+  w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
+  written_async_ = in_flight;
+  read_since_barrier_ = body_reads;  // the previous iteration's reads
+  for (size_t k = 0; k < body_stmts.size() && !failed_; ++k) {
+    one(w, body_stmts[k]);
+    auto it = after.find(k);
+    if (it == after.end()) continue;
+    std::string names;
+    for (const Stmt* c : it->second) names += (names.empty() ? "" : ", ") + c->copy.name;
+    w.line("// " + names + " of iteration " + v + " + 1, issued after " + v + "'s last read (TL " +
+           std::to_string(body_stmts[k].loc.line) + ")");
+    for (const Stmt* c : it->second)
+      if (read_since_barrier_.count(c->copy.name)) {
+        barrier(w, "every warp is done reading them");
+        break;
+      }
+    w.open("if (" + v + " + 1 < hi_" + v + ") {");
+    w.line("const int " + v + "_next = " + v + " + 1;");
+    w.open("{");
+    w.line("const int " + v + " = " + v + "_next;");
+    for (const Stmt* c : it->second) emit_g2s(w, *c);
+    w.close();
+    w.close();
+    for (const Stmt* c : it->second) written_async_.insert(c->copy.name);
+  }
+  if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
+  if (!ahead.empty()) w.line("qattn::commit();  // the next iteration's copies: one group");
+  w.close();
+  written_async_.clear();  // after the loop: the last iteration issued none (nothing in flight to read)
+  read_since_barrier_ = body_reads;
+}
+
+void Lower::emit_g2s(Out& w, const Stmt& st) {
+  const auto& c = st.copy;
+  const SharedBuf* b = sh(c.name, st);
+  if (!b) return;
+  const std::string coord = c.coord.empty() ? std::string("0") : cint(c.coord[0]);
+  if (b->cols == 0)
+    w.line("qattn::copy_rows_g2s<" + std::to_string(b->rows) + ", kThreads>(g" + id(c.name) + ", p.seqlen_q, " + coord + ", " +
+           b->var + ", tid);  // TL " + std::to_string(st.loc.line));
+  else
+    w.line("qattn::copy_g2s(gmem_copy, m" + id(c.name) + ", " + coord + ", " + b->var + ", tid);  // TL " +
+           std::to_string(st.loc.line));
+}
+
+}  // namespace qattn::backend::bwd::detail

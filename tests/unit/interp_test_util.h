@@ -1,0 +1,44 @@
+// Helpers of the interpreter's tests (interp_test.cc, interp_backward_test.cc): the golden corpus
+// folder, reading a file, running TL text and collecting its diagnostic codes.
+#pragma once
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tl/interp.h"
+#include "tl/parser.h"
+
+namespace qattn::tl::testutil {
+
+namespace fs = std::filesystem;
+
+inline const fs::path kCorpus = fs::path(QATTN_SOURCE_DIR) / "tests" / "tl";
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Outcome {
+  RunResult r;
+  std::string diags;
+  std::vector<std::string> codes;
+  bool has(const std::string& code) const { return std::find(codes.begin(), codes.end(), code) != codes.end(); }
+};
+
+inline Outcome run_text(const std::string& text, RunConfig cfg, const std::string& file = "test.tl") {
+  support::DiagSink diags(file);
+  Program p = parse(text, diags, file);
+  Outcome o;
+  o.r = run(p, cfg, diags);
+  o.diags = diags.render();
+  for (const auto& d : diags.all()) o.codes.push_back(d.code);
+  return o;
+}
+
+}  // namespace qattn::tl::testutil
