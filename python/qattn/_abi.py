@@ -68,6 +68,21 @@ def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window
     return p
 
 
+def _kernel_info(lib):
+    """A loaded library's qattn_kernel_info as JSON (bounded; ValueError when NULL, too long or not JSON)."""
+    lib.qattn_kernel_info.restype = ctypes.c_char_p
+    lib.qattn_last_error.restype = ctypes.c_char_p
+    raw = lib.qattn_kernel_info()
+    if not raw:
+        raise ValueError("qattn_kernel_info: returned NULL")
+    if len(raw) > 1 << 16:
+        raise ValueError("qattn_kernel_info: longer than 64 KiB")
+    try:
+        return json.loads(raw.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"qattn_kernel_info: not JSON ({e})") from None
+
+
 class BwdParams(ctypes.Structure):
     """qattn_bwd_params, field for field (the backward pass: a library of a `Kernel NAME backward`)."""
     _fields_ = [("abi_version", ctypes.c_int32)] + [
@@ -119,15 +134,7 @@ class BwdLibrary:
             raise ValueError(f"{self.path}: no qattn_bwd (not a backward library)")
         self.lib.qattn_bwd.argtypes = [ctypes.POINTER(BwdParams), ctypes.c_void_p]
         self.lib.qattn_bwd.restype = ctypes.c_int
-        self.lib.qattn_kernel_info.restype = ctypes.c_char_p
-        self.lib.qattn_last_error.restype = ctypes.c_char_p
-        raw = self.lib.qattn_kernel_info() or b""
-        if len(raw) > 1 << 16:
-            raise ValueError("qattn_kernel_info: longer than 64 KiB")
-        try:
-            info = json.loads(raw.decode("utf-8", errors="replace"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"qattn_kernel_info: not JSON ({e})") from None
+        info = _kernel_info(self.lib)
         if not isinstance(info, dict) or info.get("pass") != "backward":
             raise ValueError(f"{self.path}: its kernel info does not say \"pass\": \"backward\"")
         self.info = info
@@ -199,18 +206,7 @@ class Library:
         self.lib = ctypes.CDLL(self.path)
         self.lib.qattn_fwd.argtypes = [ctypes.POINTER(Params), ctypes.c_void_p]
         self.lib.qattn_fwd.restype = ctypes.c_int
-        self.lib.qattn_kernel_info.restype = ctypes.c_char_p
-        self.lib.qattn_last_error.restype = ctypes.c_char_p
-        raw = self.lib.qattn_kernel_info()
-        if not raw:
-            raise ValueError("qattn_kernel_info: returned NULL")
-        if len(raw) > 1 << 16:
-            raise ValueError("qattn_kernel_info: longer than 64 KiB")
-        try:
-            info = json.loads(raw.decode("utf-8", errors="replace"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"qattn_kernel_info: not JSON ({e})") from None
-        self.info = check_info(info)
+        self.info = check_info(_kernel_info(self.lib))
 
     def last_error(self):
         return self.lib.qattn_last_error().decode()

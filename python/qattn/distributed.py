@@ -271,7 +271,8 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
 
         def back(qd, kd, vd, od, ld, do):
             return _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, od, ld, do, s)
-        o, lse = _ring_function(torch).apply(qv, kv, vv, run, back)
+        from . import _backward
+        o, lse = _backward.function(torch).apply(qv, kv, vv, run, back)  # the autograd Function attention() uses
         return _result(o, lse, return_lse, layout)
     o, lse = _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap)
     return _result(o, lse, return_lse, layout)
@@ -320,37 +321,12 @@ def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv,
     return out.to(q.dtype), lse
 
 
-_RING_FN = None
-
-
-def _ring_function(torch):
-    """Ring attention as an autograd Function. Its backward walks the ring again: at each step the
-    kernel's backward (qattn._attention.attention_backward) runs on this rank's queries against the
-    K/V shard that is here, with this rank's final O and LSE (the gradient of a step's scores only
-    needs the global softmax: P = exp(S - LSE), D = rowsum(dO * O)); dQ adds up here, while the
-    shard's dK and dV travel with it and are back at their owner after the last step."""
-    global _RING_FN
-    if _RING_FN is None:
-        class RingFn(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v, run, back):
-                o, lse = run(q.detach(), k.detach(), v.detach())
-                ctx.save_for_backward(q, k, v, o, lse)
-                ctx.back = back
-                ctx.mark_non_differentiable(lse)
-                return o, lse
-
-            @staticmethod
-            def backward(ctx, do, _dlse):
-                q, k, v, o, lse = ctx.saved_tensors
-                dq, dk, dv = ctx.back(q, k, v, o, lse, do)
-                return dq, dk, dv, None, None
-        _RING_FN = RingFn
-    return _RING_FN
-
-
 def _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, q, k, v, o, lse, do, scale):
-    """dQ, dK, dV of this rank's shards (BSHD views) from the ring schedule `steps` (see _ring_function)."""
+    """dQ, dK, dV of this rank's shards (BSHD views) from the ring schedule `steps`: the ring walked
+    again; at each step the kernel's backward (qattn._attention.attention_backward) runs on this
+    rank's queries against the K/V shard that is here, with this rank's final O and LSE (the gradient
+    of a step's scores only needs the global softmax: P = exp(S - LSE), D = rowsum(dO * O)); dQ adds
+    up here, while the shard's dK and dV travel with it and are back at their owner after the last step."""
     from . import _attention
     b, sq, hq, dqk = (int(x) for x in q.shape)
     hkv, dv_ = int(k.shape[2]), int(v.shape[3])

@@ -5,6 +5,19 @@ qattn.integrations.transformers, qattn.flash_attn_interface) put it in qattn.att
 import torch
 
 
+def _positions(sq, sk, causal, window, device):
+    """(query position i (sq, 1) aligned as the mask says, key position j (1, sk), visible (sq, sk))."""
+    i = torch.arange(sq, device=device)[:, None] + (0 if causal == "top_left" else sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if causal:
+        vis &= j <= i
+    if window is not None:
+        left, right = window
+        vis &= ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
+    return i, j, vis
+
+
 def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, segment_ids=None,
             alibi_slopes=None, **kw):
     assert not kw, kw
@@ -16,16 +29,9 @@ def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return
     s = (qf @ kf.transpose(-1, -2)) * (scale if scale is not None else d ** -0.5)
     if softcap:
         s = softcap * torch.tanh(s / softcap)
-    i = torch.arange(sq, device=q.device)[:, None] + (0 if causal == "top_left" else sk - sq)
-    j = torch.arange(sk, device=q.device)[None, :]
+    i, j, vis = _positions(sq, sk, causal, window, q.device)
     if alibi_slopes is not None:
         s = s - alibi_slopes.float().view(1, hq, 1, 1) * (i - j).abs()
-    vis = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    if causal:
-        vis &= j <= i
-    if window is not None:
-        left, right = window
-        vis &= ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
     vis = vis[None, None]
     if segment_ids is not None:
         sq_ids, sk_ids = segment_ids
@@ -49,14 +55,7 @@ def standin_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=Non
     vf = v.float().transpose(1, 2).repeat_interleave(g, 1)
     sc = scale if scale is not None else d ** -0.5
     s = (qf @ kf.transpose(-1, -2)) * sc
-    i = torch.arange(sq, device=q.device)[:, None] + (0 if causal == "top_left" else sk - sq)
-    j = torch.arange(sk, device=q.device)[None, :]
-    vis = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    if causal:
-        vis &= j <= i
-    if window is not None:
-        left, right = window
-        vis &= ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
+    _, _, vis = _positions(sq, sk, causal, window, q.device)
     s = s.masked_fill(~vis[None, None], float("-inf"))
     p = torch.exp(s - lse.float()[..., None]).nan_to_num(0.0)
     dof, of = dout.float().transpose(1, 2), o.float().transpose(1, 2)
