@@ -84,12 +84,15 @@ struct Operand {
 // ---- statements ----------------------------------------------------------------------------
 struct Stmt;
 
-struct KernelStmt {  // Kernel NAME [backward] [with mask M]
+struct KernelStmt {  // Kernel NAME [backward | combine] [with mask M]
   std::string name;
   MaskSpec mask;
   // `backward`: the program computes the gradients dQ, dK, dV of the attention the rest of the line
   // declares, from Q, K, V, O, dO and LSE (docs/tl.md, "The backward pass").
   bool backward = false;
+  // `combine`: the program merges the partial results (O_part, LSE_part) of `splits` disjoint key
+  // sets of the same queries into O and LSE (docs/tl.md, "Combining partial results").
+  bool combine = false;
 };
 struct DimStmt {  // Dim a, b = 128, c      (problem dimensions; optionally fixed)
   struct Item { std::string name; std::optional<Expr> value; SrcLoc loc; };

@@ -508,11 +508,17 @@ void Walker::finish() {
   finish_pack();
   // Kernel arguments.
   const std::vector<const char*> required =
-      backward() ? std::vector<const char*>{"Q", "K", "V", "O", "dO", "LSE", "dQ", "dK", "dV"}
-                 : std::vector<const char*>{"Q", "K", "V", "O"};
+      backward()  ? std::vector<const char*>{"Q", "K", "V", "O", "dO", "LSE", "dQ", "dK", "dV"}
+      : combine() ? std::vector<const char*>{"O_part", "LSE_part", "O", "LSE"}
+                  : std::vector<const char*>{"Q", "K", "V", "O"};
+  if (combine() && kernel_->kernel.mask.kind != MaskSpec::Kind::None)
+    rep_.error("TL0414", kernel_->loc, "a combine program merges finished results: the Kernel line declares no mask",
+               "write `Kernel " + kernel_->kernel.name + " combine`");
   for (const char* n : required) {
     if (!global_alloc_.count(n)) {
-      rep_.error("TL0406", top, std::string("the ") + (backward() ? "backward " : "") + "program never allocates the global tensor " + n,
+      rep_.error("TL0406", top,
+                 std::string("the ") + (backward() ? "backward " : combine() ? "combine " : "") +
+                     "program never allocates the global tensor " + n,
                  "add `" + example_global(n) + "` after the Grid/Let lines");
     }
   }
@@ -570,6 +576,7 @@ void Walker::finish() {
                      fmt_expr((*sa)[1]) + ")`)");
     }
   };
+  if (combine()) same_head("O_part", "O");
   same_head("Q", "K");
   same_head("V", "O");
   if (backward()) {

@@ -153,6 +153,9 @@ class Walker {
   void check_pack(const Stmt& s, const Attr& a);  // `{pack: G}` on a global Q / O / LSE (checker_memory.cc)
   void finish_pack();
   bool is_aux(const std::string& name) const;
+  // A kernel input (defined at launch, never stored): Q, K, V and the auxiliary inputs; a backward
+  // program's O, dO and LSE too; a combine program's O_part and LSE_part.
+  bool is_input(const std::string& name) const;
   VType_ vexpr(const Expr& e, const Stmt& s, const std::vector<std::string>& locals, int depth);
 
   // ---- checker_schedule.cc ----
@@ -190,6 +193,7 @@ class Walker {
   std::vector<LoopCtx> loops_;
   const Stmt* kernel_ = nullptr;
   bool backward() const { return kernel_ && kernel_->kernel.backward; }  // `Kernel NAME backward`
+  bool combine() const { return kernel_ && kernel_->kernel.combine; }    // `Kernel NAME combine`
   std::set<std::string> accumulated_to_global_;  // `Copy X ... to global and accumulate`
   std::set<std::string> plain_to_global_;        // other Copies to global
   // A backward program's data flow: which global inputs each tensor's value derives from (bits of

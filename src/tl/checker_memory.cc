@@ -32,6 +32,11 @@ unsigned grad_input_bit(const std::string& n) {
 
 }  // namespace
 
+bool Walker::is_input(const std::string& n) const {
+  if (combine()) return n == "O_part" || n == "LSE_part";
+  return n == "Q" || n == "K" || n == "V" || is_aux(n) || (backward() && (n == "O" || n == "dO" || n == "LSE"));
+}
+
 // Data flow of a backward program: a result derives from its operands (and, accumulated or in
 // place, from its earlier value); a load from global derives from that input.
 void Walker::flow_compute(const Stmt& s) {
@@ -98,9 +103,16 @@ void Walker::allocate_stmt(const Stmt& s) {
                           (a.init ? " init " + fmt_expr(*a.init) : std::string());
 
   if (a.space == Space::Global) {
-    bool known = backward() && is_backward_name(a.name);
-    for (const char* g : kGlobalNames) known = known || a.name == g;
-    if (!known) {
+    const bool part = a.name == "O_part" || a.name == "LSE_part";  // a combine program's inputs
+    bool known = combine() ? part || a.name == "O" || a.name == "LSE" : backward() && is_backward_name(a.name);
+    if (!combine())
+      for (const char* g : kGlobalNames) known = known || a.name == g;
+    if (!known && combine()) {
+      error(s, "TL0406", s.loc,
+            "'" + a.name + "' is not an argument of a combine program (O_part, LSE_part, O, LSE)",
+            "a `Kernel NAME combine` reads the partial results O_part and LSE_part and writes O and LSE; keep other "
+            "values in registers");
+    } else if (!known) {
       // An auxiliary input of Score / Mask declarations: full shape, fp32 or int32, no offset.
       const bool dt_ok = a.dtype && (*a.dtype == DType::F32 || *a.dtype == DType::I32);
       if (!dt_ok || !a.offset.empty() || a.shape.empty() || a.shape.size() > 2) {
@@ -117,11 +129,14 @@ void Walker::allocate_stmt(const Stmt& s) {
         info_.aux.push_back(a.name);
       }
     }
-    if (!loops_.empty()) {
-      error(s, "TL0406", s.loc, "global tensor allocated inside a loop", "allocate global views at the top of the program");
+    if (!loops_.empty() && !(combine() && part)) {
+      error(s, "TL0406", s.loc, "global tensor allocated inside a loop",
+            combine() ? "only the partial results' views (O_part, LSE_part) move with the loop over the splits; allocate "
+                        "O and LSE at the top of the program"
+                      : "allocate global views at the top of the program");
     }
     if (known) {
-      bool is_lse = a.name == "LSE";
+      bool is_lse = a.name == "LSE" || a.name == "LSE_part";
       std::string rows = (a.name == "K" || a.name == "V" || a.name == "dK" || a.name == "dV") ? "seqlen_k" : "seqlen_q";
       bool ok = is_lse ? a.shape.size() == 1 : a.shape.size() == 2;
       if (ok) ok = a.shape[0].kind == Expr::Kind::Name && a.shape[0].name == rows;
@@ -132,7 +147,7 @@ void Walker::allocate_stmt(const Stmt& s) {
               "write `" + example_global(a.name) + "` (one row per token; the head dim is a Dim)");
       }
       if (is_lse && a.dtype && *a.dtype != DType::F32) {
-        error(s, "TL0406", s.loc, "LSE is fp32, found " + std::string(to_string(*a.dtype)), "write `" + example_global("LSE") + "`");
+        error(s, "TL0406", s.loc, a.name + " is fp32, found " + std::string(to_string(*a.dtype)), "write `" + example_global(a.name) + "`");
       }
       if (a.name == "dQ" && (!a.dtype || *a.dtype != DType::F32)) {
         error(s, "TL0413", s.loc,
@@ -141,9 +156,10 @@ void Walker::allocate_stmt(const Stmt& s) {
               "write `" + example_global("dQ") + "` and store it with `Copy dQ (BM, d) in coordinate [i, 0] from register "
               "to global and accumulate`");
       }
-      if (a.offset.size() != 2) {
+      if (a.offset.size() != (part ? 3u : 2u)) {
         error(s, "TL0406", s.loc,
-              "global " + a.name + " needs an offset of 2 indices [batch, head], found " + std::to_string(a.offset.size()),
+              "global " + a.name + " needs an offset of " + (part ? "3 indices [batch, split, head]" : "2 indices [batch, head]") +
+                  ", found " + std::to_string(a.offset.size()),
               "write `" + example_global(a.name) + "`");
       }
     }
@@ -170,12 +186,12 @@ void Walker::allocate_stmt(const Stmt& s) {
   b.shape = a.shape;
   b.dtype = a.dtype;
   if (!b.dtype) {  // the documented defaults: register fp32, shared and global fp16 (LSE fp32)
-    b.dtype = a.space == Space::Register || (a.space == Space::Global && a.name == "LSE") ? DType::F32 : DType::F16;
+    b.dtype = a.space == Space::Register || (a.space == Space::Global && (a.name == "LSE" || a.name == "LSE_part"))
+                  ? DType::F32 : DType::F16;
   }
   b.decl_text = decl_text;
   if (a.space == Space::Global) {
-    b.defined = a.name == "Q" || a.name == "K" || a.name == "V" || is_aux(a.name) ||
-                (backward() && (a.name == "O" || a.name == "dO" || a.name == "LSE"));
+    b.defined = is_input(a.name);
     if (!global_alloc_.count(a.name)) global_alloc_[a.name] = s.loc;
   } else if (a.space == Space::Register) {
     b.defined = a.init.has_value();
@@ -215,7 +231,7 @@ void Walker::copy_stmt(const Stmt& s) {
           "Copy moves data between levels: global->shared, shared->register, register->shared, register/shared->global");
     return;
   }
-  if (c.from == Space::Global && c.to == Space::Register) {
+  if (c.from == Space::Global && c.to == Space::Register && !combine()) {
     error(s, "TL0403", s.loc, "Copy from global to register is not supported: register tiles are loaded from shared memory",
           "stage it through shared: `Copy " + c.name + " (...) in coordinate [...] from global to shared`, then `Copy " +
               c.name + " from shared to register`");
@@ -276,8 +292,7 @@ void Walker::copy_stmt(const Stmt& s) {
     plain_to_global_.insert(c.name);
   }
   if (global) {
-    const bool input = c.name == "Q" || c.name == "K" || c.name == "V" ||
-                       (backward() && (c.name == "O" || c.name == "dO" || c.name == "LSE"));
+    const bool input = is_input(c.name) && !is_aux(c.name);
     if (c.to == Space::Global && input) {
       error(s, "TL0406", s.loc, "'" + c.name + "' is a kernel input; it is never written",
             backward() ? "a backward kernel stores dQ, dK and dV" : "only O and LSE are stored to global");

@@ -438,6 +438,13 @@ void Walker::compute_stmt(const Stmt& s) {
           "ops are GEMM Add Subtract Multiply Divide Max Exp Exp2 Log Log2 Convert RowMax RowSum Rescale Normalize Mask");
     return;
   }
+  if (combine() && (op->cls == OpClass::Gemm || c.op == "Mask" || c.op == "Modify" || c.op == "Derivative")) {
+    error(s, "TL0414", s.loc,
+          "Compute " + c.op + " in a combine program: it merges rows of partial results, with element-wise and row operations",
+          "weight each part by exp(LSE_part - m) (Max, Subtract, Exp, Rescale, Add) and finish with Normalize and Log "
+          "(docs/tl.md, \"Combining partial results\")");
+    return;
+  }
   bool ok = true;
   if (c.operands.size() != op->operands) {
     error(s, "TL0408", s.loc,

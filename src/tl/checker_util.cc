@@ -109,6 +109,8 @@ std::string example_global(const std::string& n) {
   if (n == "dQ") return "Allocate dQ in global (seqlen_q, d) fp32 with offset [b, head]";
   if (n == "dK") return "Allocate dK in global (seqlen_k, d) fp32 with offset [b, kv_head]";
   if (n == "dV") return "Allocate dV in global (seqlen_k, d) fp32 with offset [b, kv_head]";
+  if (n == "O_part") return "Allocate O_part in global (seqlen_q, d) bf16 with offset [b, s, head]";
+  if (n == "LSE_part") return "Allocate LSE_part in global (seqlen_q) fp32 with offset [b, s, head]";
   return "Allocate LSE in global (seqlen_q) fp32 with offset [b, head]";
 }
 

@@ -64,6 +64,7 @@ bool Machine::setup_header(const Program& p) {
     kernel_loc_ = kernel->loc;
     if (!kernel->kernel.name.empty()) kernel_name_ = kernel->kernel.name;
     backward_ = kernel->kernel.backward;
+    combine_ = kernel->kernel.combine;
   }
   // Dims, with values from the program (fixed) or the configuration.
   std::vector<std::string> missing;
@@ -172,6 +173,7 @@ bool Machine::setup_header(const Program& p) {
 }
 
 bool Machine::setup_globals(const Program& p) {
+  if (combine_) return setup_globals_combine(p);
   for (const auto& s : p.stmts) {
     if (s.kind != Stmt::Kind::Allocate || s.alloc.space != Space::Global) continue;
     const auto& a = s.alloc;
@@ -285,6 +287,7 @@ bool Machine::setup_globals(const Program& p) {
 }
 
 void Machine::make_inputs(const Program& p) {
+  if (combine_) return make_inputs_combine();
   auto in = spec::random_inputs(prob_, cfg_.seed);
   std::vector<double>* src[] = {&in.q, &in.k, &in.v};
   const char* names[] = {"Q", "K", "V"};
@@ -350,6 +353,7 @@ bool Machine::run_grid(const Program& p) {
 
 RunResult Machine::verdict(const Program& p) {
   if (backward_) return verdict_backward(p);
+  if (combine_) return verdict_combine();
   RunResult r;
   r.ran = true;
   r.blocks = blocks_;

@@ -156,13 +156,34 @@ bool Machine::exec_for(const Stmt& s) {
 bool Machine::exec_allocate(const Stmt& s) {
   const auto& a = s.alloc;
   if (a.space == Space::Global) {
-    if (!frames_.empty())
+    auto git = globals_.find(a.name);
+    const bool parted = git != globals_.end() && git->second.parts > 0;  // a combine program's O_part / LSE_part
+    if (!frames_.empty() && !parted)
       return error("TL0903", s.loc, "a global Allocate inside a loop is not supported",
                    "allocate the kernel's arguments at the top of the program");
     if (aux_.count(a.name)) return true;  // an auxiliary input: read by declarations only
-    auto git = globals_.find(a.name);
     if (git == globals_.end()) return error("TL0901", s.loc, "unknown global tensor '" + a.name + "'");
     Global& g = git->second;
+    if (parted) {  // offset [b, s, head]: part s of (batch, head)
+      if (a.offset.size() != 3)
+        return error("TL0901", s.loc,
+                     "the offset of global " + a.name + " has " + std::to_string(a.offset.size()) +
+                         " indices; it selects (batch, split, head) and needs 3");
+      std::array<int64_t, 3> ix{};
+      for (int i = 0; i < 3; ++i) {
+        auto v = ev_int(a.offset[size_t(i)]);
+        if (!v) return false;
+        ix[size_t(i)] = *v;
+      }
+      if (ix[0] < 0 || ix[0] >= prob_.batch || ix[1] < 0 || ix[1] >= g.parts || ix[2] < 0 || ix[2] >= g.heads)
+        return error("TL0901", s.loc,
+                     "offset [" + std::to_string(ix[0]) + ", " + std::to_string(ix[1]) + ", " + std::to_string(ix[2]) +
+                         "] of global " + a.name + " is outside (batch, splits, heads) = (" + std::to_string(prob_.batch) +
+                         ", " + std::to_string(g.parts) + ", " + std::to_string(g.heads) + ")",
+                     "loop over the parts with `for s = 0: splits`");
+      slots_[a.name].global = View{&g, ((ix[0] * g.parts + ix[1]) * g.heads + ix[2]) * g.view_elems()};
+      return true;
+    }
     int64_t b = 0, h = 0;
     if (a.offset.empty()) {
       if (prob_.batch != 1 || g.heads != 1)

@@ -94,6 +94,7 @@ struct Global {
   bool output = false;
   bool accumulated = false;         // a backward output that `Copy ... and accumulate` adds to: zero at launch
   int64_t heads = 1;                // heads_q or heads_kv
+  int64_t parts = 0;                // a combine program's O_part / LSE_part: `splits` (offset [b, s, head]); else 0
   std::vector<int64_t> view;        // one (batch, head) matrix: (rows, cols) or (rows)
   int64_t pack = 1;                 // `{pack: G}`: a block's view interleaves G heads (docs/tl.md, GQA packing)
   std::vector<double> data;         // (batch, heads, view...)
@@ -222,6 +223,12 @@ class Machine {
   std::string kernel_name_ = "kernel";
   bool backward_ = false;     // `Kernel NAME backward`: the gradients dQ, dK, dV (docs/tl.md, "The backward pass")
   RunResult verdict_backward(const Program& p);
+  // ---- interp_combine.cc: `Kernel NAME combine` (docs/tl.md, "Combining partial results") ----
+  bool combine_ = false;
+  int64_t splits_ = 1;
+  bool setup_globals_combine(const Program& p);
+  void make_inputs_combine();
+  RunResult verdict_combine();
 };
 
 }  // namespace qattn::tl::interp

@@ -325,9 +325,10 @@ class LineParser {
 
   // ---- statements ----------------------------------------------------------------------------
   bool kernel(KernelStmt& k) {
-    const char* hint = "Kernel NAME [backward] [with mask M]";
+    const char* hint = "Kernel NAME [backward | combine] [with mask M]";
     if (!name(k.name, nullptr, "the kernel name after 'Kernel'", hint)) return false;
     k.backward = accept_kw("backward");
+    k.combine = !k.backward && accept_kw("combine");
     if (!accept_kw("with")) return true;
     return expect_kw("mask", "after 'Kernel NAME with'", hint) && mask(k.mask);
   }

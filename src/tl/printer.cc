@@ -124,7 +124,9 @@ std::string head(const Stmt& s) {
   std::string out;
   switch (s.kind) {
     case Stmt::Kind::Kernel:
-      return "Kernel " + s.kernel.name + (s.kernel.backward ? " backward" : "") + " with mask " + mask(s.kernel.mask);
+      if (s.kernel.combine && s.kernel.mask.kind == MaskSpec::Kind::None)  // a merge has no mask
+        return "Kernel " + s.kernel.name + " combine";
+      return "Kernel " + s.kernel.name + (s.kernel.backward ? " backward" : s.kernel.combine ? " combine" : "") + " with mask " + mask(s.kernel.mask);
     case Stmt::Kind::Dim:
       out = "Dim ";
       for (size_t i = 0; i < s.dim.items.size(); ++i) {

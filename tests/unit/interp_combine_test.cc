@@ -1,0 +1,96 @@
+// The TL interpreter on combine programs (docs/tl.md, "Combining partial results"): tests/tl/combine.tl
+// passes on ragged sizes (row tiles that cross seqlen_q, one part and many, empty parts), and each
+// planted edit of its merge (a missing rescale, the wrong weight, the LSE without its max, the
+// running max never updated, an unwritten row) fails with TL0801; runtime errors for malformed
+// offsets are diagnostics, not crashes. The golden expect-run lines are interp_test.cc's corpus.
+#include <gtest/gtest.h>
+
+#include "interp_test_util.h"
+#include "tl/interp.h"
+
+namespace qattn::tl {
+namespace {
+
+using testutil::kCorpus;
+using testutil::Outcome;
+using testutil::run_text;
+using testutil::slurp;
+
+std::string combine_with(const std::string& from, const std::string& to) {
+  std::string text = slurp(kCorpus / "combine.tl");
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "combine.tl no longer contains: " << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+RunConfig combine_dims(Precision prec, int64_t seqlen_q, int64_t splits) {
+  RunConfig c;
+  c.dims = {{"batch", 2}, {"heads_q", 3}, {"seqlen_q", seqlen_q}, {"splits", splits}};
+  c.precision = prec;
+  c.seed = 5;
+  return c;
+}
+
+TEST(Combine, UnmodifiedProgramPassesOnRaggedSizes) {
+  for (Precision prec : {Precision::FP64, Precision::Storage})
+    for (auto [sq, splits] : {std::pair<int64_t, int64_t>{1, 2}, {8, 1}, {9, 3}, {17, 16}}) {
+      SCOPED_TRACE("seqlen_q=" + std::to_string(sq) + " splits=" + std::to_string(splits));
+      Outcome o = run_text(slurp(kCorpus / "combine.tl"), combine_dims(prec, sq, splits));
+      EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
+      EXPECT_TRUE(o.codes.empty()) << o.diags;
+    }
+}
+
+struct Planted {
+  const char* what;
+  const char* from;
+  const char* to;
+};
+
+TEST(Combine, PlantedBugsFail) {
+  const Planted bugs[] = {
+      {"O not rescaled when the max grows", "  Compute Rescale O, alpha\n", ""},
+      {"l not rescaled when the max grows", "  Compute Rescale l, alpha\n", ""},
+      {"a part's O not weighted", "  Compute Rescale O_part, w\n", ""},
+      {"the weight against the old max", "Compute Subtract LSE_part, m_new and get w", "Compute Subtract LSE_part, m and get w"},
+      {"the running max never updated", "  Compute Max m, m_new\nend", "end"},
+      {"LSE without its max", "Compute Add LSE, m\n", ""},
+      {"exp2 for exp", "  Compute Exp w\n", "  Compute Exp2 w\n"},
+      {"the last part skipped", "for s = 0: splits", "for s = 0: splits - 1"},
+      {"the O store forgotten", "Copy O (BM, d_v) in coordinate [m_block, 0] from register to global\n", ""},
+  };
+  for (const auto& b : bugs)
+    for (Precision prec : {Precision::FP64, Precision::Storage}) {
+      SCOPED_TRACE(std::string(b.what) + (prec == Precision::FP64 ? " (fp64)" : " (storage)"));
+      Outcome o = run_text(combine_with(b.from, b.to), combine_dims(prec, 9, 3));
+      EXPECT_FALSE(o.r.passed) << o.r.summary;
+      EXPECT_TRUE(o.has("TL0801")) << o.diags;
+    }
+}
+
+TEST(Combine, MalformedOffsetsAreDiagnostics) {
+  const Planted bugs[] = {
+      {"a 2-index offset", "with offset [b, s, head]\n  Allocate LSE_part", "with offset [b, head]\n  Allocate LSE_part"},
+      {"a split out of range", "with offset [b, s, head]\n  Allocate LSE_part", "with offset [b, s + 1, head]\n  Allocate LSE_part"},
+      {"a head out of range", "Allocate LSE_part in global (seqlen_q) fp32 with offset [b, s, head]",
+       "Allocate LSE_part in global (seqlen_q) fp32 with offset [b, s, head + 3]"},
+  };
+  for (const auto& b : bugs) {
+    SCOPED_TRACE(b.what);
+    Outcome o = run_text(combine_with(b.from, b.to), combine_dims(Precision::FP64, 9, 3));
+    EXPECT_FALSE(o.r.ran);
+    EXPECT_TRUE(o.has("TL0901")) << o.diags;
+  }
+}
+
+TEST(Combine, MissingDimsAreDiagnostics) {
+  RunConfig c;
+  c.dims = {{"batch", 1}, {"heads_q", 1}, {"seqlen_q", 4}};  // no splits
+  Outcome o = run_text(slurp(kCorpus / "combine.tl"), c);
+  EXPECT_FALSE(o.r.ran);
+  EXPECT_TRUE(o.has("TL0904")) << o.diags;
+}
+
+}  // namespace
+}  // namespace qattn::tl
