@@ -165,6 +165,31 @@ static inline int check_bwd_params(const qattn_bwd_params* params, int d_qk, int
   return ok();
 }
 
+// The argument checks of a generated qattn_combine: ABI version, the compiled d_v, positive sizes,
+// non-NULL inputs and O, O_part / O and their strides aligned to the kernel's vector accesses (vec
+// elements of part_bytes / out_bytes), 4-byte aligned LSEs. Offsets are 64-bit in the kernel.
+static inline int check_combine_params(const qattn_combine_params* params, int d_v, int vec, int part_bytes, int out_bytes) {
+  if (params == nullptr) return fail(QATTN_ERR_SHAPE, "params is NULL");
+  const qattn_combine_params& p = *params;
+  if (p.abi_version != QATTN_ABI_VERSION)
+    return fail(QATTN_ERR_ABI, "abi_version %d; this library was built for %d", p.abi_version, QATTN_ABI_VERSION);
+  if (p.d_v != d_v) return fail(QATTN_ERR_SHAPE, "d_v %d; this kernel was generated for %d", p.d_v, d_v);
+  if (p.batch <= 0 || p.splits <= 0 || p.heads_q <= 0 || p.seqlen_q < 0)
+    return fail(QATTN_ERR_SHAPE, "sizes must be positive (batch %d, splits %d, heads_q %d, seqlen_q %d)", p.batch, p.splits,
+                p.heads_q, p.seqlen_q);
+  if (!p.o_part || !p.lse_part || !p.o) return fail(QATTN_ERR_SHAPE, "o_part, lse_part and o must not be NULL");
+  const auto al = [](const void* ptr, int bytes) { return (reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes)) == 0; };
+  const int pv = vec * part_bytes, ov = vec * out_bytes;
+  const auto st = [](int64_t stride, int elem, int bytes) { return (stride * elem) % bytes == 0; };
+  if (!al(p.o_part, pv) || !al(p.o, ov) || !st(p.op_batch_stride, part_bytes, pv) || !st(p.op_split_stride, part_bytes, pv) ||
+      !st(p.op_row_stride, part_bytes, pv) || !st(p.op_head_stride, part_bytes, pv) || !st(p.o_batch_stride, out_bytes, ov) ||
+      !st(p.o_row_stride, out_bytes, ov) || !st(p.o_head_stride, out_bytes, ov))
+    return fail(QATTN_ERR_ALIGNMENT, "o_part, o and their strides must be aligned to %d and %d bytes (the kernel's vector accesses)",
+                pv, ov);
+  if (!al(p.lse_part, 4) || (p.lse && !al(p.lse, 4))) return fail(QATTN_ERR_ALIGNMENT, "lse_part and lse must be 4-byte aligned");
+  return ok();
+}
+
 // The launch-time builtins a kernel's TL reads (docs/tl.md): window sides >= -1 (-1: unbounded)
 // and below 2^30, a positive finite softcap. QATTN_OK or QATTN_ERR_ARG.
 template <class Params>

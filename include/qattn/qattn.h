@@ -102,6 +102,29 @@ typedef struct qattn_bwd_params {
 /* Launches the backward kernel on `stream`. */
 int qattn_bwd(const qattn_bwd_params* params, void* stream);
 
+/* The combine step of split-key attention (a library generated from a `Kernel NAME combine` TL
+ * program exports qattn_combine; its qattn_kernel_info says "pass": "combine" and names "dtype" (of
+ * O), "part_dtype" (of O_part) and "d_v"). The keys of one attention problem were cut into `splits`
+ * disjoint parts and each part's attention computed with its LSE; this merges them:
+ *   LSE[b, h, i]    = log sum_s exp(LSE_part[b, s, h, i])
+ *   O[b, i, h, :]   = sum_s exp(LSE_part[b, s, h, i] - LSE[b, h, i]) O_part[b, s, i, h, :]
+ * A row whose parts are all empty (LSE_part = -inf) gets O = 0 and LSE = -inf. */
+typedef struct qattn_combine_params {
+  int32_t abi_version;   /* must be QATTN_ABI_VERSION */
+  const void* o_part;    /* (batch, splits, seqlen_q, heads_q, d_v) elements of part_dtype, last dim contiguous */
+  const float* lse_part; /* (batch, splits, heads_q, seqlen_q) fp32, last dim contiguous */
+  void* o;               /* (batch, seqlen_q, heads_q, d_v) elements of dtype, last dim contiguous */
+  float* lse;            /* (batch, heads_q, seqlen_q) contiguous, or NULL (not stored) */
+  int64_t op_batch_stride, op_split_stride, op_row_stride, op_head_stride;
+  int64_t lp_batch_stride, lp_split_stride, lp_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+  int32_t batch, splits, heads_q, seqlen_q;
+  int32_t d_v;           /* must equal the kernel's compiled d_v */
+} qattn_combine_params;
+
+/* Launches the combine kernel on `stream`. */
+int qattn_combine(const qattn_combine_params* params, void* stream);
+
 /* A human-readable description of the last error of this thread (never NULL). */
 const char* qattn_last_error(void);
 

@@ -4,6 +4,7 @@
 // walk of emit_kernel.cc, on the IR's pipeline and shared-memory plan).
 #include "backend/translate.h"
 #include "backend/bwd/lower.h"
+#include "backend/combine/lower.h"
 
 #include "backend/kir_print.h"
 #include "backend/kir_verify.h"
@@ -30,6 +31,8 @@ std::optional<Translation> translate(const tl::Program& code, const plan::Target
   }
   for (const auto& st : code.stmts)
     if (st.kind == tl::Stmt::Kind::Kernel && st.kernel.backward) return bwd::translate(code, info, target, diags);  // src/backend/bwd
+  for (const auto& st : code.stmts)
+    if (st.kind == tl::Stmt::Kind::Kernel && st.kernel.combine) return combine::translate(code, info, target, diags);  // src/backend/combine
   detail::Lowering lowering(code, info, target, diags);
   const int before = diags.error_count();
   auto refused = [&]() -> std::optional<Translation> {

@@ -27,6 +27,7 @@ struct GenerateArgs {
   bool no_gpu = false;
   bool no_verify = false;
   bool backward = false;
+  bool combine = false;
   std::string mode = "rules";
   llm::EndpointFlags llm;
   int llm_turns = 3;
@@ -48,6 +49,7 @@ int cmd_generate(const GenerateArgs& a) {
   o.use_gpu = !a.no_gpu;
   o.verify_on_gpu = !a.no_verify;
   o.backward = a.backward;
+  o.combine = a.combine;
   o.progress = [](const std::string& line) { std::cerr << line << (line.empty() || line.back() != '\n' ? "\n" : ""); };
   const auto r = pipeline::generate(*s, o, diags);
   print_diags(diags);
@@ -77,6 +79,9 @@ void register_generate_commands(CLI::App& app) {
   gen->add_flag("--no-cache", ga.no_cache, "rebuild even when the kernel cache has this kernel");
   gen->add_flag("--backward", ga.backward,
                 "the backward pass: a kernel of dQ, dK, dV exporting qattn_bwd (docs/tl.md, \"The backward pass\")");
+  gen->add_flag("--combine", ga.combine,
+                "the combine step of a split over the keys: a kernel exporting qattn_combine (docs/tl.md, \"Combining partial "
+                "results\")");
   gen->add_flag("--no-gpu", ga.no_gpu, "stop after compiling even when a GPU is present");
   gen->add_flag("--no-verify", ga.no_verify,
                 "build native code for the local GPU too, but skip the GPU numerics and timing step");

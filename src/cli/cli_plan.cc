@@ -31,6 +31,7 @@ struct PlanArgs {
   bool rules = false;
   bool print = false;
   bool backward = false;
+  bool combine = false;
 };
 
 // The target: --gpu (or the spec's "gpu"), else the local GPU, else an error that says what to do.
@@ -100,6 +101,12 @@ int cmd_plan(const PlanArgs& a) {
   const hw::GpuFacts* g = s ? resolve_gpu(*s, diags) : nullptr;
   plan::PlanOptions opts;
   opts.backward = a.backward;
+  opts.combine = a.combine;
+  if (a.backward && a.combine) {
+    diags.error("CLI0005", {}, "--backward and --combine name two different kernels", "plan one of them per call");
+    print_diags(diags);
+    return kFailed;
+  }
   if (!s || !g || (!a.tiles.empty() && !parse_tiles(a.tiles, opts, diags))) {
     print_diags(diags);
     return kFailed;
@@ -171,6 +178,9 @@ void register_plan_commands(CLI::App& app) {
   plan->add_flag("--rules", pl.rules, "print the tile rules tables and exit");
   plan->add_flag("--print", pl.print, "print code.tl instead of writing files");
   plan->add_flag("--backward", pl.backward, "the backward pass: TL code of dQ, dK, dV (docs/tl.md, \"The backward pass\")");
+  plan->add_flag("--combine", pl.combine,
+                 "the combine step of a split over the keys: TL code that merges partial results by their LSE (docs/tl.md, "
+                 "\"Combining partial results\")");
   plan->callback([] { exit_status() = cmd_plan(pl); });
 }
 

@@ -80,6 +80,16 @@ class Run {
     say("[1/4] plan: " + spec::summary(s_) + " on " + g_->name);
     plan::PlanOptions po;
     po.backward = o_.backward;
+    po.combine = o_.combine;
+    if (o_.backward && o_.combine) {
+      d_.error("GEN0106", {}, "--backward and --combine name two different kernels", "generate one of them per call");
+      return fail("no plan: nothing written");
+    }
+    if (o_.combine && modes_->any_llm()) {
+      d_.error("GEN0105", {}, "--combine runs on the rules engine only: the LLM stages do not write the combine step yet",
+               "drop --mode (the default `rules`)");
+      return fail("no plan: nothing written");
+    }
     if (o_.backward && modes_->any_llm()) {
       d_.error("GEN0105", {}, "--backward runs on the rules engine only: the LLM stages do not write the backward pass yet",
                "drop --mode (the default `rules`)");

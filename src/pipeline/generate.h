@@ -29,6 +29,7 @@ struct Options {
   bool use_gpu = true;            // false: stop after compiling even with a GPU present
   bool verify_on_gpu = true;      // false: build native code for the local GPU, skip numerics and timing
   std::string python;             // the interpreter of the GPU step ("": $PYTHON, else python3)
+  bool combine = false;           // the combine step (plan::PlanOptions::combine): a qattn_combine library
   bool backward = false;          // the backward pass (plan::PlanOptions::backward): a qattn_bwd library
   std::function<void(const std::string&)> progress;  // one line per step (the CLI prints them to stderr)
 };

@@ -138,6 +138,7 @@ std::string report_markdown(const Plan& p) {
 std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
                               const PlanOptions& opts) {
   if (opts.backward) return make_backward_plan(s, g, diags, opts);
+  if (opts.combine) return make_combine_plan(s, g, diags, opts);
   Plan plan;
   plan.problem = make_problem(s);
   plan.target = make_target(g);
@@ -251,6 +252,24 @@ std::vector<VerifyCase> verification_cases(const Plan& plan) {
   };
   const int64_t bm = tile("BM", plan.tiles.bm), bn = tile("BN", plan.tiles.bn);
   const Problem& p = plan.problem;
+  bool combine = false;
+  for (const auto& s : prog.stmts) combine = combine || (s.kind == tl::Stmt::Kind::Kernel && s.kernel.combine);
+  if (combine) {
+    // The combine: rows under one tile with batch 2 and 3 heads over 3 parts; 3 ragged row tiles of
+    // one part; 2 ragged row tiles over 16 parts (the interpreter draws some parts empty, and one
+    // row with every part empty).
+    std::vector<VerifyCase> out;
+    auto add = [&](int64_t batch, int64_t heads, int64_t sq, int64_t splits) {
+      VerifyCase c;
+      c.dims = {{"batch", batch}, {"heads_q", heads}, {"seqlen_q", sq}, {"splits", splits}};
+      c.what = std::to_string(cdiv(sq, bm)) + " row tiles, " + std::to_string(splits) + " parts (BM " + std::to_string(bm) + ")";
+      out.push_back(std::move(c));
+    };
+    add(2, 3, bm > 1 ? std::min(bm - 1, bm / 4 + 1) : 1, 3);
+    add(1, 2, 2 * bm + ragged(bm), 1);
+    add(1, 3, bm + ragged(bm), 16);
+    return out;
+  }
   const int64_t group = std::min<int64_t>(2, std::max(1, p.heads_q / std::max(1, p.heads_kv)));
   const int64_t heads_kv = p.heads_kv == 1 ? 1 : 2;
   // Packed sequences: queries and keys share the segment ids (random_aux gives equal rows for
@@ -305,8 +324,11 @@ std::string Verification::sizes() const {
   const char* sep = " ";
   for (const auto& c : cases) {
     auto d = [&](const char* n) { return c.dims.count(n) ? std::to_string(c.dims.at(n)) : std::string("?"); };
-    os << sep << d("batch") << "x" << d("heads_q") << "/" << d("heads_kv") << "x" << d("seqlen_q") << "x" << d("seqlen_k")
-       << " [" << c.what << "] " << (!c.ran ? "not run" : c.passed() ? "pass" : "FAIL");
+    if (c.dims.count("splits"))  // a combine: batch x heads_q x seqlen_q, over the parts
+      os << sep << d("batch") << "x" << d("heads_q") << "x" << d("seqlen_q") << " over " << d("splits") << " parts";
+    else
+      os << sep << d("batch") << "x" << d("heads_q") << "/" << d("heads_kv") << "x" << d("seqlen_q") << "x" << d("seqlen_k");
+    os << " [" << c.what << "] " << (!c.ran ? "not run" : c.passed() ? "pass" : "FAIL");
     sep = ", ";
   }
   return os.str();

@@ -23,6 +23,9 @@ struct PlanOptions {
   // The backward pass (`qattn plan --backward`): make_plan writes the TL of the gradients instead
   // (make_backward_plan, backward.cc).
   bool backward = false;
+  // The combine step (`qattn plan --combine`): the TL of the kernel that merges the partial results
+  // of a split over the keys by their LSE (make_combine_plan, combine.cc).
+  bool combine = false;
 };
 
 // GQA packing (TL `{pack: heads_q / heads_kv}`, sm90): on when the spec states a query length whose
@@ -56,6 +59,12 @@ std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& 
 // (before sm80), PLAN0102 (tiles that do not fit).
 std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
                                        const PlanOptions& opts = {});
+
+// The combine step: the merge of `splits` partial results (O_part, LSE_part) into O and LSE as a
+// `Kernel NAME combine` program (docs/tl.md, "Combining partial results"), one warp per query row.
+// PLAN0601 (d_v not a multiple of 32), PLAN0102 (rows and warps that do not fit).
+std::optional<Plan> make_combine_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
+                                      const PlanOptions& opts = {});
 
 // The TL oracle of stage 1: interprets the plan's TL code against the reference, in fp64 and in
 // storage precision, at several problem sizes chosen from the program's own tiles (`Const BM, BN`,

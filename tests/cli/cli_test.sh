@@ -48,6 +48,15 @@ expect "--window past 2^30 is a usage error" 2 "CLI0002" -- $Q tl run "$T/ok/cod
 expect "--softcap 0 is a run error" 1 "TL0904" -- $Q tl run "$T/ok/code.tl" --dims $D --softcap 0
 expect "--softcap nan is a run error" 1 "TL0904" -- $Q tl run "$T/ok/code.tl" --dims $D --softcap nan
 expect "an unbounded window side runs" 0 "^PASS" -- $Q tl run "$(cd "$(dirname "$0")/../.." && pwd)/tests/tl/window_runtime.tl" --dims $D,d=16 --window -1,3
+# the combine step (--combine): verified, interpreted, formatted; two kernels at once and the LLM stages refused
+expect "plan --combine writes verified files" 0 "wrote" -- $Q plan --preset llama3-8b --gpu h100 --combine --seqlen 1/8192 --out "$T/comb"
+expect "the combine's code.tl is canonical" 0 "" -- $Q tl fmt --check "$T/comb/code.tl"
+expect "the combine interprets to the merge" 0 "^PASS" -- $Q tl run "$T/comb/code.tl" --dims batch=2,heads_q=3,seqlen_q=5,splits=7
+expect "the combine without splits is a run error" 1 "TL0904" -- $Q tl run "$T/comb/code.tl" --dims batch=2,heads_q=3,seqlen_q=5
+expect "--backward with --combine refused" 1 "CLI0005" -- $Q plan --preset llama3-8b --gpu h100 --combine --backward --out "$T/both"
+[ ! -e "$T/both" ] && ok "--backward with --combine wrote nothing" || bad "--backward with --combine left files"
+expect "--combine on the LLM stages refused" 1 "GEN0105" -- $Q generate --preset llama3-8b --gpu h100 --combine --mode llm --llm-url http://127.0.0.1:9/v1 --llm-model m --no-gpu --out "$T/combllm"
+[ ! -e "$T/combllm" ] && ok "--combine --mode llm wrote nothing" || bad "--combine --mode llm left files"
 expect "no subcommand is a usage error" 2 "" -- $Q
 expect "presets list" 0 "llama3-8b" -- $Q presets
 expect "gpus list" 0 "H100" -- $Q gpus

@@ -61,6 +61,7 @@ struct Kernel {
   std::map<std::string, std::string> flags;
   std::vector<std::string> ptx_has, ptx_lacks;
   bool backward = false;  // plan the backward pass (qattn plan --backward)
+  bool combine = false;   // plan the combine step (qattn plan --combine)
 };
 
 struct Built {
@@ -78,6 +79,7 @@ Built build(const Kernel& k, const std::string& nvcc, const std::string& cutlass
   const hw::GpuFacts* g = hw::find_gpu(k.gpu);
   plan::PlanOptions opts;
   opts.backward = k.backward;
+  opts.combine = k.combine;
   auto p = plan::make_plan(s, *g, d, opts);
   if (!p) return {1, d.render(), ""};
   auto t = translate_text(p->code, plan::make_target(*g), d);
@@ -114,6 +116,8 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
       {"sm90_bf16_d64_none", "llama3.2-1b", "h100", {{"mask", "none"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "setmaxnreg.inc.sync.aligned.u32 160", "setmaxnreg.dec.sync.aligned.u32 32"}, {"mma.sync", "atom.global.add"}},
       // the backward pass (src/backend/bwd): mma.sync, ldmatrix.trans for P^T / dS^T, fp32 atomics for dQ, dK, dV
       {"bwd_sm80_bf16_d64_causal_gqa", "llama3.2-1b", "a100", {}, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16", "cp.async.cg.shared.global", "atom.global.add.f32"}, {"wgmma"}, true},
+      // the combine (src/backend/combine): no MMA, fast exp2 / log2, fp32 math on row-distributed tiles
+      {"combine_sm80_bf16_d128", "llama3-8b", "a100", {}, {"ex2.approx", "lg2.approx"}, {"mma.sync", "wgmma", "atom.global"}, false, true},
   };
   const fs::path dir = fs::temp_directory_path() / ("qattn_emit_compile_" + std::to_string(::getpid()));
   fs::create_directories(dir);

@@ -13,24 +13,14 @@
 #include "backend/arch.h"
 #include "backend/bwd/lower.h"
 #include "backend/cpp_expr.h"
+#include "backend/cuda_out.h"
 #include "tl/eval.h"
 
 namespace qattn::backend::bwd::detail {
 
 using tl::Stmt;
 
-// Indented C++ text.
-class Out {
- public:
-  void line(const std::string& s = {}) { os_ << (s.empty() ? "" : std::string(indent_ * 2, ' ') + s) << "\n"; }
-  void open(const std::string& s) { line(s); ++indent_; }
-  void close(const std::string& s = "}") { --indent_; line(s); }
-  std::string str() const { return os_.str(); }
-
- private:
-  std::ostringstream os_;
-  int indent_ = 0;
-};
+using Out = backend::CudaOut;  // indented C++ text
 
 // A kernel argument of the backward ABI (qattn_bwd_params).
 struct GlobalArg {

@@ -1,0 +1,176 @@
+// The combine lowering (src/backend/combine): the planner's `Kernel NAME combine` program lowers
+// statement by statement onto device/qattn/rowwise.cuh for every architecture, exports
+// qattn_combine, and follows its TL (a deleted Compute disappears from the kernel, other rows or
+// warps give another tiling); programs it has no form for are refused with a located XL
+// diagnostic, and no one-line deletion or swap of the program crashes it.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <sstream>
+
+#include "backend/translate.h"
+#include "hw/gpu.h"
+#include "plan/plan.h"
+#include "spec/spec.h"
+#include "tl/parser.h"
+
+namespace qattn::backend {
+namespace {
+
+bool has(const support::DiagSink& d, const std::string& code) {
+  for (const auto& x : d.all())
+    if (x.code == code) return true;
+  return false;
+}
+
+std::string plan_combine(const std::string& preset, const std::string& gpu, std::map<std::string, std::string> flags = {}) {
+  support::DiagSink d;
+  spec::AttentionSpec s = *spec::find_preset(preset);
+  flags["gpu"] = gpu;
+  EXPECT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
+  plan::PlanOptions o;
+  o.combine = true;
+  auto p = plan::make_plan(s, *hw::find_gpu(gpu), d, o);
+  EXPECT_TRUE(p.has_value()) << preset << " on " << gpu << "\n" << d.render();
+  if (p) {
+    auto v = plan::verify(*p, d);
+    EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
+  }
+  return p ? p->code : std::string();
+}
+
+std::optional<Translation> xlate(const std::string& code, const std::string& gpu, support::DiagSink& d) {
+  return translate_text(code, plan::make_target(*hw::find_gpu(gpu)), d, "test.tl");
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(EmitCombine, EveryStatementLowersToItsBlockOnEveryArchitecture) {
+  const std::pair<const char*, std::map<std::string, std::string>> cases[] = {
+      {"t4", {{"dtype", "fp16"}}}, {"a100", {}}, {"l40s", {}}, {"h100", {}}, {"h100", {{"dtype", "fp8_e4m3"}}}};
+  for (const auto& [gpu, flags] : cases) {
+    SCOPED_TRACE(gpu);
+    const std::string code = plan_combine("llama3-8b", gpu, flags);
+    support::DiagSink d;
+    auto t = xlate(code, gpu, d);
+    ASSERT_TRUE(t.has_value()) << d.render();
+    const std::string& cu = t->cuda_source;
+    EXPECT_NE(cu.find("QATTN_EXPORT int qattn_combine(const qattn_combine_params* params, void* stream)"), std::string::npos);
+    EXPECT_EQ(cu.find("qattn_fwd("), std::string::npos);
+    EXPECT_NE(t->info_json.find("\"pass\":\"combine\""), std::string::npos) << t->info_json;
+    EXPECT_NE(t->info_json.find("\"d_v\":128"), std::string::npos) << t->info_json;
+    EXPECT_NE(cu.find("using Tiling = qattn::RowTiling<4, 128, 1>;"), std::string::npos);
+    EXPECT_NE(cu.find("qattn::load_tile<Tiling>(r_O_part, g_O_part, p.op_row_stride, (m_block) * (BM), seqlen_q);"),
+              std::string::npos);
+    EXPECT_NE(cu.find("qattn::store_vec<Tiling>(r_LSE, g_LSE, 1, (m_block) * (BM), seqlen_q);"), std::string::npos);
+    EXPECT_EQ(t->smem_bytes, 0);
+    EXPECT_EQ(t->threads, 32);
+    // fp8 kernels' O is bf16: the combine of their parts reads and writes bf16
+    EXPECT_NE(t->info_json.find(flags.count("dtype") && flags.at("dtype") == "fp16" ? "\"dtype\":\"fp16\"" : "\"dtype\":\"bf16\""),
+              std::string::npos) << t->info_json;
+    support::DiagSink pd;
+    auto prog = tl::parse(code, pd, "code.tl");
+    std::function<void(const std::vector<tl::Stmt>&)> each = [&](const std::vector<tl::Stmt>& body) {
+      for (const auto& st : body) {
+        if (st.kind == tl::Stmt::Kind::Comment || st.kind == tl::Stmt::Kind::Blank) continue;
+        if (st.kind != tl::Stmt::Kind::Dim && st.kind != tl::Stmt::Kind::Const)
+          EXPECT_NE(cu.find("// TL " + std::to_string(st.loc.line) + ": "), std::string::npos) << "line " << st.loc.line;
+        if (st.kind == tl::Stmt::Kind::For) each(st.loop.body);
+      }
+    };
+    each(prog.stmts);
+  }
+}
+
+TEST(EmitCombine, TheTlIsTheSourceOfTruth) {
+  const std::string code = plan_combine("llama3-8b", "h100");
+  support::DiagSink d1;
+  auto full = xlate(code, "h100", d1);
+  ASSERT_TRUE(full.has_value()) << d1.render();
+  EXPECT_NE(full->cuda_source.find("qattn::rescale(r_O, r_alpha);"), std::string::npos);
+  // a deleted Compute is gone from the kernel (and the interpreter fails it: interp_combine_test)
+  support::DiagSink d2;
+  auto cut = xlate(replaced(code, "  Compute Rescale O, alpha\n", ""), "h100", d2);
+  ASSERT_TRUE(cut.has_value()) << d2.render();
+  EXPECT_EQ(cut->cuda_source.find("qattn::rescale(r_O, r_alpha);"), std::string::npos);
+  // other rows and warps in the TL give another tiling and block size
+  support::DiagSink d3;
+  auto wide = xlate(replaced(code, "Const BM = 4, WARPS = 1", "Const BM = 16, WARPS = 8"), "h100", d3);
+  ASSERT_TRUE(wide.has_value()) << d3.render();
+  EXPECT_NE(wide->cuda_source.find("using Tiling = qattn::RowTiling<16, 128, 8>;"), std::string::npos);
+  EXPECT_EQ(wide->threads, 256);
+  // Exp2 for Exp, a row sum of the tile: the lowering writes what the TL says
+  support::DiagSink d4;
+  auto e2 = xlate(replaced(replaced(code, "  Compute Exp w\n", "  Compute Exp2 w\n"), "Compute Normalize O, l\n",
+                           "Compute RowSum O and get t\nCompute Normalize O, l\n"),
+                  "h100", d4);
+  ASSERT_TRUE(e2.has_value()) << d4.render();
+  EXPECT_NE(e2->cuda_source.find("qattn::map<qattn::op::Exp2>(r_w, r_w);"), std::string::npos);
+  EXPECT_NE(e2->cuda_source.find("qattn::row_reduce_lanes<false, false>(r_O, r_t);"), std::string::npos);
+}
+
+TEST(EmitCombine, FormsWithoutALoweringAreLocatedDiagnostics) {
+  const std::string code = plan_combine("llama3-8b", "h100");
+  struct Case {
+    const char* what;
+    std::string text;
+    const char* code;
+  };
+  const Case cases[] = {
+      {"a shared buffer", replaced(code, "  Allocate O_part in register (BM, d_v) fp32\n",
+                                   "  Allocate O_part in register (BM, d_v) fp32\n  Allocate X in shared (BM, d_v) bf16\n"),
+       "XL0301"},
+      {"a Dim the ABI does not pass", replaced(code, "Dim batch, heads_q, seqlen_q, splits, d_v = 128",
+                                               "Dim batch, heads_q, seqlen_q, splits, extra, d_v = 128"),
+       "XL0301"},
+      {"d_v not a multiple of 32", replaced(code, "d_v = 128", "d_v = 80"), "XL0202"},
+      {"rows not a multiple of the warps", replaced(code, "Const BM = 4, WARPS = 1", "Const BM = 6, WARPS = 4"), "XL0202"},
+      {"a schedule attribute (the checker refuses it first)", replaced(code, "for s = 0: splits", "for s = 0: splits {overlap}"), "TL0715"},
+      {"d_v at run time", replaced(code, "d_v = 128", "d_v"), "XL0301"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    support::DiagSink d;
+    EXPECT_FALSE(xlate(c.text, "h100", d).has_value());
+    EXPECT_TRUE(has(d, c.code)) << d.render();
+  }
+}
+
+TEST(EmitCombine, EveryOneLineDeletionOrSwapIsADiagnosticOrAKernelNeverACrash) {
+  const std::string code = plan_combine("llama3-8b", "a100");
+  std::vector<std::string> lines;
+  std::istringstream in(code);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  auto join = [](const std::vector<std::string>& ls) {
+    std::string t;
+    for (const auto& l : ls) t += l + "\n";
+    return t;
+  };
+  int translated = 0, refused = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<std::string> del = lines, swp = lines;
+    del.erase(del.begin() + long(i));
+    if (i + 1 < lines.size()) std::swap(swp[i], swp[i + 1]);
+    for (const auto& variant : {join(del), join(swp)}) {
+      support::DiagSink d;
+      auto t = xlate(variant, "a100", d);
+      if (t) {
+        ++translated;
+        EXPECT_NE(t->cuda_source.find("qattn_combine"), std::string::npos);
+      } else {
+        ++refused;
+        EXPECT_TRUE(d.has_errors()) << "line " << i;
+      }
+    }
+  }
+  EXPECT_GT(refused, 10);
+  EXPECT_GT(translated, 10);
+}
+
+}  // namespace
+}  // namespace qattn::backend
