@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Decoding with the keys split over the GPU (qattn._attention.split_keys): qattn.attention with and
-without the split against cuDNN (SDPA's cuDNN backend, enable_gqa), one process, CUDA graphs.
+without the split against cuDNN (SDPA's cuDNN backend, enable_gqa), one process, CUDA graphs; the
+split's merge by the TL combine kernel (qattn._combine, QATTN_COMBINE=tl) and by torch operations
+(QATTN_COMBINE=torch: softmax of the LSEs, weighted sum, logsumexp) side by side.
 
     python3 bench/bench_split_kv.py OUT.csv [--rounds 7]
 
@@ -10,8 +12,11 @@ Rows: one query token per sequence (decoding), bf16, d 128, a cache of seqlen_k 
 implementation is captured as a CUDA graph of `--calls` back-to-back calls (so host overhead, which a
 serving engine removes with graphs, does not count) and replayed in --rounds rounds, the
 implementations adjacent in time and in rotating order; the median per call is kept. Columns: impl
-(qattn = split, qattn_nosplit, cudnn, qattn_sN = N parts forced with --sweep), config, batch, hq, hkv, seqlen_k, splits, us, tb_s (K and V
-bytes read / time), vs_cudnn, vs_nosplit (speed ratios: > 1 is faster), gpu.
+(qattn = split merged by the TL combine kernel, qattn_torch_merge = the same split merged by torch
+operations, qattn_nosplit, cudnn, qattn_sN = N parts forced with --sweep, TL combine), config, batch,
+hq, hkv, seqlen_k, splits, us, tb_s (K and V bytes read / time), vs_cudnn, vs_nosplit (speed ratios:
+> 1 is faster), gpu, vs_torch_merge (the torch merge's time / this one's: > 1 is faster). Rows where
+the call does not split (splits 1) have no torch-merge row (the two would run the same kernels).
 """
 import argparse
 import os
@@ -37,18 +42,31 @@ ROWS = {
 }
 
 
-def nosplit(fn):
+def with_env(name, value, fn):
+    """fn run with $name = value (read by qattn at each call, so also while a CUDA graph is captured)."""
     def run():
-        old = os.environ.get("QATTN_SPLIT_KV")
-        os.environ["QATTN_SPLIT_KV"] = "0"
+        old = os.environ.get(name)
+        os.environ[name] = value
         try:
             return fn()
         finally:
             if old is None:
-                os.environ.pop("QATTN_SPLIT_KV")
+                os.environ.pop(name)
             else:
-                os.environ["QATTN_SPLIT_KV"] = old
+                os.environ[name] = old
     return run
+
+
+def nosplit(fn):
+    return with_env("QATTN_SPLIT_KV", "0", fn)
+
+
+def tl_merge(fn):
+    return with_env("QATTN_COMBINE", "tl", fn)  # the TL kernel, built if the cache lacks it
+
+
+def torch_merge(fn):
+    return with_env("QATTN_COMBINE", "torch", fn)
 
 
 def forced(splits, fn):
@@ -114,13 +132,15 @@ def main():
         fields, args = _attention.split_launch_args(_attention.variant_fields(False, None, None, None, None, None))
         splits = _attention.split_keys(torch, q.device, q, k, fields, args, {})
         fns = {
-            "qattn": lambda: qattn.attention(q, k, v),
+            "qattn": tl_merge(lambda: qattn.attention(q, k, v)),
             "qattn_nosplit": nosplit(lambda: qattn.attention(q, k, v)),
             "cudnn": lambda: _cudnn(qt, kt, vt),
         }
+        if splits > 1:
+            fns["qattn_torch_merge"] = torch_merge(lambda: qattn.attention(q, k, v))
         for s_ in (int(x) for x in a.sweep.split(",") if x):
             if sk % s_ == 0 and s_ != splits:
-                fns[f"qattn_s{s_}"] = forced(s_, lambda: qattn.attention(q, k, v))
+                fns[f"qattn_s{s_}"] = tl_merge(forced(s_, lambda: qattn.attention(q, k, v)))
         outs = {n: f() for n, f in fns.items()}
         outs["cudnn"] = outs["cudnn"].transpose(1, 2)
         for n in [x for x in outs if x != "qattn"]:
@@ -130,21 +150,25 @@ def main():
         names = list(graphs)
         med = replay_rounds(graphs, a.rounds, a.calls)
         kv_bytes = 2 * b * sk * hkv * d * 2
+        tm = med.get("qattn_torch_merge")
         for n in names:
             lines.append(dict(impl=n, config=name, batch=b, hq=hq, hkv=hkv, seqlen_k=sk,
-                              splits=splits if n == "qattn" else int(n[7:]) if n.startswith("qattn_s") else 1,
+                              splits=splits if n in ("qattn", "qattn_torch_merge") else int(n[7:]) if n.startswith(
+                                  "qattn_s") else 1,
                               us=round(med[n], 2),
                               tb_s=round(kv_bytes / (med[n] * 1e-6) / 1e12, 3),
                               vs_cudnn=round(med["cudnn"] / med[n], 3), vs_nosplit=round(med["qattn_nosplit"] / med[n], 3),
-                              gpu=gpu))
+                              gpu=gpu, vs_torch_merge=round(tm / med[n], 3) if tm else ""))
         print(f"{name:18s} splits {splits:2d}: qattn {med['qattn']:7.1f} us ({kv_bytes / med['qattn'] / 1e6:.2f} TB/s)  "
               f"no split {med['qattn_nosplit']:7.1f} us ({kv_bytes / med['qattn_nosplit'] / 1e6:.2f})  cudnn "
               f"{med['cudnn']:7.1f} us ({kv_bytes / med['cudnn'] / 1e6:.2f})  split/cudnn "
               f"{med['cudnn'] / med['qattn']:.2f}x  split/nosplit {med['qattn_nosplit'] / med['qattn']:.2f}x"
+              + (f"  torch merge {tm:7.1f} us (TL combine {tm / med['qattn']:.2f}x)" if tm else "")
               + "".join(f"  {n[6:]} {med[n]:.1f}" for n in names if n.startswith("qattn_s")), flush=True)
         del graphs, outs, q, k, v
         torch.cuda.empty_cache()
-    cols = ["impl", "config", "batch", "hq", "hkv", "seqlen_k", "splits", "us", "tb_s", "vs_cudnn", "vs_nosplit", "gpu"]
+    cols = ["impl", "config", "batch", "hq", "hkv", "seqlen_k", "splits", "us", "tb_s", "vs_cudnn", "vs_nosplit", "gpu",
+            "vs_torch_merge"]
     with open(a.out, "w") as f:
         f.write(",".join(cols) + "\n")
         for r in lines:

@@ -3,7 +3,7 @@ import math
 import os
 
 from . import _op
-from . import _backward, _build, _pack
+from . import _backward, _build, _combine, _pack
 from ._abi import STATUS, fill_params
 from ._target import local_capability, target_for_capability, target_for_gpu
 from ._torch_util import import_torch
@@ -393,11 +393,30 @@ def _compiles_only_for_split(torch, dt, qv, vv, fields, device, shape):
     return _build.available(spec(False), tag) and not _build.available(spec(True), tag)
 
 
+def _merge_with_torch(torch, b, o_parts):
+    """Whether _launch_split merges its parts with torch operations (_combine.merge_torch) instead of
+    the TL combine kernel (qattn._combine): QATTN_COMBINE=torch (A/B measurements); parts that are not
+    on a CUDA device (a stand-in for the kernel, tests/python/test_split_keys.py); or, in the
+    default mode ('auto'), a forward kernel that came ready-made (a kernel pack, or the disk cache:
+    b.cache_hit) while the combine library is not ready (this process, the disk cache; packs hold
+    none): the split must not compile where the call itself compiled nothing (a deployment with a
+    pack and no compiler), as _compiles_only_for_split. QATTN_COMBINE=tl always takes the kernel
+    (built if need be)."""
+    m = _combine.mode()
+    if m == "torch" or o_parts.device.type != "cuda":
+        return True
+    if m == "tl" or not getattr(b, "cache_hit", False):
+        return False
+    return not _combine.available(torch, _dtype_name(torch, o_parts.dtype), int(o_parts.shape[-1]), o_parts.device)
+
+
 def _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=None):
     """One launch over batch x splits (each part of the keys a batch entry: a view, no copy, when
     seqlen_k divides; batch 1 takes the parts of equal size and a last call for the rest), then
-    the LSE merge: weights softmax(lse_parts) over the parts, an fp32 weighted sum (4 small kernels
-    with the query copy; a combine kernel written in TL is the serving issue's next step)."""
+    the LSE merge by the combine kernel written in TL (qattn._combine: one launch, writing o in the
+    caller's layout and the LSE only when asked for), or by torch operations where _merge_with_torch
+    says so. The queries are a view for batch 1 (batch stride 0); with batch > 1 they are copied
+    once per part (batch entry b * splits + s reads query b: no single batch stride expresses it)."""
     bsz, sq, hq, _ = qv.shape
     sk, hkv, dqk, dv = kv.shape[1], kv.shape[2], kv.shape[3], vv.shape[3]
     chunk = sk // splits
@@ -405,7 +424,7 @@ def _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=
     kc, vc = kv.contiguous(), vv.contiguous()
     kf = kc[:, :main].reshape(bsz * splits, chunk, hkv, dqk)
     vf = vc[:, :main].reshape(bsz * splits, chunk, hkv, dv)
-    qf = qv[:, None].expand(bsz, splits, sq, hq, dqk).reshape(bsz * splits, sq, hq, dqk)
+    qf = qv[:, None].expand(bsz, splits, sq, hq, dqk).reshape(bsz * splits, sq, hq, dqk)  # a view when bsz == 1
     o_parts, l_parts = _launch(torch, b, qf, kf, vf, "bshd", scale, True, args=args)
     o_parts = o_parts.view(bsz, splits, sq, hq, dv)
     l_parts = l_parts.view(bsz, splits, hq, sq)
@@ -413,14 +432,17 @@ def _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=
         o_t, l_t = _launch(torch, b, qv, kc[:, main:], vc[:, main:], "bshd", scale, True, args=args)
         o_parts = torch.cat([o_parts, o_t[:, None]], 1)
         l_parts = torch.cat([l_parts, l_t[:, None]], 1)
-    # every part has keys (>= MIN_KEYS_PER_SPLIT, no mask that empties a part), so the LSEs are finite
-    w = torch.softmax(l_parts, dim=1).transpose(2, 3).unsqueeze(-1)  # (b, S, sq, hq, 1) fp32
-    o = (o_parts * w).sum(dim=1).to(qv.dtype)  # the product is fp32 (type promotion), one pass each
-    if layout == "bhsd":
-        o = o.transpose(1, 2).contiguous()
-    if not return_lse:
-        return o
-    return o, torch.logsumexp(l_parts, dim=1)
+    if _merge_with_torch(torch, b, o_parts):
+        # every part has keys (>= MIN_KEYS_PER_SPLIT, no mask that empties a part): finite LSEs
+        o, lse = _combine.merge_torch(torch, o_parts, l_parts, return_lse, qv.dtype)
+        if layout == "bhsd":
+            o = o.transpose(1, 2).contiguous()
+    elif layout == "bhsd":  # the kernel writes the caller's layout through o's strides
+        o = torch.empty((bsz, hq, sq, dv), device=qv.device, dtype=qv.dtype)
+        _, lse = _combine.combine(torch, o_parts, l_parts, return_lse, qv.device, out=o.transpose(1, 2))
+    else:
+        o, lse = _combine.combine(torch, o_parts, l_parts, return_lse, qv.device)
+    return (o, lse) if return_lse else o
 
 
 # ---- ahead-of-time builds and explanations -------------------------------------------------------

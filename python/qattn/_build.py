@@ -121,9 +121,11 @@ class _Progress:
 class Build:
     """The artifacts of one `qattn generate` run and the loaded library (shared by all users)."""
 
-    def __init__(self, spec, target, reason, out_dir, cache_hit, nvcc_seconds, wall_seconds, log, backward=False):
+    def __init__(self, spec, target, reason, out_dir, cache_hit, nvcc_seconds, wall_seconds, log, backward=False,
+                 combine=False):
         self.spec, self.target, self.target_reason = spec, target, reason
         self.backward = backward  # a `qattn generate --backward` library (qattn_bwd)
+        self.combine = combine    # a `qattn generate --combine` library (qattn_combine; qattn._combine)
         self.dir = out_dir
         self.library_path = os.path.join(out_dir, "libqattn_kernel.so")
         self.cache_hit, self.nvcc_seconds, self.wall_seconds, self.log = cache_hit, nvcc_seconds, wall_seconds, log
@@ -137,7 +139,11 @@ class Build:
             with self._lock:
                 if self._lib is None:
                     try:
-                        lib = (BwdLibrary if self.backward else Library)(self.library_path)
+                        if self.combine:
+                            from ._combine import CombineLibrary  # (qattn._combine imports this module)
+                            lib = CombineLibrary(self.library_path)
+                        else:
+                            lib = (BwdLibrary if self.backward else Library)(self.library_path)
                     except (OSError, ValueError) as e:  # not loadable, or its qattn_kernel_info is malformed
                         raise BuildError(f"cannot load {self.library_path}: {e}", code="PY0203") from None
                     self._check_info(lib.info)
@@ -146,8 +152,11 @@ class Build:
 
     def _check_info(self, info):
         s = self.spec
-        want = {"dtype": s["dtype"], "d_qk": s["head_dim_qk"], "d_v": s["head_dim_v"]}
-        want.update({"pass": "backward"} if self.backward else {"lse": s["return_lse"]})
+        if self.combine:  # O_part and O both in the spec's dtype
+            want = {"pass": "combine", "dtype": s["dtype"], "part_dtype": s["dtype"], "d_v": s["head_dim_v"]}
+        else:
+            want = {"dtype": s["dtype"], "d_qk": s["head_dim_qk"], "d_v": s["head_dim_v"]}
+            want.update({"pass": "backward"} if self.backward else {"lse": s["return_lse"]})
         got = {k: info.get(k) for k in want}
         if got != want:
             raise BuildError(f"{self.library_path} computes {got}, expected {want}", code="PY0203",
@@ -182,17 +191,25 @@ def _file_lock(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, backward=False):
+def _suffix(backward, combine):
+    return ("-bwd" if backward else "") + ("-combine" if combine else "")
+
+
+def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, backward=False, combine=False):
     """The Build for a kernel spec: from this process's cache, else through `qattn generate`
-    (`--backward`: the backward pass of the spec's attention, a qattn_bwd library)."""
-    text = json.dumps(spec, sort_keys=True) + ("#backward" if backward else "")
+    (`--backward`: the backward pass of the spec's attention, a qattn_bwd library; `--combine`: the
+    combine step of a split over the keys for the spec's dtype and head_dim_v, a qattn_combine library)."""
+    if backward and combine:
+        raise ValueError("build(): backward and combine name two different kernels")
+    text = json.dumps(spec, sort_keys=True) + ("#backward" if backward else "") + ("#combine" if combine else "")
     key = (text, local_tag, use_cache)
     if use_cache and key in _BUILDS:
         return _BUILDS[key]
     with _key_lock(key):
         if use_cache and key in _BUILDS:
             return _BUILDS[key]
-        if use_cache and not backward:  # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc
+        # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc (forward kernels only)
+        if use_cache and not backward and not combine:
             t0 = time.perf_counter()
             found = _pack.find(spec)
             if found is not None:
@@ -203,7 +220,7 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, back
                 return b
         h = hashlib.sha256((text + local_tag).encode()).hexdigest()[:12]
         root = os.path.join(cache_dir(), "python")
-        name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}{'-bwd' if backward else ''}-{h}"
+        name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}{_suffix(backward, combine)}-{h}"
         out_dir = os.path.join(root, name)
         try:
             os.makedirs(root, exist_ok=True)
@@ -213,7 +230,8 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, back
         except OSError as e:
             raise QattnError(f"cannot write to the cache folder {root}: {e}", code="PY0205",
                              hint="set QATTN_CACHE_DIR to a writable folder") from None
-        args = ["generate", "--spec", spec_file, "--out", out_dir, "--no-verify"] + (["--backward"] if backward else [])
+        args = ["generate", "--spec", spec_file, "--out", out_dir, "--no-verify"] + \
+            (["--backward"] if backward else []) + (["--combine"] if combine else [])
         if not use_cache:
             args.append("--no-cache")
         prog = _Progress(spec["name"], _verbose(verbose))
@@ -225,20 +243,22 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, back
         if not os.path.isfile(os.path.join(out_dir, "libqattn_kernel.so")):
             raise BuildError(f"`qattn generate` succeeded but wrote no library to {out_dir}:\n{r.stderr}",
                              code="PY0203")
-        b = Build(spec, target, reason, out_dir, prog.cache_hit, prog.nvcc_seconds, wall, r.stderr, backward=backward)
+        b = Build(spec, target, reason, out_dir, prog.cache_hit, prog.nvcc_seconds, wall, r.stderr, backward=backward,
+                  combine=combine)
         if use_cache:
             _BUILDS[key] = b
         return b
 
 
-def available(spec, local_tag="", use_cache=True):
+def available(spec, local_tag="", use_cache=True, combine=False):
     """True when build() would return this kernel without compiling: built in this process, in a
-    kernel pack, or already in the disk cache (its library present in the cache folder)."""
-    text = json.dumps(spec, sort_keys=True)
-    if (text, local_tag, use_cache) in _BUILDS or _pack.find(spec) is not None:
+    kernel pack (forward kernels only), or already in the disk cache (its library present in the
+    cache folder). combine: the `--combine` library of the spec (as build(..., combine=True))."""
+    text = json.dumps(spec, sort_keys=True) + ("#combine" if combine else "")
+    if (text, local_tag, use_cache) in _BUILDS or (not combine and _pack.find(spec) is not None):
         return True
     h = hashlib.sha256((text + local_tag).encode()).hexdigest()[:12]
-    name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}-{h}"
+    name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}{_suffix(False, combine)}-{h}"
     return os.path.isfile(os.path.join(cache_dir(), "python", name, "libqattn_kernel.so"))
 
 

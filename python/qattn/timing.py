@@ -33,7 +33,10 @@ def main():
     a = ap.parse_args()
     spec = json.load(open(os.path.join(a.artifacts, "spec.json")))
     so = os.path.join(a.artifacts, "libqattn_kernel.so")
-    from qattn.verify import is_backward_library
+    from qattn.verify import is_backward_library, is_combine_library
+    if is_combine_library(so):  # `qattn generate --combine`: timed in decoding, next to cuDNN
+        print("time_kernel: a combine library is timed inside the decoding it serves: bench/bench_split_kv.py")
+        return 0
     if is_backward_library(so):  # `qattn generate --backward`: next to SDPA's backward
         from qattn import _abi
         from qattn._backward_check import bench

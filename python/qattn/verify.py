@@ -22,6 +22,8 @@ compute wrong answers (the translator must not repair the TL). Prints a table; e
 fails, 3 if some kernel could not be verified (and nothing failed), else 0.
 Libraries of the backward pass (exporting qattn_bwd: `qattn generate --backward`) are checked by
 qattn._backward_check: dQ, dK, dV against fp32 autograd on shapes that cross every tile boundary.
+Libraries of the combine step (exporting qattn_combine: `qattn generate --combine`) by
+qattn._combine_check: random partial results, some empty, against an fp64 merge.
 """
 import argparse
 import ctypes
@@ -355,6 +357,33 @@ def is_backward_library(path):
         return False
 
 
+def is_combine_library(path):
+    """A library of a combine program exports qattn_combine (include/qattn/qattn.h)."""
+    try:
+        return hasattr(ctypes.CDLL(path), "qattn_combine")
+    except OSError:
+        return False
+
+
+def verify_combine(path, name, rows):
+    """The combine's numerics (qattn._combine_check: random parts, some empty, against an fp64
+    merge) of one library into rows; returns the failures."""
+    from ._combine import CombineLibrary
+    from ._combine_check import check_library
+    try:
+        lib = CombineLibrary(path)
+    except (OSError, ValueError) as e:
+        rows.append((name, "load", False, str(e)))
+        return 1
+    failures = 0
+    for r in check_library(lib):
+        rows.append((name, "combine " + r["detail"].split(": ")[0], r["ok"], r["detail"].split(": ", 1)[-1]))
+        failures += 0 if r["ok"] else 1
+    i = lib.info
+    print(f"{name}: combine {i['arch']} {i['dtype']} d_v {i['d_v']}", flush=True)
+    return failures
+
+
 def verify_backward(path, name, rows):
     """The backward numerics (qattn._backward_check) of one library into rows; returns the failures.
     A neg_* library (broken TL) must compute wrong gradients on some case."""
@@ -402,6 +431,9 @@ def main():
         name = os.path.basename(path)[:-3]
         if is_backward_library(path):  # `Kernel NAME backward`: dQ, dK, dV against fp32 autograd
             failures += verify_backward(path, name, rows)
+            continue
+        if is_combine_library(path):  # `Kernel NAME combine`: the merge against an fp64 merge
+            failures += verify_combine(path, name, rows)
             continue
         try:
             kern = Kernel(path)
