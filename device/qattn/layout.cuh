@@ -71,16 +71,11 @@ CUTE_HOST_DEVICE constexpr auto transposed(L const& l) {
 
 // ---- accumulator views --------------------------------------------------------------------------
 // ((2,2), MMA_M, MMA_N) -> ((2, MMA_M), (2, MMA_N)): mode 0 walks this thread's rows, mode 1 its
-// columns of those rows. A rank-2 layout is already (rows, cols): a row-distributed tile
-// (rowwise.cuh), on which the element-wise and row Computes of softmax.cuh work unchanged.
+// columns of those rows.
 template <class L>
 CUTE_HOST_DEVICE constexpr auto acc_rowcol(L const& acc) {
-  if constexpr (decltype(rank(acc))::value == 2) {
-    return acc;
-  } else {
-    static_assert(decltype(rank(acc))::value == 3 && decltype(size<0>(acc))::value == 4, "not an mma accumulator");
-    return make_layout(make_layout(layout<0, 1>(acc), layout<1>(acc)), make_layout(layout<0, 0>(acc), layout<2>(acc)));
-  }
+  static_assert(decltype(rank(acc))::value == 3 && decltype(size<0>(acc))::value == 4, "not an mma accumulator");
+  return make_layout(make_layout(layout<0, 1>(acc), layout<1>(acc)), make_layout(layout<0, 0>(acc), layout<2>(acc)));
 }
 
 template <class Engine, class Layout>

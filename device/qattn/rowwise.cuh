@@ -3,23 +3,22 @@
 //
 // A TL register tile (ROWS, COLS) is spread over the block's WARPS warps: warp w owns the tile rows
 // w, w + WARPS, ...; in a row, lane l owns the VEC consecutive columns at (k * 32 + l) * VEC for
-// k = 0, 1, ... (32 lanes cover 32 * VEC columns per step, so a warp's loads of one row are
-// contiguous). A thread's share is a plain CuTe register tensor (ROWS / WARPS, COLS / 32), whose
-// rank-2 layout rows_view() takes as it is: the element-wise and row Computes of softmax.cuh (ew,
-// ew_rows, ew_scalar, map, rescale, normalize) apply unchanged. A TL row vector (ROWS) holds the
-// values of the thread's rows (the same in every lane of a warp).
+// k = 0, 1, ... (32 lanes cover 32 * VEC columns per step, so a warp's accesses to one row are
+// contiguous). A thread's share is a Tile (ROWS / WARPS, COLS / 32) of fp32; a TL row vector (ROWS)
+// is a Vec of the thread's rows (the same values in every lane of a warp).
+//
+// No CuTe or CUTLASS here: a generated combine compiles in about a second instead of the ten that
+// cute/tensor.hpp alone costs nvcc (the first call of a key split waits for it). The scalar
+// semantics are the one definition in ops.cuh (TL's -inf rules, fast exp / log).
 #pragma once
 #include <cstdint>
 
-#include <cute/tensor.hpp>
-#include <cutlass/array.h>
-#include <cutlass/numeric_conversion.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
-#include "qattn/layout.cuh"
 #include "qattn/ops.cuh"
 
-namespace qattn {
-using namespace cute;
+namespace qattn::rows {
 
 template <int ROWS, int COLS, int WARPS>
 struct RowTiling {
@@ -35,70 +34,108 @@ struct RowTiling {
   __device__ __forceinline__ static int col(int k) { return (k * 32 + lane()) * kVec; }  // first column of chunk k
 };
 
+// A thread's share of a (ROWS, COLS) tile: R rows of C columns.
+template <int R, int C>
+struct Tile {
+  static constexpr int kRows = R, kCols = C;
+  float v[R][C];
+  __device__ __forceinline__ float& operator()(int i, int k) { return v[i][k]; }
+  __device__ __forceinline__ float operator()(int i, int k) const { return v[i][k]; }
+};
+// A thread's rows of a (ROWS) row vector.
+template <int R>
+struct Vec {
+  static constexpr int kRows = R;
+  float v[R];
+  __device__ __forceinline__ float& operator()(int i) { return v[i]; }
+  __device__ __forceinline__ float operator()(int i) const { return v[i]; }
+};
+
 template <class Tiling>
-__device__ __forceinline__ auto row_tile() {
-  return make_tensor<float>(Shape<Int<Tiling::kRows>, Int<Tiling::kCols>>{});  // (rows, cols) of this thread
+using TileOf = Tile<Tiling::kRows, Tiling::kCols>;
+template <class Tiling>
+using VecOf = Vec<Tiling::kRows>;
+
+template <int R, int C>
+__device__ __forceinline__ void fill(Tile<R, C>& x, float a) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int k = 0; k < C; ++k) x(i, k) = a;
 }
-template <class Tiling>
-__device__ __forceinline__ auto row_vec() {
-  return make_tensor<float>(Shape<Int<Tiling::kRows>>{});
+template <int R>
+__device__ __forceinline__ void fill(Vec<R>& x, float a) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) x(i) = a;
 }
 
-template <class X>
-__device__ __forceinline__ void fill(X& x, float v) {
-  CUTE_UNROLL
-  for (int i = 0; i < size(x); ++i) x(i) = v;
-}
+// ---- storage types ----------------------------------------------------------------------------------
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// N consecutive elements, accessed as one (aligned to their size: the host checks the pointers and strides)
+template <class T, int N>
+struct alignas(sizeof(T) * N) Chunk {
+  T x[N];
+};
+
+// ---- copies --------------------------------------------------------------------------------------
 // TL `Copy X (ROWS, COLS) in coordinate [m, 0] from global to register`: the tile rows row0 ..
 // row0 + ROWS - 1 of a (rows, COLS) global view with row stride `row_stride` (elements), converted
 // to fp32; rows past `rows` read as 0.
-template <class Tiling, class T, class X>
-__device__ __forceinline__ void load_tile(X& x, const T* base, int64_t row_stride, int row0, int rows) {
-  using Chunk = cutlass::Array<T, Tiling::kVec>;
-  cutlass::NumericArrayConverter<float, T, Tiling::kVec> cvt;
-  CUTE_UNROLL
+template <class Tiling, class T>
+__device__ __forceinline__ void load_tile(TileOf<Tiling>& x, const T* base, int64_t row_stride, int row0, int rows) {
+  constexpr int V = Tiling::kVec;
+#pragma unroll
   for (int i = 0; i < Tiling::kRows; ++i) {
     const int r = row0 + Tiling::row(i);
-    CUTE_UNROLL
-    for (int k = 0; k < Tiling::kCols / Tiling::kVec; ++k) {
-      cutlass::Array<float, Tiling::kVec> v;
+#pragma unroll
+    for (int k = 0; k < Tiling::kCols / V; ++k) {
       if (r < rows) {
-        v = cvt(*reinterpret_cast<const Chunk*>(base + int64_t(r) * row_stride + Tiling::col(k)));
+        const Chunk<T, V> c = *reinterpret_cast<const Chunk<T, V>*>(base + int64_t(r) * row_stride + Tiling::col(k));
+#pragma unroll
+        for (int e = 0; e < V; ++e) x(i, k * V + e) = to_float(c.x[e]);
       } else {
-        v.fill(0.f);
+#pragma unroll
+        for (int e = 0; e < V; ++e) x(i, k * V + e) = 0.f;
       }
-      CUTE_UNROLL
-      for (int e = 0; e < Tiling::kVec; ++e) x(i, k * Tiling::kVec + e) = v[e];
     }
   }
 }
 
 // TL `Copy X (ROWS, COLS) in coordinate [m, 0] from register to global`: rounded to T (nearest
 // even); rows past `rows` are not written.
-template <class Tiling, class T, class X>
-__device__ __forceinline__ void store_tile(X const& x, T* base, int64_t row_stride, int row0, int rows) {
-  using Chunk = cutlass::Array<T, Tiling::kVec>;
-  cutlass::NumericArrayConverter<T, float, Tiling::kVec, cutlass::FloatRoundStyle::round_to_nearest> cvt;
-  CUTE_UNROLL
+template <class Tiling, class T>
+__device__ __forceinline__ void store_tile(const TileOf<Tiling>& x, T* base, int64_t row_stride, int row0, int rows) {
+  constexpr int V = Tiling::kVec;
+#pragma unroll
   for (int i = 0; i < Tiling::kRows; ++i) {
     const int r = row0 + Tiling::row(i);
     if (r >= rows) continue;
-    CUTE_UNROLL
-    for (int k = 0; k < Tiling::kCols / Tiling::kVec; ++k) {
-      cutlass::Array<float, Tiling::kVec> v;
-      CUTE_UNROLL
-      for (int e = 0; e < Tiling::kVec; ++e) v[e] = x(i, k * Tiling::kVec + e);
-      *reinterpret_cast<Chunk*>(base + int64_t(r) * row_stride + Tiling::col(k)) = cvt(v);
+#pragma unroll
+    for (int k = 0; k < Tiling::kCols / V; ++k) {
+      Chunk<T, V> c;
+#pragma unroll
+      for (int e = 0; e < V; ++e) c.x[e] = from_float<T>(x(i, k * V + e));
+      *reinterpret_cast<Chunk<T, V>*>(base + int64_t(r) * row_stride + Tiling::col(k)) = c;
     }
   }
 }
 
 // TL `Copy X (ROWS) in coordinate [m] from global to register`: one fp32 value per row (stride
 // `stride` between rows); rows past `rows` read as 0.
-template <class Tiling, class X>
-__device__ __forceinline__ void load_vec(X& x, const float* base, int64_t stride, int row0, int rows) {
-  CUTE_UNROLL
+template <class Tiling>
+__device__ __forceinline__ void load_vec(VecOf<Tiling>& x, const float* base, int64_t stride, int row0, int rows) {
+#pragma unroll
   for (int i = 0; i < Tiling::kRows; ++i) {
     const int r = row0 + Tiling::row(i);
     x(i) = r < rows ? base[int64_t(r) * stride] : 0.f;
@@ -107,26 +144,98 @@ __device__ __forceinline__ void load_vec(X& x, const float* base, int64_t stride
 
 // TL `Copy X (ROWS) in coordinate [m] from register to global`: written by lane 0 of the warp that
 // owns the row; nothing when `base` is NULL (an optional output the caller did not ask for).
-template <class Tiling, class X>
-__device__ __forceinline__ void store_vec(X const& x, float* base, int64_t stride, int row0, int rows) {
+template <class Tiling>
+__device__ __forceinline__ void store_vec(const VecOf<Tiling>& x, float* base, int64_t stride, int row0, int rows) {
   if (base == nullptr || Tiling::lane() != 0) return;
-  CUTE_UNROLL
+#pragma unroll
   for (int i = 0; i < Tiling::kRows; ++i) {
     const int r = row0 + Tiling::row(i);
     if (r < rows) base[int64_t(r) * stride] = x(i);
   }
 }
 
-// TL `Compute RowMax | RowSum X and get Z` (ACCUMULATE: `and accumulate Z`, max / +) on a
-// row-distributed tile: the thread's columns, then the 32 lanes (butterfly shuffles).
-template <bool MAX, bool ACCUMULATE, class X, class Z>
-__device__ __forceinline__ void row_reduce_lanes(X const& x, Z& z) {
-  CUTE_UNROLL
-  for (int i = 0; i < size<0>(x); ++i) {
+// ---- Computes (TL semantics: the functors of ops.cuh) -----------------------------------------------
+// Z = X op Y, same shape (tiles or row vectors). Z may alias X.
+template <class Op, int R, int C>
+__device__ __forceinline__ void ew(const Tile<R, C>& x, const Tile<R, C>& y, Tile<R, C>& z) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int k = 0; k < C; ++k) z(i, k) = Op{}(x(i, k), y(i, k));
+}
+template <class Op, int R>
+__device__ __forceinline__ void ew(const Vec<R>& x, const Vec<R>& y, Vec<R>& z) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) z(i) = Op{}(x(i), y(i));
+}
+// Z = X op r, r a row vector broadcast along the columns of the tile X.
+template <class Op, int R, int C>
+__device__ __forceinline__ void ew_rows(const Tile<R, C>& x, const Vec<R>& r, Tile<R, C>& z) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int k = 0; k < C; ++k) z(i, k) = Op{}(x(i, k), r(i));
+}
+// Z = X op s, s a scalar.
+template <class Op, int R, int C>
+__device__ __forceinline__ void ew_scalar(const Tile<R, C>& x, float s, Tile<R, C>& z) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int k = 0; k < C; ++k) z(i, k) = Op{}(x(i, k), s);
+}
+template <class Op, int R>
+__device__ __forceinline__ void ew_scalar(const Vec<R>& x, float s, Vec<R>& z) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) z(i) = Op{}(x(i), s);
+}
+// Z = fn(X), element-wise.
+template <class Fn, int R, int C>
+__device__ __forceinline__ void map(const Tile<R, C>& x, Tile<R, C>& z) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int k = 0; k < C; ++k) z(i, k) = Fn{}(x(i, k));
+}
+template <class Fn, int R>
+__device__ __forceinline__ void map(const Vec<R>& x, Vec<R>& z) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) z(i) = Fn{}(x(i));
+}
+// TL `Compute Rescale X, a`: row i of X times a(i) (a row vector or a scalar).
+template <int R, int C>
+__device__ __forceinline__ void rescale(Tile<R, C>& x, const Vec<R>& a) {
+  ew_rows<op::Mul>(x, a, x);
+}
+template <int R>
+__device__ __forceinline__ void rescale(Vec<R>& x, const Vec<R>& a) {
+  ew<op::Mul>(x, a, x);
+}
+template <class X>
+__device__ __forceinline__ void rescale_scalar(X& x, float a) {
+  ew_scalar<op::Mul>(x, a, x);
+}
+// TL `Compute Normalize O, l`: row i of O divided by l(i); a row with l(i) = 0 becomes 0.
+template <int R, int C>
+__device__ __forceinline__ void normalize(Tile<R, C>& x, const Vec<R>& l) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float inv = (l(i) == 0.f || l(i) != l(i)) ? 0.f : 1.f / l(i);
+#pragma unroll
+    for (int k = 0; k < C; ++k) x(i, k) *= inv;
+  }
+}
+
+// TL `Compute RowMax | RowSum X and get Z` (ACCUMULATE: `and accumulate Z`, max / +): the thread's
+// columns, then the 32 lanes (butterfly shuffles).
+template <bool MAX, bool ACCUMULATE, int R, int C>
+__device__ __forceinline__ void row_reduce_lanes(const Tile<R, C>& x, Vec<R>& z) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
     float a = x(i, 0);
-    CUTE_UNROLL
-    for (int k = 1; k < size<1>(x); ++k) a = MAX ? fmaxf(a, x(i, k)) : a + x(i, k);
-    CUTE_UNROLL
+#pragma unroll
+    for (int k = 1; k < C; ++k) a = MAX ? fmaxf(a, x(i, k)) : a + x(i, k);
+#pragma unroll
     for (int m = 16; m >= 1; m /= 2) {
       const float b = __shfl_xor_sync(0xffffffffu, a, m);
       a = MAX ? fmaxf(a, b) : a + b;
@@ -135,4 +244,4 @@ __device__ __forceinline__ void row_reduce_lanes(X const& x, Z& z) {
   }
 }
 
-}  // namespace qattn
+}  // namespace qattn::rows

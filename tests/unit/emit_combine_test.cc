@@ -64,10 +64,10 @@ TEST(EmitCombine, EveryStatementLowersToItsBlockOnEveryArchitecture) {
     EXPECT_EQ(cu.find("qattn_fwd("), std::string::npos);
     EXPECT_NE(t->info_json.find("\"pass\":\"combine\""), std::string::npos) << t->info_json;
     EXPECT_NE(t->info_json.find("\"d_v\":128"), std::string::npos) << t->info_json;
-    EXPECT_NE(cu.find("using Tiling = qattn::RowTiling<4, 128, 1>;"), std::string::npos);
-    EXPECT_NE(cu.find("qattn::load_tile<Tiling>(r_O_part, g_O_part, p.op_row_stride, (m_block) * (BM), seqlen_q);"),
+    EXPECT_NE(cu.find("using Tiling = qattn::rows::RowTiling<4, 128, 1>;"), std::string::npos);
+    EXPECT_NE(cu.find("qattn::rows::load_tile<Tiling>(r_O_part, g_O_part, p.op_row_stride, (m_block) * (BM), seqlen_q);"),
               std::string::npos);
-    EXPECT_NE(cu.find("qattn::store_vec<Tiling>(r_LSE, g_LSE, 1, (m_block) * (BM), seqlen_q);"), std::string::npos);
+    EXPECT_NE(cu.find("qattn::rows::store_vec<Tiling>(r_LSE, g_LSE, 1, (m_block) * (BM), seqlen_q);"), std::string::npos);
     EXPECT_EQ(t->smem_bytes, 0);
     EXPECT_EQ(t->threads, 32);
     // fp8 kernels' O is bf16: the combine of their parts reads and writes bf16
@@ -92,17 +92,17 @@ TEST(EmitCombine, TheTlIsTheSourceOfTruth) {
   support::DiagSink d1;
   auto full = xlate(code, "h100", d1);
   ASSERT_TRUE(full.has_value()) << d1.render();
-  EXPECT_NE(full->cuda_source.find("qattn::rescale(r_O, r_alpha);"), std::string::npos);
+  EXPECT_NE(full->cuda_source.find("qattn::rows::rescale(r_O, r_alpha);"), std::string::npos);
   // a deleted Compute is gone from the kernel (and the interpreter fails it: interp_combine_test)
   support::DiagSink d2;
   auto cut = xlate(replaced(code, "  Compute Rescale O, alpha\n", ""), "h100", d2);
   ASSERT_TRUE(cut.has_value()) << d2.render();
-  EXPECT_EQ(cut->cuda_source.find("qattn::rescale(r_O, r_alpha);"), std::string::npos);
+  EXPECT_EQ(cut->cuda_source.find("qattn::rows::rescale(r_O, r_alpha);"), std::string::npos);
   // other rows and warps in the TL give another tiling and block size
   support::DiagSink d3;
   auto wide = xlate(replaced(code, "Const BM = 4, WARPS = 1", "Const BM = 16, WARPS = 8"), "h100", d3);
   ASSERT_TRUE(wide.has_value()) << d3.render();
-  EXPECT_NE(wide->cuda_source.find("using Tiling = qattn::RowTiling<16, 128, 8>;"), std::string::npos);
+  EXPECT_NE(wide->cuda_source.find("using Tiling = qattn::rows::RowTiling<16, 128, 8>;"), std::string::npos);
   EXPECT_EQ(wide->threads, 256);
   // Exp2 for Exp, a row sum of the tile: the lowering writes what the TL says
   support::DiagSink d4;
@@ -110,8 +110,8 @@ TEST(EmitCombine, TheTlIsTheSourceOfTruth) {
                            "Compute RowSum O and get t\nCompute Normalize O, l\n"),
                   "h100", d4);
   ASSERT_TRUE(e2.has_value()) << d4.render();
-  EXPECT_NE(e2->cuda_source.find("qattn::map<qattn::op::Exp2>(r_w, r_w);"), std::string::npos);
-  EXPECT_NE(e2->cuda_source.find("qattn::row_reduce_lanes<false, false>(r_O, r_t);"), std::string::npos);
+  EXPECT_NE(e2->cuda_source.find("qattn::rows::map<qattn::op::Exp2>(r_w, r_w);"), std::string::npos);
+  EXPECT_NE(e2->cuda_source.find("qattn::rows::row_reduce_lanes<false, false>(r_O, r_t);"), std::string::npos);
 }
 
 TEST(EmitCombine, FormsWithoutALoweringAreLocatedDiagnostics) {
