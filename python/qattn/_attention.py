@@ -398,8 +398,8 @@ def _merge_with_torch(torch, b, o_parts):
     the TL combine kernel (qattn._combine): QATTN_COMBINE=torch (A/B measurements); parts that are not
     on a CUDA device (a stand-in for the kernel, tests/python/test_split_keys.py); or, in the
     default mode ('auto'), a forward kernel that came ready-made (a kernel pack, or the disk cache:
-    b.cache_hit) while the combine library is not ready (this process, the disk cache; packs hold
-    none): the split must not compile where the call itself compiled nothing (a deployment with a
+    b.cache_hit) while the combine library is not ready (this process, a pack: precompile(short=True)
+    adds it, the disk cache): the split must not compile where the call itself compiled nothing (a deployment with a
     pack and no compiler), as _compiles_only_for_split. QATTN_COMBINE=tl always takes the kernel
     (built if need be)."""
     m = _combine.mode()
@@ -607,12 +607,14 @@ def precompile(specs, out, *, gpu=None, short=False, jobs=None, verbose=None):
     kernel serves every attention() call with its compile-time fields (dtype, head dims, mask kind,
     variants, return_lse; any batch, heads, lengths, layout, window size, softcap). gpu: the GPU to
     build for (default: the spec's, else the local one). short=True also packs what decoding uses:
-    the Hopper kernels for short GQA/MQA queries (qattn._build.short_queries) and the LSE twins that
-    the key split launches (split_keys; without them a packed deployment decodes unsplit). On the
+    the Hopper kernels for short GQA/MQA queries (qattn._build.short_queries), the LSE twins that
+    the key split launches (split_keys; without them a packed deployment decodes unsplit) and the
+    combine library that merges its parts (qattn._combine; without it the merge runs as torch ops). On the
     deployment machine, qattn.use_pack(out) or QATTN_PACKS=out: attention() then runs those kernels
     with no compiler."""
     kernels = compile_many(specs, gpu=gpu, jobs=jobs, verbose=verbose)
     builds = [k._b for k in kernels]
+    combines = set()
     if short:
         for k in kernels:
             dt, dqk, dv, fields, lse = _build.compile_time_fields(k.spec)
@@ -627,6 +629,10 @@ def precompile(specs, out, *, gpu=None, short=False, jobs=None, verbose=None):
             for sh, with_lse in wanted:
                 ks = _build.kernel_spec(dt, dqk, dv, fields, with_lse, k.target, short=sh)
                 builds.append(_build.build(ks, k.target, k.target_reason, verbose=verbose))
+            if splits and (dt, dv) not in combines:  # the split's merge (qattn._combine), once per dtype and d_v
+                combines.add((dt, dv))
+                builds.append(_build.build(_combine.kernel_spec(dt, dv, k.target), k.target, k.target_reason,
+                                           verbose=verbose, combine=True))
     return _pack.write_pack(out, builds)
 
 

@@ -208,13 +208,15 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, back
     with _key_lock(key):
         if use_cache and key in _BUILDS:
             return _BUILDS[key]
-        # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc (forward kernels only)
-        if use_cache and not backward and not combine:
+        # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc (forward kernels and
+        # the combine libraries of the key split)
+        if use_cache and not backward:
             t0 = time.perf_counter()
-            found = _pack.find(spec)
+            found = _pack.find(spec, combine)
             if found is not None:
                 kdir, _ = found
-                b = Build(spec, target, reason, kdir, True, None, time.perf_counter() - t0, f"from the kernel pack: {kdir}")
+                b = Build(spec, target, reason, kdir, True, None, time.perf_counter() - t0, f"from the kernel pack: {kdir}",
+                          combine=combine)
                 b.from_pack = os.path.dirname(kdir)
                 _BUILDS[key] = b
                 return b
@@ -252,10 +254,10 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, back
 
 def available(spec, local_tag="", use_cache=True, combine=False):
     """True when build() would return this kernel without compiling: built in this process, in a
-    kernel pack (forward kernels only), or already in the disk cache (its library present in the
+    kernel pack, or already in the disk cache (its library present in the
     cache folder). combine: the `--combine` library of the spec (as build(..., combine=True))."""
     text = json.dumps(spec, sort_keys=True) + ("#combine" if combine else "")
-    if (text, local_tag, use_cache) in _BUILDS or (not combine and _pack.find(spec) is not None):
+    if (text, local_tag, use_cache) in _BUILDS or _pack.find(spec, combine) is not None:
         return True
     h = hashlib.sha256((text + local_tag).encode()).hexdigest()[:12]
     name = f"{spec['name']}-{spec['gpu']}{'-' + local_tag if local_tag else ''}{_suffix(False, combine)}-{h}"

@@ -39,9 +39,10 @@ _LOCK = threading.Lock()
 _ENV_READ = [False]
 
 
-def spec_key(spec):
-    """The pack key of a kernel spec: SHA-256 of its canonical JSON."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+def spec_key(spec, combine=False):
+    """The pack key of a kernel spec: SHA-256 of its canonical JSON (combine: the spec's `--combine`
+    library, the merge of decoding's key split; qattn._combine)."""
+    return hashlib.sha256((json.dumps(spec, sort_keys=True) + ("#combine" if combine else "")).encode()).hexdigest()
 
 
 def _sha256(path):
@@ -83,7 +84,7 @@ def read_manifest(folder):
         # a plain child folder: no separators, no '..', nothing hidden
         if not d or d != os.path.basename(d) or d.startswith(".") or "/" in d or "\\" in d:
             raise _bad(folder, f"kernel folder {d!r} is not a plain name inside the pack")
-        if spec_key(e["spec"]) != e["key"]:
+        if spec_key(e["spec"], e.get("pass") == "combine") != e["key"]:
             raise _bad(folder, f"the key of {d} does not match its spec")
         for name, digest in e["files"].items():
             if name not in FILES or not isinstance(digest, str) or len(digest) != 64:
@@ -113,11 +114,12 @@ def _env_packs():
         use_pack(folder)
 
 
-def find(spec):
+def find(spec, combine=False):
     """(folder of the kernel's artifacts, entry) for a kernel spec found in a pack, else None. The
-    files are checked against the manifest's digests (once per process and folder)."""
+    files are checked against the manifest's digests (once per process and folder). combine: the
+    spec's combine library (`qattn generate --combine`)."""
     _env_packs()
-    key = spec_key(spec)
+    key = spec_key(spec, combine)
     with _LOCK:
         packs = list(_PACKS)
     for folder, entries in packs:
@@ -160,7 +162,8 @@ def write_pack(folder, builds):
             shutil.copytree(os.path.join(folder, e["dir"]), os.path.join(tmp, e["dir"]))
             entries[key] = {k: v for k, v in e.items() if not k.startswith("_")}
         for b in builds:
-            key = spec_key(b.spec)
+            combine = bool(getattr(b, "combine", False))
+            key = spec_key(b.spec, combine)
             d = f"{b.spec['name']}-{key[:12]}"
             kdir = os.path.join(tmp, d)
             if os.path.exists(kdir):
@@ -176,6 +179,8 @@ def write_pack(folder, builds):
                 raise BuildError(f"{b.dir} has no library to pack", code="PY0203")
             entries[key] = {"key": key, "name": b.spec["name"], "dir": d, "target": b.target, "spec": b.spec,
                             "files": files}
+            if combine:
+                entries[key]["pass"] = "combine"
         manifest = {"format": FORMAT, "version": VERSION, "abi": QATTN_ABI_VERSION,
                     "kernels": sorted(entries.values(), key=lambda x: x["name"])}
         with open(os.path.join(tmp, "manifest.json"), "w") as f:

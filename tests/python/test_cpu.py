@@ -531,17 +531,57 @@ def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
     built = []
     monkeypatch.setattr(_attention, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
                         [K(s, gpu) for s in specs])
-    monkeypatch.setattr(_build, "build", lambda spec, target, reason, **kw: built.append(spec) or spec["name"])
+    combined = []
+    monkeypatch.setattr(_build, "build", lambda spec, target, reason, **kw: (combined if kw.get("combine") else built)
+                        .append(spec) or spec["name"])
     monkeypatch.setattr(_pack, "write_pack", lambda out, builds: len(builds))
     specs = [{"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "causal"},
-             {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"softcap": 30.0}}]
-    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 2 + 3
+             {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"softcap": 30.0}},
+             {"heads_q": 4, "head_dim": 128, "dtype": "bf16", "mask": "none"}]
+    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 3 + 3 + 3 + 1
     got = sorted((s["name"], s["return_lse"]) for s in built)  # (the softcap kernel: variants, no short kernel)
     assert got == [("py_bf16_d128_causal_lse", True), ("py_bf16_d128_causal_lse_short", True),
-                   ("py_bf16_d128_causal_short", False)], got
+                   ("py_bf16_d128_causal_short", False), ("py_bf16_d128_none_lse", True),
+                   ("py_bf16_d128_none_lse_short", True), ("py_bf16_d128_none_short", False)], got
+    # the split's merge: one combine library per dtype and d_v, its spec stating the short queries
+    assert [s["name"] for s in combined] == ["py_bf16_dv128_combine"], combined
+    assert combined[0]["problem"]["seqlen_q"] == _build.SHORT_QUERIES
     built.clear()
-    assert qattn.precompile(specs, str(tmp_path), gpu="a100", short=True) == 2 + 1
+    combined.clear()
+    assert qattn.precompile(specs[:2], str(tmp_path), gpu="a100", short=True) == 2 + 1 + 1
     assert [(s["name"], s["return_lse"]) for s in built] == [("py_bf16_d128_causal_lse", True)]
+    assert [s["name"] for s in combined] == ["py_bf16_dv128_combine"]
+
+
+def test_a_pack_holds_and_serves_the_combine_library(tmp_path):
+    """A combine library in a pack has its own key (the spec's JSON + "#combine"), is found as such
+    (never as a forward kernel of the same spec), and build(..., combine=True) loads it from the
+    pack with no compiler; available(..., combine=True) says so."""
+    from qattn import _combine, _pack
+
+    class B:
+        def __init__(self, spec, d, combine):
+            self.spec, self.dir, self.target, self.combine = spec, str(d), "h100", combine
+    spec = _combine.kernel_spec("bf16", 128, "h100")
+    d = tmp_path / "built"
+    d.mkdir()
+    (d / "libqattn_kernel.so").write_bytes(b"not really a library")
+    (d / "code.tl").write_text("Kernel k combine\n")
+    pack = tmp_path / "pack"
+    assert _pack.write_pack(str(pack), [B(spec, d, True)]) == 1
+    m = json.loads((pack / "manifest.json").read_text())
+    assert m["kernels"][0]["pass"] == "combine" and m["kernels"][0]["key"] == _pack.spec_key(spec, True)
+    _pack._PACKS.clear()
+    try:
+        qattn.use_pack(str(pack))
+        assert _pack.find(spec) is None            # not a forward kernel
+        assert _pack.find(spec, combine=True) is not None
+        assert _build.available(spec, combine=True)
+        b = _build.build(spec, "h100", "test", combine=True)
+        assert b.combine and b.from_pack == str(pack) and b.nvcc_seconds is None
+    finally:
+        _pack._PACKS.clear()
+        _build._BUILDS.clear()
 
 
 def test_layers_import_without_torch_and_say_what_they_need():
