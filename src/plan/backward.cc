@@ -10,8 +10,6 @@
 #include "plan/plan.h"
 #include "plan/sketch.h"
 #include "spec/variants.h"
-#include "tl/checker.h"
-#include "tl/parser.h"
 
 namespace qattn::plan {
 namespace {
@@ -273,11 +271,7 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
   plan.sketch = backward_text(p, t, nullptr);
   plan.code = backward_text(p, t, &tiles);
   support::DiagSink inner("code.tl");
-  auto sketch_prog = tl::parse(plan.sketch, inner, "sketch.tl");
-  auto code_prog = tl::parse(plan.code, inner, "code.tl");
-  if (!inner.has_errors()) tl::check(code_prog, inner);
-  if (!inner.has_errors()) refines(sketch_prog, code_prog, inner);
-  if (inner.has_errors()) {
+  if (!check_written(plan.sketch, plan.code, inner)) {
     for (const auto& d : inner.all()) diags.add(d);
     if (p.variants.custom()) {
       diags.error("PLAN0302", {}, "the spec's score_mod / mask_mod does not check in the backward TL (see above)",

@@ -8,8 +8,6 @@
 #include "hw/target.h"
 #include "plan/plan.h"
 #include "plan/sketch.h"
-#include "tl/checker.h"
-#include "tl/parser.h"
 
 namespace qattn::plan {
 namespace {
@@ -137,11 +135,7 @@ std::optional<Plan> make_combine_plan(const spec::AttentionSpec& s, const hw::Gp
   plan.sketch = combine_text(p, t, nullptr);
   plan.code = combine_text(p, t, &tiles);
   support::DiagSink inner("code.tl");
-  auto sketch_prog = tl::parse(plan.sketch, inner, "sketch.tl");
-  auto code_prog = tl::parse(plan.code, inner, "code.tl");
-  if (!inner.has_errors()) tl::check(code_prog, inner);
-  if (!inner.has_errors()) refines(sketch_prog, code_prog, inner);
-  if (inner.has_errors()) {
+  if (!check_written(plan.sketch, plan.code, inner)) {
     for (const auto& d : inner.all()) diags.add(d);
     diags.error("PLAN0901", {}, "internal error: the rules engine wrote combine TL that fails verification",
                 "please report this with the spec and the GPU");

@@ -200,11 +200,7 @@ std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& 
   plan.sketch = sketch_text(p, t);
   plan.code = code_text(p, t, tiles);
   support::DiagSink inner("code.tl");
-  auto sketch_prog = tl::parse(plan.sketch, inner, "sketch.tl");
-  auto code_prog = tl::parse(plan.code, inner, "code.tl");
-  if (!inner.has_errors()) tl::check(code_prog, inner);
-  if (!inner.has_errors()) refines(sketch_prog, code_prog, inner);
-  if (inner.has_errors()) {
+  if (!check_written(plan.sketch, plan.code, inner)) {
     for (const auto& d : inner.all()) diags.add(d);
     if (s.variants.custom()) {
       // The rules engine's own statements are verified on every preset; a failure here is the

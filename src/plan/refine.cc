@@ -5,6 +5,8 @@
 // operation, tensors and operands; Score / Mask declarations with the same expression. This is
 // the check an LLM's stage-1b answer must pass before the checker even runs.
 #include "plan/sketch.h"
+#include "tl/checker.h"
+#include "tl/parser.h"
 #include "tl/printer.h"
 
 namespace qattn::plan {
@@ -65,6 +67,14 @@ void flatten(const std::vector<Stmt>& in, std::vector<const Stmt*>& out, std::ve
 }
 
 }  // namespace
+
+bool check_written(const std::string& sketch, const std::string& code, support::DiagSink& inner) {
+  auto sketch_prog = tl::parse(sketch, inner, "sketch.tl");
+  auto code_prog = tl::parse(code, inner, "code.tl");
+  if (!inner.has_errors()) tl::check(code_prog, inner);
+  if (!inner.has_errors()) refines(sketch_prog, code_prog, inner);
+  return !inner.has_errors();
+}
 
 bool refines(const tl::Program& sketch, const tl::Program& code, support::DiagSink& diags) {
   std::vector<const Stmt*> a, b;

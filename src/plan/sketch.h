@@ -26,4 +26,8 @@ std::vector<std::string> variant_declarations(const Problem& p);
 // Reports PLAN0201 at the first sketch statement the code drops or changes.
 bool refines(const tl::Program& sketch, const tl::Program& code, support::DiagSink& diags);
 
+// The rules engine's own check of what it wrote: sketch and code parse, the code passes tl::check
+// and refines the sketch. The diagnostics go to `inner`; true when there are none.
+bool check_written(const std::string& sketch, const std::string& code, support::DiagSink& inner);
+
 }  // namespace qattn::plan

@@ -46,6 +46,16 @@ std::string fmt(double x) {
 
 }  // namespace
 
+int64_t written_pairs(const Global& g, const std::vector<double>& ref, std::vector<double>& got, std::vector<double>& want) {
+  int64_t unwritten = 0;
+  for (size_t i = 0; i < g.data.size(); ++i) {
+    if (!g.written[i]) { ++unwritten; continue; }
+    got.push_back(g.data[i]);
+    want.push_back(ref[i]);
+  }
+  return unwritten;
+}
+
 bool Machine::error(const char* code, SrcLoc loc, std::string msg, std::string hint) {
   diags_.error(code, loc, std::move(msg), std::move(hint));
   return false;
@@ -371,19 +381,12 @@ RunResult Machine::verdict(const Program& p) {
     return r;
   }
   // Written elements only; the rest are counted.
-  auto pick = [&](const Global& g, const std::vector<double>& want, std::vector<double>& got_w, std::vector<double>& want_w) {
-    for (size_t i = 0; i < g.data.size(); ++i) {
-      if (!g.written[i]) { ++r.unwritten; continue; }
-      got_w.push_back(g.data[i]);
-      want_w.push_back(want[i]);
-    }
-  };
   std::vector<double> og, orf, lg, lrf;
-  pick(o, ref.o, og, orf);
+  r.unwritten += written_pairs(o, ref.o, og, orf);
   r.max_abs_err = spec::max_abs_diff(og, orf);
   r.rel_err = spec::rel_frobenius(og, orf);
   if (lse) {
-    pick(*lse, ref.lse, lg, lrf);
+    r.unwritten += written_pairs(*lse, ref.lse, lg, lrf);
     r.lse_max_abs_err = spec::max_abs_diff(lg, lrf);
   }
   std::ostringstream sum;

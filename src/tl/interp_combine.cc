@@ -176,16 +176,9 @@ RunResult Machine::verdict_combine() {
         merge_row(parts, l, d, [](double x) { return round_to(DType::F32, x); }, &naive_o[at * size_t(d)], naive_l[at]);
         for (int64_t c = 0; c < d; ++c) naive_o[at * size_t(d) + size_t(c)] = round_to(od, naive_o[at * size_t(d) + size_t(c)]);
       }
-  auto pick = [&](const Global& g, const std::vector<double>& want, std::vector<double>& got_w, std::vector<double>& want_w) {
-    for (size_t i = 0; i < g.data.size(); ++i) {
-      if (!g.written[i]) { ++r.unwritten; continue; }
-      got_w.push_back(g.data[i]);
-      want_w.push_back(want[i]);
-    }
-  };
   std::vector<double> og, orf, lg, lrf;
-  pick(o, ref_o, og, orf);
-  pick(lse, ref_l, lg, lrf);
+  r.unwritten += written_pairs(o, ref_o, og, orf);
+  r.unwritten += written_pairs(lse, ref_l, lg, lrf);
   r.max_abs_err = spec::max_abs_diff(og, orf);
   r.rel_err = spec::rel_frobenius(og, orf);
   r.lse_max_abs_err = spec::max_abs_diff(lg, lrf);

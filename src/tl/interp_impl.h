@@ -103,6 +103,10 @@ struct Global {
   int64_t view_elems() const { return view.size() == 2 ? view[0] * view[1] : view[0]; }
 };
 
+// The written elements of an output (got) with the reference's values there (want); returns how many
+// elements were never written (the verdicts of interp.cc and interp_combine.cc).
+int64_t written_pairs(const Global& g, const std::vector<double>& ref, std::vector<double>& got, std::vector<double>& want);
+
 // This block's view of a Global: the element offset of its (batch, head) matrix. A packed view
 // (Global::pack = G > 1) has G * rows rows: row r is row r / G of head (first head + r % G).
 struct View {

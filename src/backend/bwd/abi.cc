@@ -165,16 +165,7 @@ void Lower::abi(Out& w) {
   j << "],\"args\":[" << args << "],\"tl_hash\":\""
     << support::sha256_hex(tl::print(prog_)).substr(0, 16) << "\"}";
   info_json_ = j.str();
-  w.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
-  w.line("using namespace qattn_generated;");
-  w.line("extern \"C\" {");
-  w.line();
-  w.line("QATTN_EXPORT const char* qattn_last_error(void) { return qattn::host::error_buffer(); }");
-  w.line();
-  w.line("QATTN_EXPORT const char* qattn_kernel_info(void) {");
-  w.line("  return R\"json(" + info_json_ + ")json\";");
-  w.line("}");
-  w.line();
+  abi_begin(w, info_json_);
   w.open("QATTN_EXPORT int qattn_bwd(const qattn_bwd_params* params, void* stream) {");
   unsigned aux_mask = 0;
   for (size_t i = 0; i < info_.aux.size(); ++i) aux_mask |= 1u << i;
@@ -199,16 +190,11 @@ void Lower::abi(Out& w) {
   w.line(ref(*grid_stmt_));
   std::string ext[3] = {"1", "1", "1"};
   for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i) ext[i] = cint(grid_stmt_->grid.items[i].extent);
-  w.line("const long long gx = " + ext[0] + ", gy = " + ext[1] + ", gz = " + ext[2] + ";");
-  w.line("bool empty = false;");
-  w.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
-  w.line("cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);");
-  w.line("if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");");
-  w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);");
-  w.line("return qattn::host::launch_status(cudaGetLastError(), \"" + kernel_name_ + " launch\");");
+  launch_grid(w, ext, kernel_name_, "kThreads", "kSmemBytes",
+              {"cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);",
+               "if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");"});
   w.close();
-  w.line();
-  w.line("}  // extern \"C\"");
+  abi_end(w);
 }
 
 std::string Lower::kir_text() const {

@@ -447,16 +447,7 @@ class Lower {
       << support::sha256_hex(tl::print(prog_)).substr(0, 16) << "\"}";
     info_json_ = j.str();
     const int vec = (d_v_ / 32) % 4 == 0 ? 4 : (d_v_ / 32) % 2 == 0 ? 2 : 1;
-    w.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
-    w.line("using namespace qattn_generated;");
-    w.line("extern \"C\" {");
-    w.line();
-    w.line("QATTN_EXPORT const char* qattn_last_error(void) { return qattn::host::error_buffer(); }");
-    w.line();
-    w.line("QATTN_EXPORT const char* qattn_kernel_info(void) {");
-    w.line("  return R\"json(" + info_json_ + ")json\";");
-    w.line("}");
-    w.line();
+    abi_begin(w, info_json_);
     w.open("QATTN_EXPORT int qattn_combine(const qattn_combine_params* params, void* stream) {");
     w.line("if (int st = qattn::host::check_combine_params(params, " + std::to_string(d_v_) + ", " + std::to_string(vec) +
            ", int(sizeof(ElementPart)), int(sizeof(ElementO))); st != QATTN_OK)");
@@ -468,14 +459,9 @@ class Lower {
     w.line(ref(*grid_stmt_));
     std::string ext[3] = {"1", "1", "1"};
     for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i) ext[i] = cint(grid_stmt_->grid.items[i].extent);
-    w.line("const long long gx = " + ext[0] + ", gy = " + ext[1] + ", gz = " + ext[2] + ";");
-    w.line("bool empty = false;");
-    w.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
-    w.line(kernel_name_ + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), Tiling::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);");
-    w.line("return qattn::host::launch_status(cudaGetLastError(), \"" + kernel_name_ + " launch\");");
+    launch_grid(w, ext, kernel_name_, "Tiling::kThreads", "0");
     w.close();
-    w.line();
-    w.line("}  // extern \"C\"");
+    abi_end(w);
   }
 
   std::string kir_text() const {
