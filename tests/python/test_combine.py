@@ -407,6 +407,50 @@ def test_split_keys_end_to_end(b, sq, hq, hkv, sk, causal, layout, monkeypatch):
     assert not torch.isnan(o).any()
 
 
+@gpu
+@pytest.mark.parametrize("layout,return_lse", [("bshd", False), ("bhsd", True)])
+def test_a_split_decode_step_captures_in_a_cuda_graph(layout, return_lse, monkeypatch):
+    """The serving issue: a decoding step whose keys are split (the folded forward, the query copy,
+    the TL combine) captures as a CUDA graph; replayed on new inputs copied into the captured
+    tensors it gives exactly the eager result (poisoned output first)."""
+    import torch
+    from qattn import _attention as A
+    monkeypatch.setenv("QATTN_COMBINE", "tl")
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    b, hq, hkv, sk = 4, 16, 1, 8192
+
+    def rnd(s, h):
+        t = torch.randn(b, s, h, 128, device="cuda", generator=gen).to(torch.bfloat16)
+        return t.transpose(1, 2).contiguous() if layout == "bhsd" else t
+
+    def step(q, k, v):
+        return qattn.attention(q, k, v, causal=True, return_lse=return_lse, layout=layout)
+    q, k, v = rnd(1, hq), rnd(sk, hkv), rnd(sk, hkv)
+    views = A._views(q, k, v, layout)
+    fields, args = A.split_launch_args(A.variant_fields(True, None, None, None, None, None))
+    assert A.split_keys(torch, q.device, views[0], views[1], fields, args, {}) > 1
+    sq_, sk_, sv_ = q.clone(), k.clone(), v.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step(sq_, sk_, sv_)  # builds and loads the kernels, warms up on the side stream
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step(sq_, sk_, sv_)
+    outs = out if return_lse else (out,)
+    for _ in range(2):
+        q2, k2, v2 = rnd(1, hq), rnd(sk, hkv), rnd(sk, hkv)
+        sq_.copy_(q2), sk_.copy_(k2), sv_.copy_(v2)
+        for t in outs:
+            t.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = step(q2, k2, v2)
+        for got, want in zip(outs, eager if return_lse else (eager,)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_the_gpu_check_catches_wrong_merges():
     """tests/gpu/combine_check.py's verdict on the CPU: the fp64 merge rounded to the dtype passes
     every case; a merge that drops a part, or leaves the all-empty rows unwritten, fails."""
