@@ -291,6 +291,9 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     splits = split_keys(torch, q.device, qv, kv, fields, args, aux)
     if splits > 1 and not return_lse and _compiles_only_for_split(torch, dt, qv, vv, fields, q.device, (hq, hkv, sq)):
         splits = 1  # a pack / the cache has this call's kernel but not its LSE twin: no compile for a split
+    if splits > 1 and _combine.first_split(dt, int(vv.shape[3]), q.device) and \
+            not _split_kernel_ready(torch, dt, qv, vv, fields, q.device, (hq, hkv, sq)):
+        _combine.prefetch(torch, dt, int(vv.shape[3]), q.device)  # compiled beside the forward kernel below
     b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse or splits > 1, q.device,
                    shape=(hq, hkv, sq))
     if splits > 1:
@@ -378,6 +381,14 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
         if sk % s == 0 or bsz == 1:
             return s
     return 1
+
+
+def _split_kernel_ready(torch, dt, qv, vv, fields, device, shape):
+    """True when the kernel (with LSE) that the key split launches is ready (built, packed or cached)."""
+    target, _, tag = _device_target(torch, device)
+    short = _build.short_queries(target, *shape, fields)
+    spec = _build.kernel_spec(dt, int(qv.shape[3]), int(vv.shape[3]), fields, True, target, short=short)
+    return _build.available(spec, tag)
 
 
 def _compiles_only_for_split(torch, dt, qv, vv, fields, device, shape):

@@ -12,6 +12,7 @@ that have no combine library and no compiler, and for A/B measurements (QATTN_CO
 """
 import ctypes
 import os
+import threading
 
 from . import _build
 from ._abi import QATTN_ABI_VERSION, STATUS, _kernel_info
@@ -113,6 +114,41 @@ def build_for(torch, dtype, d_v, device, verbose=None):
         raise
     _build.FAST[key] = b
     return b
+
+
+_SEEN = set()
+_SEEN_LOCK = threading.Lock()
+
+
+def first_split(dtype, d_v, device):
+    """True once per (dtype, d_v, device) and process: the first key split of those decides whether
+    to prefetch the combine library (later calls pay no readiness checks)."""
+    key = (dtype, int(d_v), device.index)
+    with _SEEN_LOCK:
+        if key in _SEEN:
+            return False
+        _SEEN.add(key)
+        return True
+
+
+def prefetch(torch, dtype, d_v, device):
+    """Starts building the combine library of (dtype, d_v) in a background thread when it is not
+    ready and the merge would take it: the first call of a key split then compiles it while its
+    forward kernel compiles, instead of after (attention() calls this only when the forward kernel
+    is compiled too: a call that compiles nothing starts no build). The merge's build_for waits for
+    the same build (qattn._build's per-kernel lock); a refusal is remembered or raised again there.
+    Returns the thread, or None."""
+    if mode() == "torch" or available(torch, dtype, d_v, device):
+        return None
+
+    def run():
+        try:
+            build_for(torch, dtype, d_v, device)
+        except Exception:  # noqa: BLE001 - the merge calls build_for again and reports it
+            pass
+    t = threading.Thread(target=run, name="qattn-combine-build", daemon=True)
+    t.start()
+    return t
 
 
 def available(torch, dtype, d_v, device):

@@ -166,6 +166,37 @@ def test_combine_mode(monkeypatch):
     assert e.value.code == "PY0111"
 
 
+def test_prefetch_builds_in_the_background_once(monkeypatch):
+    """The first key split of a (dtype, d_v, device) may start the combine's build beside the forward
+    kernel's: a thread that calls build_for (its errors left for the merge to report); nothing when
+    the merge is torch's or the library is ready; first_split is true once per key."""
+    import threading
+
+    class Dev:
+        index = 3
+    calls, done = [], threading.Event()
+
+    def fake_build(torch, dtype, d_v, device):
+        calls.append((dtype, d_v))
+        done.set()
+        raise qattn.ToolchainError("no nvcc here")  # swallowed: the merge calls build_for again
+    monkeypatch.setattr(_combine, "build_for", fake_build)
+    monkeypatch.setattr(_combine, "available", lambda torch, dtype, d_v, device: False)
+    monkeypatch.setenv("QATTN_COMBINE", "torch")
+    assert _combine.prefetch(None, "bf16", 128, Dev()) is None
+    monkeypatch.setenv("QATTN_COMBINE", "auto")
+    t = _combine.prefetch(None, "bf16", 128, Dev())
+    assert t is not None and done.wait(10)
+    t.join(10)
+    assert calls == [("bf16", 128)]
+    monkeypatch.setattr(_combine, "available", lambda torch, dtype, d_v, device: True)
+    assert _combine.prefetch(None, "bf16", 128, Dev()) is None
+    _combine._SEEN.clear()
+    assert _combine.first_split("bf16", 128, Dev()) and not _combine.first_split("bf16", 128, Dev())
+    assert _combine.first_split("fp16", 128, Dev())
+    _combine._SEEN.clear()
+
+
 # ---- with torch (on the CPU) -------------------------------------------------------------------------
 
 def _torch():
