@@ -45,6 +45,7 @@ struct TileConfig {
   std::string reason;
   bool persistent = false;  // sm90: TL Grid `{persistent}` (one block per SM takes the tiles in turn)
   bool pack_gqa = false;    // sm90: TL `{pack: heads_q / heads_kv}`: a tile holds a kv head's query heads
+  int unroll = 0;           // the combine: TL `{unroll: U}` on the loop over the parts (0: none)
 };
 
 // What a configuration costs. Filled by plan::estimate (budget.cc).

@@ -327,11 +327,22 @@ void Walker::attrs(const Stmt& s) {
       check_pack(s, a);
       continue;
     }
+    if (a.key == "unroll") {  // the loop's iterations issued U at a time (a combine program's parts)
+      const bool num = a.value && a.value->kind == Expr::Kind::Number && a.value->is_int && a.value->value >= 1 &&
+                       a.value->value <= 64;
+      if (s.kind != Stmt::Kind::For || !combine() || !num)
+        rep_.error("TL0415", pick(a.loc, s.loc),
+                   s.kind != Stmt::Kind::For ? "`unroll` is an attribute of a loop"
+                   : !combine()              ? "`unroll` is lowered for the loop over the parts of a combine program only"
+                                             : "`unroll` takes an integer literal from 1 to 64",
+                   "write `for s = 0: splits {unroll: 8}` in a `Kernel NAME combine` program, or remove it");
+      continue;
+    }
     if (is_schedule_attr(a.key)) continue;
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
                "wait: X and release: X (any statement), overlap (the key loop), stage: N (its statements), persistent (the "
-               "Grid), pack: G (the global Q, O, LSE); remove `{" + a.key +
+               "Grid), pack: G (the global Q, O, LSE), unroll: U (a combine program's loop); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }

@@ -463,12 +463,17 @@ TEST(checker, NonPositiveTile) {
 
 TEST(checker, UnknownScheduleAttributes) {
   std::string t = replace(kFlash, "  Copy K (BN, d) in coordinate [j, 0] from global to shared",
-                          "  Copy K (BN, d) in coordinate [j, 0] from global to shared {prefetch, unroll: 2}");
+                          "  Copy K (BN, d) in coordinate [j, 0] from global to shared {prefetch, vectorize: 2}");
   t = replace(t, "for j = 0: cdiv(seqlen_k, BN)", "for j = 0: cdiv(seqlen_k, BN) {role: producer}");
   auto r = run(t);
   EXPECT_EQ(r.count("TL0701"), 3) << r.rendered;
   EXPECT_TRUE(r.has("TL0701", line_of(t, "{prefetch")));
   EXPECT_TRUE(r.has("TL0701", line_of(t, "{role")));
+  // `unroll` is known, and lowered for a combine program's loop only (TL0415 elsewhere)
+  std::string u = replace(kFlash, "for j = 0: cdiv(seqlen_k, BN)", "for j = 0: cdiv(seqlen_k, BN) {unroll: 2}");
+  auto ru = run(u);
+  EXPECT_TRUE(ru.has("TL0415", line_of(u, "{unroll"))) << ru.rendered;
+  EXPECT_EQ(ru.count("TL0701"), 0) << ru.rendered;
 }
 
 TEST(checker, SeveralErrorsReported) {

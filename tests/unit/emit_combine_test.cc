@@ -114,6 +114,29 @@ TEST(EmitCombine, TheTlIsTheSourceOfTruth) {
   EXPECT_NE(e2->cuda_source.find("qattn::rows::row_reduce_lanes<false, false>(r_O, r_t);"), std::string::npos);
 }
 
+TEST(EmitCombine, TheDecodingTilingUnrollsThePartsLoopAsItsTlSays) {
+  support::DiagSink d;
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  ASSERT_TRUE(spec::apply_flags(s, {{"gpu", "h100"}, {"seqlen", "1/8192"}}, d)) << d.render();
+  plan::PlanOptions o;
+  o.combine = true;
+  auto p = plan::make_plan(s, *hw::find_gpu("h100"), d, o);
+  ASSERT_TRUE(p.has_value()) << d.render();
+  EXPECT_NE(p->code.find("for s = 0: splits {unroll: 8}"), std::string::npos) << p->code;
+  auto t = xlate(p->code, "h100", d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  EXPECT_NE(t->cuda_source.find("#pragma unroll 8\n  for (int s = 0; s < splits; ++s) {"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("using Tiling = qattn::rows::RowTiling<1, 128, 1>;"), std::string::npos);
+  // another factor in the TL, another pragma; none without the attribute
+  support::DiagSink d2, d3;
+  auto t4 = xlate(replaced(p->code, "{unroll: 8}", "{unroll: 4}"), "h100", d2);
+  ASSERT_TRUE(t4.has_value()) << d2.render();
+  EXPECT_NE(t4->cuda_source.find("#pragma unroll 4\n"), std::string::npos);
+  auto t0 = xlate(replaced(p->code, " {unroll: 8}", ""), "h100", d3);
+  ASSERT_TRUE(t0.has_value()) << d3.render();
+  EXPECT_EQ(t0->cuda_source.find("#pragma unroll 8"), std::string::npos);
+}
+
 TEST(EmitCombine, FormsWithoutALoweringAreLocatedDiagnostics) {
   const std::string code = plan_combine("llama3-8b", "h100");
   struct Case {

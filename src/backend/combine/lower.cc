@@ -97,8 +97,9 @@ class Lower {
   bool header() {
     for (const auto& s : prog_.stmts) {
       for (const auto& a : s.attrs)
-        return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a combine program",
-                    "a combine kernel has no Hopper schedule: remove the attribute");
+        if (!(a.key == "unroll" && s.kind == Stmt::Kind::For))  // (checked by TL0415)
+          return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a combine program",
+                      "a combine kernel has no Hopper schedule: remove the attribute");
       switch (s.kind) {
         case Stmt::Kind::Kernel: kernel_stmt_ = &s; break;
         case Stmt::Kind::Dim:
@@ -260,6 +261,8 @@ class Lower {
         case Stmt::Kind::Compute: compute(w, s); break;
         case Stmt::Kind::For: {
           w.line(ref(s));
+          for (const auto& a : s.attrs)  // `{unroll: U}`: U iterations' loads in flight together
+            if (a.key == "unroll" && a.value) w.line("#pragma unroll " + tl::print_expr(*a.value));
           const std::string v = id(s.loop.var);
           w.open("for (int " + v + " = " + cint(s.loop.lo) + "; " + v + " < " + cint(s.loop.hi) + "; ++" + v + ") {");
           std::map<std::string, Reg> saved = regs_;  // names bound in the body are forgotten at its end
