@@ -37,14 +37,15 @@ void each_stmt(const std::vector<Stmt>& body, Fn&& fn) {
   }
 }
 
+
+}  // namespace
+
 std::string fmt(double x) {
   std::ostringstream os;
   os.precision(3);
   os << std::scientific << x;
   return os.str();
 }
-
-}  // namespace
 
 int64_t written_pairs(const Global& g, const std::vector<double>& ref, std::vector<double>& got, std::vector<double>& want) {
   int64_t unwritten = 0;
@@ -429,24 +430,27 @@ RunResult Machine::verdict(const Program& p) {
   }
   if (lse) sum << "; LSE max_abs_err=" << fmt(r.lse_max_abs_err) << ", bound " << fmt(r.lse_tolerance);
   if (r.unwritten) sum << "; " << r.unwritten << " output elements never written";
-  r.passed = ok_o && ok_lse && r.unwritten == 0;
   r.summary = sum.str();
-  if (!r.passed) {
-    std::string why;
-    if (r.unwritten) why = std::to_string(r.unwritten) + " output elements were never written";
-    if (!ok_o)
-      why += (why.empty() ? "" : "; ") + std::string("O differs from the reference: ") +
-             (cfg_.precision == Precision::FP64 ? "rel_err " + fmt(r.rel_err) : "max_abs_err " + fmt(r.max_abs_err)) +
-             " > " + fmt(r.tolerance);
-    if (!ok_lse)
-      why += (why.empty() ? "" : "; ") + std::string("LSE differs from the reference: max_abs_err ") +
-             fmt(r.lse_max_abs_err) + " > " + fmt(r.lse_tolerance);
-    diags_.error("TL0801", kernel_loc_, why,
-                 r.unwritten ? "every element of O (and LSE) must be copied to global by some block: check the "
-                               "Grid extents and the final Copy"
-                             : "run with --precision fp64 to separate algorithm bugs from precision loss");
-  }
+  finish_verdict(r, ok_o, ok_lse, "the reference", "the reference",
+                 "every element of O (and LSE) must be copied to global by some block: check the Grid extents and the final Copy",
+                 "run with --precision fp64 to separate algorithm bugs from precision loss");
   return r;
+}
+
+void Machine::finish_verdict(RunResult& r, bool ok_o, bool ok_lse, const char* o_ref, const char* lse_ref,
+                             const std::string& hint_unwritten, const std::string& hint_wrong) {
+  r.passed = ok_o && ok_lse && r.unwritten == 0;
+  if (r.passed) return;
+  std::string why;
+  if (r.unwritten) why = std::to_string(r.unwritten) + " output elements were never written";
+  if (!ok_o)
+    why += (why.empty() ? "" : "; ") + std::string("O differs from ") + o_ref + ": " +
+           (cfg_.precision == Precision::FP64 ? "rel_err " + fmt(r.rel_err) : "max_abs_err " + fmt(r.max_abs_err)) + " > " +
+           fmt(r.tolerance);
+  if (!ok_lse)
+    why += (why.empty() ? "" : "; ") + std::string("LSE differs from ") + lse_ref + ": max_abs_err " + fmt(r.lse_max_abs_err) +
+           " > " + fmt(r.lse_tolerance);
+  diags_.error("TL0801", kernel_loc_, why, r.unwritten ? hint_unwritten : hint_wrong);
 }
 
 // The backward's verdict: dQ, dK, dV against the fp64 gradients (FP64: relative error 1e-6 each;

@@ -15,12 +15,6 @@ namespace {
 
 constexpr double kEmptyLse = -std::numeric_limits<double>::infinity();
 
-std::string cfmt(double x) {
-  std::ostringstream os;
-  os.precision(3);
-  os << std::scientific << x;
-  return os.str();
-}
 
 // The merge of one row: LSE = log sum_s exp(lse_s), O = sum_s exp(lse_s - LSE) O_s; every part
 // empty: O = 0, LSE = -inf. `r` rounds each intermediate (identity in fp64, fp32 for the naive
@@ -119,7 +113,7 @@ bool Machine::setup_globals_combine(const Program& p) {
     bytes += n * (g.output ? 8 + 1 + 4 * 8 : 8);
   }
   if (total > double(kMaxGlobalElems))
-    return error("TL0902", kernel_loc_, "problem too large for the interpreter: " + cfmt(total) + " tensor elements",
+    return error("TL0902", kernel_loc_, "problem too large for the interpreter: " + fmt(total) + " tensor elements",
                  "run with smaller --dims");
   if (!fits(bytes, kernel_loc_, "the global tensors with the reference's copies")) return false;
   globals_charge_ = Charge(&live_bytes_, int64_t(bytes));
@@ -190,8 +184,8 @@ RunResult Machine::verdict_combine() {
     r.tolerance = r.lse_tolerance = 1e-6;
     ok_o = r.rel_err <= r.tolerance;
     ok_l = r.lse_max_abs_err <= r.lse_tolerance;
-    sum << "precision fp64: O rel_err=" << cfmt(r.rel_err) << " (max_abs_err=" << cfmt(r.max_abs_err) << "), bound "
-        << cfmt(r.tolerance);
+    sum << "precision fp64: O rel_err=" << fmt(r.rel_err) << " (max_abs_err=" << fmt(r.max_abs_err) << "), bound "
+        << fmt(r.tolerance);
   } else {
     const double naive_err = spec::max_abs_diff(naive_o, ref_o);
     r.tolerance = 2 * naive_err + 1e-5;
@@ -202,29 +196,17 @@ RunResult Machine::verdict_combine() {
     r.lse_tolerance = 2 * spec::max_abs_diff(naive_l, ref_l) + 1e-5 * lse_max;
     ok_l = r.lse_max_abs_err <= r.lse_tolerance;
     sum << "precision storage (O_part " << to_string(op.dtype) << ", O " << to_string(od)
-        << "): O max_abs_err=" << cfmt(r.max_abs_err) << ", bound " << cfmt(r.tolerance) << " = 2 * naive " << cfmt(naive_err)
+        << "): O max_abs_err=" << fmt(r.max_abs_err) << ", bound " << fmt(r.tolerance) << " = 2 * naive " << fmt(naive_err)
         << " + 1e-5";
   }
-  sum << "; LSE max_abs_err=" << cfmt(r.lse_max_abs_err) << ", bound " << cfmt(r.lse_tolerance);
+  sum << "; LSE max_abs_err=" << fmt(r.lse_max_abs_err) << ", bound " << fmt(r.lse_tolerance);
   if (r.unwritten) sum << "; " << r.unwritten << " output elements never written";
   if (!std::isfinite(r.tolerance) || !std::isfinite(r.lse_tolerance)) ok_o = ok_l = false;
-  r.passed = ok_o && ok_l && r.unwritten == 0;
   r.summary = sum.str();
-  if (!r.passed) {
-    std::string why;
-    if (r.unwritten) why = std::to_string(r.unwritten) + " output elements were never written";
-    if (!ok_o)
-      why += (why.empty() ? "" : "; ") + std::string("O differs from the merged partial results: ") +
-             (cfg_.precision == Precision::FP64 ? "rel_err " + cfmt(r.rel_err) : "max_abs_err " + cfmt(r.max_abs_err)) +
-             " > " + cfmt(r.tolerance);
-    if (!ok_l)
-      why += (why.empty() ? "" : "; ") + std::string("LSE differs from the merged LSE: max_abs_err ") +
-             cfmt(r.lse_max_abs_err) + " > " + cfmt(r.lse_tolerance);
-    diags_.error("TL0801", kernel_loc_, why,
-                 r.unwritten ? "every row of O and LSE must be copied to global by some block: check the Grid and the final Copies"
-                             : "each part's weight is exp(LSE_part - m) with m the running max; rescale O and l by "
-                               "exp(m_old - m_new) when m grows; LSE = m + log(l)");
-  }
+  finish_verdict(r, ok_o, ok_l, "the merged partial results", "the merged LSE",
+                 "every row of O and LSE must be copied to global by some block: check the Grid and the final Copies",
+                 "each part's weight is exp(LSE_part - m) with m the running max; rescale O and l by exp(m_old - m_new) "
+                 "when m grows; LSE = m + log(l)");
   return r;
 }
 

@@ -105,6 +105,7 @@ struct Global {
 
 // The written elements of an output (got) with the reference's values there (want); returns how many
 // elements were never written (the verdicts of interp.cc and interp_combine.cc).
+std::string fmt(double x);  // 3 significant digits, scientific (the verdicts' numbers)
 int64_t written_pairs(const Global& g, const std::vector<double>& ref, std::vector<double>& got, std::vector<double>& want);
 
 // This block's view of a Global: the element offset of its (batch, head) matrix. A packed view
@@ -233,6 +234,10 @@ class Machine {
   bool setup_globals_combine(const Program& p);
   void make_inputs_combine();
   RunResult verdict_combine();
+  // The end of an O / LSE verdict: passed, and else TL0801 naming what differs from what (o_ref,
+  // lse_ref), with the hint for unwritten outputs or for wrong values.
+  void finish_verdict(RunResult& r, bool ok_o, bool ok_lse, const char* o_ref, const char* lse_ref,
+                      const std::string& hint_unwritten, const std::string& hint_wrong);
 };
 
 }  // namespace qattn::tl::interp

@@ -59,40 +59,14 @@ RegBuf* Lower::rg(const std::string& n, const Stmt& s) {
   return nullptr;
 }
 
-std::string Lower::ref(const Stmt& s) {
-  std::string text = s.kind == Stmt::Kind::For ? "for " + s.loop.var + " = " + tl::print_expr(s.loop.lo) + ": " + tl::print_expr(s.loop.hi)
-                                               : tl::print_stmt(s);
-  if (auto nl = text.find('\n'); nl != std::string::npos) text.resize(nl);
-  return "// TL " + std::to_string(s.loc.line) + ": " + text;
-}
+std::string Lower::ref(const Stmt& s) { return tl_ref(s); }
 
 bool Lower::header() {
+  HeaderFacts h{nullptr, nullptr, env_, fixed_, runtime_dims_};
   for (const auto& s : prog_.stmts) {
+    if (!read_header_stmt(s, h, diags_, "tile shapes and head dims must be Consts or fixed Dims (`Dim d = 128`, `Const BM = 64`)"))
+      return failed_ = true, false;
     switch (s.kind) {
-      case Stmt::Kind::Kernel: kernel_stmt_ = &s; break;
-      case Stmt::Kind::Dim:
-        for (const auto& it : s.dim.items) {
-          if (!it.value) { runtime_dims_.push_back(it.name); continue; }
-          auto v = eval(*it.value, it.loc, "Dim " + it.name);
-          if (!v) return false;
-          env_.ints[it.name] = *v;
-          fixed_.push_back({it.name, *v});
-        }
-        break;
-      case Stmt::Kind::Const:
-        for (const auto& it : s.cnst.items) {
-          auto v = eval(it.value, it.loc, "Const " + it.name);
-          if (!v) return false;
-          env_.ints[it.name] = *v;
-          fixed_.push_back({it.name, *v});
-        }
-        break;
-      case Stmt::Kind::Grid:
-        grid_stmt_ = &s;
-        if (s.grid.items.size() > 3)
-          return fail("XL0203", s.loc, "a Grid of " + std::to_string(s.grid.items.size()) + " axes cannot be launched",
-                      "CUDA grids have 3 axes");
-        break;
       case Stmt::Kind::Role:
         return fail("XL0301", s.loc, "a Role in a backward program is not lowered",
                     "the backward lowering (mma.sync) takes the program of tests/tl/backward.tl's form");
@@ -107,6 +81,7 @@ bool Lower::header() {
       return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a backward program",
                   "the backward lowering has no Hopper schedule or packing yet: remove the attribute");
   }
+  kernel_stmt_ = h.kernel, grid_stmt_ = h.grid;
   if (!kernel_stmt_ || !grid_stmt_) return fail("XL0301", {}, "the program lacks its Kernel or Grid line", "");
   if (auto it = env_.ints.find("WARPS"); it != env_.ints.end()) warps_ = int(it->second);
   if (warps_ < 1 || warps_ > 16)

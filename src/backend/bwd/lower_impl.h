@@ -14,6 +14,7 @@
 #include "backend/bwd/lower.h"
 #include "backend/cpp_expr.h"
 #include "backend/cuda_out.h"
+#include "backend/stmt_header.h"
 #include "tl/eval.h"
 
 namespace qattn::backend::bwd::detail {

@@ -10,6 +10,7 @@
 #include "backend/arch.h"
 #include "backend/cpp_expr.h"
 #include "backend/cuda_out.h"
+#include "backend/stmt_header.h"
 #include "support/sha256.h"
 #include "tl/eval.h"
 #include "tl/printer.h"
@@ -78,13 +79,7 @@ class Lower {
   }
   std::string cint(const tl::Expr& e) const { return names_.int_expr(e); }
   std::string id(const std::string& n) const { return names_.ident(n); }
-  static std::string ref(const Stmt& s) {
-    std::string text = s.kind == Stmt::Kind::For
-                           ? "for " + s.loop.var + " = " + tl::print_expr(s.loop.lo) + ": " + tl::print_expr(s.loop.hi)
-                           : tl::print_stmt(s);
-    if (auto nl = text.find('\n'); nl != std::string::npos) text.resize(nl);
-    return "// TL " + std::to_string(s.loc.line) + ": " + text;
-  }
+  static std::string ref(const Stmt& s) { return tl_ref(s); }
   std::optional<int64_t> constant(const tl::Expr& e, support::SrcLoc at, const std::string& what) {
     support::DiagSink quiet(diags_.file());
     auto v = tl::eval_int(e, env_, &quiet);
@@ -95,43 +90,21 @@ class Lower {
 
   // ---- header: Dims, Consts, Grid, the dtypes ----------------------------------------------------
   bool header() {
+    HeaderFacts h{nullptr, nullptr, env_, fixed_, runtime_};
     for (const auto& s : prog_.stmts) {
+      if (s.kind == Stmt::Kind::Dim)
+        for (const auto& it : s.dim.items)
+          if (!it.value && !kAbiDims.count(it.name))
+            return fail("XL0301", it.loc, "Dim " + it.name + " is not passed by the combine's C ABI",
+                        "a combine program's run-time Dims are batch, heads_q, seqlen_q and splits; fix the others "
+                        "(`Dim d_v = 128`)");
+      if (!read_header_stmt(s, h, diags_, "the rows of a tile and d_v are Consts or fixed Dims (`Const BM = 4`, `Dim d_v = 128`)"))
+        return failed_ = true, false;
       for (const auto& a : s.attrs)
         if (!(a.key == "unroll" && s.kind == Stmt::Kind::For))  // (checked by TL0415)
           return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a combine program",
                       "a combine kernel has no Hopper schedule: remove the attribute");
       switch (s.kind) {
-        case Stmt::Kind::Kernel: kernel_stmt_ = &s; break;
-        case Stmt::Kind::Dim:
-          for (const auto& it : s.dim.items) {
-            if (!it.value) {
-              if (!kAbiDims.count(it.name))
-                return fail("XL0301", it.loc, "Dim " + it.name + " is not passed by the combine's C ABI",
-                            "a combine program's run-time Dims are batch, heads_q, seqlen_q and splits; fix the others "
-                            "(`Dim d_v = 128`)");
-              runtime_.push_back(it.name);
-              continue;
-            }
-            auto v = constant(*it.value, it.loc, "Dim " + it.name);
-            if (!v) return false;
-            env_.ints[it.name] = *v;
-            fixed_.push_back({it.name, *v});
-          }
-          break;
-        case Stmt::Kind::Const:
-          for (const auto& it : s.cnst.items) {
-            auto v = constant(it.value, it.loc, "Const " + it.name);
-            if (!v) return false;
-            env_.ints[it.name] = *v;
-            fixed_.push_back({it.name, *v});
-          }
-          break;
-        case Stmt::Kind::Grid:
-          grid_stmt_ = &s;
-          if (s.grid.items.size() > 3)
-            return fail("XL0203", s.loc, "a Grid of " + std::to_string(s.grid.items.size()) + " axes cannot be launched",
-                        "CUDA grids have 3 axes");
-          break;
         case Stmt::Kind::Role:
           return fail("XL0301", s.loc, "a Role in a combine program is not lowered", "remove it: the combine has no warp roles");
         case Stmt::Kind::For:
@@ -141,7 +114,8 @@ class Lower {
         default: break;
       }
     }
-    if (!kernel_stmt_ || !grid_stmt_) return fail("XL0301", {}, "the program lacks its Kernel or Grid line", "");
+    kernel_stmt_ = h.kernel, grid_stmt_ = h.grid;
+  if (!kernel_stmt_ || !grid_stmt_) return fail("XL0301", {}, "the program lacks its Kernel or Grid line", "");
     const auto gdt = [&](const char* n) {
       return info_.tensors.count(n) ? info_.tensors.at(n).global_dtype : tl::DType::F16;
     };
