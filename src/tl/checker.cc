@@ -327,6 +327,10 @@ void Walker::attrs(const Stmt& s) {
       check_pack(s, a);
       continue;
     }
+    if (a.key == "paged") {
+      check_paged(s, a);
+      continue;
+    }
     if (a.key == "unroll") {  // the loop's iterations issued U at a time (a combine program's parts)
       const bool num = a.value && a.value->kind == Expr::Kind::Number && a.value->is_int && a.value->value >= 1 &&
                        a.value->value <= 64;
@@ -342,7 +346,7 @@ void Walker::attrs(const Stmt& s) {
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
                "wait: X and release: X (any statement), overlap (the key loop), stage: N (its statements), persistent (the "
-               "Grid), pack: G (the global Q, O, LSE), unroll: U (a combine program's loop); remove `{" + a.key +
+               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), unroll: U (a combine program's loop); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }
@@ -393,6 +397,7 @@ void Walker::grid_stmt(const Stmt& s) {
 }
 
 void Walker::let_stmt(const Stmt& s) {
+  if (kv_length_let(s)) return;
   check_expr(s.let.value, Ctx::Index, s);
   if (declare_name(s.let.name, SymKind::Let, s.loc, s) && loops_.empty()) info_.lets.push_back(s.let.name);
 }
@@ -517,6 +522,7 @@ void Walker::finish() {
                    (km.kind == MaskSpec::Kind::Window ? "(...)" : "") + "` after the scores are computed");
   }
   finish_pack();
+  finish_kv_cache();
   // Kernel arguments.
   const std::vector<const char*> required =
       backward()  ? std::vector<const char*>{"Q", "K", "V", "O", "dO", "LSE", "dQ", "dK", "dV"}

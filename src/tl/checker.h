@@ -63,6 +63,10 @@ struct CheckInfo {
   // GQA packing: the `{pack: G}` of the global Q, O (and LSE) views, when they carry one (docs/tl.md,
   // "GQA packing"): row r of the view is query r / G of head offset * G + r % G.
   std::optional<Expr> pack;
+  // A KV cache (docs/tl.md, "KV caches"): the int32 auxiliary tensor `Let seqlen_k = T[b]` reads (each
+  // sequence's key count), and the block table `{paged: T}` names on the global K and V (their rows
+  // live in pages of `page_size` rows). Empty when the program has none.
+  std::string kv_lengths, kv_batch_var, paged;
 };
 
 bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts = {});  // true when no errors

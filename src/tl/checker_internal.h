@@ -152,6 +152,10 @@ class Walker {
   void check_skip(const Stmt& s, const Attr& a);
   void check_pack(const Stmt& s, const Attr& a);  // `{pack: G}` on a global Q / O / LSE (checker_memory.cc)
   void finish_pack();
+  // ---- checker_kvcache.cc: a KV cache's per-sequence key counts and pages (TL0416) ----
+  bool kv_length_let(const Stmt& s);  // `Let seqlen_k = T[b]`; true when the Let is one (checked here)
+  void check_paged(const Stmt& s, const Attr& a);  // `{paged: T}` on the global K / V
+  void finish_kv_cache();
   bool is_aux(const std::string& name) const;
   // A kernel input (defined at launch, never stored): Q, K, V and the auxiliary inputs; a backward
   // program's O, dO and LSE too; a combine program's O_part and LSE_part.
@@ -208,6 +212,7 @@ class Walker {
   std::set<std::string> stored_to_global_;
   std::vector<const Stmt*> masks_;               // Compute Mask statements
   std::map<std::string, const Attr*> pack_;      // `{pack: G}` per global view that carries one
+  std::map<std::string, const Attr*> paged_;     // `{paged: T}` per global K / V that carries one
   int walks_ = 0;                                // loop-body walks (bounded)
 };
 

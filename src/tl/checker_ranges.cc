@@ -280,6 +280,8 @@ class RangeWalker {
           }
           break;
         case Stmt::Kind::Let: {
+          // `Let seqlen_k = T[b]` (a KV cache's key count): at most the Dim, sampled at the Dim's values
+          if (s.let.name == "seqlen_k" && s.let.value.kind == Expr::Kind::Index) break;
           auto v = bad ? std::nullopt : ev(s.let.value, env);
           if (v) {
             env.ints[s.let.name] = *v;

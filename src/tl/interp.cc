@@ -307,6 +307,7 @@ void Machine::make_inputs(const Program& p) {
     g.data = std::move(*src[i]);
     for (double& x : g.data) x = rnd(g.dtype, x);
   }
+  make_kv_inputs();
   if (backward_) {
     // The backward's inputs: dO fresh from the seed (stream 3); O and LSE what the forward stores,
     // the exact attention of these Q, K, V rounded to their dtypes.
@@ -335,6 +336,7 @@ bool Machine::setup(const Program& p) {
   if (!setup_header(p)) return false;
   if (!setup_globals(p)) return false;
   if (!setup_variants(p)) return false;
+  if (!setup_kv_cache(p)) return false;
   make_inputs(p);
   return true;
 }
@@ -369,13 +371,15 @@ RunResult Machine::verdict(const Program& p) {
   r.ran = true;
   r.blocks = blocks_;
   const Global& q = globals_["Q"];
-  const Global& k = globals_["K"];
   const Global& v = globals_["V"];
   const Global& o = globals_["O"];
   const Global* lse = globals_.count("LSE") ? &globals_["LSE"] : nullptr;
   const spec::ScoreVariant variant = cfg_.reference_variant ? cfg_.reference_variant(aux_) : declared_variant(p);
   const spec::ScoreVariant* vp = variant.empty() ? nullptr : &variant;
-  auto ref = spec::reference_attention(prob_, q.data, k.data, v.data, vp);
+  const spec::ScoreVariant kv_variant = ref_variant(variant);  // a KV cache: each sequence's keys
+  if (!kv_variant.empty()) vp = &kv_variant;
+  const spec::AttentionProblem rp = ref_problem();
+  auto ref = spec::reference_attention(rp, q.data, ref_k(), ref_v(), vp);
   if (*ref_failed_) {
     r.ran = false;
     r.summary = "not verified: a declaration could not be evaluated for the reference (see the diagnostics)";
@@ -408,7 +412,7 @@ RunResult Machine::verdict(const Program& p) {
     // FlashAttention's rule: within twice the error of a naive attention in the same precision.
     DType pd = v.dtype, od = o.dtype;
     auto naive = spec::naive_attention_lowp(
-        prob_, q.data, k.data, v.data, [pd](double x) { return round_to(pd, x); },
+        rp, q.data, ref_k(), ref_v(), [pd](double x) { return round_to(pd, x); },
         [od](double x) { return round_to(od, x); }, vp);
     double naive_err = spec::max_abs_diff(naive.o, ref.o);
     bool fp8 = pd == DType::F8E4M3 || pd == DType::F8E5M2 || od == DType::F8E4M3 || od == DType::F8E5M2;

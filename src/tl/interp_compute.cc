@@ -286,6 +286,7 @@ bool Machine::compute_mask(const Stmt& s) {
   spec::AttentionProblem mp = prob_;  // the reference's visible() masks like the kernel's tile mask
   const bool plain = c.mask.kind == MaskSpec::Kind::Bounds || c.mask.kind == MaskSpec::Kind::Named;
   mp.mask = plain ? MaskSpec::Kind::None : c.mask.kind;  // visible() always applies the bounds
+  mp.seqlen_k = block_seqlen_k();  // a KV cache's sequence: its own key count
   if (c.mask.kind == MaskSpec::Kind::Window) {
     auto wl = ev_int(c.mask.left);
     auto wr = ev_int(c.mask.right);

@@ -111,7 +111,7 @@ bool Machine::exec_block(const std::vector<Stmt>& body, bool top) {
       case Stmt::Kind::Role:  // warp roles do not change what is computed
       case Stmt::Kind::Blank: break;
       case Stmt::Kind::Let: {
-        auto v = ev_int(s.let.value);
+        auto v = s.let.value.kind == Expr::Kind::Index ? kv_length_let(s) : ev_int(s.let.value);
         if (!v) return false;
         bind_int(s.let.name, *v);
         break;
@@ -217,7 +217,7 @@ bool Machine::exec_allocate(const Stmt& s) {
                    a.name == "K" || a.name == "V" ? "K and V have heads_kv heads: index them with the kv head (Let kv_head = head / (heads_q / heads_kv))"
                                                   : "");
     slots_[a.name].global = View{&g, (b * g.heads + h) * g.view_elems()};
-    return true;
+    return kv_view(s, *slots_[a.name].global);
   }
   Buffer buf;
   if (a.shape.empty() || a.shape.size() > 2)

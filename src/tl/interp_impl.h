@@ -100,6 +100,10 @@ struct Global {
   std::vector<double> data;         // (batch, heads, view...)
   std::vector<uint8_t> written;     // outputs only
   SrcLoc loc;                       // its Allocate
+  // `{paged: T}` (K, V of a KV cache): data is the page pool (num_pages, heads, page_size, cols);
+  // row r of batch entry b is row r % page_size of page table[b * pages + r / page_size].
+  int64_t page_size = 0, pages = 0;
+  std::vector<int64_t> table;
   int64_t view_elems() const { return view.size() == 2 ? view[0] * view[1] : view[0]; }
 };
 
@@ -110,11 +114,18 @@ int64_t written_pairs(const Global& g, const std::vector<double>& ref, std::vect
 
 // This block's view of a Global: the element offset of its (batch, head) matrix. A packed view
 // (Global::pack = G > 1) has G * rows rows: row r is row r / G of head (first head + r % G).
+// A KV cache's view (docs/tl.md, "KV caches"): `limit` rows (the sequence's key count, read by
+// `Let seqlen_k = T[b]`; -1: all), pages of the Global looked up for (batch, head).
 struct View {
   Global* g = nullptr;
   int64_t base = 0;
-  int64_t rows() const { return g->view[0] * g->pack; }
+  int64_t limit = -1, batch = 0, head = 0;
+  int64_t rows() const { return limit >= 0 ? limit : g->view[0] * g->pack; }
   size_t at(int64_t r, int64_t col, int64_t cols) const {
+    if (g->page_size > 0) {
+      const int64_t page = g->table[size_t(batch * g->pages + r / g->page_size)];
+      return size_t(((page * g->heads + head) * g->page_size + r % g->page_size) * cols + col);
+    }
     if (g->pack == 1) return size_t(base + r * cols + col);
     return size_t(base + (r % g->pack) * g->view_elems() + (r / g->pack) * cols + col);
   }
@@ -228,6 +239,20 @@ class Machine {
   std::string kernel_name_ = "kernel";
   bool backward_ = false;     // `Kernel NAME backward`: the gradients dQ, dK, dV (docs/tl.md, "The backward pass")
   RunResult verdict_backward(const Program& p);
+  // ---- interp_kvcache.cc: a KV cache (docs/tl.md, "KV caches") ----
+  std::string kv_lengths_, kv_table_;  // the tensors `Let seqlen_k = T[b]` and `{paged: T}` read
+  std::vector<int64_t> kv_len_;        // each batch entry's key count
+  std::vector<double> ref_k_, ref_v_;  // the reference's K and V (BHSD; zero past each key count)
+  bool setup_kv_cache(const Program& p);  // contents of the lengths and the block table (after setup_variants)
+  void make_kv_inputs();                  // K, V into their pages; NaN wherever no key is
+  bool kv_view(const Stmt& s, View& v);   // a K / V view's key count and pages for this block
+  std::optional<int64_t> kv_length_let(const Stmt& s);  // `Let seqlen_k = T[b]`'s value here
+  int64_t block_seqlen_k() const;         // seqlen_k as this block sees it
+  // The reference's problem and variant: each sequence's keys and mask alignment folded into keep.
+  spec::AttentionProblem ref_problem() const;
+  spec::ScoreVariant ref_variant(spec::ScoreVariant base) const;
+  const std::vector<double>& ref_k() { return kv_lengths_.empty() && kv_table_.empty() ? globals_["K"].data : ref_k_; }
+  const std::vector<double>& ref_v() { return kv_lengths_.empty() && kv_table_.empty() ? globals_["V"].data : ref_v_; }
   // ---- interp_combine.cc: `Kernel NAME combine` (docs/tl.md, "Combining partial results") ----
   bool combine_ = false;
   int64_t splits_ = 1;

@@ -183,7 +183,7 @@ bool Machine::compute_named_mask(const Stmt& s) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       const int64_t kk = k0 + j;
-      bool keep = kk >= 0 && kk < prob_.seqlen_k;
+      bool keep = kk >= 0 && kk < block_seqlen_k();
       if (keep && *cls != 2) {
         auto r = eval_decl(it->second->expr, env_, {{"q_idx", {double(q0 + i), true}}, {"kv_idx", {double(kk), true}}});
         if (!r) return false;
@@ -258,8 +258,9 @@ spec::ScoreVariant Machine::declared_variant(const Program& p) {
     for (const auto& g : grid_) e.ints[g.name] = 0;
     if (!bname.empty()) e.ints[bname] = b;
     if (!hname.empty()) e.ints[hname] = h;
+    if (!kv_len_.empty() && b >= 0 && b < int64_t(kv_len_.size())) e.ints["seqlen_k"] = kv_len_[size_t(b)];
     for (const auto& s : p.stmts)
-      if (s.kind == Stmt::Kind::Let)
+      if (s.kind == Stmt::Kind::Let && s.let.value.kind != Expr::Kind::Index)
         if (auto x = eval_int(s.let.value, e)) e.ints[s.let.name] = *x;
     return ref_envs_.emplace(key, std::move(e)).first->second;
   };

@@ -155,7 +155,7 @@ class LineParser {
       std::string n(t.text);
       support::SrcLoc loc = t.loc;
       ++pos_;
-      if (decl_ && peek().kind == Tok::LBracket) {
+      if ((decl_ || index_ok_) && peek().kind == Tok::LBracket) {
         std::vector<Expr> args;
         int d = 0;
         if (!expr_list(Tok::LBracket, "[", Tok::RBracket, "]", args, d, level + 1, "to close the index of '" + n + "'"))
@@ -374,8 +374,11 @@ class LineParser {
   }
   bool let(LetStmt& s) {
     const char* hint = "Let NAME = expression";
-    return name(s.name, nullptr, "a name after 'Let'", hint) && expect(Tok::Assign, "=", "after the name", hint) &&
-           expression(s.value);
+    if (!name(s.name, nullptr, "a name after 'Let'", hint) || !expect(Tok::Assign, "=", "after the name", hint)) return false;
+    index_ok_ = true;
+    const bool ok = expression(s.value);
+    index_ok_ = false;
+    return ok;
   }
   bool allocate(AllocateStmt& s) {
     const char* hint = "Allocate NAME in SPACE (shape) [DTYPE] [with offset [b, h]] [init VALUE]";
@@ -536,6 +539,7 @@ class LineParser {
   size_t pos_ = 0;
   bool failed_ = false;
   bool decl_ = false;  // inside a Score/Mask declaration: T[i, j] reads and predicates allowed
+  bool index_ok_ = false;  // a Let's value: T[i] reads allowed (the checker admits `Let seqlen_k = T[b]`)
 };
 
 struct Frame {
