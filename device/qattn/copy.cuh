@@ -67,6 +67,58 @@ __device__ __forceinline__ void copy_g2s(TiledCopy const& tiled_copy, Tensor<GEn
   tile_loader<ROWS, COLS>(tiled_copy, mX, tid)(tile_row, sX);
 }
 
+// A paged K / V view (TL `{paged: T}`, docs/tl.md "KV caches"): row r of the sequence is row
+// r % page_size of page table[r / page_size] of the cache (num_pages, page_size, heads, COLS);
+// `base` points at this head's row 0 of page 0. `rows` is the sequence's key count.
+template <class T, int COLS>
+struct PagedMatrix {
+  const T* base;
+  int rows;
+  int64_t row_stride, page_stride;
+  const int* table;
+  int page_size;
+  __device__ __forceinline__ const T* row(int r) const {
+    return base + int64_t(__ldg(table + r / page_size)) * page_stride + int64_t(r % page_size) * row_stride;
+  }
+};
+template <class T, int COLS>
+__device__ __forceinline__ PagedMatrix<T, COLS> paged_matrix(const void* p, int64_t offset, int rows, int64_t row_stride,
+                                                             int64_t page_stride, const int* table, int page_size) {
+  return PagedMatrix<T, COLS>{static_cast<const T*>(p) + offset, rows, row_stride, page_stride, table, page_size};
+}
+
+// tile_loader for a paged view: each thread's rows are looked up in the block table (one read per
+// row and tile); rows at or past the sequence's key count are zero-filled, whatever the page holds.
+template <int ROWS, int COLS, class TiledCopy, class T, int C>
+__device__ __forceinline__ auto tile_loader(TiledCopy const& tiled_copy, PagedMatrix<T, C> const& mX, int tid) {
+  static_assert(C == COLS, "the paged view's columns are the tile's");
+  auto thr = tiled_copy.get_thread_slice(tid);
+  Tensor tXcX = thr.partition_S(make_identity_tensor(Shape<Int<ROWS>, Int<COLS>>{}));  // (CPY, CPY_M, CPY_K) -> (row, col)
+  return [=](int tile_row, auto&& sX) {
+    Tensor tXsX = thr.partition_D(sX);  // (CPY, CPY_M, CPY_K)
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(tXsX); ++m) {
+      const int r = tile_row * ROWS + get<0>(tXcX(0, m, 0));
+      if (r < mX.rows) {
+        const T* src = mX.row(r);
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tXsX); ++k)
+          cute::copy(tiled_copy, make_tensor(make_gmem_ptr(src + get<1>(tXcX(0, m, k))), make_layout(shape(tXsX(_, m, k)))),
+                     tXsX(_, m, k));
+      } else {
+        cute::clear(tXsX(_, m, _));
+      }
+    }
+  };
+}
+template <class TiledCopy, class T, int C, class SEngine, class SLayout>
+__device__ __forceinline__ void copy_g2s(TiledCopy const& tiled_copy, PagedMatrix<T, C> const& mX, int tile_row,
+                                         Tensor<SEngine, SLayout> const& sX, int tid) {
+  constexpr int ROWS = decltype(size<0>(sX))::value;
+  constexpr int COLS = decltype(size<1>(sX))::value;
+  tile_loader<ROWS, COLS>(tiled_copy, mX, tid)(tile_row, sX);
+}
+
 // Commit the copies issued since the last commit as one group / wait until at most N groups are
 // in flight. No-ops where copies are synchronous (sm75).
 __device__ __forceinline__ void commit() { cute::cp_async_fence(); }

@@ -123,6 +123,22 @@ static inline int check_fwd_params(const qattn_fwd_params* params, int d_qk, int
   return ok();
 }
 
+// The page fields of a kernel that reads a paged KV cache (TL `{paged: T}`; ABI 4): positive page_size,
+// pages and num_pages, seqlen_k within the block table (pages * page_size); page_size a multiple of
+// `page_multiple`, and, when tile_rows > 0, dividing or a multiple of the key tile (whole pages per
+// TMA box). The block table's entries are the caller's to keep below num_pages (device memory).
+static inline int check_paged(const qattn_fwd_params& p, int page_multiple, int tile_rows) {
+  if (p.page_size <= 0 || p.pages <= 0 || p.num_pages <= 0)
+    return fail(QATTN_ERR_SHAPE, "a paged KV cache needs positive page_size, pages and num_pages (got %d, %d, %d)", p.page_size,
+                p.pages, p.num_pages);
+  if (int64_t(p.seqlen_k) > int64_t(p.pages) * p.page_size)
+    return fail(QATTN_ERR_SHAPE, "seqlen_k %d exceeds the block table's %d pages of %d rows", p.seqlen_k, p.pages, p.page_size);
+  if (p.page_size % page_multiple != 0 || (tile_rows > 0 && tile_rows % p.page_size != 0 && p.page_size % tile_rows != 0))
+    return fail(QATTN_ERR_SHAPE, "page_size %d: this kernel reads pages of a multiple of %d rows that divide or are a multiple of %d",
+                p.page_size, page_multiple, tile_rows);
+  return ok();
+}
+
 // The argument checks of a generated qattn_bwd: as check_fwd_params, for the backward's tensors
 // (dq fp32; dk / dv of dk_bytes per element, fp32 when accumulated).
 static inline int check_bwd_params(const qattn_bwd_params* params, int d_qk, int d_v, int elem_bytes, int dk_bytes,

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define QATTN_ABI_VERSION 3
+#define QATTN_ABI_VERSION 4
 
 typedef struct qattn_fwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
@@ -48,6 +48,13 @@ typedef struct qattn_fwd_params {
    * "args" lists the ones the kernel reads; the others are ignored. One kernel serves every value. */
   int32_t window_left, window_right;
   float softcap;
+  /* ABI 4: a paged KV cache, for kernels whose TL pages K and V (docs/tl.md, "KV caches";
+   * qattn_kernel_info()'s "kv_cache" names the block table and the key counts among "aux"). k and v
+   * are then page pools (num_pages, page_size, heads_kv, d): k_batch_stride / v_batch_stride step
+   * from page to page, k_row_stride / v_row_stride from row to row within one. The block table is
+   * (batch, pages) int32 (page numbers below num_pages), seqlen_k <= pages * page_size. Ignored by
+   * other kernels. */
+  int32_t page_size, pages, num_pages;
 } qattn_fwd_params;
 
 typedef enum qattn_status {

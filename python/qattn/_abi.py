@@ -9,7 +9,7 @@ import ctypes
 import json
 
 # Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
-QATTN_ABI_VERSION = 3
+QATTN_ABI_VERSION = 4
 
 STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX",
           7: "ERR_ARG"}
@@ -36,6 +36,7 @@ class Params(ctypes.Structure):
         ("aux", ctypes.c_void_p * 4),  # ABI 2: auxiliary inputs of Score/Mask variants (info["aux"] order)
         ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32),  # ABI 3: launch arguments (-1: unbounded)
         ("softcap", ctypes.c_float),
+        ("page_size", ctypes.c_int32), ("pages", ctypes.c_int32), ("num_pages", ctypes.c_int32),  # ABI 4: a paged KV cache
     ]
 
 

@@ -198,19 +198,21 @@ def _launch(torch, b, q, k, v, layout, scale, return_lse, aux=None, args=None):
     return (o, lse) if return_lse else o
 
 
-def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None):
+def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None, kv_cache=None):
     """The Build for this compile-time tuple on `device`; shape (heads_q, heads_kv, seqlen_q) picks
-    the packed kernel for short GQA/MQA queries on Hopper (_build.short_queries)."""
+    the packed kernel for short GQA/MQA queries on Hopper (_build.short_queries); kv_cache: "lengths"
+    or "paged" (qattn._kvcache)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
     target, reason, tag = _device_target(torch, device)
     short = shape is not None and _build.short_queries(target, *shape, fields)
-    key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx, short)
+    key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx, short,
+           kv_cache)
     hit = _build.FAST.get(key)
     if hit is not None:
         if isinstance(hit, Exception):
             raise hit
         return hit
-    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse, target, short=short)
+    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse, target, short=short, kv_cache=kv_cache)
     try:
         b = _build.build(spec, target, reason, local_tag=tag, verbose=verbose)
     except SpecError as e:  # deterministic: do not run the pipeline again for the same request

@@ -1,8 +1,8 @@
 """Building kernels through the pipeline, with two caches.
 
 What a kernel fixes at compile time (checked against src/plan/problem.h): dtype, head_dim_qk,
-head_dim_v, the mask kind and alignment, the score variants, return_lse and the target
-architecture. Everything else is a runtime argument of the C ABI: batch, heads (any heads_q multiple
+head_dim_v, the mask kind and alignment, the score variants, return_lse, whether it reads a KV cache
+(kv_cache: per-sequence key counts, pages; qattn._kvcache) and the target architecture. Everything else is a runtime argument of the C ABI: batch, heads (any heads_q multiple
 of heads_kv: MHA, GQA, MQA), sequence lengths, strides (BSHD, BHSD), the softmax scale, the window
 sizes and the softcap (ABI 3; _variants.split_launch_args). So the binding builds
 one kernel per compile-time tuple, from a *kernel spec* with a name derived from that tuple and
@@ -66,18 +66,21 @@ def short_queries(target, heads_q, heads_kv, seqlen_q, fields):
     return 64 % (heads_q // heads_kv) == 0 and 0 < seqlen_q <= SHORT_QUERIES and "variants" not in fields
 
 
-def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False):
+def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_cache=None):
     """The canonical spec of the kernel for one compile-time tuple (see the module comment);
     fields: the variant fields ({"mask": ...}, qattn._variants). short: the kernel for short query
-    sequences (short_queries): the spec states seqlen_q = SHORT_QUERIES, so the planner packs heads."""
+    sequences (short_queries): the spec states seqlen_q = SHORT_QUERIES, so the planner packs heads.
+    kv_cache: "lengths" or "paged" for a kernel that reads a KV cache (qattn._kvcache)."""
     name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \
-        ("_lse" if return_lse else "") + ("_short" if short else "")
+        ("_lse" if return_lse else "") + ("_short" if short else "") + (f"_kv{kv_cache}" if kv_cache else "")
     name = name[:128]  # a spec name is at most 128 characters (SPEC0217); the cache key is the whole spec
     spec = {"name": name, "heads_q": 2, "heads_kv": 1, "head_dim_qk": int(d_qk), "head_dim_v": int(d_v),
             "dtype": dtype, "layout": "bshd", "return_lse": bool(return_lse), "gpu": target}
     if short:
         spec["problem"] = {"batch": 1, "seqlen_q": SHORT_QUERIES, "seqlen_k": 4096}
     spec.update(fields)
+    if kv_cache:
+        spec["kv_cache"] = kv_cache
     return spec
 
 

@@ -12,19 +12,21 @@ and return what it returns, forward only:
   and window masks align each sequence's queries with its last keys, as FlashAttention does; in one
   call when every sequence ends with the same len_k - len_q difference as the whole batch
   (self-attention: cu_seqlens_q == cu_seqlens_k), else one call per sequence.
-- flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=...): decoding against a
-  contiguous cache (batch, seqlen_cache, heads_kv, d); k / v are written into the cache in place at
-  cache_seqlens first. Equal lengths: one call on the cache's first L rows (the packed GQA decoding
-  kernel on Hopper). Ragged lengths: one query row (decoding) runs in one call with the keys past each
-  row's length in another segment; otherwise one call per row.
+- flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=..., block_table=None):
+  decoding and chunked prefill against a KV cache, contiguous (batch, seqlen_cache, heads_kv, d) or
+  paged (num_pages, page_size, heads_kv, d) with block_table (batch, pages); k / v are written into
+  the cache in place at cache_seqlens first (device indexing). One launch of a kernel whose TL reads
+  each sequence's key count and pages (qattn.attention_with_kvcache; docs/tl.md, "KV caches"), split
+  over the keys for decoding. With alibi_slopes (contiguous cache only): one call per row.
 
-Refused with a qattn.QattnError (PY0903) naming the argument: dropout_p > 0, a paged cache
-(block_table), rotary_cos / rotary_sin, cache_batch_idx, cache_leftpad, (batch, heads) ALiBi slopes
-that differ per row in a packed call. return_attn_probs returns (out, softmax_lse, None): the
+Refused with a qattn.QattnError (PY0903) naming the argument: dropout_p > 0, rotary_cos /
+rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes with a paged cache, (batch, heads) ALiBi
+slopes that differ per row in a packed call. return_attn_probs returns (out, softmax_lse, None): the
 probabilities are not formed. deterministic and num_splits are accepted and ignored (the forward is
 deterministic; qattn picks its own schedule).
 """
 from . import _attention
+from ._kvcache import attention_with_kvcache
 from ._torch_util import import_torch
 from .errors import SpecError
 
@@ -140,13 +142,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None,
                             num_splits=0, return_softmax_lse=False):
-    """q (batch, seqlen_q, heads, d) against a contiguous cache (batch, seqlen_cache, heads_kv, d) of
-    cache_seqlens (int or (batch,) int32) valid rows; k / v (batch, seqlen_new, heads_kv, d) are
-    written into the cache at cache_seqlens first. Returns out, or (out, softmax_lse) with
-    return_softmax_lse."""
+    """q (batch, seqlen_q, heads, d) against a cache of cache_seqlens (int or (batch,) int32) valid
+    rows per sequence: contiguous (batch, seqlen_cache, heads_kv, d), or with block_table (batch,
+    pages) int32 paged (num_pages, page_size, heads_kv, d). k / v (batch, seqlen_new, heads_kv, d) are
+    written into the cache at cache_seqlens first. One kernel launch reads the cache where it lies
+    (qattn.attention_with_kvcache). Returns out, or (out, softmax_lse) with return_softmax_lse."""
     torch = import_torch()
-    for name, val, hint in (("block_table (a paged KV cache)", block_table, "pass a contiguous cache"),
-                            ("rotary_cos / rotary_sin", rotary_cos if rotary_cos is not None else rotary_sin,
+    for name, val, hint in (("rotary_cos / rotary_sin", rotary_cos if rotary_cos is not None else rotary_sin,
                              "apply the rotary embedding to q and k before the call"),
                             ("cache_batch_idx", cache_batch_idx, "index the cache rows before the call"),
                             ("cache_leftpad", cache_leftpad, "use right-aligned valid rows (cache_seqlens)")):
@@ -155,61 +157,64 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     window, cap = _common(0.0, window_size, softcap, causal)
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
         if t is not None and (not isinstance(t, torch.Tensor) or t.dim() != 4):
-            raise SpecError(f"{name}: expected a 4-D (batch, seqlen, heads, d) tensor", code="PY0101")
-    b, s_cache = k_cache.shape[0], k_cache.shape[1]
-    if q.shape[0] != b or v_cache.shape[:3] != k_cache.shape[:3]:
-        raise SpecError(f"q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)}: batch, "
-                        f"cache length and kv heads must agree", code="PY0105")
+            raise SpecError(f"{name}: expected a 4-D tensor", code="PY0101")
+    b = q.shape[0]
+    paged = block_table is not None
+    if paged and (not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != b):
+        raise SpecError("block_table: expected a (batch, pages) integer tensor", code="PY0105")
+    page = k_cache.shape[1]
+    s_cache = block_table.shape[1] * page if paged else k_cache.shape[1]
+    if not paged and k_cache.shape[0] != b:
+        raise SpecError(f"q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}: batch sizes differ", code="PY0105",
+                        hint="pass block_table= for a paged cache")
+    if v_cache.shape[:3] != k_cache.shape[:3]:
+        raise SpecError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ", code="PY0105")
+    if (k is None) != (v is None):
+        raise SpecError("k and v: pass both or neither", code="PY0105")
+    new = 0 if k is None else k.shape[1]
     for name, t, cache in (("k", k, k_cache), ("v", v, v_cache)):
         if t is not None and (t.shape[0] != b or t.shape[2:] != cache.shape[2:]):
             raise SpecError(f"{name} {tuple(t.shape)} does not match its cache {tuple(cache.shape)} (batch, heads, d)",
                             code="PY0105")
     if cache_seqlens is None:
-        lens = torch.full((b,), s_cache if k is None else s_cache - k.shape[1], dtype=torch.int64)
+        lens = torch.full((b,), s_cache - new, dtype=torch.int32, device=q.device)
     elif isinstance(cache_seqlens, int):
-        lens = torch.full((b,), cache_seqlens, dtype=torch.int64)
+        lens = torch.full((b,), cache_seqlens, dtype=torch.int32, device=q.device)
+    elif isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.dim() == 1 and cache_seqlens.shape[0] == b:
+        lens = cache_seqlens.to(device=q.device, dtype=torch.int32)
     else:
-        lens = cache_seqlens.to(torch.int64).cpu()  # (one small copy to the host)
-    if (k is None) != (v is None):
-        raise SpecError("k and v: pass both or neither", code="PY0105")
-    if k is not None:
-        new = k.shape[1]
-        if bool((lens + new > s_cache).any()) or bool((lens < 0).any()):
-            raise SpecError(f"the cache holds {s_cache} rows: cache_seqlens + {new} new rows do not fit", code="PY0105")
-        for i in range(b):
-            n0 = int(lens[i])
-            k_cache[i, n0:n0 + new] = k[i]
-            v_cache[i, n0:n0 + new] = v[i]
+        raise SpecError("cache_seqlens: an int or a (batch,) integer tensor", code="PY0105")
+    if new:  # append k / v at each sequence's end (device indexing, no host synchronisation)
+        pos = lens[:, None].to(torch.int64) + torch.arange(new, device=q.device)[None, :]  # (b, new)
+        if paged:
+            pg = torch.gather(block_table.to(torch.int64), 1, (pos // page).clamp_(max=block_table.shape[1] - 1))
+            k_cache[pg, pos % page] = k
+            v_cache[pg, pos % page] = v
+        else:
+            rows = torch.arange(b, device=q.device)[:, None].expand(b, new)
+            k_cache[rows, pos.clamp(max=s_cache - 1)] = k
+            v_cache[rows, pos.clamp(max=s_cache - 1)] = v
         lens = lens + new
-    if bool((lens > s_cache).any()) or bool((lens < 0).any()):
-        raise SpecError(f"cache_seqlens outside 0..{s_cache}", code="PY0105")
-    slopes = _slopes(torch, alibi_slopes)
-    kw = dict(causal=bool(causal) and window is None, window=window, scale=softmax_scale, softcap=cap,
-              return_lse=True)
-    L = int(lens[0])
-    equal = bool((lens == L).all())
-    if equal and (alibi_slopes is None or slopes is not None):
-        o, lse = _attention.attention(q, k_cache[:, :L], v_cache[:, :L], alibi_slopes=slopes, **kw)
-    elif q.shape[1] == 1 and window is None and alibi_slopes is None:
-        # one decoding query per row: keys past the row's length are another document
-        sk = int(lens.max())
-        seg_k = (torch.arange(sk)[None, :] >= lens[:, None]).to(torch.int32).to(q.device)
-        seg_q = torch.zeros((b, 1), dtype=torch.int32, device=q.device)
-        kw["causal"] = False  # one query: it sees every key of its row
-        o, lse = _attention.attention(q, k_cache[:, :sk], v_cache[:, :sk], segment_ids=(seg_q, seg_k), **kw)
-    else:
+    if alibi_slopes is not None:  # ALiBi is not a KV-cache kernel yet: one call per sequence on its rows
+        if paged:
+            _refuse("alibi_slopes with a paged cache", "gather the pages into a contiguous cache first")
+        lens_h = lens.cpu()  # (one small copy to the host)
         o = q.new_empty(q.shape[:3] + (v_cache.shape[3],))
         lse = torch.empty((b, q.shape[2], q.shape[1]), device=q.device, dtype=torch.float32)
         for i in range(b):
-            n = int(lens[i])
-            if n == 0:
+            n = int(lens_h[i])
+            if n <= 0:
                 o[i] = 0
                 lse[i] = float("-inf")
                 continue
             oi, li = _attention.attention(q[i:i + 1], k_cache[i:i + 1, :n], v_cache[i:i + 1, :n],
-                                          alibi_slopes=_slopes(torch, alibi_slopes, i), **kw)
+                                          causal=bool(causal) and window is None, window=window, scale=softmax_scale,
+                                          softcap=cap, return_lse=True, alibi_slopes=_slopes(torch, alibi_slopes, i))
             o[i], lse[i] = oi[0], li[0]
-    return (o, lse) if return_softmax_lse else o
+        return (o, lse) if return_softmax_lse else o
+    r = attention_with_kvcache(q, k_cache, v_cache, lens, block_table, causal=bool(causal) and window is None,
+                               window=window, scale=softmax_scale, softcap=cap, return_lse=True)
+    return r if return_softmax_lse else r[0]
 
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]

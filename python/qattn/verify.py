@@ -23,7 +23,9 @@ fails, 3 if some kernel could not be verified (and nothing failed), else 0.
 Libraries of the backward pass (exporting qattn_bwd: `qattn generate --backward`) are checked by
 qattn._backward_check: dQ, dK, dV against fp32 autograd on shapes that cross every tile boundary.
 Libraries of the combine step (exporting qattn_combine: `qattn generate --combine`) by
-qattn._combine_check: random partial results, some empty, against an fp64 merge.
+qattn._combine_check: random partial results, some empty, against an fp64 merge. Libraries that read
+a KV cache (info "kv_cache": `qattn generate --kv-cache lengths|paged`) by qattn._kvcache_check: random
+key counts, NaN wherever no key is, shuffled pages, each sequence against its own fp64 attention.
 """
 import argparse
 import ctypes
@@ -442,6 +444,13 @@ def main():
             failures += 1
             continue
         i = kern.info
+        if "kv_cache" in i:  # a KV cache's kernel: per-sequence key counts, pages (qattn._kvcache_check)
+            from ._kvcache_check import check_library as check_kv
+            for case, ok, msg in check_kv(kern, gen):
+                rows.append((name, case, ok, msg))
+                failures += 0 if ok else 1
+            print(f"{name}: {i['arch']} {i['dtype']} d{i['d_qk']}/{i['d_v']} {i['mask']} KV cache {i['kv_cache']}", flush=True)
+            continue
         spec = load_spec(path)  # an artifacts folder (`qattn generate`): its variants are checked too
         if any((spec_variants(spec) or {}).get(c) for c in CUSTOM):
             print(f"{name}: not verified: custom score_mod / mask_mod expressions have no reference here (the TL "

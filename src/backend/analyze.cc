@@ -215,12 +215,13 @@ bool Lowering::analyze_tensors() {
     return false;
   for (auto& [name, field] : runtime_dims_) {
     if (!field.empty()) continue;
-    if (name == "batch" || name == "heads_q" || name == "heads_kv") {
+    if (name == "batch" || name == "heads_q" || name == "heads_kv" ||
+        (!info_.paged.empty() && (name == "page_size" || name == "pages"))) {  // ABI 4: a paged KV cache
       field = name;
     } else {
       diags_.error("XL0201", dim_stmt_ ? dim_stmt_->loc : support::SrcLoc{},
                    "Dim " + name + " has no value at launch",
-                   "the C ABI passes batch, heads_q, heads_kv, seqlen_q, seqlen_k; fix other Dims (`Dim " + name +
+                   "the C ABI passes batch, heads_q, heads_kv, seqlen_q, seqlen_k (and page_size, pages for a paged K / V); fix other Dims (`Dim " + name +
                        " = 128`)");
       return false;
     }
@@ -394,6 +395,7 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
         if (!analyze_skip(s, a.value->name)) ok = false;
         continue;
       }
+      if (a.key == "paged") continue;  // a paged K / V (the checker placed it): emit_allocate
       if (a.key == "pack") {
         diags_.error("XL0301", a.loc, "GQA packing (`{pack: ...}`) is not lowered for " + target_.name,
                      "packed views are lowered on sm90a only (TMA boxes over (head, row)): translate for `--gpu h100`, "

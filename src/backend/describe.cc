@@ -112,6 +112,16 @@ void Lowering::describe_scope(kir::Kernel& k, CppNames& names) const {
     sc.aux.push_back(x);
   }
   for (const auto& st : prog_.stmts) {
+    if (st.kind == tl::Stmt::Kind::Let && st.let.value.kind == tl::Expr::Kind::Index) {  // a KV cache's key count
+      const tl::Expr& e = st.let.value;
+      sc.kv_lengths = e.name;
+      sc.kv_count_cpp = "min(max(aux_" + e.name + "[" + names.int_expr(e.args[0]) + "], 0), p.seqlen_k)";
+      sc.kv_count_tl = tl_ref(st);
+      continue;
+    }
+    if (st.kind == tl::Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == "K")
+      for (const auto& at : st.attrs)
+        if (at.key == "paged" && at.value) sc.paged = at.value->name, sc.paged_tl = tl_ref(st);
     if (st.kind == tl::Stmt::Kind::Let)
       sc.lets.push_back({st.let.name, names.ident(st.let.name), names.int_expr(st.let.value), tl_ref(st)});
     if (st.kind != tl::Stmt::Kind::Variant) continue;

@@ -136,6 +136,8 @@ void Lowering::emit_abi(Writer& w, const std::string& info_json) {
          ", int(sizeof(Element)), int(sizeof(ElementO)), " + (has_lse_ ? "true" : "false") + ", " + std::to_string(aux_needed) +
          "u); st != QATTN_OK)");
   w.line("  return st;");
+  if (!info_.paged.empty())  // TL {paged}: the page fields of ABI 4
+    w.line("if (int st = qattn::host::check_paged(*params, 1, 0); st != QATTN_OK) return st;");
   w.line("const qattn_fwd_params& p = *params;");
   write_launch_args(w, launch_args());
   w.line("if (p.seqlen_q == 0) return qattn::host::ok();");

@@ -48,7 +48,8 @@ void Lowering::emit_kernel(Writer& w) {
   w.line("const int tid = threadIdx.x;");
   std::string dims;
   for (const auto& [name, field] : runtime_dims_) dims += (dims.empty() ? "" : ", ") + ident(name) + " = p." + field;
-  if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";  // TL Dims bound at launch");
+  if (!dims.empty())  // a KV cache's `Let seqlen_k = T[b]` narrows seqlen_k below: not const
+    w.line("[[maybe_unused]] " + std::string(info_.kv_lengths.empty() ? "const " : "") + "int " + dims + ";  // TL Dims bound at launch");
   w.line("const float softmax_scale = p.softmax_scale;  // TL builtin softmax_scale");
   write_launch_bindings(w, launch_args(), true);
   if (arch_.fp8) {
@@ -84,6 +85,11 @@ void Lowering::emit_stmt(Writer& w, const tl::Stmt& s, bool in_loop, size_t inde
     }
     case tl::Stmt::Kind::Let:
       comment_stmt(w, s);
+      if (s.let.value.kind == tl::Expr::Kind::Index) {  // a KV cache: this sequence's key count (clamped to the cache)
+        const tl::Expr& e = s.let.value;
+        w.line(ident(s.let.name) + " = min(max(aux_" + e.name + "[" + cpp_int(e.args[0]) + "], 0), p.seqlen_k);");
+        return;
+      }
       w.line("const int " + ident(s.let.name) + " = " + cpp_int(s.let.value) + ";");
       return;
     case tl::Stmt::Kind::Allocate: emit_allocate(w, s); return;
@@ -119,6 +125,12 @@ void Lowering::emit_allocate(Writer& w, const tl::Stmt& s) {
     const std::string f = n == "Q" ? "q" : n == "K" ? "k" : n == "V" ? "v" : "o";
     const std::string cols = cpp_int(a.shape[1]);
     const std::string fn = n == "O" ? "global_matrix_out<ElementO, " : "global_matrix<Element, ";
+    if ((n == "K" || n == "V") && !info_.paged.empty()) {  // a paged KV cache: rows through the block table
+      w.line("const auto m" + n + " = qattn::paged_matrix<Element, " + cols + ">(p." + f + ", " + off1 + " * p." + f +
+             "_head_stride, " + rows + ", p." + f + "_row_stride, p." + f + "_batch_stride, aux_" + info_.paged + " + " + off0 +
+             " * p.pages, p.page_size);  // " + shape + " in pages of page_size rows");
+      return;
+    }
     w.line("Tensor m" + n + " = qattn::" + fn + cols + ">(p." + f + ", " + off0 + " * p." + f + "_batch_stride + " + off1 +
            " * p." + f + "_head_stride, " + rows + ", p." + f + "_row_stride);  // " + shape);
     return;

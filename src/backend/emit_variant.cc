@@ -70,7 +70,7 @@ void Lowering::emit_named_mask(Writer& w, const tl::Stmt& s) {
   w.line("  const bool full = full_" + c.mask.name + "(row0, row0 + " + tile_m_expr_ + " - 1, col0, col0 + " + x->cols_expr +
          " - 1);");
   w.line("  qattn::apply_keep<" + tile_m_expr_ + ", " + x->cols_expr + ">(tiled_mma, " + x->var +
-         ", row0, col0, p.seqlen_k, full, mask_" + c.mask.name + ", tid);");
+         ", row0, col0, " + seqlen_k_cpp() + ", full, mask_" + c.mask.name + ", tid);");
   w.line("}");
 }
 

@@ -82,6 +82,11 @@ struct Scope {
   std::vector<TlRef> named_masks_tl;
   std::string skip;                               // the loop's {skip: NAME} ("" = none)
   std::string skip_row_cpp, skip_col_cpp, skip_cols_cpp;  // its tile: at [row, col], key-tile width
+  // A KV cache (docs/tl.md, "KV caches"): `Let seqlen_k = T[b]` narrows seqlen_k to kv_count_cpp
+  // (T's element for the tile's batch entry, clamped to 0..p.seqlen_k; "" = no such Let), and
+  // `{paged: T}` reads K and V through the block table `paged` (rows of page_size, "" = contiguous).
+  std::string kv_lengths, kv_count_cpp, paged;
+  TlRef kv_count_tl, paged_tl;
 };
 
 // ---- memory -----------------------------------------------------------------------------------

@@ -230,6 +230,12 @@ std::string info_json(const Kernel& k) {
   j["lse"] = k.lse;
   j["aux"] = nlohmann::ordered_json::array();
   for (const auto& a : k.scope.aux) j["aux"].push_back({{"name", a.name}, {"dtype", a.is_int ? "int32" : "fp32"}, {"shape", a.extents_cpp}});
+  if (!k.scope.kv_lengths.empty() || !k.scope.paged.empty()) {  // the aux inputs of a KV cache, by role
+    nlohmann::ordered_json kv = nlohmann::ordered_json::object();
+    if (!k.scope.kv_lengths.empty()) kv["lengths"] = k.scope.kv_lengths;
+    if (!k.scope.paged.empty()) kv["block_table"] = k.scope.paged;
+    j["kv_cache"] = kv;
+  }
   nlohmann::ordered_json v = nlohmann::ordered_json::object();
   for (const auto& d : k.scope.decls) v[d.name] = d.expr_tl;
   j["variants"] = v;

@@ -203,6 +203,8 @@ class Lowering {
   // inputs
   const tl::Program& prog_;
   const tl::CheckInfo& info_;
+  // seqlen_k as the block sees it: a KV cache's sequence count (`Let seqlen_k = T[b]`), else the ABI's
+  std::string seqlen_k_cpp() const { return info_.kv_lengths.empty() ? "p.seqlen_k" : "seqlen_k"; }
   plan::Target target_;
   support::DiagSink& diags_;
 

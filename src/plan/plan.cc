@@ -41,6 +41,7 @@ Problem make_problem(const spec::AttentionSpec& s) {
     p.window_right = s.mask.window_right;
   }
   p.return_lse = s.return_lse;
+  p.kv_cache = s.kv_cache;
   p.variants = s.variants;
   if (s.problem) p.seqlen_q = s.problem->seqlen_q;
   return p;
@@ -301,6 +302,17 @@ std::vector<VerifyCase> verification_cases(const Plan& plan) {
   // 4. One ragged query tile over 16 key tiles and a ragged tail: a key loop capped at any count
   //    below 17 tiles fails here (cheap: a quarter tile of queries). Not with equal lengths.
   if (!same) add(1, 1, bm > 1 ? std::min(bm - 1, bm / 4 + 1) : 1, 16 * bn + ragged(bn));
+  if (p.kv_cache != spec::KvCache::None) {
+    // A KV cache: the first size with 3 sequences (a full, an empty and a random key count: the
+    // interpreter draws them); pages of 16 rows (several per key tile) and of 2 key tiles, in turn.
+    out.front().dims["batch"] = 3;
+    for (size_t i = 0; i < out.size() && p.kv_cache == spec::KvCache::Paged; ++i) {
+      const int64_t ps = i % 2 == 0 ? 16 : 2 * bn, sk = out[i].dims["seqlen_k"];
+      out[i].dims["page_size"] = ps;
+      out[i].dims["pages"] = cdiv(sk, ps);
+      out[i].what += ", pages of " + std::to_string(ps);
+    }
+  }
   for (auto& c : out) c.what += " (BM " + std::to_string(bm) + ", BN " + std::to_string(bn) + ")";
   return out;
 }

@@ -177,6 +177,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   const std::string dv = same_d ? "d" : "d_v";
   const std::string st = dtype_name(p.dtype);
   const std::string out = dtype_name(p.out_dtype);
+  const bool paged = p.kv_cache == spec::KvCache::Paged;
 
   if (w.params()) {
     w.comment(" TL code (stage 1b): " + p.name + " for sm" + std::to_string(t.sm) + " (" + t.name + ")");
@@ -197,6 +198,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     std::string dims = "Dim batch, heads_q, heads_kv, seqlen_q, seqlen_k, ";
     dims += same_d ? "d = " + std::to_string(p.d_qk)
                    : "d_qk = " + std::to_string(p.d_qk) + ", d_v = " + std::to_string(p.d_v);
+    if (paged) dims += ", page_size, pages";
     w.line(dims);
     w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) +
            ", WARPS = " + std::to_string(tiles->warps) + ", STAGES = " + std::to_string(tiles->stages));
@@ -223,17 +225,26 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     }
     w.blank();
     const std::string qview = pack ? " with offset [b, kv_head] {pack: heads_q / heads_kv}" : " with offset [b, head]";
+    if (p.kv_cache != spec::KvCache::None) {  // docs/tl.md, "KV caches"
+      w.comment(paged ? " KV cache: each sequence's keys (aux[0]), in pages of page_size rows through its row of the block table (aux[1])"
+                      : " KV cache: each sequence's keys are the first cache_seqlens[b] rows (aux[0])");
+      w.line("Allocate cache_seqlens in global (batch) int32");
+      if (paged) w.line("Allocate block_table in global (batch, pages) int32");
+      w.line("Let seqlen_k = cache_seqlens[b]");
+    }
+    const std::string kv_attr = paged ? " {paged: block_table}" : "";
     w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qview);
-    w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]");
-    w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]");
+    w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]" + kv_attr);
+    w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]" + kv_attr);
     w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + qview);
     if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32" + qview);
     if (!decls.empty()) {
       w.comment(" variants: " + spec::describe(var) + " (docs/spec.md, Variants)");
+      const size_t aux0 = p.kv_cache == spec::KvCache::None ? 0 : paged ? 2 : 1;  // the KV cache's come first
       for (size_t i = 0; i < aux.size(); ++i) {
         std::string shape;
         for (const auto& d : aux[i].shape) shape += (shape.empty() ? "" : ", ") + d;
-        w.comment(" aux[" + std::to_string(i) + "]: " + aux[i].meaning);
+        w.comment(" aux[" + std::to_string(aux0 + i) + "]: " + aux[i].meaning);
         w.line("Allocate " + aux[i].name + " in global (" + shape + ") " + (aux[i].is_int ? "int32" : "fp32"));
       }
       for (const auto& d : decls) w.line(d);

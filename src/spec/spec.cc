@@ -66,6 +66,16 @@ std::optional<Layout> parse_layout(std::string_view s) {
   return std::nullopt;
 }
 
+const char* to_string(KvCache k) { return k == KvCache::Paged ? "paged" : k == KvCache::Lengths ? "lengths" : "none"; }
+
+std::optional<KvCache> parse_kv_cache(std::string_view s) {
+  std::string k = name_key(s);
+  if (k == "none") return KvCache::None;
+  if (k == "lengths") return KvCache::Lengths;
+  if (k == "paged") return KvCache::Paged;
+  return std::nullopt;
+}
+
 // ---- derived values -----------------------------------------------------------------------
 double effective_softmax_scale(const AttentionSpec& s) {
   if (s.softmax_scale) return *s.softmax_scale;

@@ -52,6 +52,13 @@ enum class Layout { BSHD, BHSD };       // memory order of Q/K/V/O: (batch, seq,
 const char* to_string(Layout l);        // "bshd", "bhsd"
 std::optional<Layout> parse_layout(std::string_view s);
 
+// A KV cache (docs/spec.md "KV caches", docs/tl.md "KV caches"): the keys and values of each
+// sequence are the first cache_seqlens[b] rows of a cache (lengths), read through a block table of
+// pages (paged: the vLLM / FlashAttention layout (num_pages, page_size, heads_kv, d)).
+enum class KvCache { None, Lengths, Paged };
+const char* to_string(KvCache k);       // "none", "lengths", "paged"
+std::optional<KvCache> parse_kv_cache(std::string_view s);
+
 // FP8 scaling: when a flag is true the kernel takes one fp32 *descale* factor for that tensor as a
 // runtime argument (a device pointer to one float, per tensor, FA3-style q/k/v_descale), and applies
 // it in fp32: S = (Q K^T) * descale_q * descale_k * softmax_scale, O = (P V) * descale_v.
@@ -107,6 +114,7 @@ struct AttentionSpec {
   std::optional<double> softmax_scale;  // absent: 1/sqrt(head_dim_qk)
   Layout layout = Layout::BSHD;
   bool return_lse = false;              // also write the row log-sum-exp (fp32, (batch, heads_q, seqlen_q))
+  KvCache kv_cache = KvCache::None;     // keys and values in a cache: per-sequence lengths, pages
   std::string gpu;                      // target GPU name or alias ("h100", "sm80"); empty: detect
   std::optional<ProblemSize> problem;
 

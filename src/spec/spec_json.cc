@@ -272,7 +272,7 @@ class Reader {
 
 const std::vector<std::string> kTopKeys{"name",  "preset",  "heads_q",       "heads_kv", "head_dim",
                                         "head_dim_qk", "head_dim_v", "dtype", "fp8", "mask",
-                                        "variants", "softmax_scale", "layout", "return_lse", "gpu", "problem"};
+                                        "variants", "softmax_scale", "layout", "return_lse", "kv_cache", "gpu", "problem"};
 const std::vector<std::string> kDTypes{"fp16", "bf16", "fp8_e4m3"};
 const std::vector<std::string> kMaskStrings{"none", "causal", "causal_top_left"};
 const std::vector<std::string> kMaskKinds{"none", "causal", "window"};
@@ -481,6 +481,13 @@ std::optional<AttentionSpec> read_spec(Reader& r, const json& j) {
     }
   }
   if (j.contains("return_lse")) r.get_bool(j, "return_lse", "", s.return_lse);
+  if (j.contains("kv_cache")) {
+    std::string k;
+    if (r.get_string(j, "kv_cache", "", k)) {
+      if (auto v = parse_kv_cache(k)) s.kv_cache = *v;
+      else r.bad_value("/kv_cache", k, {"none", "lengths", "paged"});
+    }
+  }
   if (j.contains("gpu")) r.get_string(j, "gpu", "", s.gpu);
   if (j.contains("problem")) read_problem(r, j.at("problem"), s);
   if (r.diags_.error_count() != errors_before) return std::nullopt;
@@ -589,6 +596,7 @@ std::string to_json(const AttentionSpec& s) {
   }
   j["layout"] = to_string(s.layout);
   j["return_lse"] = s.return_lse;
+  if (s.kv_cache != KvCache::None) j["kv_cache"] = to_string(s.kv_cache);
   j["gpu"] = s.gpu;
   if (s.problem) {
     ojson p;

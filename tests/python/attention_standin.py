@@ -66,3 +66,27 @@ def standin_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=Non
     dk = dk.view(b, hkv, g, sk, d).sum(2)
     dvv = dvv.view(b, hkv, g, sk, dvv.shape[-1]).sum(2)
     return dq.transpose(1, 2).to(q.dtype), dk.transpose(1, 2).to(k.dtype), dvv.transpose(1, 2).to(v.dtype)
+
+
+def kvcache_standin(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal=False, window=None, scale=None,
+                    softcap=None, return_lse=False):
+    """qattn.attention_with_kvcache's meaning: each sequence's first cache_seqlens[b] keys (gathered
+    through block_table when paged), one standin call per sequence; an empty one gets 0 / -inf."""
+    b, sq, hq, _ = q.shape
+    o = q.new_zeros(q.shape[:3] + (v_cache.shape[3],))
+    lse = torch.full((b, hq, sq), float("-inf"), device=q.device)
+    cap = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+    for i in range(b):
+        n = max(0, min(int(cache_seqlens[i]), cap))
+        if n == 0:
+            continue
+        if block_table is None:
+            k, v = k_cache[i, :n], v_cache[i, :n]
+        else:
+            rows = torch.arange(n, device=q.device)
+            pages = block_table[i].to(torch.int64)[rows // k_cache.shape[1]]
+            k, v = k_cache[pages, rows % k_cache.shape[1]], v_cache[pages, rows % k_cache.shape[1]]
+        oi, li = standin(q[i:i + 1], k[None], v[None], causal=causal, window=window, scale=scale, softcap=softcap,
+                         return_lse=True)
+        o[i], lse[i] = oi[0], li[0]
+    return (o, lse) if return_lse else o

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI 
 import qattn  # noqa: E402
 from qattn import _attention  # noqa: E402
 from qattn import flash_attn_interface as fai  # noqa: E402
-from attention_standin import standin  # noqa: E402
+from attention_standin import kvcache_standin, standin  # noqa: E402
 from conftest import gpu_skip_reason  # noqa: E402
 
 GPU = gpu_skip_reason() is None
@@ -23,6 +23,7 @@ MODES = ["standin"] + (["gpu"] if GPU else [])
 def mode(request, monkeypatch):
     if request.param == "standin":
         monkeypatch.setattr(_attention, "attention", standin)
+        monkeypatch.setattr(fai, "attention_with_kvcache", kvcache_standin)
     return request.param
 
 
@@ -137,6 +138,42 @@ def test_flash_attn_with_kvcache(mode):
             close(lse[i], l_r, mode)
 
 
+def test_flash_attn_with_kvcache_paged(mode):
+    """A paged cache: pages out of order, a partial last page, unused pages and rows NaN (they must
+    never be read as values), k / v appended through the block table."""
+    dev, dt = dev_dtype(mode)
+    g = torch.Generator().manual_seed(5)
+    b, h, hkv, page, pages = 3, 4, 1, 16, 5
+    for lens, new, sq, causal in (([40, 0, 77], 1, 1, True), ([33, 70, 16], 0, 1, False), ([10, 50, 63], 4, 4, True)):
+        num = b * pages + 2
+        k_cache = torch.full((num, page, hkv, 64), float("nan")).to(dev, dt)
+        v_cache = k_cache.clone()
+        table = torch.randperm(num, generator=g)[: b * pages].view(b, pages).to(torch.int32).to(dev)
+        kk, vv = (torch.randn(b, pages * page, hkv, 64, generator=g).to(dev, dt) for _ in range(2))
+        for i in range(b):  # the valid rows of each sequence into its pages
+            for r in range(lens[i]):
+                k_cache[table[i, r // page], r % page] = kk[i, r]
+                v_cache[table[i, r // page], r % page] = vv[i, r]
+        q = torch.randn(b, sq, h, 64, generator=g).to(dev, dt)
+        kn, vn = ((torch.randn(b, new, hkv, 64, generator=g).to(dev, dt) for _ in range(2)) if new else (None, None))
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=dev)
+        out, lse = fai.flash_attn_with_kvcache(q, k_cache, v_cache, k=kn, v=vn, cache_seqlens=seqlens, block_table=table,
+                                               causal=causal, return_softmax_lse=True)
+        for i in range(b):
+            n = lens[i] + new
+            keys = torch.cat([kk[i, :lens[i]], kn[i]]) if new else kk[i, :n]
+            vals = torch.cat([vv[i, :lens[i]], vn[i]]) if new else vv[i, :n]
+            if new:  # the appended rows landed in the sequence's pages
+                rows = torch.arange(lens[i], n)
+                assert torch.equal(k_cache[table[i, rows // page].long(), rows % page], kn[i])
+            if n == 0:
+                assert (out[i] == 0).all() and torch.isinf(lse[i]).all()
+                continue
+            o_r, l_r = ref_one(q[i], keys, vals, causal, (-1, -1), 0.0, None, 64 ** -0.5)
+            close(out[i], o_r, mode)
+            close(lse[i], l_r, mode)
+
+
 def test_refusals():
     q = torch.zeros(1, 4, 2, 64)
     for kw, what in ((dict(dropout_p=0.1), "dropout"),):
@@ -144,7 +181,7 @@ def test_refusals():
             fai.flash_attn_func(q, q, q, **kw)
         assert e.value.code == "PY0903" and what in str(e.value)
     with pytest.raises(qattn.QattnError) as e:
-        fai.flash_attn_with_kvcache(q, q, q, block_table=torch.zeros(1, 1, dtype=torch.int32))
+        fai.flash_attn_with_kvcache(q, q, q, block_table=torch.zeros(1, 1, dtype=torch.int32), alibi_slopes=torch.ones(2))
     assert e.value.code == "PY0903" and "paged" in str(e.value)
     with pytest.raises(qattn.QattnError) as e:
         fai.flash_attn_with_kvcache(q, q, q, rotary_cos=torch.zeros(4, 32), rotary_sin=torch.zeros(4, 32))

@@ -59,6 +59,47 @@ __device__ __forceinline__ void load_tile(const Ring<S, E>& ring, RingPos& pos, 
   if (leader) tma_load_tile<ROWS, COLS>(map, bar, ring.slot(base, pos), row0, head, batch);
   pos.advance(S);
 }
+// A K / V tile of a paged KV cache (TL {paged}): rows row0 .. row0 + ROWS - 1 of the sequence whose
+// block table row is `table`, one box of min(page_size, ROWS) rows per page (the map's box; pages
+// divide the tile or the tile divides a page, make_params checks it). The producer warp's lanes take
+// a page each (their block-table reads and copies in parallel), after the leader has set the bytes
+// the full barrier expects. A page past the sequence's `rows` keys is not looked up: its box
+// coordinate is num_pages, out of range, so the copy engine zero-fills it and still counts its bytes.
+template <int ROWS, int COLS, int S, int E, class Element>
+__device__ __forceinline__ void load_tile_paged(const Ring<S, E>& ring, RingPos& pos, const CUtensorMap* map, Element* base,
+                                                int row0, int head, const int* table, int page_size, int rows,
+                                                int num_pages, bool leader) {
+  uint64_t* bar = ring.acquire(pos, tile_bytes<ROWS, COLS, Element>(), leader);
+  __syncwarp();  // the expected bytes are set before any lane's copy lands
+  Element* slot = ring.slot(base, pos);
+  const int box = page_size < ROWS ? page_size : ROWS;
+  for (int r = int(threadIdx.x % 32) * box; r < ROWS; r += 32 * box) {
+    const int row = row0 + r;
+    const int page = row < rows ? __ldg(table + row / page_size) : num_pages;
+    tma_load_rows<ROWS, COLS>(map, bar, slot, r, row % page_size, head, page);
+  }
+  pos.advance(S);
+}
+
+// Rows `first` .. ROWS - 1 of a (ROWS, COLS) swizzled tile zeroed by the 128 threads of consumer
+// warpgroup `wg` (a KV cache's V tile past the sequence's key count: the cache may hold anything
+// there, NaN included, and P V multiplies it by P = 0). A row's 128-byte lines are whole in every
+// column block, so the swizzle does not matter. The writes are fenced for wgmma (the async proxy)
+// and the warpgroup syncs; both consumer warpgroups write the same zeros before either releases the
+// slot. `first` is uniform across the warpgroup.
+template <int ROWS, int COLS, class Element>
+__device__ __forceinline__ void zero_rows_from(Element* tile, int first, int tid, int wg) {
+  if (first >= ROWS) return;
+  first = first < 0 ? 0 : first;
+  constexpr int kBlocks = (COLS + 63) / 64;
+  uint4* chunks = reinterpret_cast<uint4*>(tile);
+  const int per_block = (ROWS - first) * 8;  // 16-byte chunks: 8 per 128-byte line
+  for (int i = tid; i < kBlocks * per_block; i += 128)
+    chunks[(i / per_block) * ROWS * 8 + first * 8 + i % per_block] = make_uint4(0u, 0u, 0u, 0u);
+  cutlass::arch::fence_view_async_shared();
+  cutlass::arch::NamedBarrier::sync(128, kBarTailBase + wg);
+}
+
 // The same through a packed (TL {pack}) 5-D map: row0 counts packed rows, `head` is the head group.
 template <int ROWS, int COLS, int S, int E, class Element>
 __device__ __forceinline__ void load_tile_packed(const Ring<S, E>& ring, RingPos& pos, const CUtensorMap* map, Element* base,

@@ -18,6 +18,7 @@ namespace qattn::sm90 {
 struct KernelShape {
   int bm, bn, d_qk, d_v;
   bool bf16, lse, pack, persistent;
+  bool paged = false;  // TL {paged}: K and V are page pools (ABI 4)
 };
 
 // Fills kp for a call of `p` on `tiles` work tiles (the TL Grid's points); *blocks: how many blocks
@@ -36,22 +37,26 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
     CUtensorMap* map;
     const char* name;
     const void* base;
-    int cols, rows, heads, box, pack;
+    int cols, rows, heads, box, pack, batch;
     long long rs, hs, bs;
-  } maps[4] = {
-      {&kp->tma_q, "q", p.q, k.d_qk, p.seqlen_q, p.heads_q, k.bm, pk, p.q_row_stride, p.q_head_stride, p.q_batch_stride},
-      {&kp->tma_k, "k", p.k, k.d_qk, p.seqlen_k, p.heads_kv, k.bn, 0, p.k_row_stride, p.k_head_stride, p.k_batch_stride},
-      {&kp->tma_v, "v", p.v, k.d_v, p.seqlen_k, p.heads_kv, k.bn, 0, p.v_row_stride, p.v_head_stride, p.v_batch_stride},
-      {&kp->tma_o, "o", p.o, k.d_v, p.seqlen_q, p.heads_q, 64, pk, p.o_row_stride, p.o_head_stride, p.o_batch_stride}};
+  };
+  // a paged cache: K and V are (num_pages, page_size, heads_kv, d), one box per page (or per tile)
+  const int kv_rows = k.paged ? p.page_size : p.seqlen_k, kv_batch = k.paged ? p.num_pages : p.batch;
+  const int kv_box = k.paged && p.page_size < k.bn ? p.page_size : k.bn;
+  const Map maps[4] = {
+      {&kp->tma_q, "q", p.q, k.d_qk, p.seqlen_q, p.heads_q, k.bm, pk, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride},
+      {&kp->tma_k, "k", p.k, k.d_qk, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride},
+      {&kp->tma_v, "v", p.v, k.d_v, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride},
+      {&kp->tma_o, "o", p.o, k.d_v, p.seqlen_q, p.heads_q, 64, pk, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride}};
   for (const Map& m : maps) {
-    const int r = make_tile_map(m.map, m.base, k.bf16, m.cols, m.rows, m.heads, p.batch, m.rs, m.hs, m.bs, m.box, m.pack);
+    const int r = make_tile_map(m.map, m.base, k.bf16, m.cols, m.rows, m.heads, m.batch, m.rs, m.hs, m.bs, m.box, m.pack);
     if (r != 0)
       return fail(QATTN_ERR_LAUNCH,
                   "cuTensorMapEncodeTiled refused %s (%s %d): base %p, (batch %d, rows %d, heads %d, cols %d), strides "
                   "(batch %lld, row %lld, head %lld) elements, box rows %d, pack %d (strides must be multiples of 16 bytes "
                   "below 2^40; the driver must support TMA)",
                   m.name, r == -1 ? "no cuTensorMapEncodeTiled in the driver" : r == -2 ? "pack" : "CUresult", r, m.base,
-                  p.batch, m.rows, m.heads, m.cols, m.bs, m.rs, m.hs, m.box, m.pack);
+                  m.batch, m.rows, m.heads, m.cols, m.bs, m.rs, m.hs, m.box, m.pack);
   }
   if (tiles > INT_MAX) return fail(QATTN_ERR_SHAPE, "%lld work tiles exceed 2^31", tiles);
   kp->lse = k.lse ? p.lse : nullptr;
@@ -67,6 +72,9 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   kp->arg_window_right = qattn::window_side(p.window_right, p.seqlen_q, p.seqlen_k);
   kp->softcap = p.softcap;
   for (int i = 0; i < 4; ++i) kp->aux[i] = p.aux[i];
+  kp->page_size = k.paged ? p.page_size : 0;
+  kp->pages = k.paged ? p.pages : 0;
+  kp->num_pages = k.paged ? p.num_pages : 0;
   kp->num_tiles = int(tiles);
   *blocks = kp->num_tiles;
   kp->tile_counter = nullptr;

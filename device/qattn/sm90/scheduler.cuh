@@ -30,6 +30,7 @@ struct Params {
   int num_tiles;              // the TL Grid's points; the launch has <= this many blocks
   int* tile_counter;          // persistent: the next-tile counter (0 at launch; the last fetch resets it)
   const void* aux[4];
+  int page_size, pages, num_pages;  // a paged KV cache (TL {paged}): K / V maps over pages (ABI 4)
 };
 
 // A work tile: the TL Grid point (m_block, head or kv-head group, batch).

@@ -74,7 +74,7 @@ struct Ring {
 };
 
 // Named barrier ids: 0 is __syncthreads; 1..6 are ours (epilogue: one per consumer warpgroup).
-enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3 };
+enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTailBase = 5 };
 
 // TL Grid `{persistent}`: the producer warp hands the block's k-th tile index to the consumer
 // warpgroups in shared slot k mod 2, guarded by two mbarriers per slot: `full` (the producer wrote

@@ -100,6 +100,17 @@ __device__ __forceinline__ void tma_load_tile(const CUtensorMap* map, uint64_t* 
     cute::SM90_TMA_LOAD_4D::copy(map, bar, 0ull, smem + c * ROWS * 64, c * 64, row0, head, batch);
 }
 
+// The rows of a map's box into rows smem_row.. of a (ROWS, COLS) tile (a paged cache: one page's box
+// of a K / V tile; smem_row a multiple of 8, so the 128-byte swizzle lines up with a whole-tile load).
+template <int ROWS, int COLS, class Element>
+__device__ __forceinline__ void tma_load_rows(const CUtensorMap* map, uint64_t* bar, Element* smem, int smem_row, int row0,
+                                              int head, int batch) {
+  constexpr int kBlocks = (COLS + 63) / 64;
+#pragma unroll
+  for (int c = 0; c < kBlocks; ++c)
+    cute::SM90_TMA_LOAD_4D::copy(map, bar, 0ull, smem + c * ROWS * 64 + smem_row * 64, c * 64, row0, head, batch);
+}
+
 // The same through a packed map (make_tile_map with pack >= 1): `row0` counts packed rows (a
 // multiple of `pack`), `group` the head group.
 template <int ROWS, int COLS, class Element>

@@ -27,7 +27,14 @@ std::string cpp_bool(bool b) { return b ? "true" : "false"; }
 
 class Emitter {
  public:
-  explicit Emitter(const kir::Kernel& k) : k_(k) {}
+  explicit Emitter(const kir::Kernel& k) : k_(k) {
+    // A KV cache (Let seqlen_k = T[b], or {paged}): the ring the P V GEMM reads has rows past the
+    // sequence's keys in its first tile, zeroed once it lands.
+    if (!k.scope.kv_count_cpp.empty() || !k.scope.paged.empty())
+      for (const auto* blk : {&k.sm90.loop.first, &k.sm90.loop.steady, &k.sm90.loop.drain})
+        for (const auto& o : *blk)
+          if (o.kind == kir::Op::Kind::GemmRS) tail_ring_ = o.buffer;
+  }
   std::string run(const std::string& info_json);
 
  private:
@@ -49,6 +56,7 @@ class Emitter {
 
   const kir::Kernel& k_;
   Writer w_;
+  std::string tail_ring_;  // the V ring whose first tile per work tile is zeroed past the keys ("" = none)
 };
 
 const kir::Reg& Emitter::reg(const std::string& name) const {
@@ -155,12 +163,15 @@ void Emitter::scope() {
   for (const auto& n : sc.runtime_dims) w_.line(n.cpp + " = " + n.value_cpp + ";");
   w_.line("softmax_scale = p.softmax_scale;");
   for (const auto& a : sc.launch_args) w_.line(a + " = p." + (a == "softcap" ? a : "arg_" + a) + ";");
-  for (const auto& n : sc.lets) w_.line(n.cpp + " = " + n.value_cpp + ";");
   for (const auto& a : sc.aux) {
     const std::string ty = a.is_int ? "int" : "float";
     w_.line("aux_" + a.name + " = static_cast<const " + ty + "*>(p.aux[" + std::to_string(a.slot) + "]);");
   }
-  w_.line("sq_ = p.seqlen_q; sk_ = p.seqlen_k; wl_ = p.window_left; wr_ = p.window_right;");
+  if (!sc.kv_count_cpp.empty())  // a KV cache: the sequence's key count, clamped to the cache
+    w_.line("seqlen_k = " + sc.kv_count_cpp + ";  // TL " + std::to_string(sc.kv_count_tl.line) + ": " + sc.kv_count_tl.text);
+  for (const auto& n : sc.lets) w_.line(n.cpp + " = " + n.value_cpp + ";");
+  w_.line(std::string("sq_ = p.seqlen_q; sk_ = ") + (sc.kv_count_cpp.empty() ? "p.seqlen_k" : "seqlen_k") +
+          "; wl_ = p.window_left; wr_ = p.window_right;");
   w_.close();
   for (const auto& dcl : sc.decls) {
     w_.line("// TL " + std::to_string(dcl.tl.line) + ": " + dcl.tl.text);
@@ -284,8 +295,15 @@ void Emitter::producer() {
     const std::string args = ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " + l.row_cpp + ", " +
                              l.head_cpp + ", " + l.batch_cpp + ", leader";
     const std::string shape = std::to_string(l.rows) + ", " + std::to_string(l.cols);
-    if (l.packed) w_.line("load_tile_packed<" + shape + ">(" + args + ", p.pack);");
-    else w_.line("load_tile<" + shape + ">(" + args + ");");
+    if (l.packed) {
+      w_.line("load_tile_packed<" + shape + ">(" + args + ", p.pack);");
+    } else if (!k_.scope.paged.empty() && (l.global == "K" || l.global == "V")) {  // TL {paged}: page by page
+      w_.line("load_tile_paged<" + shape + ">(" + ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " +
+              l.row_cpp + ", " + l.head_cpp + ", v.aux_" + k_.scope.paged + " + " + l.batch_cpp + " * p.pages, p.page_size, v.seqlen_k, "
+              "p.num_pages, leader);");
+    } else {
+      w_.line("load_tile<" + shape + ">(" + args + ");");
+    }
   };
   std::vector<const kir::Load*> late;
   for (const auto& l : k_.sm90.loads) {
@@ -392,6 +410,9 @@ void Emitter::consumer() {
   }
   w_.line("// TL " + std::to_string(L.tl.line) + ": " + L.tl.text + note + ")");
   w_.line("const int " + j + "_lo = " + L.lo_cpp + ", " + j + "_hi = " + L.hi_cpp + ";");
+  if (!tail_ring_.empty())  // a KV cache: the first (highest) key tile may end inside the cache
+    w_.line("int tail_rows = v.seqlen_k - prev_tile(" + j + "_hi, " + j + "_lo, v) * " + std::to_string(k_.sm90.bn) +
+            ";  // keys in the first " + tail_ring_ + " tile consumed (rows past them are zeroed once it lands)");
   if (L.overlap) {
     w_.line("int " + j + " = prev_tile(" + j + "_hi, " + j + "_lo, v);");
     w_.line("const bool any_kv = " + j + " >= " + j + "_lo;");
@@ -483,7 +504,15 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
     case K::Stmt: w_.line(o.tl.line ? "// TL " + std::to_string(o.tl.line) + ": " + o.tl.text : "// (" + o.tl.text + ")"); break;
     case K::Copy: w_.line("copy(" + row + R(o.a) + ", " + R(o.result) + ");"); break;
     case K::Fill: w_.line("fill(" + R(o.a) + ", " + o.scalar_cpp + ");"); break;
-    case K::RingWait: w_.line(ring(o.buffer) + ".wait(" + pos(o.buffer) + ");" + (o.tl.line ? "  // TL " + std::to_string(o.tl.line) + " {wait: " + o.buffer + "}" : "")); break;
+    case K::RingWait:
+      w_.line(ring(o.buffer) + ".wait(" + pos(o.buffer) + ");" + (o.tl.line ? "  // TL " + std::to_string(o.tl.line) + " {wait: " + o.buffer + "}" : ""));
+      if (o.buffer == tail_ring_) {  // a KV cache's V: the cache past the sequence's keys holds anything
+        const kir::SharedBuf& b = buf(o.buffer);
+        w_.line("zero_rows_from<" + std::to_string(b.rows) + ", " + std::to_string(b.cols_padded) + ">(" + slot(o.buffer) +
+                ", tail_rows, tid, cw);");
+        w_.line("tail_rows = " + std::to_string(b.rows) + ";  // the later tiles are whole");
+      }
+      break;
     case K::RingRelease:
       w_.line(ring(o.buffer) + ".release(" + pos(o.buffer) + ", tid == 0);" +
               (o.tl.line ? "  // TL " + std::to_string(o.tl.line) + " {release: " + o.buffer + "}" : o.tl.text.empty() ? "" : "  // " + o.tl.text));
@@ -549,6 +578,8 @@ void Emitter::abi(const std::string& info_json) {
   w_.line("if (int st = qattn::host::check_fwd_params(params, " + std::to_string(k_.d_qk) + ", " + std::to_string(k_.d_v) + ", " +
           std::to_string(eb) + ", " + std::to_string(ob) + ", " + cpp_bool(k_.lse) + ", " + std::to_string(aux) + "u); st != QATTN_OK)");
   w_.line("  return st;");
+  if (!sc.paged.empty())  // TL {paged}: whole pages of a multiple of 8 rows per TMA box
+    w_.line("if (int st = qattn::host::check_paged(*params, 8, " + std::to_string(k_.sm90.bn) + "); st != QATTN_OK) return st;");
   w_.line("const qattn_fwd_params& p = *params;");
   detail::write_launch_args(w_, sc.launch_args);
   w_.line("if (p.seqlen_q == 0) return qattn::host::ok();");
@@ -562,7 +593,8 @@ void Emitter::abi(const std::string& info_json) {
   w_.line("Params kp;");
   w_.line("int blocks = 0;");
   w_.line("const KernelShape shape{" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.sm90.bn) + ", " + std::to_string(k_.d_qk) +
-          ", " + std::to_string(k_.d_v) + ", kBf16, " + cpp_bool(k_.lse) + ", kPack, kPersistent};");
+          ", " + std::to_string(k_.d_v) + ", kBf16, " + cpp_bool(k_.lse) + ", kPack, kPersistent" +
+          (sc.paged.empty() ? "" : ", true") + "};");
   const std::string wl = sc.mask == kir::MaskKind::Window ? sc.window_left_cpp : "0";
   const std::string wr = sc.mask == kir::MaskKind::Window ? sc.window_right_cpp : "0";
   w_.line("if (int st = make_params(&kp, p, shape, gx * gy * gz, " + wl + ", " + wr + ", &blocks); st != QATTN_OK) return st;");

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Decoding against a KV cache: qattn.attention_with_kvcache on a contiguous cache (page_size 0) and on
+paged caches (pages of 16, 64 and 256 rows in random order over a pool), against qattn.attention and
+cuDNN (SDPA's cuDNN backend, enable_gqa) on the same keys as a plain (batch, seqlen_k, heads_kv, d)
+tensor, and the copy bandwidth of the same run. One process, CUDA graphs.
+
+    python3 bench/bench_kvcache.py OUT.csv [--rounds 7] [--calls 20]
+
+Rows: one query token per sequence, bf16, d 128, every sequence holding seqlen_k keys (so the three
+compute the same thing; the outputs are compared first, max |diff| < 2e-2). Fresh torch.randn inputs.
+Each implementation is a CUDA graph of --calls back-to-back calls replayed in --rounds rounds, the
+implementations adjacent in time and in rotating order; the median per call is kept. copy_gbs: a
+device-to-device copy of a K-sized tensor (read + write bytes / time), timed the same way. Columns (the
+serving issue's): impl (qattn-kvcache, qattn, cudnn), batch, hq, hkv, d_qk, d_v, seqlen_q, seqlen_k,
+page_size (0 = contiguous), ms, gbs (K and V bytes read / time), copy_gbs, frac_copy (gbs / copy_gbs),
+vs_cudnn (cudnn time / this), vs_contiguous (the contiguous cache's time / this), gpu.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import qattn  # noqa: E402
+
+# name: (batch, hq, hkv, seqlen_k)
+ROWS = {
+    "mqa_32_1_b32_8k": (32, 32, 1, 8192),
+    "gqa_32_8_b32_8k": (32, 32, 8, 8192),
+    "gqa_64_8_b8_32k": (8, 64, 8, 32768),
+    "mha_32_32_b8_4k": (8, 32, 32, 4096),
+    "gqa_32_8_b128_4k": (128, 32, 8, 4096),
+    "gqa_32_8_b1_64k": (1, 32, 8, 65536),
+}
+PAGES = (0, 16, 64, 256)
+
+
+def graphed(fn, calls):
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    return g
+
+
+def replay_rounds(graphs, rounds, calls):
+    names = list(graphs)
+    ts = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            graphs[n].replay()
+            e1.record()
+            torch.cuda.synchronize()
+            ts[n].append(e0.elapsed_time(e1) * 1e3 / calls)
+    return {n: sorted(v_)[len(v_) // 2] for n, v_ in ts.items()}
+
+
+def paged(k, v, page, gen):
+    """k, v (b, sk, hkv, d) -> pools (num_pages, page, hkv, d) with the pages shuffled, and the table."""
+    b, sk, hkv, d = k.shape
+    pages = sk // page
+    perm = torch.randperm(b * pages, generator=gen).cuda()
+    kp = torch.empty(b * pages, page, hkv, d, device="cuda", dtype=k.dtype)
+    vp = torch.empty(b * pages, page, hkv, v.shape[3], device="cuda", dtype=v.dtype)
+    kp[perm] = k.reshape(b * pages, page, hkv, d)
+    vp[perm] = v.reshape(b * pages, page, hkv, v.shape[3])
+    return kp, vp, perm.view(b, pages).to(torch.int32)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--rows", default=",".join(ROWS))
+    a = ap.parse_args()
+    gpu = torch.cuda.get_device_name()
+    d = 128
+    gen = torch.Generator().manual_seed(0)
+    print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; bf16, d {d}, one query token",
+          flush=True)
+    lines = []
+    for name in a.rows.split(","):
+        b, hq, hkv, sk = ROWS[name]
+        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        lens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        dst = torch.empty_like(k)
+        fns = {"qattn": lambda: qattn.attention(q, k, v), "cudnn": lambda: _cudnn(qt, kt, vt),
+               "copy": lambda: dst.copy_(k)}
+        caches = {}
+        for page in PAGES:
+            if page == 0:
+                caches[page] = (k, v, None)
+            else:
+                caches[page] = paged(k, v, page, gen)
+            kc, vc, tb = caches[page]
+            fns[f"kv{page}"] = (lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
+        outs = {n: f() for n, f in fns.items() if n != "copy"}
+        outs["cudnn"] = outs["cudnn"].transpose(1, 2)
+        for n in outs:
+            diff = (outs["qattn"].float() - outs[n].float()).abs().max().item()
+            assert diff < 2e-2, f"{name}: qattn and {n} differ by {diff}"
+        graphs = {n: graphed(f, a.calls) for n, f in fns.items()}
+        med = replay_rounds(graphs, a.rounds, a.calls)
+        kv_bytes = 2 * b * sk * hkv * d * 2
+        copy_gbs = 2 * (kv_bytes / 2) / (med["copy"] * 1e-6) / 1e9
+        for n in [x for x in med if x != "copy"]:
+            page = int(n[2:]) if n.startswith("kv") else 0
+            impl = "qattn-kvcache" if n.startswith("kv") else n
+            gbs = kv_bytes / (med[n] * 1e-6) / 1e9
+            lines.append(dict(impl=impl, config=name, batch=b, hq=hq, hkv=hkv, d_qk=d, d_v=d, seqlen_q=1, seqlen_k=sk,
+                              page_size=page, ms=round(med[n] / 1e3, 5), gbs=round(gbs, 1), copy_gbs=round(copy_gbs, 1),
+                              frac_copy=round(gbs / copy_gbs, 3), vs_cudnn=round(med["cudnn"] / med[n], 3),
+                              vs_contiguous=round(med["kv0"] / med[n], 3) if n.startswith("kv") else "", gpu=gpu))
+        print(f"{name:18s} copy {copy_gbs:6.0f} GB/s | cudnn {med['cudnn']:7.1f} us | qattn {med['qattn']:7.1f} us | "
+              + " | ".join(f"kv page {p} {med[f'kv{p}']:7.1f} us ({kv_bytes / med[f'kv{p}'] / 1e3:5.0f} GB/s, "
+                           f"{med['cudnn'] / med[f'kv{p}']:.2f}x cudnn)" for p in PAGES), flush=True)
+        del graphs, outs, caches, q, k, v, dst
+        torch.cuda.empty_cache()
+    cols = ["impl", "config", "batch", "hq", "hkv", "d_qk", "d_v", "seqlen_q", "seqlen_k", "page_size", "ms", "gbs",
+            "copy_gbs", "frac_copy", "vs_cudnn", "vs_contiguous", "gpu"]
+    with open(a.out, "w") as f:
+        f.write(",".join(cols) + "\n")
+        for r in lines:
+            f.write(",".join(str(r[c]) for c in cols) + "\n")
+
+
+def _cudnn(q, k, v):
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Attention against a KV cache (docs/python.md, "KV caches"): each sequence's keys are the first
+cache_seqlens[b] rows of a cache that is contiguous, (batch, capacity, heads_kv, d), or paged,
+(num_pages, page_size, heads_kv, d) read through a block table (batch, pages), the layout vLLM and
+FlashAttention use. One kernel launch reads the cache where it lies: its TL says
+`Let seqlen_k = cache_seqlens[b]` and `{paged: block_table}` (docs/tl.md, "KV caches"), so no
+gather, no padding, no host synchronisation (a CUDA graph captures the call).
+
+Decoding (a few queries over a long cache, few blocks) splits the keys as qattn.attention does
+(_attention.split_keys): the cache's capacity is cut into S parts folded into the batch (the block
+table's rows reshaped, each part's key count clamped from cache_seqlens on the device), and the
+partial results merged by the TL combine kernel (qattn._combine), which handles the empty parts of
+short sequences.
+"""
+from . import _attention, _combine
+from ._abi import STATUS, fill_params
+from ._torch_util import import_torch
+from ._variants import split_launch_args, variant_fields
+from .errors import DeviceError, LaunchError, SpecError
+
+
+def _check(torch, q, k_cache, v_cache, cache_seqlens, block_table):
+    """Shapes, dtypes and devices; returns (batch, seqlen_q, heads_q, d_qk, heads_kv, d_v, capacity,
+    page_size, pages) with page_size = pages = 0 for a contiguous cache."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise SpecError(f"{name}: expected a 4-D tensor", code="PY0101",
+                            hint="q (batch, seqlen_q, heads_q, d); a cache (batch, capacity, heads_kv, d) or, paged, "
+                                 "(num_pages, page_size, heads_kv, d)")
+        if t.device != q.device:
+            raise DeviceError(f"{name} is on {t.device}, q on {q.device}", code="PY0103")
+        if t.dtype != q.dtype:
+            raise SpecError(f"{name} has dtype {t.dtype}, q {q.dtype}", code="PY0102")
+    bsz, sq, hq, dqk = (int(x) for x in q.shape)
+    if k_cache.shape[:3] != v_cache.shape[:3] or int(k_cache.shape[3]) != dqk:
+        raise SpecError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} do not match each other and "
+                        f"q's head dim {dqk}", code="PY0105")
+    hkv, dv = int(k_cache.shape[2]), int(v_cache.shape[3])
+    if hkv <= 0 or hq % hkv:
+        raise SpecError(f"heads_q {hq} is not a multiple of the cache's heads_kv {hkv}", code="PY0105")
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dim() != 1 or int(cache_seqlens.shape[0]) != bsz \
+            or cache_seqlens.dtype.is_floating_point or cache_seqlens.dtype == torch.bool:
+        raise SpecError("cache_seqlens: expected a (batch,) integer tensor", code="PY0105")
+    if cache_seqlens.device != q.device:
+        raise DeviceError(f"cache_seqlens is on {cache_seqlens.device}, q on {q.device}", code="PY0103")
+    if block_table is None:
+        if int(k_cache.shape[0]) != bsz:
+            raise SpecError(f"a contiguous cache has one row per sequence: k_cache {tuple(k_cache.shape)}, batch {bsz}",
+                            code="PY0105", hint="pass block_table= for a paged cache")
+        _on_cuda(q)
+        return bsz, sq, hq, dqk, hkv, dv, int(k_cache.shape[1]), 0, 0
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or int(block_table.shape[0]) != bsz \
+            or block_table.dtype.is_floating_point or block_table.dtype == torch.bool:
+        raise SpecError("block_table: expected a (batch, pages) integer tensor", code="PY0105")
+    if block_table.device != q.device:
+        raise DeviceError(f"block_table is on {block_table.device}, q on {q.device}", code="PY0103")
+    page_size, pages = int(k_cache.shape[1]), int(block_table.shape[1])
+    if page_size <= 0 or pages <= 0 or int(k_cache.shape[0]) <= 0:
+        raise SpecError("a paged cache needs pages: num_pages, page_size and the block table's width must be positive",
+                        code="PY0105")
+    _on_cuda(q)
+    return bsz, sq, hq, dqk, hkv, dv, pages * page_size, page_size, pages
+
+
+_STARTS = {}  # (device, splits, part) -> the first key of each part, (1, splits) int32
+
+
+def _on_cuda(q):
+    if q.device.type != "cuda":
+        raise DeviceError(f"q is on {q.device}: qattn kernels run on CUDA devices", code="PY0103")
+
+
+def _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq):
+    """S parts of the capacity (1: none): _attention.split_keys on the capacity, with S dividing the
+    capacity (contiguous) or the block table's width (paged), so every part is a view."""
+    kv_shape = torch.empty((1, capacity, hkv, 1), device="meta")  # split_keys reads shapes only
+    s = _attention.split_keys(torch, q.device, q, kv_shape, fields, args, None)
+    while s > 1 and ((pages and pages % s) or (not pages and capacity % s)):
+        s -= 1
+    return s
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal=False, window=None,
+                           scale=None, softcap=None, return_lse=False):
+    """Attention of q (batch, seqlen_q, heads_q, d) over each sequence's first cache_seqlens[b] keys of
+    the cache: k_cache / v_cache (batch, capacity, heads_kv, d), or with block_table (batch, pages)
+    int32 the paged (num_pages, page_size, heads_kv, d). The queries are the last seqlen_q positions
+    of their sequence (causal and window align at the end of each sequence's keys). A count outside
+    0..capacity is clamped; a sequence with no key gets O = 0 and LSE = -inf. Returns o (batch,
+    seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
+    torch = import_torch()
+    bsz, sq, hq, dqk, hkv, dv, capacity, page_size, pages = _check(torch, q, k_cache, v_cache, cache_seqlens, block_table)
+    dt = _attention._dtype_name(torch, q.dtype)
+    fields, args = split_launch_args(variant_fields(causal, window, softcap))
+    kv = "paged" if block_table is not None else "lengths"
+    o = q.new_empty((bsz, sq, hq, dv))
+    lse = torch.empty((bsz, hq, sq), device=q.device, dtype=torch.float32) if return_lse else None
+    if o.numel() == 0:
+        return (o, lse) if return_lse else o
+    lens = cache_seqlens.to(torch.int32).contiguous()
+    table = block_table.to(torch.int32).contiguous() if block_table is not None else None
+    splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq)
+    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse or splits > 1, q.device, shape=(hq, hkv, sq),
+                              kv_cache=kv)
+    s = _attention._scale(scale, dqk)
+    if splits <= 1:
+        _launch(torch, b, q, k_cache, v_cache, o, lse, lens, table, capacity, page_size, pages, s, args)
+        return (o, lse) if return_lse else o
+    # keys folded into the batch: part p of sequence i is batch entry i * S + p
+    part = capacity // splits
+    key = (q.device, splits, part)
+    starts = _STARTS.get(key)
+    if starts is None:  # made once, outside a CUDA graph capture (whose kernels run only at replay)
+        starts = torch.arange(splits, device=q.device, dtype=torch.int32)[None, :] * part
+        if not torch.cuda.is_current_stream_capturing():
+            _STARTS[key] = starts
+    lens_f = (lens[:, None] - starts).clamp_(0, part).view(-1)
+    qf = q[:, None].expand(bsz, splits, sq, hq, dqk).reshape(bsz * splits, sq, hq, dqk)
+    if table is not None:
+        kf, vf, table_f = k_cache, v_cache, table.view(bsz * splits, pages // splits)
+        pages_f = pages // splits
+    else:
+        kf = k_cache.reshape(bsz * splits, part, hkv, dqk) if k_cache.is_contiguous() else \
+            k_cache.contiguous().view(bsz * splits, part, hkv, dqk)
+        vf = v_cache.reshape(bsz * splits, part, hkv, dv) if v_cache.is_contiguous() else \
+            v_cache.contiguous().view(bsz * splits, part, hkv, dv)
+        table_f, pages_f = None, 0
+    o_parts = q.new_empty((bsz * splits, sq, hq, dv))
+    l_parts = torch.empty((bsz * splits, hq, sq), device=q.device, dtype=torch.float32)
+    _launch(torch, b, qf, kf, vf, o_parts, l_parts, lens_f, table_f, part, page_size, pages_f, s, args)
+    _, lse_out = _combine.combine(torch, o_parts.view(bsz, splits, sq, hq, dv), l_parts.view(bsz, splits, hq, sq),
+                                  return_lse, q.device, out=o)
+    return (o, lse_out) if return_lse else o
+
+
+def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, scale, args):
+    """One qattn_fwd of Build b over the cache (capacity rows per sequence; pages of page_size)."""
+    names = [a["name"] for a in b.library.info.get("aux", [])]
+    roles = b.library.info.get("kv_cache", {})
+    given = {roles.get("lengths"): lens, roles.get("block_table"): table}
+    if set(names) - set(given):
+        raise SpecError(f"kernel {b.spec['name']} reads {names}, a KV cache kernel reads its key counts and block table",
+                        code="PY0110")
+    p = fill_params(q, k, v, o, lse, scale, aux=[given[n] for n in names], window=args.get("window"),
+                    softcap=args.get("softcap"))
+    p.seqlen_k = capacity
+    if table is not None:
+        p.page_size, p.pages, p.num_pages = page_size, pages, int(k.shape[0])
+    with torch.cuda.device(q.device):
+        st = b.library.fwd(p, torch.cuda.current_stream(q.device).cuda_stream)
+    if st != 0:
+        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {b.library.last_error()}", code="PY0501",
+                          hint=f"kernel {b.spec['name']} ({b.library_path})")

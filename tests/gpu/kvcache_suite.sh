@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# KV caches on a GPU (docs/tl.md, "KV caches"; docs/python.md): `qattn generate --kv-cache paged`
+# through the GPU step for the decoding and the causal preset kernels, the pytest files of the KV
+# cache (qattn.attention_with_kvcache against fp64 per sequence, NaN-poisoned pools, page sizes
+# 0/16/64/256, splits, CUDA graphs) and of flash_attn_interface (paged caches included), then the
+# decoding benchmark (bench/bench_kvcache.py: contiguous and paged caches vs qattn.attention, cuDNN and
+# the copy bandwidth). Set KVCACHE_BENCH_ONLY=1 to skip the tests.
+#   QATTN_BIN=... bash tests/gpu/kvcache_suite.sh OUT_DIR
+set -u
+R=${1:?usage: kvcache_suite.sh OUT_DIR}
+mkdir -p "$R"
+if ! python3 -c "import pytest" 2>/dev/null && ls .whl/pytest/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/pytest/*.whl
+  export PYTHONPATH=${PYTHONPATH:-}:/tmp/site
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/device.txt"
+status=0
+if [ "${KVCACHE_BENCH_ONLY:-0}" != 1 ]; then
+  for args in "--preset llama3-8b --mask none --batch 8 --seqlen 1/4096" "--preset llama3-8b --batch 2 --seqlen 777/3000"; do
+    echo "== qattn generate $args --kv-cache paged" >> "$R/generate.txt"
+    # shellcheck disable=SC2086
+    "$QATTN_BIN" generate $args --kv-cache paged --out /tmp/kv-gen > /tmp/kv-gen.log 2>&1 || status=1
+    tail -4 /tmp/kv-gen.log >> "$R/generate.txt"
+  done
+  python3 -m pytest -q tests/python/test_kvcache.py tests/python/test_flash_attn_interface.py -rs > "$R/pytest.txt" 2>&1 || status=1
+  tail -3 "$R/pytest.txt"
+fi
+python3 bench/bench_kvcache.py "$R/results.csv" ${KVCACHE_BENCH_ARGS:-} > "$R/bench.txt" 2>&1 || status=1
+tail -12 "$R/bench.txt"
+exit $status

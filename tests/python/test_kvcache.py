@@ -1,0 +1,189 @@
+"""qattn.attention_with_kvcache (docs/python.md, "KV caches") on the GPU: random ragged key counts (0,
+a full cache, partial last pages), pages in random order with every row no key occupies NaN (a
+kernel that reads one as a value fails), contiguous and paged caches (pages of 16, 64 and 256 rows),
+decoding (split over the keys and not) and chunked prefill (4 causal queries), MHA / GQA / MQA, fp16
+and bf16, against an fp64 reference per sequence with FlashAttention's rule (error at most twice a
+same-precision torch attention's, plus 1e-5); every split count equals no split within tolerance.
+The argument checks run on the CPU too. Needs torch."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI installs none)")
+
+import qattn  # noqa: E402
+from conftest import gpu_skip_reason  # noqa: E402
+
+GPU = gpu_skip_reason() is None
+gpu = pytest.mark.skipif(not GPU, reason=gpu_skip_reason() or "")
+
+
+def make_cache(g, b, cap, hkv, d, dt, page, lens):
+    """A cache holding each sequence's first lens[i] rows of fresh random keys / values (returned
+    as (b, cap, hkv, d) for the reference) and NaN everywhere else: contiguous (page 0) or paged with
+    a shuffled pool of b * pages + 3 pages and its block table."""
+    k, v = (torch.randn(b, cap, hkv, d, generator=g).to("cuda", dt) for _ in range(2))
+    if page == 0:
+        kc, vc = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
+        for i, n in enumerate(lens):
+            kc[i, :n], vc[i, :n] = k[i, :n], v[i, :n]
+        return k, v, kc, vc, None
+    pages = -(-cap // page)
+    num = b * pages + 3
+    kc = torch.full((num, page, hkv, d), float("nan"), device="cuda", dtype=dt)
+    vc = kc.clone()
+    table = torch.randperm(num, generator=g)[: b * pages].view(b, pages).to(torch.int32)
+    for i, n in enumerate(lens):
+        for r0 in range(0, n, page):
+            r1 = min(n, r0 + page)
+            kc[table[i, r0 // page], : r1 - r0] = k[i, r0:r1]
+            vc[table[i, r0 // page], : r1 - r0] = v[i, r0:r1]
+    return k, v, kc, vc, table.cuda()
+
+
+def reference(q, k, v, n, causal, dtype):
+    """One sequence's first n keys: (fp64 o, fp64 lse, same-precision o) with q (sq, h, d)."""
+    sq, h, d = q.shape
+    hkv = k.shape[1]
+    out = []
+    for prec in (torch.float64, dtype):
+        qd = q.to(prec).transpose(0, 1)
+        kd = k[:n].to(prec).repeat_interleave(h // hkv, 1).transpose(0, 1)
+        vd = v[:n].to(prec).repeat_interleave(h // hkv, 1).transpose(0, 1)
+        s = (qd.float() @ kd.float().transpose(-1, -2)).to(torch.float64 if prec == torch.float64 else torch.float32)
+        s = s * d ** -0.5
+        if causal:
+            i = torch.arange(sq, device=q.device)[:, None] + n - sq
+            s = s.masked_fill(torch.arange(n, device=q.device)[None, :] > i, float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+        if prec != torch.float64:
+            p = p.to(prec).float()
+            o = (p @ vd.float()).to(prec)
+        else:
+            o = p @ vd
+        out.append((o.transpose(0, 1), lse))
+    return out[0][0], out[0][1], out[1][0]
+
+
+def check(o, lse, q, k, v, lens, causal, dt, lse_too=True):
+    assert torch.isfinite(o).all()
+    for i, n in enumerate(lens):
+        if n == 0:
+            assert (o[i] == 0).all() and (not lse_too or (torch.isinf(lse[i]).all() and (lse[i] < 0).all()))
+            continue
+        o_ref, l_ref, o_low = reference(q[i], k[i], v[i], n, causal, dt)
+        rows = slice(None)
+        if causal:  # queries with no key (n < seqlen_q) are 0 / -inf
+            rows = slice(max(0, q.shape[1] - n), None)
+        err = (o[i, rows].double() - o_ref[rows]).abs().max().item()
+        base = (o_low[rows].double() - o_ref[rows]).abs().max().item()
+        assert err <= 2 * base + 1e-5, f"sequence {i} ({n} keys): error {err:.3g} vs same-precision torch {base:.3g}"
+        finite = torch.isfinite(l_ref)
+        if not lse_too:
+            continue
+        assert torch.allclose(lse[i][finite].double(), l_ref[finite], atol=1e-3, rtol=1e-4)
+
+
+CASES = [  # dtype, hq, hkv, d, seqlen_q, causal, capacity
+    (torch.bfloat16, 8, 1, 128, 1, True, 3000),    # MQA decoding: the key split
+    (torch.bfloat16, 8, 2, 128, 1, False, 1100),   # GQA decoding
+    (torch.float16, 4, 4, 64, 1, True, 700),       # MHA fp16 d64
+    (torch.bfloat16, 8, 2, 128, 4, True, 515),     # chunked prefill: 4 causal queries
+]
+
+
+@gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{str(c[0])[6:]}_{c[1]}_{c[2]}_d{c[3]}_sq{c[4]}_{'c' if c[5] else 'n'}")
+@pytest.mark.parametrize("page", [0, 16, 64, 256])
+def test_kvcache_matches_reference(case, page):
+    dt, hq, hkv, d, sq, causal, cap = case
+    g = torch.Generator().manual_seed(hash((hq, hkv, d, sq, page)) % 1000)
+    b = 5
+    lens = [cap, 0, 1 + int(torch.randint(cap - 1, (1,), generator=g)), 17, cap - (page or 16) // 2]
+    k, v, kc, vc, table = make_cache(g, b, cap, hkv, d, dt, page, lens)
+    q = torch.randn(b, sq, hq, d, generator=g).to("cuda", dt)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    o, lse = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, return_lse=True)
+    assert torch.isfinite(o).all()
+    check(o, lse, q, k, v, lens, causal, dt)
+    os.environ["QATTN_SPLIT_KV"] = "0"
+    try:
+        o1, lse1 = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=causal, return_lse=True)
+    finally:
+        del os.environ["QATTN_SPLIT_KV"]
+    assert (o1.float() - o.float()).abs().max().item() < 2e-2
+
+
+@gpu
+def test_kvcache_cuda_graph_replays_the_eager_result():
+    g = torch.Generator().manual_seed(3)
+    b, hq, hkv, d, cap = 4, 8, 1, 128, 2048
+    lens = [2048, 700, 1, 1500]
+    k, v, kc, vc, table = make_cache(g, b, cap, hkv, d, torch.bfloat16, 64, lens)
+    q = torch.randn(b, 1, hq, d, generator=g).to("cuda", torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    eager = qattn.attention_with_kvcache(q, kc, vc, seqlens, table)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        qattn.attention_with_kvcache(q, kc, vc, seqlens, table)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = qattn.attention_with_kvcache(q, kc, vc, seqlens, table)
+    new = [5, 700, 0, 64]  # new key counts (within the rows the cache holds), the same graph
+    seqlens.copy_(torch.tensor(new, dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, torch.full((b, hq, 1), float("inf"), device="cuda"), q, k, v, new, False, torch.bfloat16, lse_too=False)
+    want = qattn.attention_with_kvcache(q, kc, vc, seqlens, table)
+    assert torch.equal(out, want)
+    seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+def test_kvcache_argument_checks():
+    q = torch.zeros(2, 1, 4, 64)
+    cache = torch.zeros(2, 32, 2, 64)
+    lens = torch.zeros(2, dtype=torch.int32)
+    cases = [
+        (dict(q=q[0], k_cache=cache, v_cache=cache, cache_seqlens=lens), "PY0101"),
+        (dict(q=q, k_cache=cache, v_cache=cache[:, :16], cache_seqlens=lens), "PY0105"),
+        (dict(q=q, k_cache=cache, v_cache=cache, cache_seqlens=lens[:1]), "PY0105"),
+        (dict(q=q, k_cache=cache, v_cache=cache, cache_seqlens=lens.float()), "PY0105"),
+        (dict(q=q, k_cache=cache[:1], v_cache=cache[:1], cache_seqlens=lens), "PY0105"),
+        (dict(q=q, k_cache=cache, v_cache=cache, cache_seqlens=lens, block_table=torch.zeros(3, 2, dtype=torch.int32)),
+         "PY0105"),
+        (dict(q=q, k_cache=cache, v_cache=cache, cache_seqlens=lens), "PY0103"),  # a CPU tensor
+    ]
+    for kw, code in cases:
+        with pytest.raises(qattn.QattnError) as e:
+            qattn.attention_with_kvcache(**kw)
+        assert e.value.code == code, (kw.keys(), e.value)
+
+
+def test_fwd_params_offsets_match_a_c_compiler(tmp_path):
+    """offsetof / sizeof of qattn_fwd_params (ABI 4: the page fields at the end) by the C compiler =
+    ctypes' layout (qattn._abi.Params)."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    from qattn import _abi
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    names = [f[0] for f in _abi.Params._fields_]
+    src = tmp_path / "off.c"
+    src.write_text('#include <stddef.h>\n#include <stdio.h>\n#include "qattn/qattn.h"\nint main(void) {\n'
+                   + "".join(f'  printf("%zu\\n", offsetof(qattn_fwd_params, {n}));\n' for n in names)
+                   + '  printf("%zu\\n", sizeof(qattn_fwd_params));\n  return 0;\n}\n')
+    exe = tmp_path / "off"
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    subprocess.run([cc, "-I", os.path.join(repo, "include"), str(src), "-o", str(exe)], check=True, timeout=60)
+    got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
+    assert got == [getattr(_abi.Params, n).offset for n in names] + [ctypes.sizeof(_abi.Params)]
+    assert names[-3:] == ["page_size", "pages", "num_pages"]
