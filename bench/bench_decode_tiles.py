@@ -1,18 +1,13 @@
 #!/usr/bin/env python3
-"""Decoding kernels' tiles on Hopper: the packed short-query kernel (sm90pk_d128_none_lse, the
-planner's BM 128 / BN 128 / 2 stages / 2 consumer warpgroups) against the same TL with other tiles
-(`qattn plan --tiles BM,BN,WARPS,STAGES`: sm90pkt_d128_*), launched as decoding's key split launches
-them (the keys folded into the batch, qattn._attention.split_keys' count), one process.
+"""Times the decoding kernel variants of bench/decode_tiles.sh (one .so per TL edit) on the launches
+the key split makes (the keys of each sequence folded into the batch, qattn._attention.split_keys on
+this GPU), one process, CUDA graphs of --calls launches replayed in --rounds rounds, variants adjacent
+in time and in rotating order; outputs compared with the planner's kernel ('base') first.
 
-    python3 bench/bench_decode_tiles.py KERNEL_DIR OUT.csv [--rounds 7]
+    python3 bench/bench_decode_tiles.py SO_DIR OUT.csv [--rounds 7]
 
-KERNEL_DIR: tests/gpu/build_kernels.sh DIR --run-sm 90 --only '^sm90pkt?_d128_(none_lse|64x|128x)'.
-One query token, bf16, d 128, the rows of bench_split_kv.py; fresh torch.randn inputs; every
-variant's output checked against the planner's kernel (< 2e-2) and the planner's kernel against an
-fp32 reference first; each captured as a CUDA graph of 20 launches, replayed in interleaved rounds;
-median per launch (the kernel only: the merge is the same for all). Columns: impl, config, splits,
-us, tb_s (K and V bytes / time), vs_planner (speed ratio), gpu.
-"""
+Columns: variant, config, batch, hq, hkv, seqlen_k (per sequence), splits, us (per launch), tb_s
+(K + V bytes / time), vs_base (base time / this: > 1 is faster), gpu."""
 import argparse
 import glob
 import os
@@ -21,77 +16,87 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "gpu"))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
-from qattn_lib import Kernel  # noqa: E402
 from qattn import _attention  # noqa: E402
-from bench_split_kv import ROWS, replay_rounds  # noqa: E402
+from qattn._abi import Kernel  # noqa: E402
+
+ROWS = {  # name: (batch, hq, hkv, seqlen_k)
+    "mqa_32_1_b32_8k": (32, 32, 1, 8192),
+    "gqa_32_8_b32_8k": (32, 32, 8, 8192),
+    "gqa_64_8_b8_32k": (8, 64, 8, 32768),
+    "mqa_16_1_b8_16k": (8, 16, 1, 16384),
+    "gqa_32_8_b1_64k": (1, 32, 8, 65536),
+}
+
+
+def graphed(fn, calls):
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    return g
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("kernel_dir")
+    ap.add_argument("so_dir")
     ap.add_argument("out")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
     a = ap.parse_args()
-    libs = {"planner": os.path.join(a.kernel_dir, "sm90pk_d128_none_lse.so")}
-    for p in sorted(glob.glob(os.path.join(a.kernel_dir, "sm90pkt_d128_*.so"))):
-        libs[os.path.basename(p)[len("sm90pkt_d128_"):-3]] = p
-    kernels = {n: Kernel(p) for n, p in libs.items()}
+    kerns = {os.path.basename(p)[:-3]: Kernel(p) for p in sorted(glob.glob(os.path.join(a.so_dir, "*.so")))}
+    assert "base" in kerns, "no base.so"
     gpu = torch.cuda.get_device_name()
-    d, rows = 128, []
-    fields, args = _attention.split_launch_args(_attention.variant_fields(False, None, None, None, None, None))
-    print(f"{gpu}; variants: {', '.join(kernels)}", flush=True)
+    d = 128
+    lines = []
+    print(f"{gpu}: variants {', '.join(kerns)}", flush=True)
     for name, (b, hq, hkv, sk) in ROWS.items():
-        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
-        S = _attention.split_keys(torch, q.device, q, k, fields, args, {})
-        c = sk // S
-        qf = q[:, None].expand(b, S, 1, hq, d).reshape(b * S, 1, hq, d)
-        kf, vf = k[:, :c * S].reshape(b * S, c, hkv, d), v[:, :c * S].reshape(b * S, c, hkv, d)
-        outs = {}
-        for n, kern in kernels.items():
-            o = torch.full((b * S, 1, hq, d), float("nan"), device="cuda", dtype=torch.bfloat16)
-            lse = torch.full((b * S, hq, 1), float("nan"), device="cuda", dtype=torch.float32)
-            st = kern(qf, kf, vf, o, lse, scale=d ** -0.5, stream=torch.cuda.current_stream().cuda_stream)
-            assert st == 0, f"{n}: status {st}"
+        q0 = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+        k0 = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        fields, args = _attention.split_launch_args(_attention.variant_fields(False, None, None, None, None, None))
+        s = _attention.split_keys(torch, q0.device, q0, k0, fields, args, {})
+        bf, skf = b * s, sk // s
+        q = q0[:, None].expand(b, s, 1, hq, d).reshape(bf, 1, hq, d).contiguous()
+        k = k0.reshape(bf, skf, hkv, d)
+        v = torch.randn_like(k)
+        outs, fns = {}, {}
+        for n, kern in kerns.items():
+            o = torch.full((bf, 1, hq, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+            lse = torch.full((bf, hq, 1), float("nan"), device="cuda")
+            p = kern.params(q, k, v, o, lse)
+            assert kern(q, k, v, o, params=p) == 0, (n, kern.last_error())
             outs[n] = (o, lse)
+            fns[n] = (lambda kern=kern, p=p: kern._lib.fwd(p, torch.cuda.current_stream().cuda_stream))
         torch.cuda.synchronize()
-        # the planner's kernel against fp32 (one part of one row), the variants against it
-        kk, vv = kf[0].float().transpose(0, 1), vf[0].float().transpose(0, 1)  # (hkv, c, d)
-        s_ = torch.einsum("hd,hcd->hc", qf[0, 0].float(), kk.repeat_interleave(hq // hkv, 0)) * d ** -0.5
-        ref = torch.einsum("hc,hcd->hd", torch.softmax(s_, -1), vv.repeat_interleave(hq // hkv, 0))
-        err = (outs["planner"][0][0, 0].float() - ref).abs().max().item()
-        assert err < 2e-2, f"{name}: planner kernel vs fp32 {err}"
-        for n in kernels:
-            diff = (outs[n][0].float() - outs["planner"][0].float()).abs().max().item()
-            assert diff < 2e-2, f"{name}: {n} differs from the planner's kernel by {diff}"
-        graphs = {}
-        for n, kern in kernels.items():
-            o, lse = outs[n]
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(a.calls):
-                    kern(qf, kf, vf, o, lse, scale=d ** -0.5, stream=torch.cuda.current_stream().cuda_stream)
-            graphs[n] = g
+        for n in kerns:
+            diff = (outs[n][0].float() - outs["base"][0].float()).abs().max().item()
+            assert diff < 2e-2, f"{name}: {n} differs from base by {diff}"
+        graphs = {n: graphed(f, a.calls) for n, f in fns.items()}
         names = list(graphs)
-        med = replay_rounds(graphs, a.rounds, a.calls)
-        kv_bytes = 2 * b * c * S * hkv * d * 2
+        ts = {n: [] for n in names}
+        for r in range(a.rounds):
+            for n in names[r % len(names):] + names[:r % len(names)]:
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                graphs[n].replay()
+                e1.record()
+                torch.cuda.synchronize()
+                ts[n].append(e0.elapsed_time(e1) * 1e3 / a.calls)
+        med = {n: sorted(x)[len(x) // 2] for n, x in ts.items()}
+        kv_bytes = 2 * b * sk * hkv * d * 2
         for n in names:
-            rows.append(dict(impl=n, config=name, splits=S, us=round(med[n], 2),
-                             tb_s=round(kv_bytes / (med[n] * 1e-6) / 1e12, 3),
-                             vs_planner=round(med["planner"] / med[n], 3), gpu=gpu))
-        print(f"{name:18s} S={S:2d} " + "  ".join(f"{n} {med[n]:.1f}us ({kv_bytes / med[n] / 1e6:.2f} TB/s)"
-                                                 for n in names), flush=True)
-        del graphs, outs
-        torch.cuda.empty_cache()
-    cols = ["impl", "config", "splits", "us", "tb_s", "vs_planner", "gpu"]
+            lines.append(dict(variant=n, config=name, batch=b, hq=hq, hkv=hkv, seqlen_k=sk, splits=s, us=round(med[n], 2),
+                              tb_s=round(kv_bytes / med[n] / 1e6, 3), vs_base=round(med["base"] / med[n], 3), gpu=gpu))
+        print(f"{name:18s} S={s:2d}: " + "  ".join(f"{n} {med[n]:.1f}us ({med['base'] / med[n]:.2f}x)" for n in names),
+              flush=True)
+    cols = ["variant", "config", "batch", "hq", "hkv", "seqlen_k", "splits", "us", "tb_s", "vs_base", "gpu"]
     with open(a.out, "w") as f:
         f.write(",".join(cols) + "\n")
-        for r in rows:
-            f.write(",".join(str(r[c_]) for c_ in cols) + "\n")
+        for r in lines:
+            f.write(",".join(str(r[c]) for c in cols) + "\n")
 
 
 if __name__ == "__main__":
