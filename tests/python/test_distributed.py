@@ -1,4 +1,4 @@
-"""Context parallelism (qattn.distributed) without a GPU.
+"""Context parallelism (qattn.distributed), mostly without a GPU.
 
 1. The ring's plan on numpy (runs in CI, no torch): every rank of a simulated world walks
    ring_schedule, runs each launch with an fp64 numpy attention that returns the LSE, merges with
@@ -8,6 +8,7 @@
    CPU over gloo, with qattn's kernel replaced by an fp32 torch attention (runs where torch is
    installed: the GPU machine's suite; the CPU CI installs no torch). The real kernels over NCCL:
    tests/gpu/cp_check.py.
+3. Where a GPU is present: the ring's parts merged by the TL combine kernel against the fp32 merge.
 """
 import os
 import sys
@@ -298,3 +299,42 @@ def test_auto_mode_takes_ulysses_for_position_variants(monkeypatch):
     with pytest.raises(qattn.SpecError) as e:
         qcp.attention(T(1, 64, 6, 64), T(1, 64, 3, 64), None, window=(32, 0))
     assert e.value.code == "PY0802" and "6/3" in str(e.value)
+
+
+def test_ring_parts_merged_by_the_tl_combine_equal_the_fp32_merge():
+    """On a GPU the ring writes each launch's partial result into a slot and merges them with the TL
+    combine kernel (_ring_forward_parts); rows a launch does not cover stay empty in its slot. One
+    process, world 1, a hand-made schedule of four launches over overlapping row ranges and disjoint
+    key ranges: the result equals merge_partial's fp32 running
+    merge (QATTN_COMBINE=torch) within bf16 rounding, and the whole attention computed at once."""
+    torch = pytest.importorskip("torch")
+    from conftest import gpu_skip_reason
+    if gpu_skip_reason():
+        pytest.skip(gpu_skip_reason())
+    import qattn
+    from qattn import distributed as qcp
+
+    g = torch.Generator().manual_seed(4)
+    b, sq, sk, hq, hkv, d = 2, 300, 700, 4, 2, 64
+    q, k, v = (torch.randn(b, n, h, d, generator=g).to("cuda", torch.bfloat16) for n, h in ((sq, hq), (sk, hkv), (sk, hkv)))
+    calls = [qcp.RingCall((0, sq), (0, 250), False), qcp.RingCall((0, 200), (250, 500), False),
+             qcp.RingCall((200, sq), (250, 500), False), qcp.RingCall((0, sq), (500, 700), False)]
+    steps = [(0, calls)]
+
+    class OneRank:  # world 1: nothing is sent
+        pass
+
+    got = qcp._ring_forward(torch, OneRank(), None, 1, 0, steps, "contiguous", sk, q, k, v, None, None)
+    old = os.environ.get("QATTN_COMBINE")
+    os.environ["QATTN_COMBINE"] = "torch"
+    try:
+        want = qcp._ring_forward(torch, OneRank(), None, 1, 0, steps, "contiguous", sk, q, k, v, None, None)
+    finally:
+        if old is None:
+            del os.environ["QATTN_COMBINE"]
+        else:
+            os.environ["QATTN_COMBINE"] = old
+    whole, whole_lse = qattn.attention(q, k, v, return_lse=True)
+    assert (got[0].float() - want[0].float()).abs().max().item() < 2e-2
+    assert (got[0].float() - whole.float()).abs().max().item() < 2e-2
+    assert torch.allclose(got[1], whole_lse, atol=1e-3) and torch.allclose(want[1], whole_lse, atol=1e-3)
