@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from qattn import _attention  # noqa: E402
 from qattn._abi import Kernel  # noqa: E402
+from graph_timing import graphed, replay_rounds  # noqa: E402
 
 ROWS = {  # name: (batch, hq, hkv, seqlen_k)
     "mqa_32_1_b32_8k": (32, 32, 1, 8192),
@@ -29,15 +30,6 @@ ROWS = {  # name: (batch, hq, hkv, seqlen_k)
 }
 
 
-def graphed(fn, calls):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    torch.cuda.synchronize()
-    return g
 
 
 def main():
@@ -76,16 +68,7 @@ def main():
             assert diff < 2e-2, f"{name}: {n} differs from base by {diff}"
         graphs = {n: graphed(f, a.calls) for n, f in fns.items()}
         names = list(graphs)
-        ts = {n: [] for n in names}
-        for r in range(a.rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                graphs[n].replay()
-                e1.record()
-                torch.cuda.synchronize()
-                ts[n].append(e0.elapsed_time(e1) * 1e3 / a.calls)
-        med = {n: sorted(x)[len(x) // 2] for n, x in ts.items()}
+        med = replay_rounds(graphs, a.rounds, a.calls)
         kv_bytes = 2 * b * sk * hkv * d * 2
         for n in names:
             lines.append(dict(variant=n, config=name, batch=b, hq=hq, hkv=hkv, seqlen_k=sk, splits=s, us=round(med[n], 2),

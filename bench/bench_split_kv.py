@@ -29,6 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
+from graph_timing import graphed, replay_rounds  # noqa: E402
 from qattn import _attention  # noqa: E402
 
 # name: (batch, hq, hkv, seqlen_k)
@@ -80,36 +81,8 @@ def forced(splits, fn):
     return run
 
 
-def graphed(fn, calls):
-    fn()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    torch.cuda.synchronize()
-    return g
 
 
-def replay_rounds(graphs, rounds, calls):
-    """{name: median us per call}: each CUDA graph (of `calls` calls) replayed once per round, the
-    graphs adjacent in time and in rotating order."""
-    names = list(graphs)
-    ts = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            graphs[n].replay()
-            e1.record()
-            torch.cuda.synchronize()
-            ts[n].append(e0.elapsed_time(e1) * 1e3 / calls)
-    return {n: sorted(v_)[len(v_) // 2] for n, v_ in ts.items()}
 
 
 def main():

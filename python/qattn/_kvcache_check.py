@@ -16,10 +16,14 @@ CASES = [  # batch, heads_q, heads_kv, seqlen_q, capacity
 ]
 
 
-def _cache(info, b, hkv, cap, lens, page, gen):
-    dt = _v.DTYPES[info["dtype"]]
-    k = torch.randn(b, cap, hkv, info["d_qk"], device="cuda", generator=gen).to(dt)
-    v = torch.randn(b, cap, hkv, info["d_v"], device="cuda", generator=gen).to(dt)
+def make_cache(b, cap, hkv, d_qk, d_v, dt, page, lens, gen):
+    """Fresh random keys / values (b, cap, hkv, d) on the generator's device, and a cache holding each
+    sequence's first lens[i] rows of them with NaN everywhere else: contiguous (page 0), or paged,
+    a shuffled pool of b * pages + 2 pages and its block table. Returns (k, v, k_cache, v_cache,
+    block_table or None)."""
+    dev = gen.device
+    k = torch.randn(b, cap, hkv, d_qk, device=dev, generator=gen).to("cuda", dt)
+    v = torch.randn(b, cap, hkv, d_v, device=dev, generator=gen).to("cuda", dt)
     if page == 0:
         kc, vc = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
         for i, n in enumerate(lens):
@@ -27,9 +31,9 @@ def _cache(info, b, hkv, cap, lens, page, gen):
         return k, v, kc, vc, None
     pages = -(-cap // page)
     num = b * pages + 2
-    kc = torch.full((num, page, hkv, info["d_qk"]), float("nan"), device="cuda", dtype=dt)
-    vc = torch.full((num, page, hkv, info["d_v"]), float("nan"), device="cuda", dtype=dt)
-    table = torch.randperm(num, device="cuda", generator=gen)[: b * pages].view(b, pages).to(torch.int32)
+    kc = torch.full((num, page, hkv, d_qk), float("nan"), device="cuda", dtype=dt)
+    vc = torch.full((num, page, hkv, d_v), float("nan"), device="cuda", dtype=dt)
+    table = torch.randperm(num, device=dev, generator=gen)[: b * pages].view(b, pages).to("cuda", torch.int32)
     for i, n in enumerate(lens):
         for r0 in range(0, n, page):
             r1 = min(n, r0 + page)
@@ -46,8 +50,8 @@ def run_case(kern, case, page, gen):
     lens = [cap] + [int(x) for x in torch.randint(0, cap + 1, (b - 1,), device="cuda", generator=gen)]
     if b >= 3:
         lens[1] = 0
-    k, v, kc, vc, table = _cache(info, b, hkv, cap, lens, page, gen)
     dt = _v.DTYPES[info["dtype"]]
+    k, v, kc, vc, table = make_cache(b, cap, hkv, info["d_qk"], info["d_v"], dt, page, lens, gen)
     q = torch.randn(b, sq, hq, info["d_qk"], device="cuda", generator=gen).to(dt)
     o = torch.full((b, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)
     lse = torch.full((b, hq, sq), float("nan"), device="cuda") if info["lse"] else None

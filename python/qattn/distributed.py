@@ -285,88 +285,66 @@ def _tl_merge(torch, q):
     return q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16) and _combine.mode() != "torch"
 
 
+def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap):
+    """The ring's forward launches, in order: yields (call, o_blk, l_blk) for every RingCall of every
+    step, the K/V shard of the next step travelling (NCCL point-to-point) while a step computes."""
+    from . import _attention
+    b = int(qv.shape[0])
+    hkv, dqk, dv = int(kv.shape[2]), int(kv.shape[3]), int(vv.shape[3])
+    nxt, prv = _peer(dist, group, (rank + 1) % world), _peer(dist, group, (rank - 1) % world)
+    cur_k, cur_v = kv.contiguous(), vv.contiguous()
+    for t, (src, calls) in enumerate(steps):
+        reqs = []
+        if t + 1 < world:  # the next step's shard travels while this one computes
+            n_next = shard_len(n_k, world, (rank - t - 1) % world, sharding)
+            nk = cur_k.new_empty((b, n_next, hkv, dqk))
+            nv = cur_v.new_empty((b, n_next, hkv, dv))
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur_k, nxt, group), dist.P2POp(dist.isend, cur_v, nxt, group),
+                                           dist.P2POp(dist.irecv, nk, prv, group), dist.P2POp(dist.irecv, nv, prv, group)])
+        for c in calls:
+            o_blk, l_blk = _attention.attention(qv[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]],
+                                                causal="top_left" if c.causal else False, scale=scale,
+                                                softcap=softcap, return_lse=True)
+            yield c, o_blk, l_blk
+        for r in reqs:
+            r.wait()
+        if reqs:
+            cur_k, cur_v = nk, nv
+
+
 def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap):
     """The ring's forward on BSHD views: (o in q's dtype, lse fp32) of this rank's rows. On a GPU
     every launch writes its partial result into a slot of one parts buffer (rows it does not cover
     stay empty: O 0, LSE -inf) and one launch of the TL combine kernel (qattn._combine, the split-KV
     decode's) merges them at the end; elsewhere merge_partial folds each into an fp32 running result."""
-    from . import _attention
-    q = qv
-    b, sq, hq, dqk = (int(x) for x in qv.shape)
-    sk, hkv, dv = int(kv.shape[1]), int(kv.shape[2]), int(vv.shape[3])
-    if _tl_merge(torch, q):
-        return _ring_forward_parts(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap)
+    from . import _combine
+    b, sq, hq, _ = (int(x) for x in qv.shape)
+    dv = int(vv.shape[3])
+    launches = _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap)
+    if _tl_merge(torch, qv):
+        slots = sum(len(calls) for _, calls in steps)
+        if slots == 0:  # no key for any row here
+            return qv.new_zeros((b, sq, hq, dv)), torch.full((b, hq, sq), float("-inf"), device=qv.device)
+        o_parts = qv.new_zeros((b, slots, sq, hq, dv))
+        l_parts = torch.full((b, slots, hq, sq), float("-inf"), device=qv.device, dtype=torch.float32)
+        for slot, (c, o_blk, l_blk) in enumerate(launches):
+            o_parts[:, slot, c.q[0]:c.q[1]] = o_blk
+            l_parts[:, slot, :, c.q[0]:c.q[1]] = l_blk
+        return _combine.combine(torch, o_parts, l_parts, True, qv.device)
     # the first launch covers every row in the usual case (step 0, the rank's own shard): it is copied
     # in, not merged; otherwise rows start empty (0, -inf)
     c0 = steps[0][1][0] if steps[0][1] else None
-    if c0 is not None and c0.q == (0, sq):
-        out = torch.empty((b, sq, hq, dv), device=q.device, dtype=torch.float32)
-        lse = torch.empty((b, hq, sq), device=q.device, dtype=torch.float32)
-    else:
-        out = torch.zeros((b, sq, hq, dv), device=q.device, dtype=torch.float32)
-        lse = torch.full((b, hq, sq), float("-inf"), device=q.device, dtype=torch.float32)
-    nxt, prv = _peer(dist, group, (rank + 1) % world), _peer(dist, group, (rank - 1) % world)
-    cur_k, cur_v = kv.contiguous(), vv.contiguous()
-    first = True
-    for t, (src, calls) in enumerate(steps):
-        reqs = []
-        if t + 1 < world:  # the next step's shard travels while this one computes
-            n_next = shard_len(n_k, world, (rank - t - 1) % world, sharding)
-            nk = cur_k.new_empty((b, n_next, hkv, dqk))
-            nv = cur_v.new_empty((b, n_next, hkv, dv))
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur_k, nxt, group), dist.P2POp(dist.isend, cur_v, nxt, group),
-                                           dist.P2POp(dist.irecv, nk, prv, group), dist.P2POp(dist.irecv, nv, prv, group)])
-        for c in calls:
-            o_blk, l_blk = _attention.attention(qv[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]],
-                                                causal="top_left" if c.causal else False, scale=scale,
-                                                softcap=softcap, return_lse=True)
-            if first and c is c0 and c.q == (0, sq):
-                out.copy_(o_blk)
-                lse.copy_(l_blk)
-            else:
-                merge_partial(out[:, c.q[0]:c.q[1]], lse[:, :, c.q[0]:c.q[1]], o_blk, l_blk)
-            first = False
-        for r in reqs:
-            r.wait()
-        if reqs:
-            cur_k, cur_v = nk, nv
-    return out.to(q.dtype), lse
-
-
-def _ring_forward_parts(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap):
-    """_ring_forward with the TL combine: one slot per launch in (batch, slots, rows, heads_q, d_v) parts
-    (q's dtype) and (batch, slots, heads_q, rows) fp32 LSEs, merged once."""
-    from . import _attention, _combine
-    b, sq, hq, _ = (int(x) for x in qv.shape)
-    hkv, dqk, dv = int(kv.shape[2]), int(kv.shape[3]), int(vv.shape[3])
-    slots = sum(len(calls) for _, calls in steps)
-    if slots == 0:  # no key for any row here
-        return qv.new_zeros((b, sq, hq, dv)), torch.full((b, hq, sq), float("-inf"), device=qv.device)
-    o_parts = qv.new_zeros((b, slots, sq, hq, dv))
-    l_parts = torch.full((b, slots, hq, sq), float("-inf"), device=qv.device, dtype=torch.float32)
-    nxt, prv = _peer(dist, group, (rank + 1) % world), _peer(dist, group, (rank - 1) % world)
-    cur_k, cur_v = kv.contiguous(), vv.contiguous()
-    slot = 0
-    for t, (src, calls) in enumerate(steps):
-        reqs = []
-        if t + 1 < world:  # the next step's shard travels while this one computes
-            n_next = shard_len(n_k, world, (rank - t - 1) % world, sharding)
-            nk = cur_k.new_empty((b, n_next, hkv, dqk))
-            nv = cur_v.new_empty((b, n_next, hkv, dv))
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, cur_k, nxt, group), dist.P2POp(dist.isend, cur_v, nxt, group),
-                                           dist.P2POp(dist.irecv, nk, prv, group), dist.P2POp(dist.irecv, nv, prv, group)])
-        for c in calls:
-            o_blk, l_blk = _attention.attention(qv[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]],
-                                                causal="top_left" if c.causal else False, scale=scale,
-                                                softcap=softcap, return_lse=True)
-            o_parts[:, slot, c.q[0]:c.q[1]] = o_blk
-            l_parts[:, slot, :, c.q[0]:c.q[1]] = l_blk
-            slot += 1
-        for r in reqs:
-            r.wait()
-        if reqs:
-            cur_k, cur_v = nk, nv
-    return _combine.combine(torch, o_parts, l_parts, True, qv.device)
+    whole = c0 is not None and c0.q == (0, sq)
+    out = (torch.empty if whole else torch.zeros)((b, sq, hq, dv), device=qv.device, dtype=torch.float32)
+    lse = torch.empty((b, hq, sq), device=qv.device, dtype=torch.float32) if whole else \
+        torch.full((b, hq, sq), float("-inf"), device=qv.device, dtype=torch.float32)
+    for i, (c, o_blk, l_blk) in enumerate(launches):
+        if i == 0 and whole:
+            out.copy_(o_blk)
+            lse.copy_(l_blk)
+        else:
+            merge_partial(out[:, c.q[0]:c.q[1]], lse[:, :, c.q[0]:c.q[1]], o_blk, l_blk)
+    return out.to(qv.dtype), lse
 
 
 def _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, q, k, v, o, lse, do, scale):

@@ -9,10 +9,7 @@
 set -u
 R=${1:?usage: combine_suite.sh OUT_DIR}
 mkdir -p "$R"
-if ! python3 -c "import pytest" 2>/dev/null && ls .whl/pytest/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/pytest/*.whl
-  export PYTHONPATH=${PYTHONPATH:-}:/tmp/site
-fi
+. "$(dirname "$0")/pytest_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/device.txt"
 status=0
 "$QATTN_BIN" generate --preset llama3-8b --gpu h100 --combine --out /tmp/combine-gen > "$R/generate.txt" 2>&1 || status=1

@@ -46,3 +46,19 @@ def gpu_skip_reason():
 
 needs_cli = pytest.mark.skipif(not have_executable(),
                                reason="the `qattn` executable was not found (QATTN_BIN / PATH / build/qattn)")
+
+
+def c_layout(tmp_path, struct, names):
+    """[offsetof(struct, n) for n in names] + [sizeof(struct)] as a C compiler lays out the struct of
+    include/qattn/qattn.h (pytest.skip without a C compiler): the ctypes mirrors are checked against it."""
+    import subprocess
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    src = tmp_path / f"{struct}.c"
+    src.write_text('#include <stddef.h>\n#include <stdio.h>\n#include "qattn/qattn.h"\nint main(void) {\n'
+                   + "".join(f'  printf("%zu\\n", offsetof({struct}, {n}));\n' for n in names)
+                   + f'  printf("%zu\\n", sizeof({struct}));\n  return 0;\n}}\n')
+    exe = tmp_path / struct
+    subprocess.run([cc, "-I", os.path.join(REPO, "include"), str(src), "-o", str(exe)], check=True, timeout=60)
+    return [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]

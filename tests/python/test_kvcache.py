@@ -12,33 +12,16 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI installs none)")
 
 import qattn  # noqa: E402
-from conftest import gpu_skip_reason  # noqa: E402
+from conftest import c_layout, gpu_skip_reason  # noqa: E402
 
 GPU = gpu_skip_reason() is None
 gpu = pytest.mark.skipif(not GPU, reason=gpu_skip_reason() or "")
 
 
 def make_cache(g, b, cap, hkv, d, dt, page, lens):
-    """A cache holding each sequence's first lens[i] rows of fresh random keys / values (returned
-    as (b, cap, hkv, d) for the reference) and NaN everywhere else: contiguous (page 0) or paged with
-    a shuffled pool of b * pages + 3 pages and its block table."""
-    k, v = (torch.randn(b, cap, hkv, d, generator=g).to("cuda", dt) for _ in range(2))
-    if page == 0:
-        kc, vc = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
-        for i, n in enumerate(lens):
-            kc[i, :n], vc[i, :n] = k[i, :n], v[i, :n]
-        return k, v, kc, vc, None
-    pages = -(-cap // page)
-    num = b * pages + 3
-    kc = torch.full((num, page, hkv, d), float("nan"), device="cuda", dtype=dt)
-    vc = kc.clone()
-    table = torch.randperm(num, generator=g)[: b * pages].view(b, pages).to(torch.int32)
-    for i, n in enumerate(lens):
-        for r0 in range(0, n, page):
-            r1 = min(n, r0 + page)
-            kc[table[i, r0 // page], : r1 - r0] = k[i, r0:r1]
-            vc[table[i, r0 // page], : r1 - r0] = v[i, r0:r1]
-    return k, v, kc, vc, table.cuda()
+    """qattn._kvcache_check.make_cache (NaN wherever no key is; shuffled pages) with a CPU generator."""
+    from qattn._kvcache_check import make_cache as make
+    return make(b, cap, hkv, d, d, dt, page, lens, g)
 
 
 def reference(q, k, v, n, causal, dtype):
@@ -169,21 +152,9 @@ def test_fwd_params_offsets_match_a_c_compiler(tmp_path):
     """offsetof / sizeof of qattn_fwd_params (ABI 4: the page fields at the end) by the C compiler =
     ctypes' layout (qattn._abi.Params)."""
     import ctypes
-    import shutil
-    import subprocess
 
     from qattn import _abi
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler")
     names = [f[0] for f in _abi.Params._fields_]
-    src = tmp_path / "off.c"
-    src.write_text('#include <stddef.h>\n#include <stdio.h>\n#include "qattn/qattn.h"\nint main(void) {\n'
-                   + "".join(f'  printf("%zu\\n", offsetof(qattn_fwd_params, {n}));\n' for n in names)
-                   + '  printf("%zu\\n", sizeof(qattn_fwd_params));\n  return 0;\n}\n')
-    exe = tmp_path / "off"
-    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-    subprocess.run([cc, "-I", os.path.join(repo, "include"), str(src), "-o", str(exe)], check=True, timeout=60)
-    got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
-    assert got == [getattr(_abi.Params, n).offset for n in names] + [ctypes.sizeof(_abi.Params)]
+    want = [getattr(_abi.Params, n).offset for n in names] + [ctypes.sizeof(_abi.Params)]
+    assert c_layout(tmp_path, "qattn_fwd_params", names) == want
     assert names[-3:] == ["page_size", "pages", "num_pages"]

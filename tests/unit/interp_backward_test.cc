@@ -22,13 +22,7 @@ using testutil::slurp;
 
 // ---- the backward pass (tests/tl/backward.tl with one edit) -----------------------------------
 
-std::string backward_with(const std::string& from, const std::string& to) {
-  std::string text = slurp(kCorpus / "backward.tl");
-  size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << "backward.tl no longer contains: " << from;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
+std::string backward_with(const std::string& from, const std::string& to) { return testutil::corpus_with("backward.tl", from, to); }
 
 // GQA 4/2, several key tiles, ragged query tiles, both length orders.
 RunConfig backward_dims(Precision prec, bool longer_keys) {

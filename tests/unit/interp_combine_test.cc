@@ -16,13 +16,7 @@ using testutil::Outcome;
 using testutil::run_text;
 using testutil::slurp;
 
-std::string combine_with(const std::string& from, const std::string& to) {
-  std::string text = slurp(kCorpus / "combine.tl");
-  size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << "combine.tl no longer contains: " << from;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
+std::string combine_with(const std::string& from, const std::string& to) { return testutil::corpus_with("combine.tl", from, to); }
 
 RunConfig combine_dims(Precision prec, int64_t seqlen_q, int64_t splits) {
   RunConfig c;

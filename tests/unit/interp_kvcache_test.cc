@@ -17,13 +17,7 @@ using testutil::Outcome;
 using testutil::run_text;
 using testutil::slurp;
 
-std::string kv_with(const std::string& from, const std::string& to) {
-  std::string text = slurp(kCorpus / "kv_cache.tl");
-  size_t at = text.find(from, text.find("\nKernel "));  // past the header comment
-  EXPECT_NE(at, std::string::npos) << "kv_cache.tl no longer contains: " << from;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
+std::string kv_with(const std::string& from, const std::string& to) { return testutil::corpus_with("kv_cache.tl", from, to); }
 
 RunConfig kv_dims(Precision prec, int64_t sq, int64_t sk, int64_t page_size, uint64_t seed = 3) {
   RunConfig c;

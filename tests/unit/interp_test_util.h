@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "tl/interp.h"
 #include "tl/parser.h"
 
@@ -22,6 +24,17 @@ inline std::string slurp(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The corpus program `file` with its first `from` after the Kernel line (past the heading comment)
+// replaced by `to`; EXPECT-fails (and returns the program unchanged) when `from` is not there.
+inline std::string corpus_with(const char* file, const std::string& from, const std::string& to) {
+  std::string text = slurp(kCorpus / file);
+  const size_t kernel = text.find("\nKernel ");
+  const size_t at = text.find(from, kernel == std::string::npos ? 0 : kernel);
+  EXPECT_NE(at, std::string::npos) << file << " no longer contains: " << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
 }
 
 struct Outcome {

@@ -89,19 +89,10 @@ static inline int make_tile_map(CUtensorMap* map, const void* base, bool bf16, i
 
 // ---- device: tile copies -------------------------------------------------------------------
 
-// Loads the (ROWS, COLS) tile at row `row0` of (head, batch) into `smem` (COLS/64 swizzled column
-// blocks of ROWS x 64 elements), completing on `bar` (the caller set the expected bytes).
-template <int ROWS, int COLS, class Element>
-__device__ __forceinline__ void tma_load_tile(const CUtensorMap* map, uint64_t* bar, Element* smem, int row0, int head,
-                                              int batch) {
-  constexpr int kBlocks = (COLS + 63) / 64;
-#pragma unroll
-  for (int c = 0; c < kBlocks; ++c)
-    cute::SM90_TMA_LOAD_4D::copy(map, bar, 0ull, smem + c * ROWS * 64, c * 64, row0, head, batch);
-}
-
-// The rows of a map's box into rows smem_row.. of a (ROWS, COLS) tile (a paged cache: one page's box
-// of a K / V tile; smem_row a multiple of 8, so the 128-byte swizzle lines up with a whole-tile load).
+// The map's box at row `row0` of (head, batch) into rows smem_row.. of a (ROWS, COLS) tile in `smem`
+// (COLS/64 swizzled column blocks of ROWS x 64 elements), completing on `bar` (the caller set the
+// expected bytes). smem_row 0 with a box of ROWS rows: the whole tile; a paged cache loads one page's
+// box per call (smem_row a multiple of 8, so the 128-byte swizzle lines up with a whole-tile load).
 template <int ROWS, int COLS, class Element>
 __device__ __forceinline__ void tma_load_rows(const CUtensorMap* map, uint64_t* bar, Element* smem, int smem_row, int row0,
                                               int head, int batch) {
@@ -109,6 +100,11 @@ __device__ __forceinline__ void tma_load_rows(const CUtensorMap* map, uint64_t* 
 #pragma unroll
   for (int c = 0; c < kBlocks; ++c)
     cute::SM90_TMA_LOAD_4D::copy(map, bar, 0ull, smem + c * ROWS * 64 + smem_row * 64, c * 64, row0, head, batch);
+}
+template <int ROWS, int COLS, class Element>
+__device__ __forceinline__ void tma_load_tile(const CUtensorMap* map, uint64_t* bar, Element* smem, int row0, int head,
+                                              int batch) {
+  tma_load_rows<ROWS, COLS>(map, bar, smem, 0, row0, head, batch);
 }
 
 // The same through a packed map (make_tile_map with pack >= 1): `row0` counts packed rows (a
