@@ -12,6 +12,8 @@ then --rounds rounds run every implementation and the single-GPU kernel back to 
 over the rounds is kept (interleaving keeps clocks and power the same for all). tflops_per_gpu = the whole problem's forward FLOPs / world size / time (causal: half);
 single_gpu_tflops = qattn.attention on one GPU at the per-GPU length (seqlen / N, same mask), run
 on every GPU at once in the same rounds. ratio = tflops_per_gpu / single_gpu_tflops.
+qattn-ring merges the partial outputs with the TL combine kernel (one launch at the end);
+qattn-ring-torch-merge (--impls) with merge_partial's fp32 torch operations after every launch.
 torch-cp: torch.distributed.tensor.experimental.context_parallel (its default rotate method,
 allgather; its head-tail load balancing for causal, none otherwise, which it refuses) around F.scaled_dot_product_attention with only the
 cuDNN backend enabled. A cp result is checked against the others (same inputs) before timing:
@@ -46,6 +48,18 @@ def timed(fn, reps):
     return (time.perf_counter() - t0) / reps
 
 
+def with_env(name, value, fn):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        return fn()
+    finally:
+        if old is None:
+            os.environ.pop(name)
+        else:
+            os.environ[name] = old
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -54,7 +68,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-per-gpu", type=int, default=262144, help="skip seqlens longer than this per GPU (time)")
     ap.add_argument("--causal", default="0,1")
-    ap.add_argument("--impls", default="qattn-ring,qattn-ulysses,torch-cp")
+    ap.add_argument("--impls", default="qattn-ring,qattn-ulysses,torch-cp",
+                    help="also qattn-ring-torch-merge: the ring with its partial outputs merged by torch operations "
+                         "(QATTN_COMBINE=torch) instead of the TL combine kernel, for an A/B in the same run")
     a = ap.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -82,6 +98,9 @@ def main():
                 fns = {"single": lambda: qattn.attention(qs, ks, vs, causal=causal)}
                 if "qattn-ring" in impls:
                     fns["qattn-ring"] = lambda: qcp.attention(ql, kl, vl, causal=causal, mode="ring", seqlen=n)
+                if "qattn-ring-torch-merge" in impls:
+                    fns["qattn-ring-torch-merge"] = lambda: with_env("QATTN_COMBINE", "torch", lambda: qcp.attention(
+                        ql, kl, vl, causal=causal, mode="ring", seqlen=n))
                 if "qattn-ulysses" in impls and h % world == 0:
                     fns["qattn-ulysses"] = lambda: qcp.attention(ql, kl, vl, causal=causal, mode="ulysses", seqlen=n)
                 outs = {name: fn() for name, fn in fns.items()}  # warm-up (the first call builds the kernel)

@@ -43,7 +43,8 @@ timeout 300 python3 "$ROOT/tests/gpu/cp_check.py" --warm 2>&1 | tail -5 | tee "$
 fi
 if [ -n "$BENCH" ]; then
   for n in $(printf '%s\n' 2 "$NGPU" | sort -un); do
-    timeout 500 torchrun --nproc-per-node "$n" "$ROOT/bench/bench_cp.py" "$OUT/results.csv" --seqlens "$BENCH" \
+    # shellcheck disable=SC2086
+    timeout 500 torchrun --nproc-per-node "$n" "$ROOT/bench/bench_cp.py" "$OUT/results.csv" --seqlens "$BENCH" ${CP_BENCH_ARGS:-} \
       2>&1 | grep -vE "^W[0-9]|warn" | tail -30 | tee -a "$OUT/bench.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
