@@ -69,26 +69,32 @@ __device__ __forceinline__ void copy_g2s(TiledCopy const& tiled_copy, Tensor<GEn
 
 // A paged K / V view (TL `{paged: T}`, docs/tl.md "KV caches"): row r of the sequence is row
 // r % page_size of page table[r / page_size] of the cache (num_pages, page_size, heads, COLS);
-// `base` points at this head's row 0 of page 0. `rows` is the sequence's key count.
+// `base` points at this head's row 0 of page 0. `rows` is the sequence's key count. A block-table
+// entry outside 0 .. num_pages - 1 gives no row (it reads as zeros, as TMA's out-of-range boxes do on
+// sm90): a corrupt table cannot make the kernel read outside the cache.
 template <class T, int COLS>
 struct PagedMatrix {
   const T* base;
   int rows;
   int64_t row_stride, page_stride;
   const int* table;
-  int page_size;
+  int page_size, num_pages;
   __device__ __forceinline__ const T* row(int r) const {
-    return base + int64_t(__ldg(table + r / page_size)) * page_stride + int64_t(r % page_size) * row_stride;
+    const int page = __ldg(table + r / page_size);
+    if (page < 0 || page >= num_pages) return nullptr;
+    return base + int64_t(page) * page_stride + int64_t(r % page_size) * row_stride;
   }
 };
 template <class T, int COLS>
 __device__ __forceinline__ PagedMatrix<T, COLS> paged_matrix(const void* p, int64_t offset, int rows, int64_t row_stride,
-                                                             int64_t page_stride, const int* table, int page_size) {
-  return PagedMatrix<T, COLS>{static_cast<const T*>(p) + offset, rows, row_stride, page_stride, table, page_size};
+                                                             int64_t page_stride, const int* table, int page_size,
+                                                             int num_pages) {
+  return PagedMatrix<T, COLS>{static_cast<const T*>(p) + offset, rows, row_stride, page_stride, table, page_size, num_pages};
 }
 
 // tile_loader for a paged view: each thread's rows are looked up in the block table (one read per
-// row and tile); rows at or past the sequence's key count are zero-filled, whatever the page holds.
+// row and tile); rows at or past the sequence's key count, or on a page outside the cache, are
+// zero-filled, whatever the page holds.
 template <int ROWS, int COLS, class TiledCopy, class T, int C>
 __device__ __forceinline__ auto tile_loader(TiledCopy const& tiled_copy, PagedMatrix<T, C> const& mX, int tid) {
   static_assert(C == COLS, "the paged view's columns are the tile's");
@@ -99,8 +105,8 @@ __device__ __forceinline__ auto tile_loader(TiledCopy const& tiled_copy, PagedMa
     CUTE_UNROLL
     for (int m = 0; m < size<1>(tXsX); ++m) {
       const int r = tile_row * ROWS + get<0>(tXcX(0, m, 0));
-      if (r < mX.rows) {
-        const T* src = mX.row(r);
+      const T* src = r < mX.rows ? mX.row(r) : nullptr;
+      if (src != nullptr) {
         CUTE_UNROLL
         for (int k = 0; k < size<2>(tXsX); ++k)
           cute::copy(tiled_copy, make_tensor(make_gmem_ptr(src + get<1>(tXcX(0, m, k))), make_layout(shape(tXsX(_, m, k)))),

@@ -3,7 +3,9 @@
 batch >= 3), a cache that is NaN wherever no key is (contiguous: past each count; paged: pages in
 random order over a pool with spare pages, and the rows past the count in the last page), pages of
 16 rows and of two key tiles; each sequence against an fp64 attention over its own keys, with
-FlashAttention's rule (error at most twice a same-precision torch attention's, plus 1e-5)."""
+FlashAttention's rule (error at most twice a same-precision torch attention's, plus 1e-5). Paged
+kernels also get a block table with entries outside the pool (they must read as zeros, not fault)
+and bad page fields at the C ABI (QATTN_ERR_SHAPE)."""
 import torch
 
 from . import verify as _v
@@ -42,8 +44,10 @@ def make_cache(b, cap, hkv, d_qk, d_v, dt, page, lens, gen):
     return k, v, kc, vc, table
 
 
-def run_case(kern, case, page, gen):
-    """(ok, detail) for one case: page 0 = a contiguous cache."""
+def run_case(kern, case, page, gen, corrupt=False):
+    """(ok, detail) for one case: page 0 = a contiguous cache. corrupt: two block-table entries of the
+    first (full) sequence point outside the pool (num_pages + 7, -3): those pages must read as zeros,
+    not fault (the reference zeroes their keys and values)."""
     info = kern.info
     roles = info["kv_cache"]
     b, hq, hkv, sq, cap = case
@@ -52,6 +56,11 @@ def run_case(kern, case, page, gen):
         lens[1] = 0
     dt = _v.DTYPES[info["dtype"]]
     k, v, kc, vc, table = make_cache(b, cap, hkv, info["d_qk"], info["d_v"], dt, page, lens, gen)
+    if corrupt and table is not None and table.shape[1] >= 3:
+        table[0, 1], table[0, 2] = int(kc.shape[0]) + 7, -3
+        for pg in (1, 2):
+            k[0, pg * page:(pg + 1) * page] = 0
+            v[0, pg * page:(pg + 1) * page] = 0
     q = torch.randn(b, sq, hq, info["d_qk"], device="cuda", generator=gen).to(dt)
     o = torch.full((b, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)
     lse = torch.full((b, hq, sq), float("nan"), device="cuda") if info["lse"] else None
@@ -97,6 +106,9 @@ def check_library(kern, gen):
             ok, detail = run_case(kern, case, page, gen)
             b, hq, hkv, sq, cap = case
             out.append((f"kv b{b} h{hq}/{hkv} s{sq}/{cap} page {page}", ok, detail))
+    if "block_table" in info["kv_cache"]:  # a corrupt block table reads as zeros, no fault
+        ok, detail = run_case(kern, CASES[0], 16, gen, corrupt=True)
+        out.append(("kv block table entries outside the pool", ok, detail))
     if "block_table" in info["kv_cache"]:  # the C ABI refuses bad page fields (QATTN_ERR_SHAPE)
         for what, field, value in (("page_size 0", "page_size", 0), ("seqlen_k past the table", "seqlen_k", 10 ** 6)):
             dt = _v.DTYPES[info["dtype"]]

@@ -128,7 +128,7 @@ void Lowering::emit_allocate(Writer& w, const tl::Stmt& s) {
     if ((n == "K" || n == "V") && !info_.paged.empty()) {  // a paged KV cache: rows through the block table
       w.line("const auto m" + n + " = qattn::paged_matrix<Element, " + cols + ">(p." + f + ", " + off1 + " * p." + f +
              "_head_stride, " + rows + ", p." + f + "_row_stride, p." + f + "_batch_stride, aux_" + info_.paged + " + " + off0 +
-             " * p.pages, p.page_size);  // " + shape + " in pages of page_size rows");
+             " * p.pages, p.page_size, p.num_pages);  // " + shape + " in pages of page_size rows");
       return;
     }
     w.line("Tensor m" + n + " = qattn::" + fn + cols + ">(p." + f + ", " + off0 + " * p." + f + "_batch_stride + " + off1 +

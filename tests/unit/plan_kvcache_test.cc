@@ -102,7 +102,7 @@ TEST(KvCacheTranslate, Sm80LooksTheRowsUpAndMasksWithTheSequencesCount) {
   const std::string& cu = t->cuda_source;
   EXPECT_NE(cu.find("seqlen_k = min(max(aux_cache_seqlens[b], 0), p.seqlen_k);"), npos) << cu;
   EXPECT_NE(cu.find("qattn::paged_matrix<Element, d>(p.k, "), npos) << cu;
-  EXPECT_NE(cu.find("aux_block_table + b * p.pages, p.page_size)"), npos) << cu;
+  EXPECT_NE(cu.find("aux_block_table + b * p.pages, p.page_size, p.num_pages)"), npos) << cu;
   EXPECT_NE(cu.find("qattn::MaskArgs{p.seqlen_q, seqlen_k}"), npos) << cu;
   EXPECT_NE(cu.find("qattn::host::check_paged(*params, 1, 0)"), npos);
   EXPECT_NE(cu.find("[[maybe_unused]] int batch = p.batch"), npos);  // not const: the Let narrows seqlen_k
