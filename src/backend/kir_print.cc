@@ -129,6 +129,8 @@ std::string print(const Kernel& k) {
   for (const auto& g : sc.globals) line("  global " + g.text + at(g));
   for (const auto& n : sc.lets) line("  let " + n.tl + " = " + n.value_cpp + at(n.stmt));
   for (const auto& a : sc.aux) line("  aux[" + std::to_string(a.slot) + "] " + a.name + (a.is_int ? " int32" : " fp32") + at(a.tl));
+  if (!sc.kv_count_cpp.empty()) line("  kv cache: seqlen_k = " + sc.kv_count_cpp + at(sc.kv_count_tl));
+  if (!sc.paged.empty()) line("  kv cache: K and V in pages of page_size rows through " + sc.paged + at(sc.paged_tl));
   for (const auto& d : sc.decls) line("  " + std::string(d.is_mask ? "mask " : "score ") + d.name + ": " + d.body_cpp + at(d.tl));
   line("  mask " + std::string(to_string(sc.mask)) + at(sc.mask_tl));
   for (size_t i = 0; i < sc.named_masks.size(); ++i) line("  mask " + sc.named_masks[i] + at(sc.named_masks_tl[i]));

@@ -81,6 +81,8 @@ TEST(KvCacheTranslate, Sm90ReadsThePagesAndZeroesTheTailOfV) {
   EXPECT_NE(cu.find("kPersistent, true};"), npos);  // KernelShape::paged
   EXPECT_NE(t->info_json.find("\"kv_cache\":{\"lengths\":\"cache_seqlens\",\"block_table\":\"block_table\"}"), npos)
       << t->info_json;
+  EXPECT_NE(t->kir.find("  kv cache: seqlen_k = min(max(aux_cache_seqlens[b], 0), p.seqlen_k)  [TL "), npos) << t->kir;
+  EXPECT_NE(t->kir.find("  kv cache: K and V in pages of page_size rows through block_table  [TL "), npos) << t->kir;
   // the same program without {paged}: a contiguous cache, the counts still read, the V tail still zeroed
   std::string contiguous = p->code;
   for (const std::string cut : {" {paged: block_table}", ", page_size, pages", "Allocate block_table in global (batch, pages) int32\n"})
