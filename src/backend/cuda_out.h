@@ -21,8 +21,9 @@ class CudaOut {
 
 // The exports every generated library shares: QATTN_EXPORT, `extern "C" {`, qattn_last_error and
 // qattn_kernel_info returning `info_json`. The caller writes its entry point and closes with
-// abi_end().
-inline void abi_begin(CudaOut& w, const std::string& info_json) {
+// abi_end(). W: any writer with line() (CudaOut here, the forward emitters' Writer).
+template <class W>
+inline void abi_begin(W& w, const std::string& info_json) {
   w.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
   w.line("using namespace qattn_generated;");
   w.line("extern \"C\" {");
@@ -34,7 +35,8 @@ inline void abi_begin(CudaOut& w, const std::string& info_json) {
   w.line("}");
   w.line();
 }
-inline void abi_end(CudaOut& w) {
+template <class W>
+inline void abi_end(W& w) {
   w.line();
   w.line("}  // extern \"C\"");
 }

@@ -2,6 +2,7 @@
 // choices as type aliases, the shared-memory plan) and the C ABI of include/qattn/qattn.h.
 #include <algorithm>
 
+#include "backend/cuda_out.h"
 #include "backend/kir_print.h"
 #include "backend/lowering.h"
 #include "tl/eval.h"
@@ -14,16 +15,7 @@ void write_abi_exports(Writer& w, const std::string& info_json) {
   w.line();
   w.line("// ---- the C ABI (include/qattn/qattn.h) ----");
   w.line("#pragma GCC visibility pop");
-  w.line("using namespace qattn_generated;");
-  w.line("#define QATTN_EXPORT __attribute__((visibility(\"default\")))");
-  w.line("extern \"C\" {");
-  w.line();
-  w.line("QATTN_EXPORT const char* qattn_last_error(void) { return qattn::host::error_buffer(); }");
-  w.line();
-  w.line("QATTN_EXPORT const char* qattn_kernel_info(void) {");
-  w.line("  return R\"json(" + info_json + ")json\";");
-  w.line("}");
-  w.line();
+  abi_begin(w, info_json);
 }
 void write_launch_bindings(Writer& w, const std::vector<std::string>& args, bool resolved) {
   for (const auto& a : args) {
@@ -164,8 +156,7 @@ void Lowering::emit_abi(Writer& w, const std::string& info_json) {
          (window ? "kp" : "p") + ");");
   w.line("return qattn::host::launch_status(cudaGetLastError(), \"" + kernel_name_ + " launch\");");
   w.close();
-  w.line();
-  w.line("}  // extern \"C\"");
+  abi_end(w);
 }
 
 Translation Lowering::emit(const kir::Kernel& k) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <set>
 
+#include "backend/cuda_out.h"
 #include "backend/arch.h"
 #include "backend/lowering.h"
 
@@ -603,8 +604,7 @@ void Emitter::abi(const std::string& info_json) {
             std::to_string(k_.sm90.scalars[i].tl.line) + ")");
   w_.line("return launch(" + k_.name + ", kp, blocks, kThreads, kSmemBytes, stream, \"" + k_.name + " launch\");");
   w_.close();
-  w_.line();
-  w_.line("}  // extern \"C\"");
+  abi_end(w_);
 }
 
 std::string Emitter::run(const std::string& info_json) {
