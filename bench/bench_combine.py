@@ -14,7 +14,6 @@ Columns: impl, batch, splits, seqlen_q, heads_q, d_v, us, gbs (bytes read and wr
 vs_torch (the torch merge's time / this one's: > 1 is faster), gpu.
 """
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -24,6 +23,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from qattn import _combine  # noqa: E402
+from bench_util import write_csv  # noqa: E402
 
 # (batch, splits, seqlen_q, heads_q, d_v)
 ROWS = [(32, 4, 1, 32, 128), (8, 2, 1, 64, 128), (8, 16, 1, 16, 128), (4, 4, 1, 32, 128), (1, 16, 1, 32, 128),
@@ -101,10 +101,7 @@ def main():
                          "gbs": f"{moved / us / 1e3:.0f}", "vs_torch": f"{base / us:.2f}", "gpu": gpu})
             line += f"  {n} {us:7.2f} us ({moved / us / 1e3:5.0f} GB/s)"
         print(line, flush=True)
-    with open(a.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(a.out, rows)
     return 0
 
 

@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
 import qattn.distributed as qcp  # noqa: E402
+from bench_util import with_env, write_csv  # noqa: E402
 
 
 def timed(fn, reps):
@@ -47,17 +48,6 @@ def timed(fn, reps):
     dist.barrier()
     return (time.perf_counter() - t0) / reps
 
-
-def with_env(name, value, fn):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        return fn()
-    finally:
-        if old is None:
-            os.environ.pop(name)
-        else:
-            os.environ[name] = old
 
 
 def main():
@@ -99,7 +89,7 @@ def main():
                 if "qattn-ring" in impls:
                     fns["qattn-ring"] = lambda: qcp.attention(ql, kl, vl, causal=causal, mode="ring", seqlen=n)
                 if "qattn-ring-torch-merge" in impls:
-                    fns["qattn-ring-torch-merge"] = lambda: with_env("QATTN_COMBINE", "torch", lambda: qcp.attention(
+                    fns["qattn-ring-torch-merge"] = with_env("QATTN_COMBINE", "torch", lambda: qcp.attention(
                         ql, kl, vl, causal=causal, mode="ring", seqlen=n))
                 if "qattn-ulysses" in impls and h % world == 0:
                     fns["qattn-ulysses"] = lambda: qcp.attention(ql, kl, vl, causal=causal, mode="ulysses", seqlen=n)
@@ -153,14 +143,8 @@ def main():
                     print(f"{impl:14s} W={world} n={n:8d} causal={int(causal)}: {t * 1e3:9.1f} ms  {tf:6.1f} TFLOPS/GPU  "
                           f"single-GPU {single_tf:6.1f}  ratio {tf / single_tf:.3f}", flush=True)
     if rank == 0:
-        new = not os.path.exists(a.out)
-        with open(a.out, "a") as f:
-            cols = ["impl", "world_size", "seqlen", "causal", "pass", "tflops_per_gpu", "single_gpu_tflops", "ratio",
-                    "ms", "heads", "d", "gpu"]
-            if new:
-                f.write(",".join(cols) + "\n")
-            for r in rows:
-                f.write(",".join(str(r[c]) for c in cols) + "\n")
+        write_csv(a.out, rows, ["impl", "world_size", "seqlen", "causal", "pass", "tflops_per_gpu", "single_gpu_tflops",
+                                "ratio", "ms", "heads", "d", "gpu"], append=True)
     dist.destroy_process_group()
 
 

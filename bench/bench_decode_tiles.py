@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from qattn import _attention  # noqa: E402
 from qattn._abi import Kernel  # noqa: E402
-from graph_timing import graphed, replay_rounds  # noqa: E402
+from bench_util import graphed, replay_rounds, write_csv  # noqa: E402
 
 ROWS = {  # name: (batch, hq, hkv, seqlen_k)
     "mqa_32_1_b32_8k": (32, 32, 1, 8192),
@@ -76,10 +76,7 @@ def main():
         print(f"{name:18s} S={s:2d}: " + "  ".join(f"{n} {med[n]:.1f}us ({med['base'] / med[n]:.2f}x)" for n in names),
               flush=True)
     cols = ["variant", "config", "batch", "hq", "hkv", "seqlen_k", "splits", "us", "tb_s", "vs_base", "gpu"]
-    with open(a.out, "w") as f:
-        f.write(",".join(cols) + "\n")
-        for r in lines:
-            f.write(",".join(str(r[c]) for c in cols) + "\n")
+    write_csv(a.out, lines, cols)
 
 
 if __name__ == "__main__":

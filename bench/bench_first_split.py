@@ -10,11 +10,12 @@ Columns: variant (prefetch, sequential), rep, first_call_s (wall time of the fir
 builds included), second_call_ms, gpu.
 """
 import argparse
-import csv
 import os
 import subprocess
 import sys
 import tempfile
+
+from bench_util import write_csv
 
 CHILD = r"""
 import os, sys, time, torch
@@ -60,10 +61,7 @@ def main():
             first, second, gpu = r.stdout.split(maxsplit=2)
             rows.append({"variant": variant, "rep": rep, "first_call_s": first, "second_call_ms": second, "gpu": gpu.strip()})
             print(f"{variant:10s} rep {rep}: first call {first} s, second {second} ms", flush=True)
-    with open(a.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(a.out, rows)
     return 0
 
 

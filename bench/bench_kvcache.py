@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
-from graph_timing import graphed, replay_rounds  # noqa: E402
+from bench_util import graphed, replay_rounds, write_csv  # noqa: E402
 
 # name: (batch, hq, hkv, seqlen_k)
 ROWS = {
@@ -111,10 +111,7 @@ def main():
         torch.cuda.empty_cache()
     cols = ["impl", "config", "batch", "hq", "hkv", "d_qk", "d_v", "seqlen_q", "seqlen_k", "page_size", "ms", "gbs",
             "copy_gbs", "frac_copy", "vs_cudnn", "vs_contiguous", "gpu"]
-    with open(a.out, "w") as f:
-        f.write(",".join(cols) + "\n")
-        for r in lines:
-            f.write(",".join(str(r[c]) for c in cols) + "\n")
+    write_csv(a.out, lines, cols)
 
 
 def _cudnn(q, k, v):

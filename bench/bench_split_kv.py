@@ -29,7 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
-from graph_timing import graphed, replay_rounds  # noqa: E402
+from bench_util import graphed, replay_rounds, with_env, write_csv  # noqa: E402
 from qattn import _attention  # noqa: E402
 
 # name: (batch, hq, hkv, seqlen_k)
@@ -42,20 +42,6 @@ ROWS = {
     "gqa_32_8_b1_128k": (1, 32, 8, 131072),
 }
 
-
-def with_env(name, value, fn):
-    """fn run with $name = value (read by qattn at each call, so also while a CUDA graph is captured)."""
-    def run():
-        old = os.environ.get(name)
-        os.environ[name] = value
-        try:
-            return fn()
-        finally:
-            if old is None:
-                os.environ.pop(name)
-            else:
-                os.environ[name] = old
-    return run
 
 
 def nosplit(fn):
@@ -142,10 +128,7 @@ def main():
         torch.cuda.empty_cache()
     cols = ["impl", "config", "batch", "hq", "hkv", "seqlen_k", "splits", "us", "tb_s", "vs_cudnn", "vs_nosplit", "gpu",
             "vs_torch_merge"]
-    with open(a.out, "w") as f:
-        f.write(",".join(cols) + "\n")
-        for r in lines:
-            f.write(",".join(str(r[c]) for c in cols) + "\n")
+    write_csv(a.out, lines, cols)
 
 
 def _cudnn(q, k, v):
