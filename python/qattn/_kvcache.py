@@ -119,10 +119,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
         kf, vf, table_f = k_cache, v_cache, table.view(bsz * splits, pages // splits)
         pages_f = pages // splits
     else:
-        kf = k_cache.reshape(bsz * splits, part, hkv, dqk) if k_cache.is_contiguous() else \
-            k_cache.contiguous().view(bsz * splits, part, hkv, dqk)
-        vf = v_cache.reshape(bsz * splits, part, hkv, dv) if v_cache.is_contiguous() else \
-            v_cache.contiguous().view(bsz * splits, part, hkv, dv)
+        kf = k_cache.reshape(bsz * splits, part, hkv, dqk)  # a view of a contiguous cache
+        vf = v_cache.reshape(bsz * splits, part, hkv, dv)
         table_f, pages_f = None, 0
     o_parts = q.new_empty((bsz * splits, sq, hq, dv))
     l_parts = torch.empty((bsz * splits, hq, sq), device=q.device, dtype=torch.float32)

@@ -15,7 +15,8 @@ and return what it returns, forward only:
 - flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=..., block_table=None):
   decoding and chunked prefill against a KV cache, contiguous (batch, seqlen_cache, heads_kv, d) or
   paged (num_pages, page_size, heads_kv, d) with block_table (batch, pages); k / v are written into
-  the cache in place at cache_seqlens first (device indexing). One launch of a kernel whose TL reads
+  the cache in place at cache_seqlens first (device indexing; PY0105 when they do not fit, checked
+  on the host except under CUDA-graph capture). One launch of a kernel whose TL reads
   each sequence's key count and pages (qattn.attention_with_kvcache; docs/tl.md, "KV caches"), split
   over the keys for decoding. With alibi_slopes (contiguous cache only): one call per row.
 
@@ -184,7 +185,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         lens = cache_seqlens.to(device=q.device, dtype=torch.int32)
     else:
         raise SpecError("cache_seqlens: an int or a (batch,) integer tensor", code="PY0105")
-    if new:  # append k / v at each sequence's end (device indexing, no host synchronisation)
+    if new:  # append k / v at each sequence's end (device indexing)
+        # checked on the host where that costs no capture (a CUDA graph capture leaves it to the
+        # caller: rows past the capacity then land on its last row)
+        if not (q.device.type == "cuda" and torch.cuda.is_current_stream_capturing()) and \
+                bool(((lens < 0) | (lens + new > s_cache)).any()):
+            raise SpecError(f"the cache holds {s_cache} rows per sequence: cache_seqlens + {new} new rows do not fit",
+                            code="PY0105")
         pos = lens[:, None].to(torch.int64) + torch.arange(new, device=q.device)[None, :]  # (b, new)
         if paged:
             pg = torch.gather(block_table.to(torch.int64), 1, (pos // page).clamp_(max=block_table.shape[1] - 1))

@@ -196,3 +196,7 @@ def test_refusals():
     with pytest.raises(qattn.QattnError) as e:
         fai.flash_attn_with_kvcache(q[0], q, q)
     assert e.value.code == "PY0101"
+    for seqlens in (3, torch.tensor([3], dtype=torch.int32)):  # 3 + 2 new rows do not fit a 4-row cache
+        with pytest.raises(qattn.QattnError) as e:
+            fai.flash_attn_with_kvcache(q, q, q, k=q[:, :2], v=q[:, :2], cache_seqlens=seqlens)
+        assert e.value.code == "PY0105" and "do not fit" in str(e.value)
