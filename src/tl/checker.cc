@@ -331,6 +331,10 @@ void Walker::attrs(const Stmt& s) {
       check_paged(s, a);
       continue;
     }
+    if (a.key == "ragged") {
+      check_ragged(s, a);
+      continue;
+    }
     if (a.key == "unroll") {  // the loop's iterations issued U at a time (a combine program's parts)
       const bool num = a.value && a.value->kind == Expr::Kind::Number && a.value->is_int && a.value->value >= 1 &&
                        a.value->value <= 64;
@@ -346,7 +350,7 @@ void Walker::attrs(const Stmt& s) {
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
                "wait: X and release: X (any statement), overlap (the key loop), stage: N (its statements), persistent (the "
-               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), unroll: U (a combine program's loop); remove `{" + a.key +
+               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), unroll: U (a combine program's loop); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }

@@ -67,6 +67,12 @@ struct CheckInfo {
   // sequence's key count), and the block table `{paged: T}` names on the global K and V (their rows
   // live in pages of `page_size` rows). Empty when the program has none.
   std::string kv_lengths, kv_batch_var, paged;
+  // Packed ragged batches (docs/tl.md, "Ragged batches"): `Let seqlen_q = T[b + 1] - T[b]` (q_lengths;
+  // kv_lengths likewise for seqlen_k, *_diff true for the difference form, false for `T[b]`), and the
+  // cumulative counts `{ragged: T}` names on the global Q / O / LSE (q_ragged) and K / V (kv_ragged):
+  // row r of sequence b is row T[b] + r of a packed (total, heads, d) tensor.
+  std::string q_lengths, q_ragged, kv_ragged;
+  bool q_lengths_diff = false, kv_lengths_diff = false;
 };
 
 bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts = {});  // true when no errors

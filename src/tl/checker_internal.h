@@ -155,6 +155,8 @@ class Walker {
   // ---- checker_kvcache.cc: a KV cache's per-sequence key counts and pages (TL0416) ----
   bool kv_length_let(const Stmt& s);  // `Let seqlen_k = T[b]`; true when the Let is one (checked here)
   void check_paged(const Stmt& s, const Attr& a);  // `{paged: T}` on the global K / V
+  void check_ragged(const Stmt& s, const Attr& a);  // `{ragged: T}` on a global Q / K / V / O / LSE (varlen)
+  void finish_ragged();
   void finish_kv_cache();
   bool is_aux(const std::string& name) const;
   // A kernel input (defined at launch, never stored): Q, K, V and the auxiliary inputs; a backward
@@ -213,6 +215,7 @@ class Walker {
   std::vector<const Stmt*> masks_;               // Compute Mask statements
   std::map<std::string, const Attr*> pack_;      // `{pack: G}` per global view that carries one
   std::map<std::string, const Attr*> paged_;     // `{paged: T}` per global K / V that carries one
+  std::map<std::string, const Attr*> ragged_;    // `{ragged: T}` per global view that carries one
   int walks_ = 0;                                // loop-body walks (bounded)
 };
 

@@ -15,44 +15,115 @@ const char* kLenHint = "write `Allocate cache_seqlens in global (batch) int32` a
 const char* kPagedHint = "declare `Dim ..., page_size, pages`, `Allocate block_table in global (batch, pages) int32` and "
                          "write `{paged: block_table}` on the global Allocate of both K and V";
 
+const char* kRaggedHint = "packed ragged batches: `Allocate cu_seqlens_q in global (batch + 1) int32`, `Let seqlen_q = "
+                          "cu_seqlens_q[b + 1] - cu_seqlens_q[b]` after the Grid, and `{ragged: cu_seqlens_q}` on the global Q, "
+                          "O and LSE (cu_seqlens_k likewise for K and V)";
+
 bool is_name(const Expr& e, const char* n) { return e.kind == Expr::Kind::Name && e.name == n; }
+
+// `T[g]`, or `T[g + 1] - T[g]` (a cu_seqlens difference): the table and whether it is a difference;
+// nullptr when the expression has neither form.
+const Expr* length_read(const Expr& v, bool& diff) {
+  diff = false;
+  if (v.kind == Expr::Kind::Index) return &v;
+  if (v.kind != Expr::Kind::Binary || v.op != "-" || v.args.size() != 2) return nullptr;
+  const Expr &a = v.args[0], &b = v.args[1];
+  if (a.kind != Expr::Kind::Index || b.kind != Expr::Kind::Index || a.name != b.name || a.args.size() != 1 ||
+      b.args.size() != 1)
+    return nullptr;
+  const Expr &ia = a.args[0], &ib = b.args[0];
+  const bool plus_one = ia.kind == Expr::Kind::Binary && ia.op == "+" && ia.args.size() == 2 &&
+                        ia.args[1].kind == Expr::Kind::Number && ia.args[1].is_int && ia.args[1].value == 1 &&
+                        ia.args[0].kind == Expr::Kind::Name && ib.kind == Expr::Kind::Name && ia.args[0].name == ib.name;
+  if (!plus_one) return nullptr;
+  diff = true;
+  return &b;
+}
+
+bool reads_tensor(const Expr& e) {
+  if (e.kind == Expr::Kind::Index) return true;
+  for (const auto& a : e.args)
+    if (reads_tensor(a)) return true;
+  return false;
+}
+
+bool is_batch_plus_one(const Expr& e) {
+  return e.kind == Expr::Kind::Binary && e.op == "+" && e.args.size() == 2 && is_name(e.args[0], "batch") &&
+         e.args[1].kind == Expr::Kind::Number && e.args[1].is_int && e.args[1].value == 1;
+}
 }  // namespace
 
 bool Walker::kv_length_let(const Stmt& s) {
   const Expr& v = s.let.value;
-  if (v.kind != Expr::Kind::Index && s.let.name != "seqlen_k") return false;  // an ordinary Let
+  const std::string& n = s.let.name;
+  const bool length_dim = n == "seqlen_k" || n == "seqlen_q";
+  if (!reads_tensor(v) && !length_dim) return false;  // an ordinary Let
   const SrcLoc at = pick(v.loc, s.loc);
-  if (s.let.name != "seqlen_k" || v.kind != Expr::Kind::Index) {
+  const char* hint = n == "seqlen_q" ? kRaggedHint : kLenHint;
+  bool diff = false;
+  const Expr* read = length_read(v, diff);
+  if (!length_dim || !read) {
     rep_.error("TL0416", at,
-               s.let.name != "seqlen_k" ? "a Let reads the tensor '" + v.name + "': only `Let seqlen_k = T[b]` (a KV cache's "
-                                                                                 "key count per sequence) may"
-                                        : "`Let seqlen_k` narrows the Dim seqlen_k to one sequence's key count: its value "
-                                          "is an element of an int32 (batch) input",
-               kLenHint);
+               !length_dim ? "a Let reads an auxiliary tensor: only `Let seqlen_k = T[b]` / `Let seqlen_q = T[b + 1] - T[b]` "
+                             "(a sequence's key or query count) may"
+                           : "`Let " + n + "` narrows the Dim " + n + " to one sequence's count: its value is an element of an "
+                             "int32 (batch) input, `T[b]`, or the difference of two (batch + 1) entries, `T[b + 1] - T[b]`",
+               hint);
     return true;
   }
-  auto dim = syms_.find("seqlen_k");
-  const TensorInfo* t = info_.tensors.count(v.name) ? &info_.tensors.at(v.name) : nullptr;
+  auto dim = syms_.find(n);
+  const TensorInfo* t = info_.tensors.count(read->name) ? &info_.tensors.at(read->name) : nullptr;
+  const bool q = n == "seqlen_q";
   std::string why;
-  if (dim == syms_.end() || dim->second.kind != SymKind::Dim) why = "seqlen_k is not a Dim of this program";
-  else if (!loops_.empty()) why = "`Let seqlen_k` inside a loop";
-  else if (backward() || combine()) why = "a KV cache is read by forward programs only";
-  else if (!info_.kv_lengths.empty()) why = "a second `Let seqlen_k`";
-  else if (!is_aux(v.name) || !t) why = "'" + v.name + "' is not an auxiliary global tensor declared before this line";
-  else if (t->global_dtype != DType::I32 || t->global_shape.size() != 1 || !is_name(t->global_shape[0], "batch"))
-    why = "'" + v.name + "' must be an int32 (batch) tensor";
-  else if (v.args.size() != 1 || v.args[0].kind != Expr::Kind::Name || !syms_.count(v.args[0].name) ||
-           syms_.at(v.args[0].name).kind != SymKind::Grid)
-    why = "the index of '" + v.name + "' must be the Grid variable of the batch entry";
-  else if (global_alloc_.count("K") || global_alloc_.count("V"))
-    why = "`Let seqlen_k` after the global K / V: their views would not see it";
+  if (dim == syms_.end() || dim->second.kind != SymKind::Dim) why = n + " is not a Dim of this program";
+  else if (!loops_.empty()) why = "`Let " + n + "` inside a loop";
+  else if (backward() || combine()) why = "per-sequence counts are read by forward programs only";
+  else if (!(q ? info_.q_lengths : info_.kv_lengths).empty()) why = "a second `Let " + n + "`";
+  else if (!is_aux(read->name) || !t) why = "'" + read->name + "' is not an auxiliary global tensor declared before this line";
+  else if (t->global_dtype != DType::I32 || t->global_shape.size() != 1 ||
+           !(diff ? is_batch_plus_one(t->global_shape[0]) : is_name(t->global_shape[0], "batch")))
+    why = "'" + read->name + "' must be an int32 " + (diff ? "(batch + 1) tensor (cumulative counts)" : "(batch) tensor");
+  else if (read->args.size() != 1 || read->args[0].kind != Expr::Kind::Name || !syms_.count(read->args[0].name) ||
+           syms_.at(read->args[0].name).kind != SymKind::Grid)
+    why = "the index of '" + read->name + "' must be the Grid variable of the batch entry";
+  else if (!info_.kv_batch_var.empty() && info_.kv_batch_var != read->args[0].name)
+    why = "the query and key counts are read at different Grid variables";
+  else if (q ? (global_alloc_.count("Q") || global_alloc_.count("O") || global_alloc_.count("LSE"))
+             : (global_alloc_.count("K") || global_alloc_.count("V")))
+    why = "`Let " + n + "` after the global " + (q ? "Q / O / LSE" : "K / V") + ": their views would not see it";
   if (!why.empty()) {
-    rep_.error("TL0416", at, why, kLenHint);
+    rep_.error("TL0416", at, why, hint);
     return true;
   }
-  info_.kv_lengths = v.name;
-  info_.kv_batch_var = v.args[0].name;
+  (q ? info_.q_lengths : info_.kv_lengths) = read->name;
+  (q ? info_.q_lengths_diff : info_.kv_lengths_diff) = diff;
+  info_.kv_batch_var = read->args[0].name;
   return true;
+}
+
+void Walker::check_ragged(const Stmt& s, const Attr& a) {
+  const SrcLoc at = pick(a.loc, s.loc);
+  std::string why;
+  const std::string& n = s.alloc.name;
+  const bool ok_name = n == "Q" || n == "K" || n == "V" || n == "O" || n == "LSE";
+  const bool global = s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Global && ok_name;
+  const TensorInfo* t = a.value && info_.tensors.count(a.value->name) ? &info_.tensors.at(a.value->name) : nullptr;
+  if (!global || backward() || combine()) why = "`ragged` applies to the global Allocate of Q, K, V, O and LSE in a forward program";
+  else if (!a.value || a.value->kind != Expr::Kind::Name) why = "`ragged` names the cumulative counts: `{ragged: cu_seqlens_q}`";
+  else if (!is_aux(a.value->name) || !t) why = "'" + a.value->name + "' is not an auxiliary global tensor declared before this line";
+  else if (t->global_dtype != DType::I32 || t->global_shape.size() != 1 || !is_batch_plus_one(t->global_shape[0]))
+    why = "the cumulative counts '" + a.value->name + "' must be an int32 (batch + 1) tensor";
+  else if (ragged_.count(n)) why = "`ragged` given twice for '" + n + "'";
+  else if (s.alloc.offset.size() != 2) why = "a ragged view keeps its offset [b, head]: b selects the sequence's first row";
+  else if ((n == "Q" || n == "O" || n == "LSE") ? info_.q_lengths.empty() : info_.kv_lengths.empty())
+    why = std::string("a ragged ") + n + " needs its sequence's count first: `Let " +
+          ((n == "Q" || n == "O" || n == "LSE") ? "seqlen_q" : "seqlen_k") + " = " + a.value->name + "[b + 1] - " +
+          a.value->name + "[b]`";
+  if (!why.empty()) {
+    rep_.error("TL0416", at, why, kRaggedHint);
+    return;
+  }
+  ragged_[n] = &a;
 }
 
 void Walker::check_paged(const Stmt& s, const Attr& a) {
@@ -77,7 +148,36 @@ void Walker::check_paged(const Stmt& s, const Attr& a) {
   paged_[s.alloc.name] = &a;
 }
 
+void Walker::finish_ragged() {
+  if (ragged_.empty()) return;
+  auto table = [&](const char* n) { return ragged_.count(n) ? ragged_.at(n)->value->name : std::string(); };
+  // at the global Allocate that lacks (or has another) table, else at the first `{ragged}`
+  auto where = [&](std::initializer_list<const char*> names, const std::string& want) {
+    for (const char* n : names)
+      if (global_alloc_.count(n) && table(n) != want) return global_alloc_.at(n);
+    return pick(ragged_.begin()->second->loc, SrcLoc{});
+  };
+  auto fail_at = [&](SrcLoc at, const std::string& why) { rep_.error("TL0416", at, why, kRaggedHint); };
+  auto fail = [&](const std::string& why) { fail_at(pick(ragged_.begin()->second->loc, SrcLoc{}), why); };
+  const std::string q = table("Q"), o = table("O"), l = table("LSE"), k = table("K"), v = table("V");
+  const std::string qs = q.empty() ? o.empty() ? l : o : q, ks = k.empty() ? v : k;
+  if (q != o || (global_alloc_.count("LSE") && l != q))
+    return fail_at(where({"Q", "O", "LSE"}, qs), "Q, O and LSE are rows of the same sequences: give all of them `{ragged: " + qs +
+                                                     "}` or none");
+  if (k != v) return fail_at(where({"K", "V"}, ks), "K and V are rows of the same sequences: give both `{ragged: " + ks + "}` or neither");
+  if (!q.empty() && !pack_.empty()) return fail("a ragged Q, O, LSE is not packed (`{pack}`): each sequence's rows are its own");
+  if (!k.empty() && !paged_.empty()) return fail("K and V are either ragged (packed sequences) or paged, not both");
+  if (!q.empty() && info_.q_lengths != q)
+    return fail("Q is ragged by '" + q + "' but `Let seqlen_q` reads '" + info_.q_lengths + "': the counts and the rows must come "
+                "from the same table");
+  if (!k.empty() && info_.kv_lengths_diff && info_.kv_lengths != k)
+    return fail("K is ragged by '" + k + "' but `Let seqlen_k` reads '" + info_.kv_lengths + "'");
+  info_.q_ragged = q;
+  info_.kv_ragged = k;
+}
+
 void Walker::finish_kv_cache() {
+  finish_ragged();
   if (paged_.empty()) return;
   const bool k = paged_.count("K"), v = paged_.count("V");
   if (k != v) {

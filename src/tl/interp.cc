@@ -330,6 +330,7 @@ void Machine::make_inputs(const Program& p) {
     g.data.assign(n, g.accumulated ? 0.0 : std::numeric_limits<double>::quiet_NaN());
     g.written.assign(n, 0);
   }
+  make_ragged_inputs();
 }
 
 bool Machine::setup(const Program& p) {
@@ -337,6 +338,7 @@ bool Machine::setup(const Program& p) {
   if (!setup_globals(p)) return false;
   if (!setup_variants(p)) return false;
   if (!setup_kv_cache(p)) return false;
+  if (!setup_ragged(p)) return false;
   make_inputs(p);
   return true;
 }
@@ -379,7 +381,7 @@ RunResult Machine::verdict(const Program& p) {
   const spec::ScoreVariant kv_variant = ref_variant(variant);  // a KV cache: each sequence's keys
   if (!kv_variant.empty()) vp = &kv_variant;
   const spec::AttentionProblem rp = ref_problem();
-  auto ref = spec::reference_attention(rp, q.data, ref_k(), ref_v(), vp);
+  auto ref = spec::reference_attention(rp, ref_q(), ref_k(), ref_v(), vp);
   if (*ref_failed_) {
     r.ran = false;
     r.summary = "not verified: a declaration could not be evaluated for the reference (see the diagnostics)";
@@ -387,11 +389,15 @@ RunResult Machine::verdict(const Program& p) {
   }
   // Written elements only; the rest are counted.
   std::vector<double> og, orf, lg, lrf;
-  r.unwritten += written_pairs(o, ref.o, og, orf);
+  int64_t stray = 0;  // packed ragged outputs: elements written outside their sequence
+  auto pairs = [&](const Global& g, const std::vector<double>& rf, std::vector<double>& got, std::vector<double>& want) {
+    return g.ragged.empty() ? written_pairs(g, rf, got, want) : ragged_pairs(g, rf, got, want, stray);
+  };
+  r.unwritten += pairs(o, ref.o, og, orf);
   r.max_abs_err = spec::max_abs_diff(og, orf);
   r.rel_err = spec::rel_frobenius(og, orf);
   if (lse) {
-    r.unwritten += written_pairs(*lse, ref.lse, lg, lrf);
+    r.unwritten += pairs(*lse, ref.lse, lg, lrf);
     r.lse_max_abs_err = spec::max_abs_diff(lg, lrf);
   }
   std::ostringstream sum;
@@ -412,7 +418,7 @@ RunResult Machine::verdict(const Program& p) {
     // FlashAttention's rule: within twice the error of a naive attention in the same precision.
     DType pd = v.dtype, od = o.dtype;
     auto naive = spec::naive_attention_lowp(
-        rp, q.data, ref_k(), ref_v(), [pd](double x) { return round_to(pd, x); },
+        rp, ref_q(), ref_k(), ref_v(), [pd](double x) { return round_to(pd, x); },
         [od](double x) { return round_to(od, x); }, vp);
     double naive_err = spec::max_abs_diff(naive.o, ref.o);
     bool fp8 = pd == DType::F8E4M3 || pd == DType::F8E5M2 || od == DType::F8E4M3 || od == DType::F8E5M2;
@@ -434,10 +440,17 @@ RunResult Machine::verdict(const Program& p) {
   }
   if (lse) sum << "; LSE max_abs_err=" << fmt(r.lse_max_abs_err) << ", bound " << fmt(r.lse_tolerance);
   if (r.unwritten) sum << "; " << r.unwritten << " output elements never written";
+  if (stray) sum << "; " << stray << " output elements written outside their sequence";
   r.summary = sum.str();
   finish_verdict(r, ok_o, ok_lse, "the reference", "the reference",
                  "every element of O (and LSE) must be copied to global by some block: check the Grid extents and the final Copy",
                  "run with --precision fp64 to separate algorithm bugs from precision loss");
+  if (stray) {
+    r.passed = false;
+    diags_.error("TL0801", kernel_loc_, std::to_string(stray) + " output elements were written outside their sequence",
+                 "a ragged output's rows past seqlen_q belong to the next sequence: bound the stored rows by the "
+                 "sequence's `Let seqlen_q` and take its first row from the same table as Q");
+  }
   return r;
 }
 

@@ -287,6 +287,7 @@ bool Machine::compute_mask(const Stmt& s) {
   const bool plain = c.mask.kind == MaskSpec::Kind::Bounds || c.mask.kind == MaskSpec::Kind::Named;
   mp.mask = plain ? MaskSpec::Kind::None : c.mask.kind;  // visible() always applies the bounds
   mp.seqlen_k = block_seqlen_k();  // a KV cache's sequence: its own key count
+  mp.seqlen_q = block_seqlen_q();  // a ragged batch: the sequence's own query count
   if (c.mask.kind == MaskSpec::Kind::Window) {
     auto wl = ev_int(c.mask.left);
     auto wr = ev_int(c.mask.right);

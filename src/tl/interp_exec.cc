@@ -111,7 +111,10 @@ bool Machine::exec_block(const std::vector<Stmt>& body, bool top) {
       case Stmt::Kind::Role:  // warp roles do not change what is computed
       case Stmt::Kind::Blank: break;
       case Stmt::Kind::Let: {
-        auto v = s.let.value.kind == Expr::Kind::Index ? kv_length_let(s) : ev_int(s.let.value);
+        const bool reads = s.let.value.kind == Expr::Kind::Index ||
+                           (s.let.value.kind == Expr::Kind::Binary && s.let.value.args.size() == 2 &&
+                            s.let.value.args[0].kind == Expr::Kind::Index);
+        auto v = reads ? kv_length_let(s) : ev_int(s.let.value);
         if (!v) return false;
         bind_int(s.let.name, *v);
         break;
@@ -210,6 +213,7 @@ bool Machine::exec_allocate(const Stmt& s) {
       slots_[a.name].global = View{&g, (b * g.heads + h * g.pack) * g.view_elems()};
       return true;
     }
+    if (!g.ragged.empty()) return ragged_view(s, *(slots_[a.name].global = View{&g, 0}), b, h);
     if (b < 0 || b >= prob_.batch || h < 0 || h >= g.heads)
       return error("TL0901", s.loc,
                    "offset [" + std::to_string(b) + ", " + std::to_string(h) + "] of global " + a.name +
@@ -331,6 +335,7 @@ bool Machine::copy_values(const Stmt& s, Buffer* into) {
       size_t i = sd.view->at(r, col, sd.cols);
       sd.view->g->data[i] = rnd(sd.dtype, c.accumulate ? sd.view->g->data[i] + x : x);  // an atomic add rounds the sum
       sd.view->g->written[i] = 1;
+      if (sd.view->start >= 0) sd.view->g->writer[i] = int32_t(sd.view->batch);
     } else {
       sd.buf->data[size_t(r * sd.cols + col)] = rnd(sd.dtype, x);
     }

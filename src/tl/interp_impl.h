@@ -104,6 +104,11 @@ struct Global {
   // row r of batch entry b is row r % page_size of page table[b * pages + r / page_size].
   int64_t page_size = 0, pages = 0;
   std::vector<int64_t> table;
+  // `{ragged: T}` (packed ragged batches): data is (total, heads, cols) (LSE: (heads, total)); row r of
+  // batch entry b is row T[b] + r. writer: the batch entry of the block that wrote each element.
+  std::string ragged;
+  int64_t total = 0;
+  std::vector<int32_t> writer;
   int64_t view_elems() const { return view.size() == 2 ? view[0] * view[1] : view[0]; }
 };
 
@@ -120,8 +125,11 @@ struct View {
   Global* g = nullptr;
   int64_t base = 0;
   int64_t limit = -1, batch = 0, head = 0;
+  int64_t start = -1;  // a ragged view: its first row in the packed tensor (-1: not ragged)
   int64_t rows() const { return limit >= 0 ? limit : g->view[0] * g->pack; }
   size_t at(int64_t r, int64_t col, int64_t cols) const {
+    if (start >= 0)
+      return g->view.size() == 1 ? size_t(head * g->total + start + r) : size_t(((start + r) * g->heads + head) * cols + col);
     if (g->page_size > 0) {
       const int64_t page = g->table[size_t(batch * g->pages + r / g->page_size)];
       return size_t(((page * g->heads + head) * g->page_size + r % g->page_size) * cols + col);
@@ -246,13 +254,27 @@ class Machine {
   bool setup_kv_cache(const Program& p);  // contents of the lengths and the block table (after setup_variants)
   void make_kv_inputs();                  // K, V into their pages; NaN wherever no key is
   bool kv_view(const Stmt& s, View& v);   // a K / V view's key count and pages for this block
-  std::optional<int64_t> kv_length_let(const Stmt& s);  // `Let seqlen_k = T[b]`'s value here
+  std::optional<int64_t> kv_length_let(const Stmt& s);  // `Let seqlen_k = T[b]` / `T[b + 1] - T[b]` (or seqlen_q)
   int64_t block_seqlen_k() const;         // seqlen_k as this block sees it
+  int64_t block_seqlen_q() const;         // seqlen_q as this block sees it
+  // ---- interp_varlen.cc: packed ragged batches (docs/tl.md, "Ragged batches") ----
+  bool ragged_ = false;
+  std::string q_cu_, k_cu_;             // the cumulative counts `{ragged: T}` names (Q side, K side)
+  std::vector<int64_t> q_len_;          // each batch entry's query count (ragged Q)
+  std::vector<double> ref_q_;           // the reference's Q (BHSD)
+  bool setup_ragged(const Program& p);  // draw the counts, fill the cumulative tables
+  void make_ragged_inputs();            // Q, K, V packed (NaN past the last sequence); O, LSE packed and poisoned
+  bool ragged_view(const Stmt& s, View& v, int64_t b, int64_t h);
+  // A ragged output's written elements of each sequence with the reference's values (BHSD); counts the
+  // unwritten ones and those written outside their sequence (a row of another sequence, or past all).
+  int64_t ragged_pairs(const Global& g, const std::vector<double>& ref, std::vector<double>& got, std::vector<double>& want,
+                       int64_t& stray) const;
   // The reference's problem and variant: each sequence's keys and mask alignment folded into keep.
   spec::AttentionProblem ref_problem() const;
   spec::ScoreVariant ref_variant(spec::ScoreVariant base) const;
-  const std::vector<double>& ref_k() { return kv_lengths_.empty() && kv_table_.empty() ? globals_["K"].data : ref_k_; }
-  const std::vector<double>& ref_v() { return kv_lengths_.empty() && kv_table_.empty() ? globals_["V"].data : ref_v_; }
+  const std::vector<double>& ref_k() { return kv_lengths_.empty() && kv_table_.empty() && !ragged_ ? globals_["K"].data : ref_k_; }
+  const std::vector<double>& ref_v() { return kv_lengths_.empty() && kv_table_.empty() && !ragged_ ? globals_["V"].data : ref_v_; }
+  const std::vector<double>& ref_q() { return ragged_ ? ref_q_ : globals_["Q"].data; }
   // ---- interp_combine.cc: `Kernel NAME combine` (docs/tl.md, "Combining partial results") ----
   bool combine_ = false;
   int64_t splits_ = 1;

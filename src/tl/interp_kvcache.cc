@@ -115,13 +115,28 @@ bool Machine::kv_view(const Stmt& s, View& v) {
 }
 
 std::optional<int64_t> Machine::kv_length_let(const Stmt& s) {
-  const Expr& e = s.let.value;
-  if (e.args.size() != 1) return error("TL0901", s.loc, "`Let seqlen_k` reads one element"), std::nullopt;
-  auto b = ev_int(e.args[0]);
-  if (!b) return std::nullopt;
-  auto x = aux_read(e.name, {*b});
-  if (!x) return error("TL0901", s.loc, "'" + e.name + "' is not an int32 (batch) input"), std::nullopt;
-  return std::clamp<int64_t>(int64_t(*x), 0, prob_.seqlen_k);  // as the lowerings: a count past the cache is clamped
+  // `T[b]`, or `T[b + 1] - T[b]` (the checker admits no other form)
+  const Expr& v = s.let.value;
+  const bool diff = v.kind == Expr::Kind::Binary && v.args.size() == 2;
+  auto read = [&](const Expr& e) -> std::optional<int64_t> {
+    if (e.kind != Expr::Kind::Index || e.args.size() != 1)
+      return error("TL0901", s.loc, "`Let " + s.let.name + "` reads T[b] or T[b + 1] - T[b]"), std::nullopt;
+    auto b = ev_int(e.args[0]);
+    if (!b) return std::nullopt;
+    auto x = aux_read(e.name, {*b});
+    if (!x) return error("TL0901", s.loc, "'" + e.name + "' has no element " + std::to_string(*b)), std::nullopt;
+    return int64_t(*x);
+  };
+  auto a = read(diff ? v.args[0] : v);
+  if (!a) return std::nullopt;
+  int64_t n = *a;
+  if (diff) {
+    auto b = read(v.args[1]);
+    if (!b) return std::nullopt;
+    n -= *b;
+  }
+  // as the lowerings: a count past the Dim's launch value (the cache, the longest sequence) is clamped
+  return std::clamp<int64_t>(n, 0, s.let.name == "seqlen_q" ? prob_.seqlen_q : prob_.seqlen_k);
 }
 
 int64_t Machine::block_seqlen_k() const {
@@ -129,19 +144,25 @@ int64_t Machine::block_seqlen_k() const {
   return it != env_.ints.end() && it->second <= prob_.seqlen_k ? it->second : prob_.seqlen_k;
 }
 
+int64_t Machine::block_seqlen_q() const {
+  auto it = env_.ints.find("seqlen_q");
+  return it != env_.ints.end() && it->second <= prob_.seqlen_q ? it->second : prob_.seqlen_q;
+}
+
 spec::AttentionProblem Machine::ref_problem() const {
   spec::AttentionProblem p = prob_;
-  if (!kv_lengths_.empty()) p.mask = spec::MaskKind::None;  // ref_variant applies it per sequence
+  if (!kv_lengths_.empty() || ragged_) p.mask = spec::MaskKind::None;  // ref_variant applies it per sequence
   return p;
 }
 
 spec::ScoreVariant Machine::ref_variant(spec::ScoreVariant base) const {
-  if (kv_lengths_.empty()) return base;
+  if (kv_lengths_.empty() && !ragged_) return base;
   spec::ScoreVariant v;
   v.score = base.score;
-  v.keep = [base, pr = prob_, lens = kv_len_](int64_t b, int64_t h, int64_t q, int64_t k) {
+  v.keep = [base, pr = prob_, lens = kv_len_, qlens = q_len_](int64_t b, int64_t h, int64_t q, int64_t k) {
     spec::AttentionProblem p = pr;
-    p.seqlen_k = lens[size_t(b)];
+    if (!lens.empty()) p.seqlen_k = lens[size_t(b)];
+    if (!qlens.empty()) p.seqlen_q = qlens[size_t(b)];
     if (k >= p.seqlen_k || !p.visible(q, k)) return false;
     return !base.keep || base.keep(b, h, q, k);
   };

@@ -259,6 +259,7 @@ spec::ScoreVariant Machine::declared_variant(const Program& p) {
     if (!bname.empty()) e.ints[bname] = b;
     if (!hname.empty()) e.ints[hname] = h;
     if (!kv_len_.empty() && b >= 0 && b < int64_t(kv_len_.size())) e.ints["seqlen_k"] = kv_len_[size_t(b)];
+    if (!q_len_.empty() && b >= 0 && b < int64_t(q_len_.size())) e.ints["seqlen_q"] = q_len_[size_t(b)];
     for (const auto& s : p.stmts)
       if (s.kind == Stmt::Kind::Let && s.let.value.kind != Expr::Kind::Index)
         if (auto x = eval_int(s.let.value, e)) e.ints[s.let.name] = *x;

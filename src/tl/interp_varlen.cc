@@ -1,0 +1,152 @@
+// TL interpreter, part 7: packed ragged batches (docs/tl.md, "Ragged batches"). `{ragged: T}` on the
+// global Q / O / LSE and K / V stores the sequences one after another, (total, heads, d), sequence b
+// from row T[b]; `Let seqlen_q = T[b + 1] - T[b]` (and seqlen_k) gives each block its sequence's
+// counts. The counts are drawn here (a full and, from three entries on, an empty sequence among them),
+// the tables filled with their running sums, and the packed tensors given spare rows of NaN past the
+// last sequence. The outputs are checked per sequence: every row of a sequence written, by a block of
+// that sequence, and nothing written past the last one.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "tl/interp_impl.h"
+
+namespace qattn::tl::interp {
+namespace {
+uint64_t mix(uint64_t& s) {  // splitmix64
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+constexpr int64_t kSpareRows = 2;  // NaN rows past the last sequence of each packed tensor
+}  // namespace
+
+bool Machine::setup_ragged(const Program& p) {
+  for (const auto& s : p.stmts)
+    if (s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Global && globals_.count(s.alloc.name))
+      for (const auto& a : s.attrs)
+        if (a.key == "ragged" && a.value && a.value->kind == Expr::Kind::Name) {
+          Global& g = globals_[s.alloc.name];
+          g.ragged = a.value->name;
+          (g.name == "K" || g.name == "V" ? k_cu_ : q_cu_) = g.ragged;
+          if (g.pack > 1) return error("TL0903", s.loc, "a ragged view that is also packed is not interpreted", "remove `{pack}`");
+        }
+  if (q_cu_.empty() && k_cu_.empty()) return true;
+  ragged_ = true;
+  uint64_t rng = cfg_.seed * 0x9E3779B97F4A7C15ull + 0x7A6Eull;
+  auto draw = [&](int64_t cap, int64_t empty_at) {
+    std::vector<int64_t> n(size_t(prob_.batch));
+    for (int64_t b = 0; b < prob_.batch; ++b)
+      n[size_t(b)] = b == 0 ? cap : (b == empty_at && prob_.batch > empty_at + 1) ? 0 : 1 + int64_t(mix(rng) % uint64_t(cap));
+    return n;
+  };
+  auto fill = [&](const std::string& t, const std::vector<int64_t>& lens) -> bool {
+    auto it = aux_.find(t);
+    if (it == aux_.end() || it->second.shape != std::vector<int64_t>{prob_.batch + 1})
+      return error("TL0901", kernel_loc_, "the cumulative counts '" + t + "' are not an int32 (batch + 1) input");
+    it->second.data[0] = 0;
+    for (int64_t b = 0; b < prob_.batch; ++b) it->second.data[size_t(b + 1)] = it->second.data[size_t(b)] + double(lens[size_t(b)]);
+    return true;
+  };
+  const bool shared = !q_cu_.empty() && q_cu_ == k_cu_;  // one table for both: self-attention
+  if (!q_cu_.empty()) {
+    q_len_ = draw(shared ? std::min(prob_.seqlen_q, prob_.seqlen_k) : prob_.seqlen_q, 1);
+    if (!fill(q_cu_, q_len_)) return false;
+  }
+  if (!k_cu_.empty()) {
+    std::vector<int64_t> rows = shared ? q_len_ : draw(prob_.seqlen_k, 2);
+    if (!kv_lengths_.empty())  // `Let seqlen_k = seqused_k[b]` too: each sequence stores at least that many keys
+      for (size_t b = 0; b < rows.size(); ++b)
+        rows[b] = kv_len_[b] + int64_t(mix(rng) % uint64_t(prob_.seqlen_k - kv_len_[b] + 1));
+    else
+      kv_len_ = rows;
+    if (!shared && !fill(k_cu_, rows)) return false;
+    for (const char* n : {"K", "V"}) globals_[n].total = 0;  // set in make_ragged_inputs
+  }
+  double extra = 0;
+  for (const auto& [n, g] : globals_)
+    if (!g.ragged.empty()) extra += double(g.heads) * double(g.view.size() == 2 ? g.view[1] : 1) * double(kSpareRows);
+  return fits(extra * sizeof(double), kernel_loc_, "the packed tensors");
+}
+
+void Machine::make_ragged_inputs() {
+  if (!ragged_) return;
+  for (auto& [name, g] : globals_) {
+    if (g.ragged.empty()) continue;
+    const double* cu = aux_.at(g.ragged).data.data();
+    const int64_t rows = g.view[0], cols = g.view.size() == 2 ? g.view[1] : 1, heads = g.heads;
+    g.total = int64_t(cu[prob_.batch]) + kSpareRows;
+    const size_t n = size_t(g.total * heads * cols);
+    if (g.output) {
+      g.data.assign(n, std::numeric_limits<double>::quiet_NaN());
+      g.written.assign(n, 0);
+      g.writer.assign(n, -1);
+      continue;
+    }
+    // an input: the reference keeps (batch, heads, rows, cols), zero past each sequence's keys
+    const bool kv = name == "K" || name == "V";
+    std::vector<double>& ref = name == "Q" ? ref_q_ : name == "K" ? ref_k_ : ref_v_;
+    ref = g.data;
+    std::vector<double> packed(n, std::numeric_limits<double>::quiet_NaN());
+    for (int64_t b = 0; b < prob_.batch; ++b) {
+      const int64_t len = int64_t(cu[b + 1] - cu[b]), start = int64_t(cu[b]);
+      const int64_t used = kv && !kv_len_.empty() ? kv_len_[size_t(b)] : len;
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            const size_t src = size_t(((b * heads + h) * rows + r) * cols + c);
+            if (r < len) packed[size_t(((start + r) * heads + h) * cols + c)] = g.data[src];
+            if (kv && r >= used) ref[src] = 0.0;
+          }
+    }
+    g.data = std::move(packed);
+  }
+}
+
+bool Machine::ragged_view(const Stmt& s, View& v, int64_t b, int64_t h) {
+  Global& g = *v.g;
+  if (b < 0 || b >= prob_.batch || h < 0 || h >= g.heads)
+    return error("TL0901", s.loc,
+                 "offset [" + std::to_string(b) + ", " + std::to_string(h) + "] of global " + g.name + " is outside (batch, heads) = (" +
+                     std::to_string(prob_.batch) + ", " + std::to_string(g.heads) + ")");
+  auto start = aux_read(g.ragged, {b});
+  auto rows = ev_int(s.alloc.shape[0]);
+  if (!start || !rows) return start ? false : error("TL0901", s.loc, "'" + g.ragged + "' has no entry " + std::to_string(b));
+  const int64_t first = std::clamp<int64_t>(int64_t(*start), 0, g.total);
+  v.start = first;
+  v.batch = b;
+  v.head = h;
+  v.limit = std::clamp<int64_t>(*rows, 0, std::min(g.view[0], g.total - first));  // never past the packed tensor
+  return true;
+}
+
+int64_t Machine::ragged_pairs(const Global& g, const std::vector<double>& ref, std::vector<double>& got, std::vector<double>& want,
+                              int64_t& stray) const {
+  const double* cu = aux_.at(g.ragged).data.data();
+  const int64_t rows = g.view[0], cols = g.view.size() == 2 ? g.view[1] : 1, heads = g.heads;
+  const bool vec = g.view.size() == 1;
+  int64_t unwritten = 0;
+  std::vector<uint8_t> owned(g.written.size(), 0);
+  for (int64_t b = 0; b < prob_.batch; ++b) {
+    const int64_t start = int64_t(cu[b]), len = int64_t(cu[b + 1] - cu[b]);
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t r = 0; r < len; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t i = vec ? size_t(h * g.total + start + r) : size_t(((start + r) * heads + h) * cols + c);
+          owned[i] = 1;
+          if (!g.written[i]) {
+            ++unwritten;
+            continue;
+          }
+          if (g.writer[i] != b) ++stray;
+          got.push_back(g.data[i]);
+          want.push_back(ref[size_t(((b * heads + h) * rows + r) * cols + c)]);
+        }
+  }
+  for (size_t i = 0; i < g.written.size(); ++i)
+    if (g.written[i] && !owned[i]) ++stray;  // past the last sequence
+  return unwritten;
+}
+
+}  // namespace qattn::tl::interp
