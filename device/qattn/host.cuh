@@ -139,6 +139,14 @@ static inline int check_paged(const qattn_fwd_params& p, int page_multiple, int 
   return ok();
 }
 
+// ABI 5, a kernel whose TL reads packed ragged batches ({ragged}): the packed tensors' row counts.
+static inline int check_ragged(const qattn_fwd_params& p, bool q, bool k) {
+  if ((q && p.total_q < 0) || (k && p.total_k < 0))
+    return fail(QATTN_ERR_SHAPE, "packed ragged batches need total_q, total_k >= 0 (the packed tensors' rows; got %d, %d)", p.total_q,
+                p.total_k);
+  return ok();
+}
+
 // The argument checks of a generated qattn_bwd: as check_fwd_params, for the backward's tensors
 // (dq fp32; dk / dv of dk_bytes per element, fp32 when accumulated).
 static inline int check_bwd_params(const qattn_bwd_params* params, int d_qk, int d_v, int elem_bytes, int dk_bytes,

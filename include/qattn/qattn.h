@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define QATTN_ABI_VERSION 4
+#define QATTN_ABI_VERSION 5
 
 typedef struct qattn_fwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
@@ -55,6 +55,13 @@ typedef struct qattn_fwd_params {
    * (batch, pages) int32 (page numbers below num_pages), seqlen_k <= pages * page_size. Ignored by
    * other kernels. */
   int32_t page_size, pages, num_pages;
+  /* ABI 5: packed ragged batches, for kernels whose TL reads cumulative counts (`{ragged: T}`,
+   * docs/tl.md "Ragged batches"; qattn_kernel_info()'s "varlen" names them among "aux"): q and o are
+   * then (total_q, heads_q, d) and k, v (total_k, heads_kv, d) (row and head strides; the batch
+   * strides are ignored), sequence b's rows start at cu_seqlens[b]; batch counts the sequences and
+   * seqlen_q / seqlen_k are the longest ones (max_seqlen_q / max_seqlen_k); lse is (heads_q, total_q).
+   * Ignored by other kernels. */
+  int32_t total_q, total_k;
 } qattn_fwd_params;
 
 typedef enum qattn_status {

@@ -15,6 +15,7 @@ from ._abi import QATTN_ABI_VERSION
 from ._attention import Explanation, Kernel, attention, compile, compile_many, explain, precompile
 from ._build import cache_dir, clear_memory_cache, kernel_spec
 from ._kvcache import attention_with_kvcache
+from ._varlen import attention_varlen
 from ._cli import find_executable, repo_root
 from ._pack import COMMON_KERNELS, use_pack
 from ._target import POLICY as TARGET_POLICY
@@ -36,7 +37,7 @@ if "torch" in _sys.modules:
         pass
 
 __all__ = [
-    "attention", "attention_with_kvcache", "compile", "compile_many", "explain", "precompile", "use_pack", "COMMON_KERNELS", "Kernel", "Explanation",
+    "attention", "attention_with_kvcache", "attention_varlen", "compile", "compile_many", "explain", "precompile", "use_pack", "COMMON_KERNELS", "Kernel", "Explanation",
     "QattnError", "SpecError", "ToolchainError", "BuildError", "DeviceError", "LaunchError",
     "cache_dir", "clear_memory_cache", "kernel_spec", "find_executable", "repo_root",
     "target_for_capability", "target_for_gpu", "TARGET_POLICY", "QATTN_ABI_VERSION",

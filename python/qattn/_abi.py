@@ -9,7 +9,7 @@ import ctypes
 import json
 
 # Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
-QATTN_ABI_VERSION = 4
+QATTN_ABI_VERSION = 5
 
 STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX",
           7: "ERR_ARG"}
@@ -37,6 +37,7 @@ class Params(ctypes.Structure):
         ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32),  # ABI 3: launch arguments (-1: unbounded)
         ("softcap", ctypes.c_float),
         ("page_size", ctypes.c_int32), ("pages", ctypes.c_int32), ("num_pages", ctypes.c_int32),  # ABI 4: a paged KV cache
+        ("total_q", ctypes.c_int32), ("total_k", ctypes.c_int32),  # ABI 5: packed ragged batches
     ]
 
 

@@ -145,7 +145,9 @@ def _aux_tensors(torch, b, given, qv, kv):
             raise SpecError(f"{arg} has shape {tuple(t.shape)}; expected ({', '.join(shape)}) = {want_shape}",
                             code="PY0110")
         t = t.contiguous()
-        if n in ("seg_q", "seg_k") and t.shape[1] > 1 and bool((t[:, 1:] < t[:, :-1]).any()):
+        # (a host read: skipped under CUDA-graph capture, where the kernel reads the ids as given)
+        if n in ("seg_q", "seg_k") and t.shape[1] > 1 and not (t.is_cuda and torch.cuda.is_current_stream_capturing()) \
+                and bool((t[:, 1:] < t[:, :-1]).any()):
             raise SpecError(f"{arg}: segment ids must be nondecreasing along each row (packed sequences)",
                             code="PY0110", hint="number the packed documents in order of their position")
         out.append(t)
@@ -198,21 +200,21 @@ def _launch(torch, b, q, k, v, layout, scale, return_lse, aux=None, args=None):
     return (o, lse) if return_lse else o
 
 
-def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None, kv_cache=None):
+def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None, kv_cache=None, varlen=False):
     """The Build for this compile-time tuple on `device`; shape (heads_q, heads_kv, seqlen_q) picks
     the packed kernel for short GQA/MQA queries on Hopper (_build.short_queries); kv_cache: "lengths"
-    or "paged" (qattn._kvcache)."""
+    or "paged" (qattn._kvcache); varlen: packed ragged batches (qattn._varlen)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
     target, reason, tag = _device_target(torch, device)
     short = shape is not None and _build.short_queries(target, *shape, fields)
     key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx, short,
-           kv_cache)
+           kv_cache, bool(varlen))
     hit = _build.FAST.get(key)
     if hit is not None:
         if isinstance(hit, Exception):
             raise hit
         return hit
-    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse, target, short=short, kv_cache=kv_cache)
+    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse, target, short=short, kv_cache=kv_cache, varlen=varlen)
     try:
         b = _build.build(spec, target, reason, local_tag=tag, verbose=verbose)
     except SpecError as e:  # deterministic: do not run the pipeline again for the same request

@@ -7,11 +7,13 @@ and return what it returns, forward only:
 
 - flash_attn_func(q, k, v, ...): (batch, seqlen, heads, d) tensors; one qattn.attention call.
 - flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...):
-  packed ragged batches (total, heads, d). The sequences run as one packed row with qattn's document
-  mask (segment ids from cu_seqlens; tiles of different sequences are skipped, not computed). Causal
-  and window masks align each sequence's queries with its last keys, as FlashAttention does; in one
-  call when every sequence ends with the same len_k - len_q difference as the whole batch
-  (self-attention: cu_seqlens_q == cu_seqlens_k), else one call per sequence.
+  packed ragged batches (total, heads, d): one launch of a kernel whose TL reads the cumulative
+  counts (qattn.attention_varlen; docs/tl.md, "Ragged batches"); causal and window masks align each
+  sequence's queries with its last keys, as FlashAttention does. The counts are checked on the host
+  (PY0105: not starting at 0, decreasing, past the packed tensors or max_seqlen) except under CUDA
+  graph capture, where the kernel clamps them to the packed tensors. With alibi_slopes: the
+  sequences run as one packed row with qattn's document mask (segment ids from cu_seqlens), or one
+  call per sequence when their ends differ.
 - flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=..., block_table=None):
   decoding and chunked prefill against a KV cache, contiguous (batch, seqlen_cache, heads_kv, d) or
   paged (num_pages, page_size, heads_kv, d) with block_table (batch, pages); k / v are written into
@@ -28,6 +30,7 @@ deterministic; qattn picks its own schedule).
 """
 from . import _attention
 from ._kvcache import attention_with_kvcache
+from ._varlen import attention_varlen
 from ._torch_util import import_torch
 from .errors import SpecError
 
@@ -84,6 +87,12 @@ def _seq_ids(torch, cu, total):
     return (torch.searchsorted(cu[1:].contiguous(), idx, right=True)).to(torch.int32)[None]
 
 
+def _varlen_call(q, k, v, cu_q, cu_k, max_q, max_k, causal, window, scale, cap, return_attn_probs):
+    r = attention_varlen(q, k, v, cu_q, cu_k, int(max_q), int(max_k), causal=bool(causal) and window is None, window=window,
+                         scale=scale, softcap=cap, return_lse=bool(return_attn_probs))
+    return (r[0], r[1], None) if return_attn_probs else r
+
+
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
@@ -103,6 +112,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise SpecError(f"{name} is on {cu.device}, q on {q.device}", code="PY0103")
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise SpecError("cu_seqlens_q and cu_seqlens_k describe different batch sizes", code="PY0105")
+    capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
+    if alibi_slopes is None and capturing:  # no host read inside a CUDA graph: the kernel clamps the counts
+        return _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, softmax_scale,
+                            cap, return_attn_probs)
     cq, ck = cu_seqlens_q.to(torch.int64).cpu(), cu_seqlens_k.to(torch.int64).cpu()  # (one small copy to the host)
     lens_q, lens_k = (cq[1:] - cq[:-1]), (ck[1:] - ck[:-1])
     if int(cq[0]) != 0 or int(ck[0]) != 0 or bool((lens_q < 0).any()) or bool((lens_k < 0).any()) \
@@ -110,6 +123,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise SpecError("cu_seqlens must start at 0, not decrease, and end within the packed tensors", code="PY0105")
     if int(lens_q.max()) > int(max_seqlen_q) or int(lens_k.max()) > int(max_seqlen_k):
         raise SpecError("a sequence is longer than max_seqlen_q / max_seqlen_k", code="PY0105")
+    if alibi_slopes is None:  # one launch of the ragged-batch kernel
+        return _varlen_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, softmax_scale,
+                            cap, return_attn_probs)
     nq, nk = int(cq[-1]), int(ck[-1])
     masked = bool(causal) or window is not None or alibi_slopes is not None
     ends = ck[1:] - cq[1:]

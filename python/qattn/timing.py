@@ -47,6 +47,10 @@ def main():
         return 0
     k = Kernel(so)
     info = k.info
+    if "varlen" in info or "kv_cache" in info:  # their baselines need ragged batches / caches
+        print("time_kernel: skipped (" + ("ragged batches: bench/bench_varlen.py" if "varlen" in info
+                                           else "a KV cache: bench/bench_kvcache.py") + " times these kernels)")
+        return 0
     if info["dtype"] not in DT or info["mask"] not in ("none", "causal"):
         print(f"time_kernel: skipped ({info['dtype']}, mask {info['mask']}: no SDPA baseline here)")
         return 0

@@ -26,6 +26,8 @@ Libraries of the combine step (exporting qattn_combine: `qattn generate --combin
 qattn._combine_check: random partial results, some empty, against an fp64 merge. Libraries that read
 a KV cache (info "kv_cache": `qattn generate --kv-cache lengths|paged`) by qattn._kvcache_check: random
 key counts, NaN wherever no key is, shuffled pages, each sequence against its own fp64 attention.
+Libraries over packed ragged batches (info "varlen": `qattn generate --varlen true`) by
+qattn._varlen_check: random lengths, NaN rows past the last sequence, outputs there left untouched.
 """
 import argparse
 import ctypes
@@ -444,6 +446,13 @@ def main():
             failures += 1
             continue
         i = kern.info
+        if "varlen" in i:  # packed ragged batches: per-sequence counts and rows (qattn._varlen_check)
+            from ._varlen_check import check_library as check_varlen
+            for case, ok, msg in check_varlen(kern, gen):
+                rows.append((name, case, ok, msg))
+                failures += 0 if ok else 1
+            print(f"{name}: {i['arch']} {i['dtype']} d{i['d_qk']}/{i['d_v']} {i['mask']} ragged batches", flush=True)
+            continue
         if "kv_cache" in i:  # a KV cache's kernel: per-sequence key counts, pages (qattn._kvcache_check)
             from ._kvcache_check import check_library as check_kv
             for case, ok, msg in check_kv(kern, gen):

@@ -395,7 +395,7 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
         if (!analyze_skip(s, a.value->name)) ok = false;
         continue;
       }
-      if (a.key == "paged") continue;  // a paged K / V (the checker placed it): emit_allocate
+      if (a.key == "paged" || a.key == "ragged") continue;  // a paged K / V, a ragged view (the checker placed them): emit_allocate
       if (a.key == "pack") {
         diags_.error("XL0301", a.loc, "GQA packing (`{pack: ...}`) is not lowered for " + target_.name,
                      "packed views are lowered on sm90a only (TMA boxes over (head, row)): translate for `--gpu h100`, "

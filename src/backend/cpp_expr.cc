@@ -77,7 +77,9 @@ std::string CppNames::int_expr(const tl::Expr& e) const {
       for (size_t i = 0; i < e.args.size(); ++i) s += (i ? ", " : "") + int_expr(e.args[i]);
       return s + ")";
     }
-    case K::Index: break;  // declarations only (decl_expr)
+    case K::Index:  // a Let's read of a 1-D int32 input (`Let seqlen_q = T[b + 1] - T[b]`); else declarations only
+      if (e.args.size() == 1) return "aux_" + e.name + "[" + int_expr(e.args[0]) + "]";
+      break;
   }
   return "0";
 }

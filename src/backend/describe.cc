@@ -112,13 +112,27 @@ void Lowering::describe_scope(kir::Kernel& k, CppNames& names) const {
     sc.aux.push_back(x);
   }
   for (const auto& st : prog_.stmts) {
-    if (st.kind == tl::Stmt::Kind::Let && st.let.value.kind == tl::Expr::Kind::Index) {  // a KV cache's key count
-      const tl::Expr& e = st.let.value;
-      sc.kv_lengths = e.name;
-      sc.kv_count_cpp = "min(max(aux_" + e.name + "[" + names.int_expr(e.args[0]) + "], 0), p.seqlen_k)";
-      sc.kv_count_tl = tl_ref(st);
+    const bool count_let = st.kind == tl::Stmt::Kind::Let && (st.let.name == "seqlen_k" || st.let.name == "seqlen_q") &&
+                           ((st.let.name == "seqlen_k" && !info_.kv_lengths.empty()) ||
+                            (st.let.name == "seqlen_q" && !info_.q_lengths.empty()));
+    if (count_let) {  // a KV cache's key count, a ragged batch's counts: clamped to the Dim's launch value
+      const bool q = st.let.name == "seqlen_q";
+      const std::string cpp = "min(max(" + names.int_expr(st.let.value) + ", 0), p." + st.let.name + ")";
+      (q ? sc.q_lengths : sc.kv_lengths) = q ? info_.q_lengths : info_.kv_lengths;
+      (q ? sc.q_count_cpp : sc.kv_count_cpp) = cpp;
+      (q ? sc.q_count_tl : sc.kv_count_tl) = tl_ref(st);
       continue;
     }
+    if (st.kind == tl::Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && (st.alloc.name == "Q" || st.alloc.name == "K") &&
+        st.alloc.offset.size() == 2)
+      for (const auto& at : st.attrs)
+        if (at.key == "ragged" && at.value) {
+          const bool q = st.alloc.name == "Q";
+          (q ? sc.q_ragged : sc.kv_ragged) = at.value->name;
+          (q ? sc.q_start_cpp : sc.kv_start_cpp) = "min(max(aux_" + at.value->name + "[" + names.int_expr(st.alloc.offset[0]) +
+                                                   "], 0), p." + (q ? "total_q" : "total_k") + ")";
+          sc.ragged_tl = tl_ref(st);
+        }
     if (st.kind == tl::Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == "K")
       for (const auto& at : st.attrs)
         if (at.key == "paged" && at.value) sc.paged = at.value->name, sc.paged_tl = tl_ref(st);

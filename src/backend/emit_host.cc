@@ -130,6 +130,9 @@ void Lowering::emit_abi(Writer& w, const std::string& info_json) {
   w.line("  return st;");
   if (!info_.paged.empty())  // TL {paged}: the page fields of ABI 4
     w.line("if (int st = qattn::host::check_paged(*params, 1, 0); st != QATTN_OK) return st;");
+  if (!info_.q_ragged.empty() || !info_.kv_ragged.empty())  // TL {ragged}: the packed rows of ABI 5
+    w.line(std::string("if (int st = qattn::host::check_ragged(*params, ") + (info_.q_ragged.empty() ? "false" : "true") + ", " +
+           (info_.kv_ragged.empty() ? "false" : "true") + "); st != QATTN_OK) return st;");
   w.line("const qattn_fwd_params& p = *params;");
   write_launch_args(w, launch_args());
   w.line("if (p.seqlen_q == 0) return qattn::host::ok();");

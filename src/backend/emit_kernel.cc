@@ -48,8 +48,9 @@ void Lowering::emit_kernel(Writer& w) {
   w.line("const int tid = threadIdx.x;");
   std::string dims;
   for (const auto& [name, field] : runtime_dims_) dims += (dims.empty() ? "" : ", ") + ident(name) + " = p." + field;
-  if (!dims.empty())  // a KV cache's `Let seqlen_k = T[b]` narrows seqlen_k below: not const
-    w.line("[[maybe_unused]] " + std::string(info_.kv_lengths.empty() ? "const " : "") + "int " + dims + ";  // TL Dims bound at launch");
+  if (!dims.empty())  // a KV cache's `Let seqlen_k = T[b]` (a ragged batch's seqlen_q / seqlen_k) narrows them below: not const
+    w.line("[[maybe_unused]] " + std::string(info_.kv_lengths.empty() && info_.q_lengths.empty() ? "const " : "") + "int " + dims +
+           ";  // TL Dims bound at launch");
   w.line("const float softmax_scale = p.softmax_scale;  // TL builtin softmax_scale");
   write_launch_bindings(w, launch_args(), true);
   if (arch_.fp8) {
@@ -85,9 +86,13 @@ void Lowering::emit_stmt(Writer& w, const tl::Stmt& s, bool in_loop, size_t inde
     }
     case tl::Stmt::Kind::Let:
       comment_stmt(w, s);
-      if (s.let.value.kind == tl::Expr::Kind::Index) {  // a KV cache: this sequence's key count (clamped to the cache)
-        const tl::Expr& e = s.let.value;
-        w.line(ident(s.let.name) + " = min(max(aux_" + e.name + "[" + cpp_int(e.args[0]) + "], 0), p.seqlen_k);");
+      if ((s.let.name == "seqlen_k" && !info_.kv_lengths.empty()) || (s.let.name == "seqlen_q" && !info_.q_lengths.empty())) {
+        // a KV cache / ragged batch: this sequence's count (clamped to the Dim's launch value)
+        w.line(ident(s.let.name) + " = min(max(" + cpp_int(s.let.value) + ", 0), p." + s.let.name + ");");
+        if (s.let.name == "seqlen_q")  // the Grid points past the sequence's queries store nothing
+          for (const auto& [var, extent] : grid_)
+            if (tl::expr_reads(extent, "seqlen_q"))
+              w.line("if (" + ident(var) + " >= " + cpp_int(extent) + ") return;  // past this sequence's queries");
         return;
       }
       w.line("const int " + ident(s.let.name) + " = " + cpp_int(s.let.value) + ";");
@@ -115,7 +120,25 @@ void Lowering::emit_allocate(Writer& w, const tl::Stmt& s) {
     const std::string n = a.name;
     const std::string off0 = a.offset.size() > 0 ? cpp_int(a.offset[0]) : "0";
     const std::string off1 = a.offset.size() > 1 ? cpp_int(a.offset[1]) : "0";
-    const std::string rows = cpp_int(a.shape[0]);
+    std::string rows = cpp_int(a.shape[0]);
+    const bool q_side = n == "Q" || n == "O" || n == "LSE";
+    const std::string& ragged = q_side ? info_.q_ragged : info_.kv_ragged;
+    if (!ragged.empty()) {  // TL {ragged: T}: sequence off0 starts at row T[off0] of the packed tensor
+      const std::string total = q_side ? "p.total_q" : "p.total_k", start = "start" + n;
+      w.line("const int " + start + " = min(max(aux_" + ragged + "[" + off0 + "], 0), " + total + ");  // " + n +
+             "'s first row (packed, " + total + " rows)");
+      rows = "min(" + rows + ", " + total + " - " + start + ")";
+      if (n == "LSE") {  // (heads_q, total_q), as flash_attn_varlen_func returns it
+        w.line("Tensor mLSE = qattn::global_vector_out<float>(p.lse, int64_t(" + off1 + ") * p.total_q + " + start + ", " + rows +
+               ");  // " + shape);
+        return;
+      }
+      const std::string f = n == "Q" ? "q" : n == "K" ? "k" : n == "V" ? "v" : "o";
+      const std::string fn = n == "O" ? "global_matrix_out<ElementO, " : "global_matrix<Element, ";
+      w.line("Tensor m" + n + " = qattn::" + fn + cpp_int(a.shape[1]) + ">(p." + f + ", int64_t(" + start + ") * p." + f +
+             "_row_stride + " + off1 + " * p." + f + "_head_stride, " + rows + ", p." + f + "_row_stride);  // " + shape);
+      return;
+    }
     if (n == "LSE") {
       // (batch, heads_q, seqlen_q) contiguous, as include/qattn/qattn.h describes
       w.line("Tensor mLSE = qattn::global_vector_out<float>(p.lse, (int64_t(" + off0 + ") * p.heads_q + " + off1 +

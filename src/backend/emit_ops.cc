@@ -303,7 +303,7 @@ void Lowering::emit_mask(Writer& w, const tl::Stmt& s) {
   };
   w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + tile_m_expr_ + ", " + x->cols_expr + ">(tiled_mma, " + x->var +
          ", " + mul(cpp_int(c.at[0]), tile_m_expr_) + ", " + mul(cpp_int(c.at[1]), x->cols_expr) +
-         ", qattn::MaskArgs{p.seqlen_q, " + seqlen_k_cpp() + extra + "}, tid);");
+         ", qattn::MaskArgs{" + seqlen_q_cpp() + ", " + seqlen_k_cpp() + extra + "}, tid);");
 }
 
 void Lowering::emit_store(Writer& w, const tl::Stmt& s) {

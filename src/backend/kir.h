@@ -87,6 +87,12 @@ struct Scope {
   // `{paged: T}` reads K and V through the block table `paged` (rows of page_size, "" = contiguous).
   std::string kv_lengths, kv_count_cpp, paged;
   TlRef kv_count_tl, paged_tl;
+  // Ragged batches (docs/tl.md, "Ragged batches"): `Let seqlen_q = T[b + 1] - T[b]` narrows seqlen_q
+  // to q_count_cpp (clamped to 0..p.seqlen_q; "" = no such Let; kv_count_cpp likewise for seqlen_k);
+  // `{ragged: T}` starts the Q / O / LSE rows at q_start_cpp (T[b] clamped to 0..total_q) of the
+  // packed tensors, K / V at kv_start_cpp ("" = not ragged).
+  std::string q_lengths, q_count_cpp, q_ragged, q_start_cpp, kv_ragged, kv_start_cpp;
+  TlRef q_count_tl, ragged_tl;
 };
 
 // ---- memory -----------------------------------------------------------------------------------

@@ -129,7 +129,11 @@ std::string print(const Kernel& k) {
   for (const auto& g : sc.globals) line("  global " + g.text + at(g));
   for (const auto& n : sc.lets) line("  let " + n.tl + " = " + n.value_cpp + at(n.stmt));
   for (const auto& a : sc.aux) line("  aux[" + std::to_string(a.slot) + "] " + a.name + (a.is_int ? " int32" : " fp32") + at(a.tl));
-  if (!sc.kv_count_cpp.empty()) line("  kv cache: seqlen_k = " + sc.kv_count_cpp + at(sc.kv_count_tl));
+  if (!sc.q_count_cpp.empty()) line("  ragged: seqlen_q = " + sc.q_count_cpp + at(sc.q_count_tl));
+  if (!sc.kv_count_cpp.empty())
+    line(std::string(sc.kv_ragged.empty() ? "  kv cache" : "  ragged") + ": seqlen_k = " + sc.kv_count_cpp + at(sc.kv_count_tl));
+  if (!sc.q_start_cpp.empty()) line("  ragged: Q, O, LSE rows from " + sc.q_start_cpp + " of the packed tensors" + at(sc.ragged_tl));
+  if (!sc.kv_start_cpp.empty()) line("  ragged: K, V rows from " + sc.kv_start_cpp + " of the packed tensors" + at(sc.ragged_tl));
   if (!sc.paged.empty()) line("  kv cache: K and V in pages of page_size rows through " + sc.paged + at(sc.paged_tl));
   for (const auto& d : sc.decls) line("  " + std::string(d.is_mask ? "mask " : "score ") + d.name + ": " + d.body_cpp + at(d.tl));
   line("  mask " + std::string(to_string(sc.mask)) + at(sc.mask_tl));
@@ -232,7 +236,13 @@ std::string info_json(const Kernel& k) {
   j["lse"] = k.lse;
   j["aux"] = nlohmann::ordered_json::array();
   for (const auto& a : k.scope.aux) j["aux"].push_back({{"name", a.name}, {"dtype", a.is_int ? "int32" : "fp32"}, {"shape", a.extents_cpp}});
-  if (!k.scope.kv_lengths.empty() || !k.scope.paged.empty()) {  // the aux inputs of a KV cache, by role
+  if (!k.scope.q_ragged.empty() || !k.scope.kv_ragged.empty()) {  // the cumulative counts of ragged batches, by role
+    nlohmann::ordered_json vl = nlohmann::ordered_json::object();
+    if (!k.scope.q_ragged.empty()) vl["cu_seqlens_q"] = k.scope.q_ragged;
+    if (!k.scope.kv_ragged.empty()) vl["cu_seqlens_k"] = k.scope.kv_ragged;
+    j["varlen"] = vl;
+  }
+  if ((!k.scope.kv_lengths.empty() && k.scope.kv_ragged.empty()) || !k.scope.paged.empty()) {  // the aux inputs of a KV cache, by role
     nlohmann::ordered_json kv = nlohmann::ordered_json::object();
     if (!k.scope.kv_lengths.empty()) kv["lengths"] = k.scope.kv_lengths;
     if (!k.scope.paged.empty()) kv["block_table"] = k.scope.paged;

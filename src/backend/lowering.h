@@ -205,6 +205,7 @@ class Lowering {
   const tl::CheckInfo& info_;
   // seqlen_k as the block sees it: a KV cache's sequence count (`Let seqlen_k = T[b]`), else the ABI's
   std::string seqlen_k_cpp() const { return info_.kv_lengths.empty() ? "p.seqlen_k" : "seqlen_k"; }
+  std::string seqlen_q_cpp() const { return info_.q_lengths.empty() ? "p.seqlen_q" : "seqlen_q"; }
   plan::Target target_;
   support::DiagSink& diags_;
 

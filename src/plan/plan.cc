@@ -42,6 +42,7 @@ Problem make_problem(const spec::AttentionSpec& s) {
   }
   p.return_lse = s.return_lse;
   p.kv_cache = s.kv_cache;
+  p.varlen = s.varlen;
   p.variants = s.variants;
   if (s.problem) p.seqlen_q = s.problem->seqlen_q;
   return p;
@@ -52,6 +53,7 @@ std::string pack_gqa_decision(const Problem& p, const Target& t, const TileConfi
   const int group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
   if (t.sm < 90 || group <= 1 || p.heads_q % p.heads_kv != 0) return "";
   if (64 % group != 0) return "GQA packing off: a group of " + std::to_string(group) + " query heads does not divide a 64-row warpgroup tile";
+  if (p.varlen) return "GQA packing off: ragged batches keep each sequence's rows of one head together";
   if (p.variants.any()) return "";
   if (p.seqlen_q <= 0 || tiles.bm <= 0) return "";
   // Rows a query head's tiles compute per head, without and with packing; pack when it saves at
@@ -313,6 +315,13 @@ std::vector<VerifyCase> verification_cases(const Plan& plan) {
       out[i].what += ", pages of " + std::to_string(ps);
     }
   }
+  if (p.varlen)  // ragged batches: the two smaller sizes with 5 sequences (a full, an empty and random ones: the
+                 // interpreter draws them), the larger ones with 2 (a full one and a random one, in the multiply-add budget)
+    for (size_t i = 0; i < out.size(); ++i) {
+      const int64_t n = i < 2 ? 5 : 2;
+      out[i].dims["batch"] = n;
+      out[i].what += ", " + std::to_string(n) + " ragged sequences";
+    }
   for (auto& c : out) c.what += " (BM " + std::to_string(bm) + ", BN " + std::to_string(bn) + ")";
   return out;
 }

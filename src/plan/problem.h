@@ -19,6 +19,7 @@ struct Problem {
   tl::MaskSpec::Kind mask = tl::MaskSpec::Kind::None;
   int64_t window_left = -1, window_right = -1;  // Window only; -1 = unbounded on that side
   bool return_lse = false;
+  bool varlen = false;  // TL `Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]` and `{ragged: ...}` (docs/tl.md, "Ragged batches")
   spec::KvCache kv_cache = spec::KvCache::None;  // TL `Let seqlen_k = cache_seqlens[b]` (and `{paged: block_table}`)
   spec::Variants variants;   // score modifications and extra masks (TL Score / Mask declarations)
   int64_t seqlen_q = 0;      // the spec's `problem.seqlen_q` when it states one (0: not stated; the kernel

@@ -232,15 +232,24 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
       if (paged) w.line("Allocate block_table in global (batch, pages) int32");
       w.line("Let seqlen_k = cache_seqlens[b]");
     }
-    const std::string kv_attr = paged ? " {paged: block_table}" : "";
-    w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qview);
+    if (p.varlen) {  // docs/tl.md, "Ragged batches"
+      w.comment(" ragged batches: the sequences packed one after another; sequence b's queries start at row cu_seqlens_q[b] of Q and"
+                " O (aux[0]), its keys at row cu_seqlens_k[b] of K and V (aux[1]); seqlen_q, seqlen_k are the longest");
+      w.line("Allocate cu_seqlens_q in global (batch + 1) int32");
+      w.line("Allocate cu_seqlens_k in global (batch + 1) int32");
+      w.line("Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]");
+      w.line("Let seqlen_k = cu_seqlens_k[b + 1] - cu_seqlens_k[b]");
+    }
+    const std::string kv_attr = paged ? " {paged: block_table}" : p.varlen ? " {ragged: cu_seqlens_k}" : "";
+    const std::string q_attr = p.varlen ? " {ragged: cu_seqlens_q}" : "";
+    w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qview + q_attr);
     w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]" + kv_attr);
     w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]" + kv_attr);
-    w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + qview);
-    if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32" + qview);
+    w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + qview + q_attr);
+    if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32" + qview + q_attr);
     if (!decls.empty()) {
       w.comment(" variants: " + spec::describe(var) + " (docs/spec.md, Variants)");
-      const size_t aux0 = p.kv_cache == spec::KvCache::None ? 0 : paged ? 2 : 1;  // the KV cache's come first
+      const size_t aux0 = p.varlen ? 2 : p.kv_cache == spec::KvCache::None ? 0 : paged ? 2 : 1;  // the KV cache's (varlen's) come first
       for (size_t i = 0; i < aux.size(); ++i) {
         std::string shape;
         for (const auto& d : aux[i].shape) shape += (shape.empty() ? "" : ", ") + d;

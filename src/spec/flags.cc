@@ -12,7 +12,7 @@ namespace {
 const std::vector<std::string> kFlags{"name",      "dtype",    "mask",          "window",   "heads",    "head-dim",
                                       "layout",    "softmax-scale", "lse",    "gpu",      "batch",    "seqlen",
                                       "descale",   "softcap",  "alibi",         "prefix-lm", "document", "relative-bias",
-                                      "score-mod", "mask-mod", "kv-cache"};
+                                      "score-mod", "mask-mod", "kv-cache", "varlen"};
 const std::vector<std::string> kBooleanFlags{"lse", "alibi", "document"};
 
 std::optional<int> parse_int(std::string_view s) {
@@ -123,6 +123,9 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
       else bad(flag, value, "true or false");
     } else if (key == "gpu") {
       s.gpu = value;
+    } else if (key == "varlen") {
+      if (auto b = parse_bool(value)) s.varlen = *b;
+      else bad(flag, value, "true or false");
     } else if (key == "kvcache") {
       if (auto k = parse_kv_cache(value)) s.kv_cache = *k;
       else bad(flag, value, "none, lengths or paged");

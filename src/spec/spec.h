@@ -115,6 +115,7 @@ struct AttentionSpec {
   Layout layout = Layout::BSHD;
   bool return_lse = false;              // also write the row log-sum-exp (fp32, (batch, heads_q, seqlen_q))
   KvCache kv_cache = KvCache::None;     // keys and values in a cache: per-sequence lengths, pages
+  bool varlen = false;                  // packed ragged batches (cu_seqlens_q / cu_seqlens_k, flash_attn_varlen_func)
   std::string gpu;                      // target GPU name or alias ("h100", "sm80"); empty: detect
   std::optional<ProblemSize> problem;
 

@@ -272,7 +272,7 @@ class Reader {
 
 const std::vector<std::string> kTopKeys{"name",  "preset",  "heads_q",       "heads_kv", "head_dim",
                                         "head_dim_qk", "head_dim_v", "dtype", "fp8", "mask",
-                                        "variants", "softmax_scale", "layout", "return_lse", "kv_cache", "gpu", "problem"};
+                                        "variants", "softmax_scale", "layout", "return_lse", "kv_cache", "varlen", "gpu", "problem"};
 const std::vector<std::string> kDTypes{"fp16", "bf16", "fp8_e4m3"};
 const std::vector<std::string> kMaskStrings{"none", "causal", "causal_top_left"};
 const std::vector<std::string> kMaskKinds{"none", "causal", "window"};
@@ -488,6 +488,7 @@ std::optional<AttentionSpec> read_spec(Reader& r, const json& j) {
       else r.bad_value("/kv_cache", k, {"none", "lengths", "paged"});
     }
   }
+  if (j.contains("varlen")) r.get_bool(j, "varlen", "", s.varlen);
   if (j.contains("gpu")) r.get_string(j, "gpu", "", s.gpu);
   if (j.contains("problem")) read_problem(r, j.at("problem"), s);
   if (r.diags_.error_count() != errors_before) return std::nullopt;
@@ -597,6 +598,7 @@ std::string to_json(const AttentionSpec& s) {
   j["layout"] = to_string(s.layout);
   j["return_lse"] = s.return_lse;
   if (s.kv_cache != KvCache::None) j["kv_cache"] = to_string(s.kv_cache);
+  if (s.varlen) j["varlen"] = true;
   j["gpu"] = s.gpu;
   if (s.problem) {
     ojson p;

@@ -95,14 +95,14 @@ std::optional<DType> parse_dtype(const std::string& s) {
   return std::nullopt;
 }
 
-namespace {
-
 bool expr_reads(const Expr& e, const std::string& n) {
   if ((e.kind == Expr::Kind::Name && e.name == n)) return true;
   for (const auto& a : e.args)
     if (expr_reads(a, n)) return true;
   return false;
 }
+
+namespace {
 
 bool stmt_reads(const Stmt& s, const std::string& n) {
   auto any = [&](const std::vector<Expr>& v) {

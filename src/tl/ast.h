@@ -216,5 +216,6 @@ struct Program {
 // Whether any expression of the program (loop bodies included) names `name` as a value (not as a
 // declaration name after `with`): e.g. the launch-time builtins a kernel must bind.
 bool reads_name(const Program& p, const std::string& name);
+bool expr_reads(const Expr& e, const std::string& name);  // e names `name` (a Dim, a variable)
 
 }  // namespace qattn::tl

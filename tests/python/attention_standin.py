@@ -90,3 +90,21 @@ def kvcache_standin(q, k_cache, v_cache, cache_seqlens, block_table=None, *, cau
                          return_lse=True)
         o[i], lse[i] = oi[0], li[0]
     return (o, lse) if return_lse else o
+
+
+def varlen_standin(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, window=None,
+                   scale=None, softcap=None, return_lse=False):
+    """qattn.attention_varlen's meaning: one standin call per packed sequence; rows past the last
+    sequence are 0, a sequence with no key gets 0 / -inf."""
+    tq, hq, _ = q.shape
+    o = q.new_zeros((tq, hq, v.shape[2]))
+    lse = torch.full((hq, tq), float("-inf"), device=q.device)
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for i in range(len(cq) - 1):
+        a, b, c, d = cq[i], min(cq[i + 1], cq[i] + max_seqlen_q), ck[i], min(ck[i + 1], ck[i] + max_seqlen_k)
+        if b <= a or d <= c:
+            continue
+        oi, li = standin(q[None, a:b], k[None, c:d], v[None, c:d], causal=causal, window=window, scale=scale,
+                         softcap=softcap, return_lse=True)
+        o[a:b], lse[:, a:b] = oi[0], li[0]
+    return (o, lse) if return_lse else o

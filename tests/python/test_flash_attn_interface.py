@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI 
 import qattn  # noqa: E402
 from qattn import _attention  # noqa: E402
 from qattn import flash_attn_interface as fai  # noqa: E402
-from attention_standin import kvcache_standin, standin  # noqa: E402
+from attention_standin import kvcache_standin, standin, varlen_standin  # noqa: E402
 from conftest import gpu_skip_reason  # noqa: E402
 
 GPU = gpu_skip_reason() is None
@@ -24,6 +24,7 @@ def mode(request, monkeypatch):
     if request.param == "standin":
         monkeypatch.setattr(_attention, "attention", standin)
         monkeypatch.setattr(fai, "attention_with_kvcache", kvcache_standin)
+        monkeypatch.setattr(fai, "attention_varlen", varlen_standin)
     return request.param
 
 
@@ -89,24 +90,32 @@ def test_flash_attn_varlen_func(mode, same_lengths, monkeypatch):
     lens_k = lens_q if same_lengths else [50, 3, 64, 0, 130]
     cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device=dev)
     cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device=dev)
-    calls = []
-    real = _attention.attention
+    calls, varlen_calls = [], []
+    real, real_varlen = _attention.attention, fai.attention_varlen
     monkeypatch.setattr(_attention, "attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    for causal, window, softcap in ((True, (-1, -1), 0.0), (False, (-1, -1), 0.0), (False, (8, 8), 0.0),
-                                    (True, (-1, -1), 20.0)):
+    monkeypatch.setattr(fai, "attention_varlen", lambda *a, **kw: varlen_calls.append(1) or real_varlen(*a, **kw))
+    for causal, window, softcap, alibi in ((True, (-1, -1), 0.0, False), (False, (-1, -1), 0.0, False),
+                                           (False, (8, 8), 0.0, False), (True, (-1, -1), 20.0, False),
+                                           (True, (-1, -1), 0.0, True), (False, (-1, -1), 0.0, True)):
         q = torch.randn(sum(lens_q), 4, 64, generator=g).to(dev, dt)
         k, v = (torch.randn(sum(lens_k), 2, 64, generator=g).to(dev, dt) for _ in range(2))
+        slopes = (torch.rand(4, generator=g) * 0.2).to(dev) if alibi else None
         calls.clear()
+        varlen_calls.clear()
         out, lse, _ = fai.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
-                                                 window_size=window, softcap=softcap, return_attn_probs=True)
-        masked = causal or window != (-1, -1)
-        assert len(calls) == (1 if same_lengths or not masked else sum(1 for a, b in zip(lens_q, lens_k) if a and b))
+                                                 window_size=window, softcap=softcap, alibi_slopes=slopes,
+                                                 return_attn_probs=True)
+        if not alibi:
+            assert (len(calls), len(varlen_calls)) == (0, 1)  # one launch of the ragged-batch kernel
+        else:  # ALiBi: one packed row with the document mask, or one call per sequence when the ends differ
+            per_seq = sum(1 for a, b in zip(lens_q, lens_k) if a and b)
+            assert (len(calls), len(varlen_calls)) == (1 if same_lengths else per_seq, 0)
         assert out.shape == (sum(lens_q), 4, 64) and lse.shape == (4, sum(lens_q))
         for i in range(len(lens_q)):
             a, b, c, d = int(cu_q[i]), int(cu_q[i + 1]), int(cu_k[i]), int(cu_k[i + 1])
             if b == a:
                 continue
-            o_r, l_r = ref_one(q[a:b], k[c:d], v[c:d], causal, window, softcap, None, 64 ** -0.5)
+            o_r, l_r = ref_one(q[a:b], k[c:d], v[c:d], causal, window, softcap, slopes, 64 ** -0.5)
             close(out[a:b], o_r, mode)
             if d > c:
                 close(lse[:, a:b], l_r, mode)

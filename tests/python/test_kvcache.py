@@ -149,12 +149,12 @@ def test_kvcache_argument_checks():
 
 
 def test_fwd_params_offsets_match_a_c_compiler(tmp_path):
-    """offsetof / sizeof of qattn_fwd_params (ABI 4: the page fields at the end) by the C compiler =
-    ctypes' layout (qattn._abi.Params)."""
+    """offsetof / sizeof of qattn_fwd_params (ABI 4: the page fields, ABI 5: the packed row counts at
+    the end) by the C compiler = ctypes' layout (qattn._abi.Params)."""
     import ctypes
 
     from qattn import _abi
     names = [f[0] for f in _abi.Params._fields_]
     want = [getattr(_abi.Params, n).offset for n in names] + [ctypes.sizeof(_abi.Params)]
     assert c_layout(tmp_path, "qattn_fwd_params", names) == want
-    assert names[-3:] == ["page_size", "pages", "num_pages"]
+    assert names[-5:] == ["page_size", "pages", "num_pages", "total_q", "total_k"]

@@ -23,7 +23,7 @@ namespace qattn::sm90 {
 
 template <int BM, int DV, bool kBf16, bool kPack, bool kPersistent, bool kDeferWait, int N, class Element>
 __device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const RowMap<kPack>& rows, int tid,
-                                        const CUtensorMap* map, int head, int batch) {
+                                        const CUtensorMap* map, int head, int batch, int row_base = 0) {
   static_assert(N == DV / 2, "O: a (64, DV) accumulator");
   if constexpr (kPersistent) {
     // The previous tile's store must have read the rows before they are rewritten.
@@ -42,12 +42,61 @@ __device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const 
   cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the copy engine
   cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
   if (tid == 0) {
-    const int row0 = rows.tile_row0 + 64 * rows.wg;
+    const int row0 = row_base + rows.tile_row0 + 64 * rows.wg;
     if constexpr (kPack)
       tma_store_packed<BM, DV>(map, sO, 64 * rows.wg, row0, head, batch, rows.pack);
     else
       tma_store_rows<BM, DV>(map, sO, 64 * rows.wg, row0, head, batch);
     if constexpr (!kDeferWait) cute::tma_store_wait<0>();  // the copy engine has read the staged rows
+  }
+}
+
+// TL `Copy O ...` of a ragged O (`{ragged}`: packed sequences). A warpgroup whose 64 rows all lie
+// within the sequence (rows below `valid`, its query count) stores them with store_o's TMA box at
+// row `first` (the sequence's first row) of the packed O; the one that holds the sequence's last
+// rows stages them the same way and writes them with its threads, 16 bytes each, rows below `valid`
+// only (the rows past it are the next sequence's, which a TMA box would overwrite). `out` is the
+// sequence's row 0 of this head.
+template <int BM, int DV, bool kBf16, bool kPersistent, bool kDeferWait, int N, class Element>
+__device__ __forceinline__ void store_o_ragged(const float (&o)[N], Element* sO, const RowMap<false>& rows, int tid,
+                                               const CUtensorMap* map, int head, int first, Element* out, int64_t row_stride,
+                                               int valid) {
+  static_assert(N == DV / 2 && DV % 8 == 0, "O: a (64, DV) accumulator");
+  if (rows.tile_row0 + 64 * rows.wg + 64 <= valid)  // uniform in the warpgroup
+    return store_o<BM, DV, kBf16, false, kPersistent, kDeferWait>(o, sO, rows, tid, map, head, 0, first);
+  if constexpr (kPersistent) {  // the previous tile's TMA store must have read the staging rows
+    if (kDeferWait && tid == 0) cute::tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
+  }
+  unsigned char* so = reinterpret_cast<unsigned char*>(sO);
+#pragma unroll
+  for (int i = 0; i < DV / 8; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t v = pack2<kBf16>(o[4 * i + 2 * h], o[4 * i + 2 * h + 1]);
+      *reinterpret_cast<uint32_t*>(so + swizzled_offset<BM>(rows.r + 8 * h, 8 * i + 2 * rows.c, 2)) = v;
+    }
+  }
+  cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
+  constexpr int kPieces = DV / 8;  // 16-byte pieces per row
+#pragma unroll
+  for (int i = tid; i < 64 * kPieces; i += 128) {
+    const int r = 64 * rows.wg + i / kPieces, c = i % kPieces;
+    const int q = rows.tile_row0 + r;
+    if (q < valid)
+      *reinterpret_cast<uint4*>(out + int64_t(q) * row_stride + 8 * c) =
+          *reinterpret_cast<const uint4*>(so + swizzled_offset<BM>(r, 8 * c, 2));
+  }
+  cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);  // every piece read before the rows are reused
+}
+
+// A row vector of a ragged LSE: out[base + query] for the thread's two rows below `valid`.
+__device__ __forceinline__ void store_rows_at(float* out, const float (&x)[2], const RowMap<false>& rows, int64_t base, int valid) {
+  if (out == nullptr || rows.c != 0) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int q = h == 0 ? rows.qa() : rows.qb();
+    if (q < valid) out[base + q] = x[h];
   }
 }
 

@@ -19,6 +19,7 @@ struct KernelShape {
   int bm, bn, d_qk, d_v;
   bool bf16, lse, pack, persistent;
   bool paged = false;  // TL {paged}: K and V are page pools (ABI 4)
+  bool ragged_q = false, ragged_k = false;  // TL {ragged}: Q, O (K, V) are packed sequences (ABI 5)
 };
 
 // Fills kp for a call of `p` on `tiles` work tiles (the TL Grid's points); *blocks: how many blocks
@@ -41,13 +42,18 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
     long long rs, hs, bs;
   };
   // a paged cache: K and V are (num_pages, page_size, heads_kv, d), one box per page (or per tile)
-  const int kv_rows = k.paged ? p.page_size : p.seqlen_k, kv_batch = k.paged ? p.num_pages : p.batch;
+  // packed ragged batches: one "batch" of total rows (a sequence's tiles start at its first row)
+  const int kv_rows = k.paged ? p.page_size : k.ragged_k ? (p.total_k > 0 ? p.total_k : 1) : p.seqlen_k;
+  const int kv_batch = k.paged ? p.num_pages : k.ragged_k ? 1 : p.batch;
+  const int q_rows = k.ragged_q ? (p.total_q > 0 ? p.total_q : 1) : p.seqlen_q, q_batch = k.ragged_q ? 1 : p.batch;
+  const long long qbs = k.ragged_q ? q_rows * p.q_row_stride : p.q_batch_stride, obs = k.ragged_q ? q_rows * p.o_row_stride : p.o_batch_stride;
+  const long long kbs = k.ragged_k ? kv_rows * p.k_row_stride : p.k_batch_stride, vbs = k.ragged_k ? kv_rows * p.v_row_stride : p.v_batch_stride;
   const int kv_box = k.paged && p.page_size < k.bn ? p.page_size : k.bn;
   const Map maps[4] = {
-      {&kp->tma_q, "q", p.q, k.d_qk, p.seqlen_q, p.heads_q, k.bm, pk, p.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride},
-      {&kp->tma_k, "k", p.k, k.d_qk, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride},
-      {&kp->tma_v, "v", p.v, k.d_v, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride},
-      {&kp->tma_o, "o", p.o, k.d_v, p.seqlen_q, p.heads_q, 64, pk, p.batch, p.o_row_stride, p.o_head_stride, p.o_batch_stride}};
+      {&kp->tma_q, "q", p.q, k.d_qk, q_rows, p.heads_q, k.bm, pk, q_batch, p.q_row_stride, p.q_head_stride, qbs},
+      {&kp->tma_k, "k", p.k, k.d_qk, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.k_row_stride, p.k_head_stride, kbs},
+      {&kp->tma_v, "v", p.v, k.d_v, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.v_row_stride, p.v_head_stride, vbs},
+      {&kp->tma_o, "o", p.o, k.d_v, q_rows, p.heads_q, 64, pk, q_batch, p.o_row_stride, p.o_head_stride, obs}};
   for (const Map& m : maps) {
     const int r = make_tile_map(m.map, m.base, k.bf16, m.cols, m.rows, m.heads, m.batch, m.rs, m.hs, m.bs, m.box, m.pack);
     if (r != 0)
@@ -75,6 +81,11 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   kp->page_size = k.paged ? p.page_size : 0;
   kp->pages = k.paged ? p.pages : 0;
   kp->num_pages = k.paged ? p.num_pages : 0;
+  kp->total_q = k.ragged_q ? p.total_q : 0;
+  kp->total_k = k.ragged_k ? p.total_k : 0;
+  kp->o = p.o;
+  kp->o_row_stride = p.o_row_stride;
+  kp->o_head_stride = p.o_head_stride;
   kp->num_tiles = int(tiles);
   *blocks = kp->num_tiles;
   kp->tile_counter = nullptr;

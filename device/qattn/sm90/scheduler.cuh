@@ -31,6 +31,11 @@ struct Params {
   int* tile_counter;          // persistent: the next-tile counter (0 at launch; the last fetch resets it)
   const void* aux[4];
   int page_size, pages, num_pages;  // a paged KV cache (TL {paged}): K / V maps over pages (ABI 4)
+  // packed ragged batches (TL {ragged}, ABI 5): the packed tensors' rows, and O for the stores that
+  // stop at a sequence's last row (a TMA box would run into the next sequence)
+  int total_q, total_k;
+  void* o;
+  int64_t o_row_stride, o_head_stride;
 };
 
 // A work tile: the TL Grid point (m_block, head or kv-head group, batch).

@@ -158,6 +158,8 @@ void Emitter::scope() {
   for (const auto& a : sc.aux)
     w_.line("const " + std::string(a.is_int ? "int" : "float") + "* __restrict__ aux_" + a.name + ";  // TL " +
             std::to_string(a.tl.line) + ": p.aux[" + std::to_string(a.slot) + "]");
+  if (!sc.q_start_cpp.empty() || !sc.kv_start_cpp.empty())
+    w_.line("int start_q = 0, start_k = 0;  // TL " + std::to_string(sc.ragged_tl.line) + " {ragged}: the sequence's first rows in the packed tensors");
   w_.line("int sq_, sk_, wl_, wr_;  // the kernel's mask: seqlen_q, seqlen_k, window (left, right)");
   w_.open("__device__ Scope(const TileCoord& t, const Params& p) {");
   w_.line(sc.grid[0].cpp + " = t.m_block; " + sc.grid[1].cpp + " = t.head; " + sc.grid[2].cpp + " = t.batch;");
@@ -170,10 +172,17 @@ void Emitter::scope() {
   }
   if (!sc.kv_count_cpp.empty())  // a KV cache: the sequence's key count, clamped to the cache
     w_.line("seqlen_k = " + sc.kv_count_cpp + ";  // TL " + std::to_string(sc.kv_count_tl.line) + ": " + sc.kv_count_tl.text);
+  if (!sc.q_count_cpp.empty())  // a ragged batch: the sequence's query count
+    w_.line("seqlen_q = " + sc.q_count_cpp + ";  // TL " + std::to_string(sc.q_count_tl.line) + ": " + sc.q_count_tl.text);
+  if (!sc.q_start_cpp.empty()) w_.line("start_q = " + sc.q_start_cpp + ";");
+  if (!sc.kv_start_cpp.empty()) w_.line("start_k = " + sc.kv_start_cpp + ";");
   for (const auto& n : sc.lets) w_.line(n.cpp + " = " + n.value_cpp + ";");
-  w_.line(std::string("sq_ = p.seqlen_q; sk_ = ") + (sc.kv_count_cpp.empty() ? "p.seqlen_k" : "seqlen_k") +
-          "; wl_ = p.window_left; wr_ = p.window_right;");
+  w_.line(std::string("sq_ = ") + (sc.q_count_cpp.empty() ? "p.seqlen_q" : "seqlen_q") + "; sk_ = " +
+          (sc.kv_count_cpp.empty() ? "p.seqlen_k" : "seqlen_k") + "; wl_ = p.window_left; wr_ = p.window_right;");
   w_.close();
+  if (!sc.q_count_cpp.empty())  // the Grid's first axis re-read with the sequence's count
+    w_.line("__device__ bool live() const { return " + sc.grid[0].cpp + " < " + sc.grid_extents_cpp[0] +
+            "; }  // a tile past the sequence's queries does nothing");
   for (const auto& dcl : sc.decls) {
     w_.line("// TL " + std::to_string(dcl.tl.line) + ": " + dcl.tl.text);
     if (!dcl.is_mask) {
@@ -290,6 +299,12 @@ void Emitter::producer() {
   w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p), ++nth) {");
   w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack>(tile, p), p);");
   w_.line("bool published = false;");
+  if (!k_.scope.q_count_cpp.empty()) {
+    w_.open("if (!v.live()) {  // past the sequence's queries: handed on, skipped by the consumers too");
+    w_.line("sched.publish(nth, tile, leader, published);");
+    w_.line("continue;");
+    w_.close();
+  }
   auto load = [&](const kir::Load& l) {
     w_.line("// TL " + std::to_string(l.tl.line) + ": " + l.tl.text);
     std::string map = "&p.tma_" + std::string(1, char(std::tolower(l.global[0])));
@@ -366,6 +381,7 @@ void Emitter::consumer() {
   w_.line("const int tile = sched.receive(nth, p);");
   w_.line("if (tile >= p.num_tiles) break;");
   w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack>(tile, p), p);");
+  if (!k_.scope.q_count_cpp.empty()) w_.line("if (!v.live()) continue;  // past the sequence's queries");
   w_.line("const RowMap<kPack> rows(v." + k_.scope.grid[0].cpp + ", " + bm + ", cw, tid, p.pack);  // the queries of this thread's rows");
   for (size_t i = 0; i < k_.sm90.scalars.size(); ++i) {
     const auto& x = k_.sm90.scalars[i];
@@ -559,10 +575,20 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
     case K::Normalize: w_.line("normalize(" + row + R(o.a) + ", " + R(o.b) + ");"); break;
     case K::Convert: w_.line("convert<kBf16>(" + row + R(o.a) + ", " + R(o.result) + xscale(o) + ");"); break;
     case K::StoreO:
+      if (!k_.scope.q_start_cpp.empty()) {  // TL {ragged}: the rows past the sequence are the next one's
+        w_.line("store_o_ragged<" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.d_v) + ", kBf16, kPersistent, kDeferStoreWait>(" +
+                R(o.a) + ", " + buf(o.buffer).cpp + ", rows, tid, &p.tma_o, " + o.head_cpp + ", v.start_q, static_cast<Element*>(p.o) + "
+                "int64_t(v.start_q) * p.o_row_stride + int64_t(" + o.head_cpp + ") * p.o_head_stride, p.o_row_stride, v.seqlen_q);");
+        break;
+      }
       w_.line("store_o<" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.d_v) + ", kBf16, kPack, kPersistent, kDeferStoreWait>(" +
               R(o.a) + ", " + buf(o.buffer).cpp + ", rows, tid, &p.tma_o, " + o.head_cpp + ", " + o.batch_cpp + ");");
       break;
     case K::StoreRows:
+      if (!k_.scope.q_start_cpp.empty()) {  // TL {ragged}: LSE is (heads_q, total_q)
+        w_.line("store_rows_at(p.lse, " + R(o.a) + ", rows, int64_t(" + o.head_cpp + ") * p.total_q + v.start_q, v.seqlen_q);");
+        break;
+      }
       w_.line("store_rows(p.lse, " + R(o.a) + ", rows, " + o.head_cpp + ", " + o.batch_cpp + ", p.heads_q, p.seqlen_q);");
       break;
   }
@@ -581,6 +607,9 @@ void Emitter::abi(const std::string& info_json) {
   w_.line("  return st;");
   if (!sc.paged.empty())  // TL {paged}: whole pages of a multiple of 8 rows per TMA box
     w_.line("if (int st = qattn::host::check_paged(*params, 8, " + std::to_string(k_.sm90.bn) + "); st != QATTN_OK) return st;");
+  if (!sc.q_start_cpp.empty() || !sc.kv_start_cpp.empty())  // TL {ragged}: the packed rows of ABI 5
+    w_.line(std::string("if (int st = qattn::host::check_ragged(*params, ") + cpp_bool(!sc.q_start_cpp.empty()) + ", " +
+            cpp_bool(!sc.kv_start_cpp.empty()) + "); st != QATTN_OK) return st;");
   w_.line("const qattn_fwd_params& p = *params;");
   detail::write_launch_args(w_, sc.launch_args);
   w_.line("if (p.seqlen_q == 0) return qattn::host::ok();");
@@ -595,7 +624,10 @@ void Emitter::abi(const std::string& info_json) {
   w_.line("int blocks = 0;");
   w_.line("const KernelShape shape{" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.sm90.bn) + ", " + std::to_string(k_.d_qk) +
           ", " + std::to_string(k_.d_v) + ", kBf16, " + cpp_bool(k_.lse) + ", kPack, kPersistent" +
-          (sc.paged.empty() ? "" : ", true") + "};");
+          (sc.q_start_cpp.empty() && sc.kv_start_cpp.empty()
+               ? (sc.paged.empty() ? "" : ", true")
+               : ", " + cpp_bool(!sc.paged.empty()) + ", " + cpp_bool(!sc.q_start_cpp.empty()) + ", " + cpp_bool(!sc.kv_start_cpp.empty())) +
+          "};");
   const std::string wl = sc.mask == kir::MaskKind::Window ? sc.window_left_cpp : "0";
   const std::string wr = sc.mask == kir::MaskKind::Window ? sc.window_right_cpp : "0";
   w_.line("if (int st = make_params(&kp, p, shape, gx * gy * gz, " + wl + ", " + wr + ", &blocks); st != QATTN_OK) return st;");

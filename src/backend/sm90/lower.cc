@@ -289,6 +289,11 @@ bool Lower::lower_loads() {
     l.cols = b->cols;
     l.row_cpp = kernel_names_.int_expr(tl::Expr::binary("*", c.coord[0], c.tile[0]));
     l.batch_cpp = kernel_names_.int_expr(alloc->alloc.offset[0]);
+    const std::string& start = c.name == "Q" ? k_.scope.q_start_cpp : k_.scope.kv_start_cpp;
+    if (!start.empty()) {  // TL {ragged}: one packed sequence of rows (the maps' batch extent is 1)
+      l.row_cpp = (c.name == "Q" ? "v.start_q + " : "v.start_k + ") + l.row_cpp;
+      l.batch_cpp = "0";
+    }
     l.head_cpp = kernel_names_.int_expr(alloc->alloc.offset[1]);
     l.packed = k_.sm90.pack && c.name == "Q";
     l.in_loop = in_loop;

@@ -1,0 +1,95 @@
+"""Attention on packed ragged batches (docs/python.md, "Ragged batches"), flash_attn_varlen_func's
+layout: the sequences one after another without padding, q (total_q, heads_q, d), k / v (total_k,
+heads_kv, d), sequence b's rows from cu_seqlens_q[b] / cu_seqlens_k[b] (int32, batch + 1 entries).
+One launch of a kernel whose TL reads the cumulative counts (`Let seqlen_q = cu_seqlens_q[b + 1] -
+cu_seqlens_q[b]`, `{ragged: cu_seqlens_q}`; docs/tl.md, "Ragged batches"): no padding, no document
+mask over one long row, no host synchronisation (the counts stay on the device). The grid is sized
+by max_seqlen_q; a tile past its sequence's queries returns at once.
+"""
+from . import _attention
+from ._abi import STATUS, fill_params
+from ._torch_util import import_torch
+from ._variants import split_launch_args, variant_fields
+from .errors import DeviceError, LaunchError, SpecError
+
+
+def _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """Shapes, dtypes and devices; returns (batch, total_q, heads_q, d_qk, total_k, heads_kv, d_v)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            raise SpecError(f"{name}: expected a (total, heads, d) tensor", code="PY0101",
+                            hint="pack the sequences one after another: q (total_q, heads_q, d), k / v (total_k, heads_kv, d)")
+        if t.device != q.device:
+            raise DeviceError(f"{name} is on {t.device}, q on {q.device}", code="PY0103")
+        if t.dtype != q.dtype:
+            raise SpecError(f"{name} has dtype {t.dtype}, q {q.dtype}", code="PY0102")
+    tq, hq, dqk = (int(x) for x in q.shape)
+    tk, hkv, dk = (int(x) for x in k.shape)
+    if int(v.shape[0]) != tk or int(v.shape[1]) != hkv or dk != dqk:
+        raise SpecError(f"k {tuple(k.shape)} and v {tuple(v.shape)} do not match each other and q's head dim {dqk}",
+                        code="PY0105")
+    if hkv <= 0 or hq % hkv:
+        raise SpecError(f"heads_q {hq} is not a multiple of heads_kv {hkv}", code="PY0105")
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1 or cu.dtype.is_floating_point \
+                or cu.dtype == torch.bool:
+            raise SpecError(f"{name}: expected a (batch + 1,) integer tensor", code="PY0105")
+        if cu.device != q.device:
+            raise DeviceError(f"{name} is on {cu.device}, q on {q.device}", code="PY0103")
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise SpecError("cu_seqlens_q and cu_seqlens_k describe different batch sizes", code="PY0105")
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0 or m >= 2 ** 31:
+            raise SpecError(f"{name}={m!r}: expected an int in [0, 2^31)", code="PY0105",
+                            hint="the longest sequence's length (a host int: the grid is sized by it)")
+    if q.device.type != "cuda":
+        raise DeviceError(f"q is on {q.device}: qattn kernels run on CUDA devices", code="PY0103")
+    return int(cu_seqlens_q.numel()) - 1, tq, hq, dqk, tk, hkv, int(v.shape[2])
+
+
+def _rows(t):
+    """t with a contiguous last dim and 16-byte aligned rows and heads (a copy only when needed)."""
+    if t.stride(-1) != 1 or any((s * t.element_size()) % 16 for s in t.stride()[:2]) or t.data_ptr() % 16:
+        return t.contiguous()
+    return t
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, window=None,
+                     scale=None, softcap=None, return_lse=False):
+    """Attention of each packed sequence's queries over its own keys. q (total_q, heads_q, d_qk), k
+    (total_k, heads_kv, d_qk), v (total_k, heads_kv, d_v) fp16/bf16 CUDA tensors; cu_seqlens_q /
+    cu_seqlens_k (batch + 1,) int32 (other integer dtypes are converted) on the same device, starting
+    at 0 and not decreasing; max_seqlen_q / max_seqlen_k ints at least every sequence's length (a
+    longer sequence is cut to them). causal and window align each sequence's queries with its last
+    keys (FlashAttention's convention). Returns o (total_q, heads_q, d_v), and with return_lse=True
+    also lse (heads_q, total_q) fp32. The counts are not read on the host: sequences outside the
+    packed tensors are clamped to them; a sequence with no key gets O = 0 and LSE = -inf. Rows of o
+    past cu_seqlens_q[-1] are not written."""
+    torch = import_torch()
+    bsz, tq, hq, dqk, tk, hkv, dv = _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    dt = _attention._dtype_name(torch, q.dtype)
+    fields, args = split_launch_args(variant_fields(causal, window, softcap))
+    o = q.new_empty((tq, hq, dv))
+    lse = torch.empty((hq, tq), device=q.device, dtype=torch.float32) if return_lse else None
+    if bsz <= 0 or tq == 0 or max_seqlen_q == 0:
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return (o.zero_(), lse) if return_lse else o.zero_()
+    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, varlen=True)
+    roles = b.library.info.get("varlen", {})
+    names = [a["name"] for a in b.library.info.get("aux", [])]
+    cu = {roles.get("cu_seqlens_q"): cu_seqlens_q.to(torch.int32).contiguous(),
+          roles.get("cu_seqlens_k"): cu_seqlens_k.to(torch.int32).contiguous()}
+    if set(names) - set(cu):
+        raise SpecError(f"kernel {b.spec['name']} reads {names}, a varlen kernel reads its cumulative counts",
+                        code="PY0110")
+    qv, kv, vv = _rows(q), _rows(k), _rows(v)
+    p = fill_params(qv[None], kv[None], vv[None], o[None], lse, _attention._scale(scale, dqk), aux=[cu[n] for n in names],
+                    window=args.get("window"), softcap=args.get("softcap"))
+    p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = bsz, int(max_seqlen_q), int(max_seqlen_k), tq, tk
+    with torch.cuda.device(q.device):
+        st = b.library.fwd(p, torch.cuda.current_stream(q.device).cuda_stream)
+    if st != 0:
+        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {b.library.last_error()}", code="PY0501",
+                          hint=f"kernel {b.spec['name']} ({b.library_path})")
+    return (o, lse) if return_lse else o

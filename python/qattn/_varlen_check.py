@@ -1,0 +1,89 @@
+"""The GPU check of a forward library over packed ragged batches (its kernel info names "varlen";
+docs/tl.md, "Ragged batches"), used by qattn.verify: random sequence lengths (an empty sequence, one
+query, lengths that cross the tiles, more keys than queries and fewer), packed q / k / v with NaN
+rows past the last sequence, NaN-filled outputs; each sequence against an fp64 attention over its
+own keys with FlashAttention's rule (error at most twice a same-precision torch attention's, plus
+1e-5), the LSE (heads_q, total_q) against the fp64 one, and the output rows past the last sequence
+still NaN (a store that ran past its sequence fails). The C ABI refuses negative packed row counts
+(QATTN_ERR_SHAPE)."""
+import torch
+
+from . import verify as _v
+
+CASES = [  # heads_q, heads_kv, lens_q, lens_k (None: the same)
+    (4, 2, [300, 0, 1, 129, 1000, 64], None),
+    (4, 4, [77, 513, 5, 256], [200, 40, 5, 1024]),
+    (8, 1, [17, 128, 700], [30, 100, 1500]),
+]
+SPARE = 3  # NaN rows past the last sequence of every packed tensor
+
+
+def run_case(kern, case, gen):
+    """(ok, detail) for one case."""
+    info = kern.info
+    roles = info["varlen"]
+    hq, hkv, lq, lk = case
+    lk = lk if lk is not None else lq
+    dt = _v.DTYPES[info["dtype"]]
+    cq = torch.tensor([0] + lq, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
+    ck = torch.tensor([0] + lk, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
+    tq, tk = int(cq[-1]) + SPARE, int(ck[-1]) + SPARE
+    dev = gen.device
+    q = torch.randn(tq, hq, info["d_qk"], device=dev, generator=gen).to("cuda", dt)
+    k = torch.randn(tk, hkv, info["d_qk"], device=dev, generator=gen).to("cuda", dt)
+    v = torch.randn(tk, hkv, info["d_v"], device=dev, generator=gen).to("cuda", dt)
+    k[tk - SPARE:], v[tk - SPARE:] = float("nan"), float("nan")
+    o = torch.full((tq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)
+    lse = torch.full((hq, tq), float("nan"), device="cuda") if info["lse"] else None
+    given = {roles.get("cu_seqlens_q"): cq, roles.get("cu_seqlens_k"): ck}
+    scale = info["d_qk"] ** -0.5
+    window, softcap = _v.launch_values(info, 0)
+    p = kern.params(q[None], k[None], v[None], o[None], lse, scale, aux=[given[a["name"]] for a in info["aux"]],
+                    window=window, softcap=softcap)
+    p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = len(lq), max(lq), max(lk), tq, tk
+    st = kern(q[None], k[None], v[None], o[None], params=p)
+    torch.cuda.synchronize()
+    if st != 0:
+        return False, f"status {st}: {kern.last_error()}"
+    ok = bool(torch.isnan(o[tq - SPARE:]).all()) and (lse is None or bool(torch.isnan(lse[:, tq - SPARE:]).all()))
+    why = "" if ok else "rows past the last sequence were written; "
+    worst, worst_naive = 0.0, 0.0
+    cql, ckl = cq.tolist(), ck.tolist()
+    for b in range(len(lq)):
+        a, e, c, f = cql[b], cql[b + 1], ckl[b], ckl[b + 1]
+        if e == a:
+            continue
+        if f == c:  # no key: O = 0, LSE = -inf
+            ok = ok and bool((o[a:e] == 0).all()) and (lse is None or bool(torch.isneginf(lse[:, a:e]).all()))
+            continue
+        vis = _v.visible(info, e - a, f - c, q.device, window)
+        args = (q[None, a:e].float(), k[None, c:f].float(), v[None, c:f].float(), vis, scale)
+        o_ref, l_ref = _v.attention(*args, torch.float64, softcap=softcap)
+        o_low, _ = _v.attention(*args, torch.float32, p_dtype=dt, out_dtype=dt, softcap=softcap)
+        err, naive = _v.max_abs(o[None, a:e].double(), o_ref), _v.max_abs(o_low.double(), o_ref)
+        ok = ok and not torch.isnan(o[a:e]).any().item() and err <= 2 * naive + 1e-5
+        if lse is not None:
+            fin = torch.isfinite(l_ref[0])
+            got = lse[:, a:e]
+            ok = ok and bool(((got == float("-inf")) == ~fin).all()) and _v.max_abs(got.double()[fin], l_ref[0][fin]) <= 1e-3
+        worst, worst_naive = max(worst, err), max(worst_naive, naive)
+    return ok, f"{why}lens {lq} / {lk}: err {worst:.2e} naive {worst_naive:.2e}"
+
+
+def check_library(kern, gen):
+    """[(case text, ok, detail)] over CASES, and the C ABI's refusal of negative packed row counts."""
+    out = []
+    for case in CASES:
+        ok, detail = run_case(kern, case, gen)
+        out.append((f"varlen h{case[0]}/{case[1]} {len(case[2])} sequences", ok, detail))
+    info = kern.info
+    dt = _v.DTYPES[info["dtype"]]
+    q = torch.randn(1, 8, 2, info["d_qk"], device="cuda").to(dt)
+    kv = torch.randn(1, 8, 1, info["d_qk"], device="cuda").to(dt)
+    o = torch.empty(1, 8, 2, info["d_v"], device="cuda", dtype=dt)
+    cu = torch.tensor([0, 8], dtype=torch.int32, device="cuda")
+    window, softcap = _v.launch_values(info, 0)
+    p = kern.params(q, kv, kv, o, None, None, aux=[cu for _ in info["aux"]], window=window, softcap=softcap)
+    p.total_q, p.total_k = -1, 8
+    out.append(("abi: total_q -1", kern(q, kv, kv, o, params=p) == 2, ""))
+    return out

@@ -1,0 +1,157 @@
+"""qattn.attention_varlen and flash_attn_varlen_func on packed ragged batches (docs/python.md,
+"Ragged batches") on the GPU: random sequence lengths (an empty sequence, one query, lengths that
+cross the 128-row tiles, more keys than queries and fewer), causal / window / none, MHA / GQA, fp16
+and bf16, NaN rows in the packed K and V past the last sequence and NaN-filled outputs, against an
+fp64 reference per sequence with FlashAttention's rule (error at most twice a same-precision torch
+attention's, plus 1e-5); the LSE against the fp64 one; the same tokens padded into a batch give the
+same rows; a CUDA graph replays a call with new lengths. The argument checks run on the CPU too.
+Needs torch."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI installs none)")
+
+import qattn  # noqa: E402
+from conftest import gpu_skip_reason  # noqa: E402
+from qattn.flash_attn_interface import flash_attn_varlen_func  # noqa: E402
+
+GPU = gpu_skip_reason() is None
+gpu = pytest.mark.skipif(not GPU, reason=gpu_skip_reason() or "")
+
+
+def packed(g, lens_q, lens_k, hq, hkv, d, dt, spare=3):
+    """q (total_q + spare, hq, d), k / v (total_k + spare, hkv, d) with NaN in the spare rows, and cu_seqlens."""
+    cq = torch.tensor([0] + lens_q, dtype=torch.int64).cumsum(0).to(torch.int32)
+    ck = torch.tensor([0] + lens_k, dtype=torch.int64).cumsum(0).to(torch.int32)
+    tq, tk = int(cq[-1]), int(ck[-1])
+    q = torch.randn(tq + spare, hq, d, generator=g).to(dt)
+    k = torch.randn(tk + spare, hkv, d, generator=g).to(dt)
+    v = torch.randn(tk + spare, hkv, d, generator=g).to(dt)
+    k[tk:] = float("nan")
+    v[tk:] = float("nan")
+    return q.cuda(), k.cuda(), v.cuda(), cq.cuda(), ck.cuda()
+
+
+def reference(q, k, v, causal, window, dt):
+    """One sequence: (fp64 o, fp64 lse, same-precision o) of q (sq, h, d) over k, v (sk, hkv, d)."""
+    sq, h, d = q.shape
+    sk, hkv = k.shape[0], k.shape[1]
+    i = torch.arange(sq, device=q.device)[:, None] + sk - sq
+    j = torch.arange(sk, device=q.device)[None, :]
+    hidden = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        hidden |= j > i
+    if window is not None:
+        hidden |= (j < i - window[0]) | (j > i + window[1])
+    out = []
+    for prec in (torch.float64, dt):
+        qd = q.to(prec).transpose(0, 1).float() if prec != torch.float64 else q.double().transpose(0, 1)
+        kd = k.to(prec).repeat_interleave(h // hkv, 1).transpose(0, 1)
+        vd = v.to(prec).repeat_interleave(h // hkv, 1).transpose(0, 1)
+        kd, vd = (kd.double(), vd.double()) if prec == torch.float64 else (kd.float(), vd.float())
+        s = (qd @ kd.transpose(-1, -2)) * d ** -0.5
+        s = s.masked_fill(hidden, float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+        o = p @ vd if prec == torch.float64 else (p.to(prec).float() @ vd).to(prec)
+        out.append((o.transpose(0, 1), lse))
+    return out[0][0], out[0][1], out[1][0]
+
+
+def check(o, lse, q, k, v, cq, ck, causal, window, dt):
+    cq, ck = cq.tolist(), ck.tolist()
+    for b in range(len(cq) - 1):
+        a, e, c, f = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if e == a:
+            continue
+        ob, lb = o[a:e], lse[:, a:e]
+        assert torch.isfinite(ob).all(), f"sequence {b}: non-finite output"
+        if f == c:
+            assert (ob == 0).all() and torch.isinf(lb).all()
+            continue
+        o_ref, l_ref, o_low = reference(q[a:e], k[c:f], v[c:f], causal, window, dt)
+        err = (ob.double() - o_ref).abs().max().item()
+        base = (o_low.double() - o_ref).abs().max().item()
+        assert err <= 2 * base + 1e-5, f"sequence {b} ({e - a} queries, {f - c} keys): error {err:.3g} vs torch {base:.3g}"
+        fin = torch.isfinite(l_ref)
+        assert torch.allclose(lb[fin].double(), l_ref[fin], atol=1e-3, rtol=1e-4), f"sequence {b}: LSE"
+
+
+CASES = [  # dtype, hq, hkv, d, causal, window, lens_q, lens_k
+    (torch.bfloat16, 8, 2, 128, True, None, [300, 0, 1, 129, 1000, 64], None),         # self-attention
+    (torch.float16, 4, 4, 64, False, None, [77, 513, 5, 256], [200, 40, 5, 1024]),      # cross lengths
+    (torch.bfloat16, 8, 1, 128, True, None, [17, 128, 700], [30, 100, 1500]),           # MQA, causal, sq != sk
+    (torch.bfloat16, 4, 2, 128, False, (64, 0), [333, 12, 900], None),                 # sliding window
+]
+
+
+@gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{str(c[0])[6:]}_{c[1]}_{c[2]}_d{c[3]}_{'c' if c[4] else 'w' if c[5] else 'n'}")
+def test_varlen_matches_fp64_per_sequence(case):
+    dt, hq, hkv, d, causal, window, lq, lk = case
+    lk = lk if lk is not None else lq
+    g = torch.Generator().manual_seed(len(lq) * 31 + d)
+    q, k, v, cq, ck = packed(g, lq, lk, hq, hkv, d, dt)
+    o, lse = qattn.attention_varlen(q, k, v, cq, ck, max(lq), max(lk), causal=causal, window=window, return_lse=True)
+    torch.cuda.synchronize()
+    assert o.shape == (q.shape[0], hq, d) and lse.shape == (hq, q.shape[0])
+    check(o, lse, q, k, v, cq, ck, causal, window, dt)
+    # flash_attn_varlen_func's arguments give the same rows
+    ws = (-1, -1) if window is None else window
+    o2, lse2, _ = flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), causal=causal, window_size=ws,
+                                         return_attn_probs=True)
+    n = int(cq[-1])
+    assert torch.equal(o2[:n], o[:n]) and torch.equal(lse2[:, :n], lse[:, :n])
+
+
+@gpu
+def test_varlen_equals_the_padded_batch():
+    """The same tokens padded to one length: qattn.attention on the batch gives each sequence's rows."""
+    g = torch.Generator().manual_seed(5)
+    lens = [256, 256, 256]
+    q, k, v, cq, ck = packed(g, lens, lens, 8, 2, 128, torch.bfloat16, spare=0)
+    o = qattn.attention_varlen(q, k, v, cq, ck, 256, 256, causal=True)
+    ob = qattn.attention(q.view(3, 256, 8, 128), k.view(3, 256, 2, 128), v.view(3, 256, 2, 128), causal=True)
+    assert torch.equal(o.view(3, 256, 8, 128), ob)
+
+
+@gpu
+def test_varlen_cuda_graph_replays_with_new_lengths():
+    g = torch.Generator().manual_seed(9)
+    q, k, v, cq, ck = packed(g, [100, 200, 50], [100, 200, 50], 4, 4, 128, torch.bfloat16, spare=0)
+    qattn.attention_varlen(q, k, v, cq, ck, 256, 256, causal=True)  # built and loaded outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = qattn.attention_varlen(q, k, v, cq, ck, 256, 256, causal=True)
+    cq.copy_(torch.tensor([0, 30, 250, 350], dtype=torch.int32, device="cuda"))  # new lengths, same total
+    ck.copy_(cq)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = qattn.attention_varlen(q, k, v, cq, ck, 256, 256, causal=True)
+    assert torch.equal(out, want)
+
+
+def test_varlen_argument_checks_need_no_gpu():
+    q = torch.zeros(10, 4, 64, dtype=torch.float16)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.attention_varlen(q[None], q, q, cu, cu, 6, 6)
+    assert e.value.code == "PY0101"
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.attention_varlen(q, q, q, cu, cu[:2], 6, 6)
+    assert e.value.code == "PY0105"
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.attention_varlen(q, q, q, cu, cu, -1, 6)
+    assert e.value.code == "PY0105"
+    with pytest.raises(qattn.SpecError) as e:
+        qattn.attention_varlen(q, q[:, :3], q[:, :3], cu, cu, 6, 6)
+    assert e.value.code == "PY0105"
+    with pytest.raises(qattn.DeviceError) as e:
+        qattn.attention_varlen(q, q, q, cu, cu, 6, 6)
+    assert e.value.code == "PY0103"
+
+
+def test_varlen_kernel_spec():
+    s = qattn.kernel_spec("bf16", 128, 128, {"mask": {"kind": "causal"}}, True, "h100", varlen=True)
+    assert s["varlen"] is True and s["name"].endswith("_varlen") and "kv_cache" not in s
+    assert "varlen" not in qattn.kernel_spec("bf16", 128, 128, {"mask": {"kind": "causal"}}, True, "h100")

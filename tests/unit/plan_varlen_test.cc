@@ -1,0 +1,113 @@
+// Packed ragged batches from spec to CUDA (docs/tl.md and docs/spec.md, "Ragged batches"): the spec's
+// varlen round-trips through JSON and flags and is refused with a KV cache (SPEC0218); the planner
+// writes the cumulative counts, the two Lets and `{ragged: ...}` (no GQA packing) and verifies the
+// program in the interpreter with several sequences; the sm90 and sm80 translations read the counts,
+// start the views at each sequence's first row, skip the query tiles past a sequence, guard the O
+// stores, say so in the kernel info, check the packed row counts at the ABI; and a TL without
+// `{ragged}` on K and V gives a kernel that reads K and V per batch entry (the attribute drives the code).
+#include <gtest/gtest.h>
+
+#include "backend/translate.h"
+#include "hw/gpu.h"
+#include "plan/plan.h"
+#include "spec/spec.h"
+
+namespace qattn {
+namespace {
+
+constexpr auto npos = std::string::npos;
+
+std::optional<plan::Plan> varlen_plan(const std::string& gpu, support::DiagSink& d, const std::string& mask = "causal") {
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  EXPECT_TRUE(spec::apply_flags(s, {{"gpu", gpu}, {"varlen", "true"}, {"mask", mask}, {"lse", "true"}}, d)) << d.render();
+  return plan::make_plan(s, *hw::find_gpu(gpu), d);
+}
+
+TEST(VarlenSpec, RoundTripsAndIsRefusedWithAKvCache) {
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  support::DiagSink d;
+  ASSERT_TRUE(spec::apply_flags(s, {{"varlen", "true"}}, d)) << d.render();
+  EXPECT_TRUE(s.varlen);
+  const std::string json = spec::to_json(s);
+  EXPECT_NE(json.find("\"varlen\": true"), npos) << json;
+  auto back = spec::parse_json(json, d);
+  ASSERT_TRUE(back.has_value()) << d.render();
+  EXPECT_EQ(*back, s);
+  EXPECT_EQ(spec::to_json(*spec::find_preset("llama3-8b")).find("varlen"), npos);  // false is not written
+  support::DiagSink both;
+  spec::AttentionSpec with_cache = s;
+  ASSERT_TRUE(spec::apply_flags(with_cache, {{"kv-cache", "paged"}}, both)) << both.render();
+  EXPECT_TRUE(spec::validate(s, both, nullptr)) << both.render();
+  EXPECT_FALSE(spec::validate(with_cache, both, nullptr));
+  EXPECT_NE(both.render().find("SPEC0218"), npos) << both.render();
+  support::DiagSink badflag;
+  EXPECT_FALSE(spec::apply_flags(s, {{"varlen", "maybe"}}, badflag));
+}
+
+TEST(VarlenPlan, WritesTheCountsAndTheRaggedViewsAndVerifiesThem) {
+  for (const char* gpu : {"h100", "a100"}) {
+    SCOPED_TRACE(gpu);
+    support::DiagSink d;
+    auto p = varlen_plan(gpu, d);
+    ASSERT_TRUE(p.has_value()) << d.render();
+    for (const char* line : {"Allocate cu_seqlens_q in global (batch + 1) int32\n", "Allocate cu_seqlens_k in global (batch + 1) int32\n",
+                             "Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]\n", "Let seqlen_k = cu_seqlens_k[b + 1] - cu_seqlens_k[b]\n",
+                             "with offset [b, head] {ragged: cu_seqlens_q}\n", "with offset [b, kv_head] {ragged: cu_seqlens_k}\n",
+                             "Allocate LSE in global (seqlen_q) fp32 with offset [b, head] {ragged: cu_seqlens_q}\n"})
+      EXPECT_NE(p->code.find(line), npos) << line << p->code;
+    EXPECT_EQ(p->code.find("{pack"), npos);  // each sequence's rows of one head stay together
+    auto v = plan::verify(*p, d);
+    EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
+    ASSERT_FALSE(v.cases.empty());
+    EXPECT_EQ(v.cases.front().dims.at("batch"), 5);  // a full, an empty and random sequences
+  }
+}
+
+TEST(VarlenTranslate, Sm90StartsAtEachSequenceAndGuardsItsLastRows) {
+  support::DiagSink d;
+  auto p = varlen_plan("h100", d);
+  ASSERT_TRUE(p.has_value()) << d.render();
+  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  for (const char* s : {"seqlen_q = min(max(aux_cu_seqlens_q[b + 1] - aux_cu_seqlens_q[b], 0), p.seqlen_q);",
+                        "seqlen_k = min(max(aux_cu_seqlens_k[b + 1] - aux_cu_seqlens_k[b], 0), p.seqlen_k);",
+                        "start_q = min(max(aux_cu_seqlens_q[b], 0), p.total_q);", "start_k = min(max(aux_cu_seqlens_k[b], 0), p.total_k);",
+                        "sq_ = seqlen_q; sk_ = seqlen_k;", "__device__ bool live() const { return m_block < qattn::cdiv(seqlen_q, BM); }",
+                        "if (!v.live()) continue;", "&p.tma_q, sQ, v.start_q + v.m_block * BM, v.head, 0, leader);",
+                        "&p.tma_k, sK, v.start_k + j * BN, v.kv_head, 0, leader);", "store_o_ragged<", "store_rows_at(p.lse, ",
+                        "zero_rows_from<", "qattn::host::check_ragged(*params, true, true)", "kPersistent, false, true, true};"})
+    EXPECT_NE(cu.find(s), npos) << s;
+  EXPECT_NE(t->info_json.find("\"varlen\":{\"cu_seqlens_q\":\"cu_seqlens_q\",\"cu_seqlens_k\":\"cu_seqlens_k\"}"), npos) << t->info_json;
+  EXPECT_EQ(t->info_json.find("\"kv_cache\""), npos) << t->info_json;
+  EXPECT_NE(t->kir.find("  ragged: Q, O, LSE rows from min(max(aux_cu_seqlens_q[b], 0), p.total_q) of the packed tensors  [TL "), npos)
+      << t->kir;
+  // K and V not ragged: they are read per batch entry (seqlen_k still narrowed), the queries still packed
+  std::string q_only = p->code;
+  for (const std::string cut : {" {ragged: cu_seqlens_k}"})
+    for (size_t at; (at = q_only.find(cut)) != npos;) q_only.erase(at, cut.size());
+  auto c = backend::translate_text(q_only, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(c.has_value()) << d.render();
+  EXPECT_NE(c->cuda_source.find("&p.tma_k, sK, j * BN, v.kv_head, v.b, leader);"), npos) << c->cuda_source;
+  EXPECT_NE(c->cuda_source.find("v.start_q + v.m_block * BM"), npos);
+  EXPECT_NE(c->cuda_source.find("qattn::host::check_ragged(*params, true, false)"), npos);
+}
+
+TEST(VarlenTranslate, Sm80ReturnsPastTheSequenceAndOffsetsTheViews) {
+  support::DiagSink d;
+  auto p = varlen_plan("a100", d);
+  ASSERT_TRUE(p.has_value()) << d.render();
+  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("a100")), d, "code.tl");
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  for (const char* s : {"seqlen_q = min(max(aux_cu_seqlens_q[b + 1] - aux_cu_seqlens_q[b], 0), p.seqlen_q);",
+                        "if (m_block >= qattn::cdiv(seqlen_q, BM)) return;  // past this sequence's queries",
+                        "const int startQ = min(max(aux_cu_seqlens_q[b], 0), p.total_q);",
+                        "(p.q, int64_t(startQ) * p.q_row_stride + head * p.q_head_stride, min(seqlen_q, p.total_q - startQ), p.q_row_stride);",
+                        "qattn::global_vector_out<float>(p.lse, int64_t(head) * p.total_q + startLSE, min(seqlen_q, p.total_q - startLSE));",
+                        "qattn::MaskArgs{seqlen_q, seqlen_k}", "qattn::host::check_ragged(*params, true, true)"})
+    EXPECT_NE(cu.find(s), npos) << s << "\n" << cu.substr(0, 0);
+}
+
+}  // namespace
+}  // namespace qattn
