@@ -105,6 +105,22 @@ def _scale(scale, dqk):
     return s
 
 
+_SORTED_IDS = {}  # id -> weakref of segment-id tensors their maker built nondecreasing (mark_sorted_segments)
+
+
+def mark_sorted_segments(*tensors):
+    """Segment ids built nondecreasing along each row by their maker (qattn.integrations.transformers):
+    _aux_tensors skips its check of them (a host synchronisation per call)."""
+    import weakref
+    for t in tensors:
+        _SORTED_IDS[id(t)] = weakref.ref(t, lambda _, k=id(t): _SORTED_IDS.pop(k, None))
+
+
+def _known_sorted(t):
+    r = _SORTED_IDS.get(id(t))
+    return r is not None and r() is t
+
+
 def _aux_tensors(torch, b, given, qv, kv):
     """The auxiliary inputs Build b's kernel reads (its info "aux" list, in ABI order), checked:
     given, on q's device, the kernel's dtype (integer ids are converted to int32), the shape its
@@ -126,6 +142,7 @@ def _aux_tensors(torch, b, given, qv, kv):
         n = a["name"]
         arg = AUX_INPUTS.get(n, n)
         t = given.get(n)
+        sorted_ids = t is not None and _known_sorted(t)
         shape = tuple(a.get("shape", []))
         if t is None:
             raise SpecError(f"kernel {b.spec['name']} reads {n} ({a['dtype']} ({', '.join(shape)})) and it was not "
@@ -146,7 +163,8 @@ def _aux_tensors(torch, b, given, qv, kv):
                             code="PY0110")
         t = t.contiguous()
         # (a host read: skipped under CUDA-graph capture, where the kernel reads the ids as given)
-        if n in ("seg_q", "seg_k") and t.shape[1] > 1 and not (t.is_cuda and torch.cuda.is_current_stream_capturing()) \
+        if n in ("seg_q", "seg_k") and not sorted_ids and t.shape[1] > 1 and \
+                not (t.is_cuda and torch.cuda.is_current_stream_capturing()) \
                 and bool((t[:, 1:] < t[:, :-1]).any()):
             raise SpecError(f"{arg}: segment ids must be nondecreasing along each row (packed sequences)",
                             code="PY0110", hint="number the packed documents in order of their position")

@@ -1,15 +1,22 @@
 """attn_implementation="qattn" in real transformers models on a GPU (qattn.integrations.transformers).
 
-    python3 tests/gpu/transformers_check.py [--csv F]
+    python3 tests/gpu/transformers_check.py [--csv F] [--speed-csv F]
 
-Random-weight Llama (GQA 8/2, d 128), Mistral (sliding window 64) and Gemma2 (softcap 50, sliding
-layers, d 128) models of 2 layers in bf16 (built from configs; no download). For each: a padded
+Random-weight Llama (GQA 8/2, d 128), Qwen2 (GQA 8/2, d 128, biased q/k/v projections), Mistral
+(sliding window 64) and Gemma2 (softcap 50, sliding layers, d 128) models of 2 layers in bf16 (built
+from configs; no download). For each: a padded
 prefill batch (left or right padding, 3 rows up to 300 tokens) and 24 teacher-forced decoding steps
 with the KV cache. The logits of qattn, of sdpa (bf16) and of the same model in float32 with eager
 attention (the reference) are compared on the real tokens: pass when qattn's max error is at most
 2x sdpa's + 1e-2. Then generate() (greedy, 32 new tokens) runs with qattn and with sdpa; the share
 of equal tokens is reported (random models have near-ties, so it is not a gate). Exit 1 on failure.
+
+With --speed-csv: generate() throughput of Llama and Qwen2 models of 4 layers (hidden 2048, GQA 16/4,
+d 128, bf16) on a left-padded batch of 8 prompts of 256-1024 tokens, 128 new tokens each (greedy,
+min_new_tokens = max_new_tokens), qattn and sdpa in the same process: one warm-up generate each,
+then 3 timed ones alternating, the median kept; tokens/s = new tokens / time.
 """
+import time
 import argparse
 import copy
 import os
@@ -22,12 +29,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import qattn.integrations.transformers as qtf  # noqa: E402
 
 
-def model_for(kind):
+def model_for(kind, big=False, reference=True):
     torch.manual_seed(0)
     common = dict(vocab_size=1000, hidden_size=1024, intermediate_size=2048, num_hidden_layers=2,
                   num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096)
+    if big:
+        common.update(hidden_size=2048, intermediate_size=5632, num_hidden_layers=4, num_attention_heads=16,
+                      num_key_value_heads=4)
     if kind == "llama":
         cfg, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
+    elif kind == "qwen2":
+        cfg, cls = transformers.Qwen2Config(use_sliding_window=False, **common), transformers.Qwen2ForCausalLM
     elif kind == "mistral":
         cfg, cls = transformers.MistralConfig(sliding_window=64, **common), transformers.MistralForCausalLM
     else:
@@ -36,8 +48,50 @@ def model_for(kind):
         cls = transformers.Gemma2ForCausalLM
     cfg._attn_implementation = "eager"
     m = cls(cfg).eval()
-    ref = copy.deepcopy(m).float().cuda()
+    ref = copy.deepcopy(m).float().cuda() if reference else None
     return m.to(torch.bfloat16).cuda(), ref
+
+
+def speed(path):
+    """generate() tokens/s with qattn and sdpa (see the module comment); rows to `path`."""
+    out = []
+    for kind in ("llama", "qwen2"):
+        model, _ = model_for(kind, big=True, reference=False)
+        g = torch.Generator(device="cpu").manual_seed(3)
+        b, n, new = 8, 1024, 128
+        ids = torch.randint(0, 1000, (b, n), generator=g).cuda()
+        mask = torch.ones(b, n, dtype=torch.long, device="cuda")
+        for i, ln in enumerate(torch.randint(256, n + 1, (b,), generator=g).tolist()):
+            mask[i, :n - ln] = 0
+        times = {qtf.NAME: [], "sdpa": []}
+
+        def gen(impl):
+            model.set_attn_implementation(impl)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                r = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                                   do_sample=False, pad_token_id=0)
+            torch.cuda.synchronize()
+            assert r.shape[1] == n + new
+            return time.perf_counter() - t0
+        for impl in times:
+            gen(impl)  # warm-up: kernels built and loaded
+        for rnd in range(3):
+            for impl in (list(times) if rnd % 2 == 0 else list(times)[::-1]):
+                times[impl].append(gen(impl))
+        med = {k: sorted(v)[1] for k, v in times.items()}
+        for impl, t in med.items():
+            tps = b * new / t
+            out.append((kind, impl, b, int(mask.sum()), new, round(t, 4), round(tps, 1), round(med["sdpa"] / t, 3)))
+            print(f"{kind:6s} {impl:6s} generate {b} x {new} new tokens after {int(mask.sum())} prompt tokens: "
+                  f"{t:.3f} s, {tps:.0f} tokens/s ({med['sdpa'] / t:.2f}x sdpa)", flush=True)
+        model = None
+        torch.cuda.empty_cache()
+    with open(path, "w") as f:
+        f.write("model,impl,batch,prompt_tokens,new_tokens,seconds,tokens_per_s,vs_sdpa,gpu\n")
+        for r in out:
+            f.write(",".join(str(x) for x in r) + "," + torch.cuda.get_device_name() + "\n")
 
 
 def run(model, impl, ids, mask, steps):
@@ -58,9 +112,15 @@ def run(model, impl, ids, mask, steps):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv")
+    ap.add_argument("--speed-csv")
+    ap.add_argument("--speed-only", action="store_true")
     a = ap.parse_args()
+    if a.speed_csv:
+        speed(a.speed_csv)
+        if a.speed_only:
+            return 0
     rows, fails = [], 0
-    for kind, padding in (("llama", "left"), ("mistral", "right"), ("gemma2", "left")):
+    for kind, padding in (("llama", "left"), ("qwen2", "left"), ("mistral", "right"), ("gemma2", "left")):
         model, ref = model_for(kind)
         g = torch.Generator(device="cpu").manual_seed(1)
         n = 300

@@ -16,10 +16,15 @@ qattn.QattnError naming it (use attn_implementation="sdpa" for those): a mask wi
 static cache's trailing slots during decoding, dropout in training, attention sinks (s_aux),
 output_attentions, gradients (qattn is forward-only).
 """
+import weakref
+
 from .. import _attention
 from ..errors import SpecError, ToolchainError
 
 NAME = "qattn"
+# The padding's segment ids of the last mask seen: every layer of a forward gets the same mask
+# tensor, so they are computed (and their checks synchronise with the host) once per forward.
+_LAST = {"ref": None, "key": None, "value": None}
 
 
 def _target_dtype(torch, query, module):
@@ -55,6 +60,20 @@ def _segments(torch, mask, q_len):
     return seg[:, -q_len:].contiguous(), seg
 
 
+def _padding_segments(torch, attention_mask, kv_len, q_len):
+    """The segment ids of a 2-D keep-mask (None: nothing padded), once per mask tensor and shape."""
+    key = (attention_mask._version, kv_len, q_len, attention_mask.device)
+    ref = _LAST["ref"]
+    if ref is not None and ref() is attention_mask and _LAST["key"] == key:
+        return _LAST["value"]
+    mask = attention_mask[:, -kv_len:].to(torch.bool)
+    value = None if bool(mask.all()) else _segments(torch, mask, q_len)
+    if value is not None:
+        _attention.mark_sorted_segments(*value)  # numbered in order along each row by construction
+    _LAST.update(ref=weakref.ref(attention_mask), key=key, value=value)
+    return value
+
+
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
                       softcap=None, is_causal=None, s_aux=None, **kwargs):
     """The AttentionInterface function: query (batch, heads, q_len, d), key / value (batch, kv_heads,
@@ -79,9 +98,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         if attention_mask.dim() != 2:
             raise SpecError(f"attn_implementation='qattn' takes its own 2-D padding mask; got a {attention_mask.dim()}-D one",
                             code="PY0902", hint="a custom 4-D mask needs attn_implementation='sdpa' or 'eager'")
-        mask = attention_mask[:, -kv_len:].to(torch.bool)
-        if not bool(mask.all()):
-            extra["segment_ids"] = _segments(torch, mask, q_len)
+        seg = _padding_segments(torch, attention_mask, kv_len, q_len)
+        if seg is not None:
+            extra["segment_ids"] = seg
     elif kwargs.get("position_ids") is not None and q_len == kv_len and q_len > 1:
         pos = kwargs["position_ids"]
         pos = pos.expand(q.shape[0], -1) if pos.shape[0] != q.shape[0] else pos
