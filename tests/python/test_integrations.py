@@ -118,3 +118,23 @@ def test_refusals_name_what_qattn_cannot_run():
         logits(model, qtf.NAME, input_ids=ids)
     assert e.value.code == "PY0901"
     assert qtf.mask_function(1, 4, 4, attention_mask=torch.ones(1, 4, dtype=torch.bool)) is None
+
+
+def test_segment_ids_are_made_once_per_forward(monkeypatch):
+    """Every layer of a forward gets the same mask: its segment ids (and their host checks) are made
+    once, marked ordered for qattn.attention's own check, and made again for the next forward."""
+    model = tiny("llama")
+    made, real = [], qtf._segments
+    monkeypatch.setattr(qtf, "_segments", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    seen = []
+    monkeypatch.setattr(_attention, "attention", lambda *a, **kw: seen.append(kw.get("segment_ids")) or standin(*a, **kw))
+    ids = torch.randint(0, 256, (2, 20))
+    mask = torch.ones(2, 20, dtype=torch.long)
+    mask[0, :5] = 0
+    logits(model, qtf.NAME, input_ids=ids, attention_mask=mask)
+    assert len(made) == 1 and len(seen) == model.config.num_hidden_layers
+    assert all(s is seen[0] for s in seen) and all(_attention._known_sorted(t) for t in seen[0])
+    mask[1, :3] = 0  # another forward (a new mask tensor): made again
+    logits(model, qtf.NAME, input_ids=ids, attention_mask=mask.clone())
+    assert len(made) == 2
+    assert not _attention._known_sorted(torch.zeros(1, 4, dtype=torch.int32))
