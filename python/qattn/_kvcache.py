@@ -61,6 +61,31 @@ def _check(torch, q, k_cache, v_cache, cache_seqlens, block_table):
     return bsz, sq, hq, dqk, hkv, dv, pages * page_size, page_size, pages
 
 
+def append_to_cache(torch, k_cache, v_cache, k_new, v_new, lens, block_table=None):
+    """Writes k_new / v_new (batch, new, heads_kv, d) into the cache at each sequence's end (rows
+    lens[b] ..., through block_table when paged; device indexing, in place) and returns lens + new
+    (int32, the caller's tensor untouched). That they fit is checked on the host (PY0105) except
+    under CUDA-graph capture, which leaves it to the caller (rows past the capacity then land on
+    its last row)."""
+    b, new = int(k_new.shape[0]), int(k_new.shape[1])
+    page = int(k_cache.shape[1])
+    s_cache = int(block_table.shape[1]) * page if block_table is not None else page
+    if not (k_new.device.type == "cuda" and torch.cuda.is_current_stream_capturing()) and \
+            bool(((lens < 0) | (lens + new > s_cache)).any()):
+        raise SpecError(f"the cache holds {s_cache} rows per sequence: cache_seqlens + {new} new rows do not fit",
+                        code="PY0105")
+    pos = lens[:, None].to(torch.int64) + torch.arange(new, device=lens.device)[None, :]  # (b, new)
+    if block_table is not None:
+        pg = torch.gather(block_table.to(torch.int64), 1, (pos // page).clamp_(max=block_table.shape[1] - 1))
+        k_cache[pg, pos % page] = k_new
+        v_cache[pg, pos % page] = v_new
+    else:
+        rows = torch.arange(b, device=lens.device)[:, None].expand(b, new)
+        k_cache[rows, pos.clamp(max=s_cache - 1)] = k_new
+        v_cache[rows, pos.clamp(max=s_cache - 1)] = v_new
+    return (lens + new).to(torch.int32)
+
+
 _STARTS = {}  # (device, splits, part) -> the first key of each part, (1, splits) int32
 
 
@@ -79,14 +104,17 @@ def _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq):
     return s
 
 
-def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal=False, window=None,
-                           scale=None, softcap=None, return_lse=False):
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None, v_new=None, *, causal=False,
+                           window=None, scale=None, softcap=None, return_lse=False):
     """Attention of q (batch, seqlen_q, heads_q, d) over each sequence's first cache_seqlens[b] keys of
     the cache: k_cache / v_cache (batch, capacity, heads_kv, d), or with block_table (batch, pages)
     int32 the paged (num_pages, page_size, heads_kv, d). The queries are the last seqlen_q positions
     of their sequence (causal and window align at the end of each sequence's keys). A count outside
-    0..capacity is clamped; a sequence with no key gets O = 0 and LSE = -inf. Returns o (batch,
-    seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
+    0..capacity is clamped; a sequence with no key gets O = 0 and LSE = -inf. k_new / v_new (batch,
+    new, heads_kv, d): written into the cache at each sequence's end first (in place; then the keys
+    are cache_seqlens + new; cache_seqlens itself is not changed), as flash_attn_with_kvcache does;
+    PY0105 when they do not fit (checked on the host except under CUDA-graph capture). Returns o
+    (batch, seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
     torch = import_torch()
     bsz, sq, hq, dqk, hkv, dv, capacity, page_size, pages = _check(torch, q, k_cache, v_cache, cache_seqlens, block_table)
     dt = _attention._dtype_name(torch, q.dtype)
@@ -94,9 +122,21 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     kv = "paged" if block_table is not None else "lengths"
     o = q.new_empty((bsz, sq, hq, dv))
     lse = torch.empty((bsz, hq, sq), device=q.device, dtype=torch.float32) if return_lse else None
+    lens = cache_seqlens.to(torch.int32).contiguous()
+    if (k_new is None) != (v_new is None):
+        raise SpecError("k_new and v_new: pass both or neither", code="PY0105")
+    if k_new is not None:
+        for name, t, c in (("k_new", k_new, k_cache), ("v_new", v_new, v_cache)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4 or int(t.shape[0]) != bsz or t.shape[2:] != c.shape[2:] \
+                    or t.device != q.device or t.dtype != q.dtype:
+                raise SpecError(f"{name}: expected a (batch, new, heads_kv, d) tensor like the cache's rows on q's device",
+                                code="PY0105")
+        if int(k_new.shape[1]) != int(v_new.shape[1]):
+            raise SpecError("k_new and v_new hold different numbers of rows", code="PY0105")
+        if int(k_new.shape[1]):
+            lens = append_to_cache(torch, k_cache, v_cache, k_new, v_new, lens, block_table)
     if o.numel() == 0:
         return (o, lse) if return_lse else o
-    lens = cache_seqlens.to(torch.int32).contiguous()
     table = block_table.to(torch.int32).contiguous() if block_table is not None else None
     splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq)
     b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse or splits > 1, q.device, shape=(hq, hkv, sq),

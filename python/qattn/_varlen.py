@@ -6,7 +6,7 @@ cu_seqlens_q[b]`, `{ragged: cu_seqlens_q}`; docs/tl.md, "Ragged batches"): no pa
 mask over one long row, no host synchronisation (the counts stay on the device). The grid is sized
 by max_seqlen_q; a tile past its sequence's queries returns at once.
 """
-from . import _attention
+from . import _attention, _kvcache
 from ._abi import STATUS, fill_params
 from ._torch_util import import_torch
 from ._variants import split_launch_args, variant_fields
@@ -55,7 +55,7 @@ def _rows(t):
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, window=None,
-                     scale=None, softcap=None, return_lse=False):
+                     scale=None, softcap=None, return_lse=False, cache_seqlens=None, block_table=None):
     """Attention of each packed sequence's queries over its own keys. q (total_q, heads_q, d_qk), k
     (total_k, heads_kv, d_qk), v (total_k, heads_kv, d_v) fp16/bf16 CUDA tensors; cu_seqlens_q /
     cu_seqlens_k (batch + 1,) int32 (other integer dtypes are converted) on the same device, starting
@@ -64,8 +64,20 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     keys (FlashAttention's convention). Returns o (total_q, heads_q, d_v), and with return_lse=True
     also lse (heads_q, total_q) fp32. The counts are not read on the host: sequences outside the
     packed tensors are clamped to them; a sequence with no key gets O = 0 and LSE = -inf. Rows of o
-    past cu_seqlens_q[-1] are not written."""
+    past cu_seqlens_q[-1] are not written.
+
+    With cache_seqlens (batch,) int32 the keys sit in a KV cache instead (chunked prefill, prefix
+    caching): k / v are the cache, contiguous (batch, capacity, heads_kv, d) or, with block_table
+    (batch, pages) int32, paged (num_pages, page_size, heads_kv, d); sequence b's keys are its first
+    cache_seqlens[b] rows and its queries the last of them; cu_seqlens_k must be None and
+    max_seqlen_k is ignored (the capacity bounds the counts)."""
     torch = import_torch()
+    if cache_seqlens is not None:
+        return _with_cache(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cache_seqlens, block_table, causal, window, scale,
+                           softcap, return_lse)
+    if block_table is not None:
+        raise SpecError("block_table without cache_seqlens", code="PY0105",
+                        hint="a paged cache needs each sequence's key count: pass cache_seqlens=")
     bsz, tq, hq, dqk, tk, hkv, dv = _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
@@ -87,6 +99,56 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     p = fill_params(qv[None], kv[None], vv[None], o[None], lse, _attention._scale(scale, dqk), aux=[cu[n] for n in names],
                     window=args.get("window"), softcap=args.get("softcap"))
     p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = bsz, int(max_seqlen_q), int(max_seqlen_k), tq, tk
+    with torch.cuda.device(q.device):
+        st = b.library.fwd(p, torch.cuda.current_stream(q.device).cuda_stream)
+    if st != 0:
+        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {b.library.last_error()}", code="PY0501",
+                          hint=f"kernel {b.spec['name']} ({b.library_path})")
+    return (o, lse) if return_lse else o
+
+
+def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens, block_table, causal, window, scale,
+                softcap, return_lse):
+    """attention_varlen over a KV cache: one launch of the kernel whose TL has ragged queries
+    (`{ragged: cu_seqlens_q}`) and the cache's `Let seqlen_k = cache_seqlens[b]` (and `{paged}`)."""
+    if not isinstance(q, torch.Tensor) or q.dim() != 3:
+        raise SpecError("q: expected a (total_q, heads, d) tensor", code="PY0101")
+    if not isinstance(cu_seqlens_q, torch.Tensor) or cu_seqlens_q.dim() != 1 or cu_seqlens_q.numel() < 1 or \
+            cu_seqlens_q.dtype.is_floating_point or cu_seqlens_q.dtype == torch.bool:
+        raise SpecError("cu_seqlens_q: expected a (batch + 1,) integer tensor", code="PY0105")
+    if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int) or not 0 <= max_seqlen_q < 2 ** 31:
+        raise SpecError(f"max_seqlen_q={max_seqlen_q!r}: expected an int in [0, 2^31)", code="PY0105")
+    bsz = int(cu_seqlens_q.numel()) - 1
+    q4 = q[None].expand(max(bsz, 1), *q.shape)  # (batch, total_q, heads, d) for the cache's shape checks only
+    _, _, hq, dqk, hkv, dv, capacity, page_size, pages = _kvcache._check(torch, q4, k_cache, v_cache, cache_seqlens,
+                                                                         block_table)
+    if cu_seqlens_q.device != q.device:
+        raise DeviceError(f"cu_seqlens_q is on {cu_seqlens_q.device}, q on {q.device}", code="PY0103")
+    dt = _attention._dtype_name(torch, q.dtype)
+    fields, args = split_launch_args(variant_fields(causal, window, softcap))
+    tq = int(q.shape[0])
+    o = q.new_empty((tq, hq, dv))
+    lse = torch.empty((hq, tq), device=q.device, dtype=torch.float32) if return_lse else None
+    if bsz <= 0 or tq == 0 or max_seqlen_q == 0:
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return (o.zero_(), lse) if return_lse else o.zero_()
+    kv = "paged" if block_table is not None else "lengths"
+    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, kv_cache=kv, varlen=True)
+    roles = dict(b.library.info.get("kv_cache", {}))
+    roles.update(b.library.info.get("varlen", {}))
+    given = {roles.get("cu_seqlens_q"): cu_seqlens_q.to(torch.int32).contiguous(),
+             roles.get("lengths"): cache_seqlens.to(torch.int32).contiguous(),
+             roles.get("block_table"): block_table.to(torch.int32).contiguous() if block_table is not None else None}
+    names = [a["name"] for a in b.library.info.get("aux", [])]
+    if set(names) - set(given) or any(given[n] is None for n in names):
+        raise SpecError(f"kernel {b.spec['name']} reads {names}: ragged queries over a KV cache", code="PY0110")
+    qv = _rows(q)
+    p = fill_params(qv[None], k_cache, v_cache, o[None], lse, _attention._scale(scale, dqk), aux=[given[n] for n in names],
+                    window=args.get("window"), softcap=args.get("softcap"))
+    p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = bsz, int(max_seqlen_q), capacity, tq, 0
+    if block_table is not None:
+        p.page_size, p.pages, p.num_pages = page_size, pages, int(k_cache.shape[0])
     with torch.cuda.device(q.device):
         st = b.library.fwd(p, torch.cuda.current_stream(q.device).cuda_stream)
     if st != 0:

@@ -5,9 +5,12 @@ rows past the last sequence, NaN-filled outputs; each sequence against an fp64 a
 own keys with FlashAttention's rule (error at most twice a same-precision torch attention's, plus
 1e-5), the LSE (heads_q, total_q) against the fp64 one, and the output rows past the last sequence
 still NaN (a store that ran past its sequence fails). The C ABI refuses negative packed row counts
-(QATTN_ERR_SHAPE)."""
+(QATTN_ERR_SHAPE). A kernel whose keys sit in a KV cache (info "kv_cache" too: ragged queries over
+the cache, chunked prefill) gets packed queries over caches made by qattn._kvcache_check (NaN
+wherever no key is; contiguous, or pages of 16 rows and of two key tiles in random order)."""
 import torch
 
+from . import _kvcache_check as _kv
 from . import verify as _v
 
 CASES = [  # heads_q, heads_kv, lens_q, lens_k (None: the same)
@@ -70,13 +73,78 @@ def run_case(kern, case, gen):
     return ok, f"{why}lens {lq} / {lk}: err {worst:.2e} naive {worst_naive:.2e}"
 
 
+CACHE_CASES = [  # heads_q, heads_kv, lens_q, cache_seqlens, capacity
+    (4, 2, [5, 0, 1, 200, 33], [300, 0, 40, 200, 33], 320),
+    (8, 1, [128, 64, 3], [1000, 64, 2], 1024),
+]
+
+
+def run_cache_case(kern, case, page, gen):
+    """(ok, detail) for packed queries over a KV cache (page 0: contiguous)."""
+    info = kern.info
+    roles = dict(info["kv_cache"])
+    roles.update(info["varlen"])
+    hq, hkv, lq, lk, cap = case
+    dt = _v.DTYPES[info["dtype"]]
+    k, v, kc, vc, table = _kv.make_cache(len(lq), cap, hkv, info["d_qk"], info["d_v"], dt, page, lk, gen)
+    cq = torch.tensor([0] + lq, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
+    tq = int(cq[-1]) + SPARE
+    q = torch.randn(tq, hq, info["d_qk"], device=gen.device, generator=gen).to("cuda", dt)
+    o = torch.full((tq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)
+    lse = torch.full((hq, tq), float("nan"), device="cuda") if info["lse"] else None
+    given = {roles.get("cu_seqlens_q"): cq, roles.get("lengths"): torch.tensor(lk, dtype=torch.int32, device="cuda"),
+             roles.get("block_table"): table}
+    scale = info["d_qk"] ** -0.5
+    window, softcap = _v.launch_values(info, 0)
+    p = kern.params(q[None], kc, vc, o[None], lse, scale, aux=[given[a["name"]] for a in info["aux"]], window=window,
+                    softcap=softcap)
+    p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = len(lq), max(lq), cap, tq, 0
+    if table is not None:
+        p.page_size, p.pages, p.num_pages = page, int(table.shape[1]), int(kc.shape[0])
+    st = kern(q[None], kc, vc, o[None], params=p)
+    torch.cuda.synchronize()
+    if st != 0:
+        return False, f"status {st}: {kern.last_error()}"
+    ok = bool(torch.isnan(o[tq - SPARE:]).all())
+    worst, worst_naive = 0.0, 0.0
+    cql = cq.tolist()
+    for b, n in enumerate(lk):
+        a, e = cql[b], cql[b + 1]
+        if e == a:
+            continue
+        if n == 0:
+            ok = ok and bool((o[a:e] == 0).all()) and (lse is None or bool(torch.isneginf(lse[:, a:e]).all()))
+            continue
+        vis = _v.visible(info, e - a, n, q.device, window)
+        args = (q[None, a:e].float(), k[b:b + 1, :n].float(), v[b:b + 1, :n].float(), vis, scale)
+        o_ref, l_ref = _v.attention(*args, torch.float64, softcap=softcap)
+        o_low, _ = _v.attention(*args, torch.float32, p_dtype=dt, out_dtype=dt, softcap=softcap)
+        err, naive = _v.max_abs(o[None, a:e].double(), o_ref), _v.max_abs(o_low.double(), o_ref)
+        ok = ok and not torch.isnan(o[a:e]).any().item() and err <= 2 * naive + 1e-5
+        if lse is not None:
+            fin = torch.isfinite(l_ref[0])
+            got = lse[:, a:e]
+            ok = ok and bool(((got == float("-inf")) == ~fin).all()) and _v.max_abs(got.double()[fin], l_ref[0][fin]) <= 1e-3
+        worst, worst_naive = max(worst, err), max(worst_naive, naive)
+    return ok, f"queries {lq} over keys {lk}: err {worst:.2e} naive {worst_naive:.2e}"
+
+
 def check_library(kern, gen):
-    """[(case text, ok, detail)] over CASES, and the C ABI's refusal of negative packed row counts."""
+    """[(case text, ok, detail)] over CASES (or CACHE_CASES x the cache layouts the kernel reads), and
+    the C ABI's refusal of negative packed row counts."""
     out = []
+    info = kern.info
+    if "kv_cache" in info:
+        bn = int(info.get("tiles", {}).get("BN", 64))
+        pages = [16, 2 * bn] if "block_table" in info["kv_cache"] else [0]
+        for case in CACHE_CASES:
+            for page in pages:
+                ok, detail = run_cache_case(kern, case, page, gen)
+                out.append((f"varlen over a cache h{case[0]}/{case[1]} {len(case[2])} sequences page {page}", ok, detail))
+        return out
     for case in CASES:
         ok, detail = run_case(kern, case, gen)
         out.append((f"varlen h{case[0]}/{case[1]} {len(case[2])} sequences", ok, detail))
-    info = kern.info
     dt = _v.DTYPES[info["dtype"]]
     q = torch.randn(1, 8, 2, info["d_qk"], device="cuda").to(dt)
     kv = torch.randn(1, 8, 1, info["d_qk"], device="cuda").to(dt)

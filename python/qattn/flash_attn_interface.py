@@ -9,7 +9,9 @@ and return what it returns, forward only:
 - flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...):
   packed ragged batches (total, heads, d): one launch of a kernel whose TL reads the cumulative
   counts (qattn.attention_varlen; docs/tl.md, "Ragged batches"); causal and window masks align each
-  sequence's queries with its last keys, as FlashAttention does. The counts are checked on the host
+  sequence's queries with its last keys, as FlashAttention does. With `block_table`, k / v are a
+  paged cache (num_pages, page_size, heads_kv, d) and cu_seqlens_k gives each sequence's key count
+  (chunked prefill over a paged cache: qattn.attention_varlen with cache_seqlens). The counts are checked on the host
   (PY0105: not starting at 0, decreasing, past the packed tensors or max_seqlen) except under CUDA
   graph capture, where the kernel clamps them to the packed tensors. With alibi_slopes: the
   sequences run as one packed row with qattn's document mask (segment ids from cu_seqlens), or one
@@ -29,7 +31,7 @@ probabilities are not formed. deterministic and num_splits are accepted and igno
 deterministic; qattn picks its own schedule).
 """
 from . import _attention
-from ._kvcache import attention_with_kvcache
+from ._kvcache import append_to_cache, attention_with_kvcache
 from ._varlen import attention_varlen
 from ._torch_util import import_torch
 from .errors import SpecError
@@ -99,9 +101,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """q (total_q, heads, d), k / v (total_k, heads_kv, d), cu_seqlens_* (batch + 1,) int32.
     Returns out (total_q, heads, d_v), or with return_attn_probs (out, softmax_lse (heads, total_q), None)."""
     torch = import_torch()
-    if block_table is not None:
-        _refuse("block_table (a paged KV cache)", "gather the pages into contiguous k / v first")
     window, cap = _common(dropout_p, window_size, softcap, causal)
+    if block_table is not None:  # k / v: a paged cache (num_pages, page_size, heads_kv, d); cu_seqlens_k: the key counts
+        if alibi_slopes is not None:
+            _refuse("alibi_slopes with block_table", "gather the pages into contiguous k / v first")
+        if not isinstance(cu_seqlens_k, torch.Tensor) or cu_seqlens_k.dim() != 1 or cu_seqlens_k.numel() < 2:
+            raise SpecError("cu_seqlens_k: expected a (batch + 1,) integer tensor", code="PY0105")
+        lens = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)  # (device ops: no host read)
+        r = attention_varlen(q, k, v, cu_seqlens_q, None, int(max_seqlen_q), int(max_seqlen_k),
+                             causal=bool(causal) and window is None, window=window, scale=softmax_scale, softcap=cap,
+                             return_lse=bool(return_attn_probs), cache_seqlens=lens, block_table=block_table)
+        return (r[0], r[1], None) if return_attn_probs else r
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             raise SpecError(f"{name}: expected a (total, heads, d) tensor", code="PY0101")
@@ -202,22 +212,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     else:
         raise SpecError("cache_seqlens: an int or a (batch,) integer tensor", code="PY0105")
     if new:  # append k / v at each sequence's end (device indexing)
-        # checked on the host where that costs no capture (a CUDA graph capture leaves it to the
-        # caller: rows past the capacity then land on its last row)
-        if not (q.device.type == "cuda" and torch.cuda.is_current_stream_capturing()) and \
-                bool(((lens < 0) | (lens + new > s_cache)).any()):
-            raise SpecError(f"the cache holds {s_cache} rows per sequence: cache_seqlens + {new} new rows do not fit",
-                            code="PY0105")
-        pos = lens[:, None].to(torch.int64) + torch.arange(new, device=q.device)[None, :]  # (b, new)
-        if paged:
-            pg = torch.gather(block_table.to(torch.int64), 1, (pos // page).clamp_(max=block_table.shape[1] - 1))
-            k_cache[pg, pos % page] = k
-            v_cache[pg, pos % page] = v
-        else:
-            rows = torch.arange(b, device=q.device)[:, None].expand(b, new)
-            k_cache[rows, pos.clamp(max=s_cache - 1)] = k
-            v_cache[rows, pos.clamp(max=s_cache - 1)] = v
-        lens = lens + new
+        lens = append_to_cache(torch, k_cache, v_cache, k, v, lens, block_table)
     if alibi_slopes is not None:  # ALiBi is not a KV-cache kernel yet: one call per sequence on its rows
         if paged:
             _refuse("alibi_slopes with a paged cache", "gather the pages into a contiguous cache first")

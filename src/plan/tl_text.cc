@@ -225,22 +225,29 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     }
     w.blank();
     const std::string qview = pack ? " with offset [b, kv_head] {pack: heads_q / heads_kv}" : " with offset [b, head]";
+    const bool kv_cache = p.kv_cache != spec::KvCache::None;
+    if (p.varlen) {  // docs/tl.md, "Ragged batches"
+      if (kv_cache)
+        w.comment(" ragged queries: the sequences' queries packed one after another, sequence b's from row cu_seqlens_q[b] of Q and O"
+                  " (aux[0]); seqlen_q is the longest");
+      else
+        w.comment(" ragged batches: the sequences packed one after another; sequence b's queries start at row cu_seqlens_q[b] of Q and"
+                  " O (aux[0]), its keys at row cu_seqlens_k[b] of K and V (aux[1]); seqlen_q, seqlen_k are the longest");
+      w.line("Allocate cu_seqlens_q in global (batch + 1) int32");
+      if (!kv_cache) w.line("Allocate cu_seqlens_k in global (batch + 1) int32");
+      w.line("Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]");
+      if (!kv_cache) w.line("Let seqlen_k = cu_seqlens_k[b + 1] - cu_seqlens_k[b]");
+    }
     if (p.kv_cache != spec::KvCache::None) {  // docs/tl.md, "KV caches"
-      w.comment(paged ? " KV cache: each sequence's keys (aux[0]), in pages of page_size rows through its row of the block table (aux[1])"
-                      : " KV cache: each sequence's keys are the first cache_seqlens[b] rows (aux[0])");
+      const std::string a0 = p.varlen ? "aux[1]" : "aux[0]", a1 = p.varlen ? "aux[2]" : "aux[1]";
+      w.comment(paged ? " KV cache: each sequence's keys (" + a0 + "), in pages of page_size rows through its row of the block table (" +
+                            a1 + ")"
+                      : " KV cache: each sequence's keys are the first cache_seqlens[b] rows (" + a0 + ")");
       w.line("Allocate cache_seqlens in global (batch) int32");
       if (paged) w.line("Allocate block_table in global (batch, pages) int32");
       w.line("Let seqlen_k = cache_seqlens[b]");
     }
-    if (p.varlen) {  // docs/tl.md, "Ragged batches"
-      w.comment(" ragged batches: the sequences packed one after another; sequence b's queries start at row cu_seqlens_q[b] of Q and"
-                " O (aux[0]), its keys at row cu_seqlens_k[b] of K and V (aux[1]); seqlen_q, seqlen_k are the longest");
-      w.line("Allocate cu_seqlens_q in global (batch + 1) int32");
-      w.line("Allocate cu_seqlens_k in global (batch + 1) int32");
-      w.line("Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]");
-      w.line("Let seqlen_k = cu_seqlens_k[b + 1] - cu_seqlens_k[b]");
-    }
-    const std::string kv_attr = paged ? " {paged: block_table}" : p.varlen ? " {ragged: cu_seqlens_k}" : "";
+    const std::string kv_attr = paged ? " {paged: block_table}" : p.varlen && !kv_cache ? " {ragged: cu_seqlens_k}" : "";
     const std::string q_attr = p.varlen ? " {ragged: cu_seqlens_q}" : "";
     w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qview + q_attr);
     w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]" + kv_attr);
@@ -249,7 +256,8 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32" + qview + q_attr);
     if (!decls.empty()) {
       w.comment(" variants: " + spec::describe(var) + " (docs/spec.md, Variants)");
-      const size_t aux0 = p.varlen ? 2 : p.kv_cache == spec::KvCache::None ? 0 : paged ? 2 : 1;  // the KV cache's (varlen's) come first
+      const size_t aux0 = (p.varlen ? (p.kv_cache == spec::KvCache::None ? 2 : 1) : 0) +
+                          (p.kv_cache == spec::KvCache::None ? 0 : paged ? 2 : 1);  // varlen's and the KV cache's come first
       for (size_t i = 0; i < aux.size(); ++i) {
         std::string shape;
         for (const auto& d : aux[i].shape) shape += (shape.empty() ? "" : ", ") + d;

@@ -396,10 +396,6 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
   }
 
   check_variants(s, diags, where);
-  if (s.varlen && s.kv_cache != KvCache::None)
-    diags.error("SPEC0218", at("/varlen"), "\"varlen\" (packed ragged batches) with a KV cache (\"kv_cache\": \"" +
-                std::string(to_string(s.kv_cache)) + "\") is not supported",
-                "pack the queries per sequence and keep the keys in the cache: drop \"varlen\", or use \"kv_cache\": \"none\"");
 
   // Problem size.
   if (s.problem) {

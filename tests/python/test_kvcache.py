@@ -158,3 +158,39 @@ def test_fwd_params_offsets_match_a_c_compiler(tmp_path):
     want = [getattr(_abi.Params, n).offset for n in names] + [ctypes.sizeof(_abi.Params)]
     assert c_layout(tmp_path, "qattn_fwd_params", names) == want
     assert names[-5:] == ["page_size", "pages", "num_pages", "total_q", "total_k"]
+
+
+@gpu
+@pytest.mark.parametrize("page", [0, 16])
+def test_k_new_v_new_are_appended_then_attended(page):
+    """attention_with_kvcache(k_new=, v_new=) = writing the rows at each sequence's end, then the call
+    with cache_seqlens + new (flash_attn_with_kvcache's semantics); cache_seqlens is not changed;
+    rows that would not fit are PY0105."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    b, cap, hq, hkv, d, new = 3, 96, 4, 2, 64, 3
+    lens = [40, 0, 94]
+    _, _, kc, vc, table = make_cache(g, b, cap, hkv, d, torch.bfloat16, page, lens)
+    kn = torch.randn(b, new, hkv, d, device="cuda", generator=g).to(torch.bfloat16)
+    vn = torch.randn(b, new, hkv, d, device="cuda", generator=g).to(torch.bfloat16)
+    q = torch.randn(b, 2, hq, d, device="cuda", generator=g).to(torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    with pytest.raises(qattn.SpecError) as e:  # 94 + 3 > 96 does not fit
+        qattn.attention_with_kvcache(q, kc, vc, seqlens, table, k_new=kn, v_new=vn)
+    assert e.value.code == "PY0105"
+    lens[2] = 60
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    kc2, vc2 = kc.clone(), vc.clone()
+    o = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, k_new=kn, v_new=vn, causal=True)
+    assert seqlens.tolist() == lens
+    for i, n in enumerate(lens):  # the same rows written by hand
+        for r in range(new):
+            pos = n + r
+            if table is None:
+                kc2[i, pos], vc2[i, pos] = kn[i, r], vn[i, r]
+            else:
+                pg = int(table[i, pos // page])
+                kc2[pg, pos % page], vc2[pg, pos % page] = kn[i, r], vn[i, r]
+    same = lambda a, b: torch.equal(a.nan_to_num(nan=7.0), b.nan_to_num(nan=7.0)) and torch.equal(a.isnan(), b.isnan())  # noqa: E731
+    assert same(kc, kc2) and same(vc, vc2)
+    want = qattn.attention_with_kvcache(q, kc2, vc2, seqlens + new, table, causal=True)
+    assert torch.equal(o, want)

@@ -1,10 +1,12 @@
 // Packed ragged batches from spec to CUDA (docs/tl.md and docs/spec.md, "Ragged batches"): the spec's
-// varlen round-trips through JSON and flags and is refused with a KV cache (SPEC0218); the planner
+// varlen round-trips through JSON and flags; the planner
 // writes the cumulative counts, the two Lets and `{ragged: ...}` (no GQA packing) and verifies the
 // program in the interpreter with several sequences; the sm90 and sm80 translations read the counts,
 // start the views at each sequence's first row, skip the query tiles past a sequence, guard the O
 // stores, say so in the kernel info, check the packed row counts at the ABI; and a TL without
 // `{ragged}` on K and V gives a kernel that reads K and V per batch entry (the attribute drives the code).
+// With a KV cache too (chunked prefill): ragged queries over the cache's counts and pages, verified
+// and translated (TMA boxes at each sequence's query rows, K / V page by page).
 #include <gtest/gtest.h>
 
 #include "backend/translate.h"
@@ -23,7 +25,7 @@ std::optional<plan::Plan> varlen_plan(const std::string& gpu, support::DiagSink&
   return plan::make_plan(s, *hw::find_gpu(gpu), d);
 }
 
-TEST(VarlenSpec, RoundTripsAndIsRefusedWithAKvCache) {
+TEST(VarlenSpec, RoundTrips) {
   spec::AttentionSpec s = *spec::find_preset("llama3-8b");
   support::DiagSink d;
   ASSERT_TRUE(spec::apply_flags(s, {{"varlen", "true"}}, d)) << d.render();
@@ -37,9 +39,7 @@ TEST(VarlenSpec, RoundTripsAndIsRefusedWithAKvCache) {
   support::DiagSink both;
   spec::AttentionSpec with_cache = s;
   ASSERT_TRUE(spec::apply_flags(with_cache, {{"kv-cache", "paged"}}, both)) << both.render();
-  EXPECT_TRUE(spec::validate(s, both, nullptr)) << both.render();
-  EXPECT_FALSE(spec::validate(with_cache, both, nullptr));
-  EXPECT_NE(both.render().find("SPEC0218"), npos) << both.render();
+  EXPECT_TRUE(spec::validate(with_cache, both, nullptr)) << both.render();  // ragged queries over a paged cache
   support::DiagSink badflag;
   EXPECT_FALSE(spec::apply_flags(s, {{"varlen", "maybe"}}, badflag));
 }
@@ -107,6 +107,29 @@ TEST(VarlenTranslate, Sm80ReturnsPastTheSequenceAndOffsetsTheViews) {
                         "qattn::global_vector_out<float>(p.lse, int64_t(head) * p.total_q + startLSE, min(seqlen_q, p.total_q - startLSE));",
                         "qattn::MaskArgs{seqlen_q, seqlen_k}", "qattn::host::check_ragged(*params, true, true)"})
     EXPECT_NE(cu.find(s), npos) << s << "\n" << cu.substr(0, 0);
+}
+
+TEST(VarlenPlan, RaggedQueriesOverAPagedCache) {
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  support::DiagSink d;
+  ASSERT_TRUE(spec::apply_flags(s, {{"gpu", "h100"}, {"varlen", "true"}, {"kv-cache", "paged"}, {"seqlen", "777/3000"}}, d))
+      << d.render();
+  auto p = plan::make_plan(s, *hw::find_gpu("h100"), d);
+  ASSERT_TRUE(p.has_value()) << d.render();
+  for (const char* line : {"Allocate cu_seqlens_q in global (batch + 1) int32\nLet seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]\n",
+                           "Let seqlen_k = cache_seqlens[b]\n", "with offset [b, head] {ragged: cu_seqlens_q}\n",
+                           "with offset [b, kv_head] {paged: block_table}\n"})
+    EXPECT_NE(p->code.find(line), npos) << line << p->code;
+  EXPECT_EQ(p->code.find("cu_seqlens_k"), npos) << p->code;
+  auto v = plan::verify(*p, d);
+  EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
+  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(t.has_value()) << d.render();
+  for (const char* x : {"&p.tma_q, sQ, v.start_q + v.m_block * BM, v.head, 0, leader);", "load_tile_paged<", "store_o_ragged<",
+                        "qattn::host::check_ragged(*params, true, false)", "qattn::host::check_paged(*params, 8, "})
+    EXPECT_NE(t->cuda_source.find(x), npos) << x;
+  EXPECT_NE(t->info_json.find("\"varlen\":{\"cu_seqlens_q\":\"cu_seqlens_q\"},\"kv_cache\":{\"lengths\":\"cache_seqlens\","
+                              "\"block_table\":\"block_table\"}"), npos) << t->info_json;
 }
 
 }  // namespace
