@@ -205,17 +205,20 @@ def _launch(torch, b, q, k, v, layout, scale, return_lse, aux=None, args=None):
                 t = t.clone()
                 tv = t if layout == "bshd" else t.transpose(1, 2)
         views.append(tv)
-    lib = b.library
     args = args or {}
     p = fill_params(views[0], views[1], views[2], ov, lse, s, aux=aux_list, window=args.get("window"),
                     softcap=args.get("softcap"))
-    with torch.cuda.device(dev):
-        stream = torch.cuda.current_stream(dev).cuda_stream
-        st = lib.fwd(p, stream)
-    if st != 0:
-        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {lib.last_error()}", code="PY0501",
-                          hint=f"kernel {b.spec['name']} ({b.library_path})")
+    run_fwd(torch, b, p, dev)
     return (o, lse) if return_lse else o
+
+
+def run_fwd(torch, b, p, device):
+    """qattn_fwd of Build b with params p on `device`'s current stream; LaunchError (PY0501) on a status."""
+    with torch.cuda.device(device):
+        st = b.library.fwd(p, torch.cuda.current_stream(device).cuda_stream)
+    if st != 0:
+        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {b.library.last_error()}", code="PY0501",
+                          hint=f"kernel {b.spec['name']} ({b.library_path})")
 
 
 def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None, kv_cache=None, varlen=False):

@@ -12,10 +12,10 @@ partial results merged by the TL combine kernel (qattn._combine), which handles 
 short sequences.
 """
 from . import _attention, _combine
-from ._abi import STATUS, fill_params
+from ._abi import fill_params
 from ._torch_util import import_torch
 from ._variants import split_launch_args, variant_fields
-from .errors import DeviceError, LaunchError, SpecError
+from .errors import DeviceError, SpecError
 
 
 def _check(torch, q, k_cache, v_cache, cache_seqlens, block_table):
@@ -183,8 +183,4 @@ def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, 
     p.seqlen_k = capacity
     if table is not None:
         p.page_size, p.pages, p.num_pages = page_size, pages, int(k.shape[0])
-    with torch.cuda.device(q.device):
-        st = b.library.fwd(p, torch.cuda.current_stream(q.device).cuda_stream)
-    if st != 0:
-        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {b.library.last_error()}", code="PY0501",
-                          hint=f"kernel {b.spec['name']} ({b.library_path})")
+    _attention.run_fwd(torch, b, p, q.device)

@@ -7,10 +7,10 @@ mask over one long row, no host synchronisation (the counts stay on the device).
 by max_seqlen_q; a tile past its sequence's queries returns at once.
 """
 from . import _attention, _kvcache
-from ._abi import STATUS, fill_params
+from ._abi import fill_params
 from ._torch_util import import_torch
 from ._variants import split_launch_args, variant_fields
-from .errors import DeviceError, LaunchError, SpecError
+from .errors import DeviceError, SpecError
 
 
 def _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
@@ -99,11 +99,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     p = fill_params(qv[None], kv[None], vv[None], o[None], lse, _attention._scale(scale, dqk), aux=[cu[n] for n in names],
                     window=args.get("window"), softcap=args.get("softcap"))
     p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = bsz, int(max_seqlen_q), int(max_seqlen_k), tq, tk
-    with torch.cuda.device(q.device):
-        st = b.library.fwd(p, torch.cuda.current_stream(q.device).cuda_stream)
-    if st != 0:
-        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {b.library.last_error()}", code="PY0501",
-                          hint=f"kernel {b.spec['name']} ({b.library_path})")
+    _attention.run_fwd(torch, b, p, q.device)
     return (o, lse) if return_lse else o
 
 
@@ -149,9 +145,5 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = bsz, int(max_seqlen_q), capacity, tq, 0
     if block_table is not None:
         p.page_size, p.pages, p.num_pages = page_size, pages, int(k_cache.shape[0])
-    with torch.cuda.device(q.device):
-        st = b.library.fwd(p, torch.cuda.current_stream(q.device).cuda_stream)
-    if st != 0:
-        raise LaunchError(f"qattn_fwd returned {STATUS.get(st, st)}: {b.library.last_error()}", code="PY0501",
-                          hint=f"kernel {b.spec['name']} ({b.library_path})")
+    _attention.run_fwd(torch, b, p, q.device)
     return (o, lse) if return_lse else o

@@ -21,12 +21,11 @@
 
 namespace qattn::sm90 {
 
-template <int BM, int DV, bool kBf16, bool kPack, bool kPersistent, bool kDeferWait, int N, class Element>
-__device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const RowMap<kPack>& rows, int tid,
-                                        const CUtensorMap* map, int head, int batch, int row_base = 0) {
-  static_assert(N == DV / 2, "O: a (64, DV) accumulator");
+// The warpgroup's 64 rows of O into its staging rows (the 128-byte swizzle), converted to O's dtype.
+// kPersistent: first, the previous tile's store (kDeferWait: its TMA store) must have read them.
+template <int BM, int DV, bool kBf16, bool kPersistent, bool kDeferWait, int N, bool kPack, class Element>
+__device__ __forceinline__ void stage_o(const float (&o)[N], Element* sO, const RowMap<kPack>& rows, int tid) {
   if constexpr (kPersistent) {
-    // The previous tile's store must have read the rows before they are rewritten.
     if (kDeferWait && tid == 0) cute::tma_store_wait<0>();
     cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
   }
@@ -39,6 +38,13 @@ __device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const 
       *reinterpret_cast<uint32_t*>(so + swizzled_offset<BM>(rows.r + 8 * h, 8 * i + 2 * rows.c, 2)) = v;
     }
   }
+}
+
+template <int BM, int DV, bool kBf16, bool kPack, bool kPersistent, bool kDeferWait, int N, class Element>
+__device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const RowMap<kPack>& rows, int tid,
+                                        const CUtensorMap* map, int head, int batch, int row_base = 0) {
+  static_assert(N == DV / 2, "O: a (64, DV) accumulator");
+  stage_o<BM, DV, kBf16, kPersistent, kDeferWait>(o, sO, rows, tid);
   cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the copy engine
   cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
   if (tid == 0) {
@@ -64,19 +70,8 @@ __device__ __forceinline__ void store_o_ragged(const float (&o)[N], Element* sO,
   static_assert(N == DV / 2 && DV % 8 == 0, "O: a (64, DV) accumulator");
   if (rows.tile_row0 + 64 * rows.wg + 64 <= valid)  // uniform in the warpgroup
     return store_o<BM, DV, kBf16, false, kPersistent, kDeferWait>(o, sO, rows, tid, map, head, 0, first);
-  if constexpr (kPersistent) {  // the previous tile's TMA store must have read the staging rows
-    if (kDeferWait && tid == 0) cute::tma_store_wait<0>();
-    cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
-  }
-  unsigned char* so = reinterpret_cast<unsigned char*>(sO);
-#pragma unroll
-  for (int i = 0; i < DV / 8; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t v = pack2<kBf16>(o[4 * i + 2 * h], o[4 * i + 2 * h + 1]);
-      *reinterpret_cast<uint32_t*>(so + swizzled_offset<BM>(rows.r + 8 * h, 8 * i + 2 * rows.c, 2)) = v;
-    }
-  }
+  stage_o<BM, DV, kBf16, kPersistent, kDeferWait>(o, sO, rows, tid);
+  const unsigned char* so = reinterpret_cast<const unsigned char*>(sO);
   cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
   constexpr int kPieces = DV / 8;  // 16-byte pieces per row
 #pragma unroll
