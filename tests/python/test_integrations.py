@@ -16,12 +16,14 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 import qattn  # noqa: E402
 from qattn import _attention  # noqa: E402
 from qattn.integrations import transformers as qtf  # noqa: E402
-from attention_standin import standin  # noqa: E402
+from qattn import _varlen  # noqa: E402
+from attention_standin import standin, varlen_standin  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def fake_kernel(monkeypatch):
     monkeypatch.setattr(_attention, "attention", standin)
+    monkeypatch.setattr(_varlen, "attention_varlen", varlen_standin)
 
 
 def tiny(kind):
@@ -120,21 +122,29 @@ def test_refusals_name_what_qattn_cannot_run():
     assert qtf.mask_function(1, 4, 4, attention_mask=torch.ones(1, 4, dtype=torch.bool)) is None
 
 
-def test_segment_ids_are_made_once_per_forward(monkeypatch):
-    """Every layer of a forward gets the same mask: its segment ids (and their host checks) are made
-    once, marked ordered for qattn.attention's own check, and made again for the next forward."""
+def test_padding_is_resolved_once_per_forward(monkeypatch):
+    """Every layer of a forward gets the same mask: a padded prefill packs the real tokens for the
+    ragged-batch kernel, and a decoding step makes segment ids (marked ordered for qattn.attention's
+    own check), each once per forward however many layers run."""
     model = tiny("llama")
     made, real = [], qtf._segments
     monkeypatch.setattr(qtf, "_segments", lambda *a, **kw: made.append(1) or real(*a, **kw))
-    seen = []
+    varlen_calls, seen = [], []
+    monkeypatch.setattr(_varlen, "attention_varlen", lambda *a, **kw: varlen_calls.append(a[3]) or varlen_standin(*a, **kw))
     monkeypatch.setattr(_attention, "attention", lambda *a, **kw: seen.append(kw.get("segment_ids")) or standin(*a, **kw))
     ids = torch.randint(0, 256, (2, 20))
     mask = torch.ones(2, 20, dtype=torch.long)
     mask[0, :5] = 0
-    logits(model, qtf.NAME, input_ids=ids, attention_mask=mask)
-    assert len(made) == 1 and len(seen) == model.config.num_hidden_layers
+    cache = transformers.DynamicCache(config=model.config)
+    model.set_attn_implementation(qtf.NAME)
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+    layers = model.config.num_hidden_layers
+    assert len(made) == 1 and len(varlen_calls) == layers and not seen  # the prefill: packed, 15 + 20 tokens
+    assert all(c is varlen_calls[0] for c in varlen_calls) and varlen_calls[0].tolist() == [0, 15, 35]
+    step = torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], 1)
+    with torch.no_grad():
+        model(input_ids=ids[:, :1], attention_mask=step, past_key_values=cache, use_cache=True)
+    assert len(made) == 2 and len(seen) == layers  # the decoding step: segment ids, made once
     assert all(s is seen[0] for s in seen) and all(_attention._known_sorted(t) for t in seen[0])
-    mask[1, :3] = 0  # another forward (a new mask tensor): made again
-    logits(model, qtf.NAME, input_ids=ids, attention_mask=mask.clone())
-    assert len(made) == 2
     assert not _attention._known_sorted(torch.zeros(1, 4, dtype=torch.int32))

@@ -10,15 +10,17 @@ under another name if wanted). The attention runs qattn.attention on the model's
 natively, no repeated kv heads): causal (bottom-right aligned, so prefill and the decoding steps of
 generate()'s KV cache are the same call), sliding windows (`sliding_window` W: the W - 1 keys before
 each query and itself), `softcap`, `scaling`. A padding mask (left or right padding: each row's real
-tokens are one run) becomes segment ids, qattn's document mask, so padded rows never see each other;
-packed sequences (no mask, position_ids restarting at 0) too. What it cannot express is refused with a
+tokens are one run) packs a prefill's real tokens into ragged sequences for qattn.attention_varlen
+(the padding is neither computed nor seen; its output rows are 0), and becomes segment ids, qattn's
+document mask, while decoding against the cache; packed sequences (no mask, position_ids restarting
+at 0) become segment ids too. What it cannot express is refused with a
 qattn.QattnError naming it (use attn_implementation="sdpa" for those): a mask with holes in a row, a
 static cache's trailing slots during decoding, dropout in training, attention sinks (s_aux),
 output_attentions, gradients (qattn is forward-only).
 """
 import weakref
 
-from .. import _attention
+from .. import _attention, _varlen
 from ..errors import SpecError, ToolchainError
 
 NAME = "qattn"
@@ -60,16 +62,27 @@ def _segments(torch, mask, q_len):
     return seg[:, -q_len:].contiguous(), seg
 
 
-def _padding_segments(torch, attention_mask, kv_len, q_len):
-    """The segment ids of a 2-D keep-mask (None: nothing padded), once per mask tensor and shape."""
+def _padding(torch, attention_mask, kv_len, q_len):
+    """What a 2-D keep-mask asks for, once per mask tensor and shape (None: nothing padded): a prefill
+    (q_len == kv_len) as packed ragged sequences, ("varlen", (batch_idx, pos_idx) of the real tokens,
+    cu_seqlens, longest), else ("segments", (seg_q, seg_k)) for the document mask."""
     key = (attention_mask._version, kv_len, q_len, attention_mask.device)
     ref = _LAST["ref"]
     if ref is not None and ref() is attention_mask and _LAST["key"] == key:
         return _LAST["value"]
     mask = attention_mask[:, -kv_len:].to(torch.bool)
-    value = None if bool(mask.all()) else _segments(torch, mask, q_len)
-    if value is not None:
-        _attention.mark_sorted_segments(*value)  # numbered in order along each row by construction
+    value = None
+    if not bool(mask.all()):
+        seg = _segments(torch, mask, q_len)  # (its checks: one run of real tokens per row)
+        if q_len == kv_len:
+            counts = mask.sum(dim=1, dtype=torch.int32)
+            cu = torch.zeros(mask.shape[0] + 1, dtype=torch.int32, device=mask.device)
+            cu[1:] = torch.cumsum(counts, 0)
+            where = mask.nonzero(as_tuple=True)  # row-major: each row's real tokens in order
+            value = ("varlen", where, cu, int(counts.max()))
+        else:
+            _attention.mark_sorted_segments(*seg)  # numbered in order along each row by construction
+            value = ("segments", seg)
     _LAST.update(ref=weakref.ref(attention_mask), key=key, value=value)
     return value
 
@@ -93,14 +106,16 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     q_len, kv_len = query.shape[2], key.shape[2]
     dt = _target_dtype(torch, query, module)
     q, k, v = (t.transpose(1, 2).to(dt) for t in (query, key, value))  # (batch, len, heads, d) views
-    extra = {}
+    extra, packed = {}, None
     if attention_mask is not None:
         if attention_mask.dim() != 2:
             raise SpecError(f"attn_implementation='qattn' takes its own 2-D padding mask; got a {attention_mask.dim()}-D one",
                             code="PY0902", hint="a custom 4-D mask needs attn_implementation='sdpa' or 'eager'")
-        seg = _padding_segments(torch, attention_mask, kv_len, q_len)
-        if seg is not None:
-            extra["segment_ids"] = seg
+        pad = _padding(torch, attention_mask, kv_len, q_len)
+        if pad is not None and pad[0] == "segments":
+            extra["segment_ids"] = pad[1]
+        elif pad is not None:
+            packed = pad
     elif kwargs.get("position_ids") is not None and q_len == kv_len and q_len > 1:
         pos = kwargs["position_ids"]
         pos = pos.expand(q.shape[0], -1) if pos.shape[0] != q.shape[0] else pos
@@ -111,6 +126,13 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     if sliding_window is not None and kv_len > sliding_window - 1:
         w = int(sliding_window) - 1
         window = (w, 0) if causal else (w, w)
+    if packed is not None:  # a padded prefill: the real tokens packed, one ragged-batch launch, zeros at the padding
+        _, (bi, ti), cu, longest = packed
+        op = _varlen.attention_varlen(q[bi, ti], k[bi, ti], v[bi, ti], cu, cu, longest, longest,
+                                      causal=bool(causal) and window is None, window=window, scale=scaling, softcap=softcap)
+        o = q.new_zeros(q.shape[:3] + (v.shape[3],))
+        o[bi, ti] = op
+        return o, None
     o = _attention.attention(q, k, v, causal=bool(causal) and window is None, window=window, scale=scaling,
                              softcap=softcap, **extra)
     return o, None
