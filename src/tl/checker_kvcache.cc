@@ -53,6 +53,17 @@ bool is_batch_plus_one(const Expr& e) {
 }
 }  // namespace
 
+// True when `var` is a Grid variable whose extent is the Dim batch (`b = 0: batch`): the tables of
+// counts, starts and pages have one row per batch entry, and any other index could read past them.
+bool Walker::batch_grid_var(const Expr& e) const {
+  if (e.kind != Expr::Kind::Name) return false;
+  for (const auto& st : prog_.stmts)
+    if (st.kind == Stmt::Kind::Grid)
+      for (const auto& it : st.grid.items)
+        if (it.var == e.name) return is_name(it.extent, "batch");
+  return false;
+}
+
 bool Walker::kv_length_let(const Stmt& s) {
   const Expr& v = s.let.value;
   const std::string& n = s.let.name;
@@ -84,8 +95,8 @@ bool Walker::kv_length_let(const Stmt& s) {
            !(diff ? is_batch_plus_one(t->global_shape[0]) : is_name(t->global_shape[0], "batch")))
     why = "'" + read->name + "' must be an int32 " + (diff ? "(batch + 1) tensor (cumulative counts)" : "(batch) tensor");
   else if (read->args.size() != 1 || read->args[0].kind != Expr::Kind::Name || !syms_.count(read->args[0].name) ||
-           syms_.at(read->args[0].name).kind != SymKind::Grid)
-    why = "the index of '" + read->name + "' must be the Grid variable of the batch entry";
+           syms_.at(read->args[0].name).kind != SymKind::Grid || !batch_grid_var(read->args[0]))
+    why = "the index of '" + read->name + "' must be the Grid variable of the batch entry (`b = 0: batch`)";
   else if (!info_.kv_batch_var.empty() && info_.kv_batch_var != read->args[0].name)
     why = "the query and key counts are read at different Grid variables";
   else if (q ? (global_alloc_.count("Q") || global_alloc_.count("O") || global_alloc_.count("LSE"))
@@ -114,7 +125,8 @@ void Walker::check_ragged(const Stmt& s, const Attr& a) {
   else if (t->global_dtype != DType::I32 || t->global_shape.size() != 1 || !is_batch_plus_one(t->global_shape[0]))
     why = "the cumulative counts '" + a.value->name + "' must be an int32 (batch + 1) tensor";
   else if (ragged_.count(n)) why = "`ragged` given twice for '" + n + "'";
-  else if (s.alloc.offset.size() != 2) why = "a ragged view keeps its offset [b, head]: b selects the sequence's first row";
+  else if (s.alloc.offset.size() != 2 || !batch_grid_var(s.alloc.offset[0]))
+    why = "a ragged view keeps its offset [b, head], b the Grid variable over batch: it selects the sequence's first row";
   else if ((n == "Q" || n == "O" || n == "LSE") ? info_.q_lengths.empty() : info_.kv_lengths.empty())
     why = std::string("a ragged ") + n + " needs its sequence's count first: `Let " +
           ((n == "Q" || n == "O" || n == "LSE") ? "seqlen_q" : "seqlen_k") + " = " + a.value->name + "[b + 1] - " +
@@ -140,7 +152,8 @@ void Walker::check_paged(const Stmt& s, const Attr& a) {
     why = "the block table '" + a.value->name + "' must be an int32 (batch, pages) tensor";
   else if (dim == syms_.end() || dim->second.kind != SymKind::Dim) why = "a paged K / V needs the Dim page_size (rows per page)";
   else if (paged_.count(s.alloc.name)) why = "`paged` given twice for '" + s.alloc.name + "'";
-  else if (s.alloc.offset.size() != 2) why = "a paged view keeps its offset [b, kv_head]: b selects the block table's row";
+  else if (s.alloc.offset.size() != 2 || !batch_grid_var(s.alloc.offset[0]))
+    why = "a paged view keeps its offset [b, kv_head], b the Grid variable over batch: it selects the block table's row";
   if (!why.empty()) {
     rep_.error("TL0416", at, why, kPagedHint);
     return;
