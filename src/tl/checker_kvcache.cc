@@ -162,6 +162,12 @@ void Walker::check_paged(const Stmt& s, const Attr& a) {
 }
 
 void Walker::finish_ragged() {
+  if (!info_.q_lengths.empty() && !ragged_.count("Q")) {  // a per-sequence query count is the count of ragged rows
+    rep_.error("TL0416", global_alloc_.count("Q") ? global_alloc_.at("Q") : SrcLoc{},
+               "`Let seqlen_q` narrows the queries of packed ragged sequences, and Q is not ragged",
+               "give Q, O and LSE `{ragged: " + info_.q_lengths + "}`, or remove the Let (padded batches have seqlen_q rows each)");
+    return;
+  }
   if (ragged_.empty()) return;
   auto table = [&](const char* n) { return ragged_.count(n) ? ragged_.at(n)->value->name : std::string(); };
   // at the global Allocate that lacks (or has another) table, else at the first `{ragged}`
