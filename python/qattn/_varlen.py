@@ -54,6 +54,20 @@ def _rows(t):
     return t
 
 
+def _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse):
+    """o (total_q, heads_q, d_v), lse (heads_q, total_q) or None, and whether there is nothing to run
+    (then o = 0 and lse = -inf already)."""
+    tq = int(q.shape[0])
+    o = q.new_empty((tq, hq, dv))
+    lse = torch.empty((hq, tq), device=q.device, dtype=torch.float32) if return_lse else None
+    empty = bsz <= 0 or tq == 0 or max_seqlen_q == 0
+    if empty:
+        o.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
+    return o, lse, empty
+
+
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, window=None,
                      scale=None, softcap=None, return_lse=False, cache_seqlens=None, block_table=None):
     """Attention of each packed sequence's queries over its own keys. q (total_q, heads_q, d_qk), k
@@ -81,12 +95,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     bsz, tq, hq, dqk, tk, hkv, dv = _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
-    o = q.new_empty((tq, hq, dv))
-    lse = torch.empty((hq, tq), device=q.device, dtype=torch.float32) if return_lse else None
-    if bsz <= 0 or tq == 0 or max_seqlen_q == 0:
-        if lse is not None:
-            lse.fill_(float("-inf"))
-        return (o.zero_(), lse) if return_lse else o.zero_()
+    o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
+    if empty:
+        return (o, lse) if return_lse else o
     b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, varlen=True)
     roles = b.library.info.get("varlen", {})
     names = [a["name"] for a in b.library.info.get("aux", [])]
@@ -123,12 +134,9 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
     tq = int(q.shape[0])
-    o = q.new_empty((tq, hq, dv))
-    lse = torch.empty((hq, tq), device=q.device, dtype=torch.float32) if return_lse else None
-    if bsz <= 0 or tq == 0 or max_seqlen_q == 0:
-        if lse is not None:
-            lse.fill_(float("-inf"))
-        return (o.zero_(), lse) if return_lse else o.zero_()
+    o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
+    if empty:
+        return (o, lse) if return_lse else o
     kv = "paged" if block_table is not None else "lengths"
     b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, kv_cache=kv, varlen=True)
     roles = dict(b.library.info.get("kv_cache", {}))

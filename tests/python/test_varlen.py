@@ -191,3 +191,18 @@ def test_varlen_queries_over_a_kv_cache(page):
         ck = torch.tensor([0] + lk, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
         o2 = flash_attn_varlen_func(q, kc, vc, cq, ck, max(lq), cap, causal=True, block_table=table)
         assert torch.equal(o2, o)
+
+
+@gpu
+def test_varlen_hostile_counts_are_clamped_not_faulted():
+    """attention_varlen does not read cu_seqlens on the host: counts past the packed tensors, a
+    decreasing and a negative entry are clamped by the kernel (nothing read or written outside
+    q / k / v / o: the CUDA context stays usable), and the sequences before them are still right."""
+    g = torch.Generator().manual_seed(21)
+    q, k, v, cq, ck = packed(g, [100, 60], [100, 60], 4, 2, 128, torch.bfloat16, spare=0)
+    o_ok = qattn.attention_varlen(q, k, v, cq, ck, 100, 100, causal=True)
+    bad = torch.tensor([0, 100, 10 ** 9, 50, -7], dtype=torch.int32, device="cuda")  # past, decreasing, negative
+    o = qattn.attention_varlen(q, k, v, bad, bad, 100, 100, causal=True)
+    torch.cuda.synchronize()  # a fault would surface here
+    assert torch.equal(o[:100], o_ok[:100])  # sequence 0 is untouched by the hostile entries after it
+    assert (torch.ones(4, device="cuda") * 2).sum().item() == 8.0  # the context still works
