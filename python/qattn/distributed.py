@@ -246,14 +246,13 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
     finds them. causal: False or True ('top_left' / 'bottom_right' agree: seqlen_q == seqlen_k)."""
     _check_sharding(sharding)
     torch, dist, world, rank = _dist(group)
-    from . import _attention
     qv, kv, vv = _views(q, k, v, layout)
     _check_local(torch, qv, kv, vv)
     if causal not in (False, None, True, "bottom_right", "top_left"):
         raise SpecError(f"causal={causal!r}: expected False, True, 'bottom_right' or 'top_left'", code="PY0107")
     causal = bool(causal)
     b, sq, hq, dqk = (int(x) for x in qv.shape)
-    sk, hkv, dv = int(kv.shape[1]), int(kv.shape[2]), int(vv.shape[3])
+    sk = int(kv.shape[1])
     if seqlen_k is None and seqlen is not None and sk == sq:
         seqlen_k = seqlen
     n_q = _global_len(dist, group, world, rank, sq, seqlen, sharding, "q")
@@ -351,42 +350,60 @@ def _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, q, k, 
     """dQ, dK, dV of this rank's shards (BSHD views) from the ring schedule `steps`: the ring walked
     again; at each step the kernel's backward (qattn._attention.attention_backward) runs on this
     rank's queries against the K/V shard that is here, with this rank's final O and LSE (the gradient
-    of a step's scores only needs the global softmax: P = exp(S - LSE), D = rowsum(dO * O)); dQ adds
-    up here, while the shard's dK and dV travel with it and are back at their owner after the last step."""
+    of a step's scores only needs the global softmax: P = exp(S - LSE), D = rowsum(dO * O)). dQ adds
+    up here. Every transfer overlaps a step's kernels: the next step's K/V shard travels while this
+    step computes (as in the forward), and so do the dK / dV that the ranks before this one summed
+    for the shard that is here (the previous rank finished with it one step ago): they are added to
+    this step's own terms, then sent on with the next step. After the last step each shard's sum goes
+    home, the one transfer nothing overlaps."""
     from . import _attention
     b, sq, hq, dqk = (int(x) for x in q.shape)
     hkv, dv_ = int(k.shape[2]), int(v.shape[3])
-    dq = torch.zeros((b, sq, hq, dqk), device=q.device, dtype=torch.float32)
+    f32 = torch.float32
+    dq = torch.zeros((b, sq, hq, dqk), device=q.device, dtype=f32)
     cur_k, cur_v = k.contiguous(), v.contiguous()
-    cur_dk = torch.zeros(cur_k.shape, device=q.device, dtype=torch.float32)
-    cur_dv = torch.zeros(cur_v.shape, device=q.device, dtype=torch.float32)
     nxt, prv = _peer(dist, group, (rank + 1) % world), _peer(dist, group, (rank - 1) % world)
     do = do.contiguous()
+    done_dk = done_dv = None  # the sums of the previous step's shard, to send on
     for t, (src, calls) in enumerate(steps):
+        ops, nk, nv, in_dk, in_dv = [], None, None, None, None
+        if t + 1 < world:  # the next step's shard
+            n_next = shard_len(n_k, world, (rank - t - 1) % world, sharding)
+            nk, nv = cur_k.new_empty((b, n_next, hkv, dqk)), cur_v.new_empty((b, n_next, hkv, dv_))
+            ops += [dist.P2POp(dist.isend, cur_k, nxt, group), dist.P2POp(dist.isend, cur_v, nxt, group),
+                    dist.P2POp(dist.irecv, nk, prv, group), dist.P2POp(dist.irecv, nv, prv, group)]
+        if t > 0:  # the sums for the shard here arrive; the previous shard's go on
+            in_dk, in_dv = torch.empty(cur_k.shape, device=q.device, dtype=f32), torch.empty(cur_v.shape, device=q.device, dtype=f32)
+            ops += [dist.P2POp(dist.isend, done_dk, nxt, group), dist.P2POp(dist.isend, done_dv, nxt, group),
+                    dist.P2POp(dist.irecv, in_dk, prv, group), dist.P2POp(dist.irecv, in_dv, prv, group)]
+        reqs = dist.batch_isend_irecv(ops) if ops else []
+        my_dk = torch.zeros(cur_k.shape, device=q.device, dtype=f32)
+        my_dv = torch.zeros(cur_v.shape, device=q.device, dtype=f32)
         for c in calls:
             gq, gk, gv = _attention.attention_backward(
                 q[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]], o[:, c.q[0]:c.q[1]],
                 lse[:, :, c.q[0]:c.q[1]].contiguous(), do[:, c.q[0]:c.q[1]], causal="top_left" if c.causal else False,
                 scale=scale)
             dq[:, c.q[0]:c.q[1]] += gq.float()
-            cur_dk[:, c.kv[0]:c.kv[1]] += gk.float()
-            cur_dv[:, c.kv[0]:c.kv[1]] += gv.float()
-        # the shard moves on with its gradients; after the last step only the gradients go, home
-        n_next = shard_len(n_k, world, (rank - t - 1) % world, sharding)
-        ops, recv = [], []
-        send = [cur_dk, cur_dv] if t + 1 == world else [cur_k, cur_v, cur_dk, cur_dv]
-        for x in send:
-            y = x.new_empty((b, n_next) + tuple(x.shape[2:]))
-            ops += [dist.P2POp(dist.isend, x.contiguous(), nxt, group), dist.P2POp(dist.irecv, y, prv, group)]
-            recv.append(y)
-        if world > 1:
-            for r in dist.batch_isend_irecv(ops):
-                r.wait()
-            if t + 1 == world:
-                cur_dk, cur_dv = recv
-            else:
-                cur_k, cur_v, cur_dk, cur_dv = recv
-    return dq.to(q.dtype), cur_dk.to(k.dtype), cur_dv.to(v.dtype)
+            my_dk[:, c.kv[0]:c.kv[1]] += gk.float()
+            my_dv[:, c.kv[0]:c.kv[1]] += gv.float()
+        for r in reqs:
+            r.wait()
+        if in_dk is not None:
+            my_dk += in_dk
+            my_dv += in_dv
+        done_dk, done_dv = my_dk, my_dv
+        if nk is not None:
+            cur_k, cur_v = nk, nv
+    if world > 1:  # the last shard's sums go home; this rank's own arrive
+        dk = torch.empty(k.shape, device=q.device, dtype=f32)
+        dv = torch.empty(v.shape, device=q.device, dtype=f32)
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, done_dk, nxt, group), dist.P2POp(dist.isend, done_dv, nxt, group),
+                                         dist.P2POp(dist.irecv, dk, prv, group), dist.P2POp(dist.irecv, dv, prv, group)]):
+            r.wait()
+    else:
+        dk, dv = done_dk, done_dv
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 def _heads_of(x, world, rank):
