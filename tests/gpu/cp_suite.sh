@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 22 on a machine with several GPUs: context parallelism (qattn.distributed) over NCCL.
-#   bash tests/gpu/cp_suite.sh OUT_DIR PY_BIN_DIR [--bench SEQLENS | --bench-only SEQLENS]
+#   bash tests/gpu/cp_suite.sh OUT_DIR PY_BIN_DIR [--bench SEQLENS | --bench-only SEQLENS | --train SEQLENS]
 # PY_BIN_DIR: a `qattn` binary and its libraries (as scripts/build.sh makes them).
 # 1. tests/python/test_distributed.py: the ring's plan on numpy and the torch.distributed code on
 #    the CPU over gloo (world sizes 1-3);
@@ -9,13 +9,18 @@
 #    skipped) that every ring case must catch;
 # 3. with --bench SEQLENS (or --bench-only SEQLENS: without 1 and 2): bench/bench_cp.py for world
 #    sizes 2 and every GPU (results.csv; per-GPU lengths up to 256k).
+# --train SEQLENS (alone): tests/gpu/cp_train_check.py under torchrun for every GPU and 2 (the ring's
+#    and Ulysses' gradients against single-GPU qattn and fp32 autograd, cp_train_w*.txt), then
+#    bench/bench_cp.py --passes fwd+bwd for every GPU and 2 (results.csv, bench_train.txt).
+# Every torchrun's whole output stays in OUT (*.log, cp_*.txt): a failing rank's traceback is kept.
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0: the device notes say why).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="$1"; PYBIN="$(cd "$2" && pwd)"; shift 2
-BENCH=""; CHECKS=1
+BENCH=""; CHECKS=1; TRAIN=""
 if [ "${1:-}" = "--bench" ]; then BENCH="$2"; fi
 if [ "${1:-}" = "--bench-only" ]; then BENCH="$2"; CHECKS=0; fi
+if [ "${1:-}" = "--train" ]; then TRAIN="$2"; CHECKS=0; fi
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export QATTN_BIN="$PYBIN/qattn" QATTN_HOME="$ROOT" QATTN_CUTLASS_INCLUDE="${QATTN_CUTLASS_INCLUDE:-$ROOT/.cutlass/include}" \
@@ -41,12 +46,24 @@ grep -E "planted|Error" "$OUT/cp_check_planted.txt" | tail -3
 else
 timeout 300 python3 "$ROOT/tests/gpu/cp_check.py" --warm 2>&1 | tail -5 | tee "$OUT/warm.txt"
 fi
+if [ -n "$TRAIN" ]; then
+  for n in $(printf '%s\n' "$NGPU" 2 | sort -run); do
+    timeout 300 torchrun --nproc-per-node "$n" "$ROOT/tests/gpu/cp_train_check.py" > "$OUT/cp_train_w$n.txt" 2>&1 || rc=1
+    grep -E "cp_train_check|FAIL|Error" "$OUT/cp_train_w$n.txt" | tail -5
+  done
+  for n in $(printf '%s\n' "$NGPU" 2 | sort -run); do
+    # shellcheck disable=SC2086
+    timeout 400 torchrun --nproc-per-node "$n" "$ROOT/bench/bench_cp.py" "$OUT/results.csv" --seqlens "$TRAIN" \
+      --passes fwd+bwd ${CP_BENCH_ARGS:-} > "$OUT/bench_train_w$n.log" 2>&1 || rc=1
+    grep -E "ratio|Error|error:" "$OUT/bench_train_w$n.log" | tail -30 | tee -a "$OUT/bench_train.txt"
+  done
+fi
 if [ -n "$BENCH" ]; then
   for n in $(printf '%s\n' 2 "$NGPU" | sort -un); do
     # shellcheck disable=SC2086
     timeout 500 torchrun --nproc-per-node "$n" "$ROOT/bench/bench_cp.py" "$OUT/results.csv" --seqlens "$BENCH" ${CP_BENCH_ARGS:-} \
-      2>&1 | grep -vE "^W[0-9]|warn" | tail -30 | tee -a "$OUT/bench.txt"
-    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      > "$OUT/bench_w$n.log" 2>&1 || rc=1
+    grep -E "ratio|Error|error:" "$OUT/bench_w$n.log" | tail -30 | tee -a "$OUT/bench.txt"
   done
 fi
 echo "cp_suite: status $rc"
