@@ -29,6 +29,14 @@ def refuse(fields):
                          "prefix_lm), or call the custom one under torch.no_grad()")
 
 
+def refuse_grad(torch, what, hint, *tensors):
+    """PY0109 when autograd would record a call that has no backward (`what`): an input requires grad
+    and grad mode is on. Without it the output would silently carry no gradient to its inputs."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        raise SpecError(f"{what} has no backward: an input requires grad, and its gradient would be lost",
+                        code="PY0109", hint=hint)
+
+
 def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device):
     """The backward Build of this compile-time tuple: heads (2, 1) for GQA / MQA (dK, dV accumulated in
     fp32), (1, 1) for MHA (stored once per query head)."""

@@ -11,7 +11,7 @@ table's rows reshaped, each part's key count clamped from cache_seqlens on the d
 partial results merged by the TL combine kernel (qattn._combine), which handles the empty parts of
 short sequences.
 """
-from . import _attention, _combine
+from . import _attention, _backward, _combine
 from ._abi import fill_params
 from ._torch_util import import_torch
 from ._variants import split_launch_args, variant_fields
@@ -116,6 +116,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     PY0105 when they do not fit (checked on the host except under CUDA-graph capture). Returns o
     (batch, seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
     torch = import_torch()
+    _backward.refuse_grad(torch, "qattn.attention_with_kvcache", "a KV cache serves inference: call it under "
+                          "torch.no_grad()", q, k_cache, v_cache, k_new, v_new)
     bsz, sq, hq, dqk, hkv, dv, capacity, page_size, pages = _check(torch, q, k_cache, v_cache, cache_seqlens, block_table)
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))

@@ -6,7 +6,7 @@ cu_seqlens_q[b]`, `{ragged: cu_seqlens_q}`; docs/tl.md, "Ragged batches"): no pa
 mask over one long row, no host synchronisation (the counts stay on the device). The grid is sized
 by max_seqlen_q; a tile past its sequence's queries returns at once.
 """
-from . import _attention, _kvcache
+from . import _attention, _backward, _kvcache
 from ._abi import fill_params
 from ._torch_util import import_torch
 from ._variants import split_launch_args, variant_fields
@@ -86,6 +86,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     cache_seqlens[b] rows and its queries the last of them; cu_seqlens_k must be None and
     max_seqlen_k is ignored (the capacity bounds the counts)."""
     torch = import_torch()
+    _backward.refuse_grad(torch, "qattn.attention_varlen", "call it under torch.no_grad() (inference), or train on a "
+                          "padded batch with qattn.attention(..., segment_ids=...), which is differentiable", q, k, v)
     if cache_seqlens is not None:
         return _with_cache(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cache_seqlens, block_table, causal, window, scale,
                            softcap, return_lse)

@@ -148,3 +148,43 @@ def test_padding_is_resolved_once_per_forward(monkeypatch):
     assert len(made) == 2 and len(seen) == layers  # the decoding step: segment ids, made once
     assert all(s is seen[0] for s in seen) and all(_attention._known_sorted(t) for t in seen[0])
     assert not _attention._known_sorted(torch.zeros(1, 4, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma2"])
+def test_training_on_a_padded_batch_takes_segment_ids_and_matches_eager_gradients(monkeypatch, kind):
+    """Under autograd a padded batch goes to qattn.attention with segment ids (differentiable), never to
+    the ragged launch (no backward); the weight gradients equal eager attention's on the real tokens'
+    loss. attention_varlen itself refuses inputs that require grad (PY0109) instead of returning an
+    output that carries no gradient."""
+    varlen_calls = []
+    monkeypatch.setattr(_varlen, "attention_varlen", lambda *a, **kw: varlen_calls.append(1) or varlen_standin(*a, **kw))
+    model = tiny(kind).float().train()  # fp32 weights: the gradients compare without bf16 rounding
+    ids = torch.randint(0, 256, (2, 24))
+    mask = torch.ones(2, 24, dtype=torch.long)
+    mask[0, :6] = 0
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[0, 6] = -100  # the first real token is predicted from a padding position (labels shift by one)
+    grads = {}
+    # the reference: eager attention in fp32; the noise scale: eager under the same bf16 autocast as qattn
+    for impl, amp in (("eager", False), ("eager-bf16", True), (qtf.NAME, True)):
+        model.zero_grad(set_to_none=True)
+        model.set_attn_implementation(impl.split("-")[0])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):  # qattn runs 16-bit inputs
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        grads[impl] = {n: p.grad.detach().clone() for n, p in model.named_parameters() if "q_proj" in n or "v_proj" in n}
+    assert not varlen_calls
+    assert grads[qtf.NAME]  # the attention's inputs got gradients
+    for n, g in grads["eager"].items():
+        err = (grads[qtf.NAME][n] - g).abs().max().item()
+        noise = (grads["eager-bf16"][n] - g).abs().max().item()
+        assert err <= 2 * noise + 1e-3 * g.abs().max().item(), (n, err, noise)
+    q = torch.randn(6, 2, 16, requires_grad=True)
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    monkeypatch.undo()
+    with pytest.raises(qattn.QattnError) as e:
+        qattn.attention_varlen(q, q.detach(), q.detach(), cu, cu, 6, 6)
+    assert e.value.code == "PY0109" and "no_grad" in e.value.hint
+    with pytest.raises(qattn.QattnError) as e:
+        qattn.attention_with_kvcache(q[None], q.detach()[None], q.detach()[None], torch.tensor([6], dtype=torch.int32))
+    assert e.value.code == "PY0109"

@@ -13,10 +13,11 @@ each query and itself), `softcap`, `scaling`. A padding mask (left or right padd
 tokens are one run) packs a prefill's real tokens into ragged sequences for qattn.attention_varlen
 (the padding is neither computed nor seen; its output rows are 0), and becomes segment ids, qattn's
 document mask, while decoding against the cache; packed sequences (no mask, position_ids restarting
-at 0) become segment ids too. What it cannot express is refused with a
-qattn.QattnError naming it (use attn_implementation="sdpa" for those): a mask with holes in a row, a
-static cache's trailing slots during decoding, dropout in training, attention sinks (s_aux),
-output_attentions, gradients (qattn is forward-only).
+at 0) become segment ids too. Training works: the calls are differentiable through qattn.attention's
+backward kernel (a padded batch then takes segment ids, not the ragged launch, which has no backward).
+What it cannot express is refused with a qattn.QattnError naming it (use attn_implementation="sdpa"
+for those): a mask with holes in a row, a static cache's trailing slots during decoding, dropout in
+training, attention sinks (s_aux), output_attentions.
 """
 import weakref
 
@@ -62,11 +63,12 @@ def _segments(torch, mask, q_len):
     return seg[:, -q_len:].contiguous(), seg
 
 
-def _padding(torch, attention_mask, kv_len, q_len):
+def _padding(torch, attention_mask, kv_len, q_len, train=False):
     """What a 2-D keep-mask asks for, once per mask tensor and shape (None: nothing padded): a prefill
     (q_len == kv_len) as packed ragged sequences, ("varlen", (batch_idx, pos_idx) of the real tokens,
-    cu_seqlens, longest), else ("segments", (seg_q, seg_k)) for the document mask."""
-    key = (attention_mask._version, kv_len, q_len, attention_mask.device)
+    cu_seqlens, longest), else ("segments", (seg_q, seg_k)) for the document mask. train: gradients
+    are asked for, and only the document mask has a backward: segments for the prefill too."""
+    key = (attention_mask._version, kv_len, q_len, attention_mask.device, train)
     ref = _LAST["ref"]
     if ref is not None and ref() is attention_mask and _LAST["key"] == key:
         return _LAST["value"]
@@ -74,7 +76,7 @@ def _padding(torch, attention_mask, kv_len, q_len):
     value = None
     if not bool(mask.all()):
         seg = _segments(torch, mask, q_len)  # (its checks: one run of real tokens per row)
-        if q_len == kv_len:
+        if q_len == kv_len and not train:
             counts = mask.sum(dim=1, dtype=torch.int32)
             cu = torch.zeros(mask.shape[0] + 1, dtype=torch.int32, device=mask.device)
             cu[1:] = torch.cumsum(counts, 0)
@@ -100,8 +102,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         raise SpecError("attention sinks (s_aux) are not supported by qattn kernels", code="PY0901",
                         hint="use attn_implementation='sdpa' or 'eager' for this model")
     if dropout and module.training:
-        raise SpecError(f"attention dropout {dropout} in training: qattn kernels are forward-only, without dropout",
-                        code="PY0901", hint="call model.eval() for inference")
+        raise SpecError(f"attention dropout {dropout} in training: qattn kernels have no dropout",
+                        code="PY0901", hint="train with attention_dropout=0.0, or call model.eval() for inference")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     q_len, kv_len = query.shape[2], key.shape[2]
     dt = _target_dtype(torch, query, module)
@@ -111,7 +113,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         if attention_mask.dim() != 2:
             raise SpecError(f"attn_implementation='qattn' takes its own 2-D padding mask; got a {attention_mask.dim()}-D one",
                             code="PY0902", hint="a custom 4-D mask needs attn_implementation='sdpa' or 'eager'")
-        pad = _padding(torch, attention_mask, kv_len, q_len)
+        train = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+        pad = _padding(torch, attention_mask, kv_len, q_len, train)
         if pad is not None and pad[0] == "segments":
             extra["segment_ids"] = pad[1]
         elif pad is not None:
