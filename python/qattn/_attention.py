@@ -356,15 +356,23 @@ def _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args,
         return _launch(torch, b, qd, kd, vd, layout, scale, True, aux, args)
 
     def bwd(q_, k_, v_, o_, lse_, do_):
-        bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q_.device)
-        views = _views(q_, k_, v_, layout) + ((o_, do_) if layout == "bshd" else (o_.transpose(1, 2), do_.transpose(1, 2)))
-        aux_list = _aux_tensors(torch, bb, aux or {}, views[0], views[1])
-        grads = _backward.launch(torch, bb, *views[:4], lse_, views[4], scale, args.get("window"), args.get("softcap"),
-                                 aux_list)
-        return grads if layout == "bshd" else tuple(g.transpose(1, 2) for g in grads)
+        return run_backward(torch, dt, fields, args, aux, layout, scale, q_, k_, v_, o_, lse_, do_)
 
     o, lse = _backward.function(torch).apply(q, k, v, run, bwd)
     return (o, lse) if return_lse else o
+
+
+def run_backward(torch, dt, fields, args, aux, layout, scale, q, k, v, o, lse, do):
+    """(dQ, dK, dV) in the inputs' layout from the backward kernel of these variant fields (built on
+    first use) for the forward's o and lse (batch, heads_q, seqlen_q) and the upstream gradient do."""
+    qv, kv, vv = _views(q, k, v, layout)
+    _, _, _, hq, hkv, dqk, dv = _check_shapes(qv, kv, vv)
+    _backward.device_target = _device_target
+    bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q.device)
+    ov, dov = (o, do) if layout == "bshd" else (o.transpose(1, 2), do.transpose(1, 2))
+    aux_list = _aux_tensors(torch, bb, aux or {}, qv, kv)
+    grads = _backward.launch(torch, bb, qv, kv, vv, ov, lse, dov, scale, args.get("window"), args.get("softcap"), aux_list)
+    return grads if layout == "bshd" else tuple(g.transpose(1, 2) for g in grads)
 
 
 # ---- split keys (FlashDecoding) on the host --------------------------------------------------------

@@ -4,8 +4,9 @@ docs/tl.md "The backward pass") for the call's dtype, head dims and mask.
 attention() on inputs that require grad runs the forward kernel with its LSE and records this
 module's autograd Function; backward() launches the qattn_bwd library: dQ (and, for GQA / MQA, dK and
 dV) accumulate in fp32 buffers zeroed here, then take the inputs' dtype. MHA calls use the kernel that
-stores dK and dV once per query head. Attention variants (softcap, ALiBi, ...) have no backward yet
-(PY0109).
+stores dK and dV once per query head. The built-in variants (softcap, ALiBi, relative bias,
+document and prefix-LM masks) are differentiated by the backward TL; custom score_mod / mask_mod
+text has no backward from Python yet (PY0109), nor do the KV-cache calls (refuse_grad).
 """
 from . import _build
 from ._abi import STATUS, fill_bwd_params

@@ -84,17 +84,23 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     caching): k / v are the cache, contiguous (batch, capacity, heads_kv, d) or, with block_table
     (batch, pages) int32, paged (num_pages, page_size, heads_kv, d); sequence b's keys are its first
     cache_seqlens[b] rows and its queries the last of them; cu_seqlens_k must be None and
-    max_seqlen_k is ignored (the capacity bounds the counts)."""
+    max_seqlen_k is ignored (the capacity bounds the counts).
+
+    Differentiable (not over a KV cache): see _differentiable; causal / window under autograd need
+    queries and keys packed alike (cu_seqlens_q equal to cu_seqlens_k, total_q == total_k)."""
     torch = import_torch()
-    _backward.refuse_grad(torch, "qattn.attention_varlen", "call it under torch.no_grad() (inference), or train on a "
-                          "padded batch with qattn.attention(..., segment_ids=...), which is differentiable", q, k, v)
     if cache_seqlens is not None:
+        _backward.refuse_grad(torch, "qattn.attention_varlen over a KV cache", "a KV cache serves inference: call it "
+                              "under torch.no_grad()", q, k, v)
         return _with_cache(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cache_seqlens, block_table, causal, window, scale,
                            softcap, return_lse)
     if block_table is not None:
         raise SpecError("block_table without cache_seqlens", code="PY0105",
                         hint="a paged cache needs each sequence's key count: pass cache_seqlens=")
     bsz, tq, hq, dqk, tk, hkv, dv = _check(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _differentiable(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window,
+                               scale, softcap, return_lse)
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
     o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
@@ -113,6 +119,53 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                     window=args.get("window"), softcap=args.get("softcap"))
     p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = bsz, int(max_seqlen_q), int(max_seqlen_k), tq, tk
     _attention.run_fwd(torch, b, p, q.device)
+    return (o, lse) if return_lse else o
+
+
+def _differentiable(torch, q, k, v, cu_q, cu_k, max_q, max_k, causal, window, scale, softcap, return_lse):
+    """attention_varlen recorded for autograd. The forward is the ragged launch with its LSE; the
+    backward runs the backward kernel of the document mask over the packed rows as one sequence,
+    with segment ids made on the device from the cumulative counts (there is no ragged backward
+    kernel yet): each query sees the keys of its own sequence only. A causal mask or a window then
+    reads positions in the packed rows, which equal each sequence's own (aligned) positions only for
+    self-attention over one packing: cu_seqlens_q equal to cu_seqlens_k (checked: one host
+    synchronisation) and total_q == total_k; other calls with them are refused (PY0109)."""
+    aligned = causal not in (False, None) or window is not None
+    if aligned and not (int(q.shape[0]) == int(k.shape[0]) and (cu_q is cu_k or bool(torch.equal(cu_q, cu_k)))):
+        raise SpecError("attention_varlen's backward with causal or window needs the same packing for queries and keys "
+                        "(cu_seqlens_q equal to cu_seqlens_k and total_q == total_k)", code="PY0109",
+                        hint="train self-attention over one packing, or call it under torch.no_grad() (inference)")
+    bsz = int(cu_q.numel()) - 1
+    dt = _attention._dtype_name(torch, q.dtype)
+    fields, args = split_launch_args(variant_fields("top_left" if causal not in (False, None) else False, window, softcap,
+                                                    document=True))
+    sc = _attention._scale(scale, int(q.shape[2]))
+
+    def ids(cu, total, spare):
+        """row r's sequence (searchsorted in the counts); rows past the last sequence get `spare`."""
+        rows = torch.arange(total, device=cu.device, dtype=torch.int32)
+        seg = torch.searchsorted(cu[1:].to(torch.int32).contiguous(), rows, right=True).to(torch.int32)
+        return torch.where(seg >= bsz, torch.full_like(seg, spare), seg)[None].contiguous()
+
+    def run(qd, kd, vd):
+        o, lse = attention_varlen(qd, kd, vd, cu_q, cu_k, max_q, max_k, causal=causal, window=window, scale=scale,
+                                  softcap=softcap, return_lse=True)
+        # rows past the last sequence are not written by the launch: O 0 and LSE +inf there give them
+        # P = 0 in the backward (no gradient), whatever the buffers held
+        past = torch.arange(int(qd.shape[0]), device=qd.device) >= cu_q[-1].to(torch.int64)
+        o.masked_fill_(past[:, None, None], 0)
+        lse.masked_fill_(past[None, :], float("inf"))
+        return o, lse
+
+    def bwd(q_, k_, v_, o_, lse_, do_):
+        seg_q = ids(cu_q, int(q_.shape[0]), bsz)
+        seg_k = ids(cu_k, int(k_.shape[0]), bsz + 1)
+        aux = {"seg_q": seg_q, "seg_k": seg_k}
+        g = _attention.run_backward(torch, dt, fields, args, aux, "bshd", sc, q_[None], k_[None], v_[None], o_[None],
+                                    lse_[None].contiguous(), do_.contiguous()[None])
+        return tuple(x[0] for x in g)
+
+    o, lse = _backward.function(torch).apply(q, k, v, run, bwd)
     return (o, lse) if return_lse else o
 
 

@@ -43,7 +43,7 @@ def _refuse(what, hint):
 
 def _common(dropout_p, window_size, softcap, causal):
     if dropout_p:
-        _refuse(f"dropout_p={dropout_p}", "qattn kernels are forward-only, without dropout: pass dropout_p=0.0")
+        _refuse(f"dropout_p={dropout_p}", "qattn kernels have no dropout: pass dropout_p=0.0")
     window = None
     if window_size is not None and tuple(int(x) for x in window_size) != (-1, -1):
         left, right = (int(x) for x in window_size)

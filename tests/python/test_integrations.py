@@ -151,11 +151,11 @@ def test_padding_is_resolved_once_per_forward(monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["llama", "gemma2"])
-def test_training_on_a_padded_batch_takes_segment_ids_and_matches_eager_gradients(monkeypatch, kind):
-    """Under autograd a padded batch goes to qattn.attention with segment ids (differentiable), never to
-    the ragged launch (no backward); the weight gradients equal eager attention's on the real tokens'
-    loss. attention_varlen itself refuses inputs that require grad (PY0109) instead of returning an
-    output that carries no gradient."""
+def test_training_on_a_padded_batch_matches_eager_gradients(monkeypatch, kind):
+    """Under autograd a padded batch's real tokens go packed to the ragged launch (attention_varlen,
+    differentiable) as in inference; the weight gradients equal eager attention's on the real tokens'
+    loss (within 2x the bf16 autocast's own difference). attention_with_kvcache refuses inputs that
+    require grad (PY0109) instead of returning an output that carries no gradient."""
     varlen_calls = []
     monkeypatch.setattr(_varlen, "attention_varlen", lambda *a, **kw: varlen_calls.append(1) or varlen_standin(*a, **kw))
     model = tiny(kind).float().train()  # fp32 weights: the gradients compare without bf16 rounding
@@ -173,18 +173,14 @@ def test_training_on_a_padded_batch_takes_segment_ids_and_matches_eager_gradient
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         grads[impl] = {n: p.grad.detach().clone() for n, p in model.named_parameters() if "q_proj" in n or "v_proj" in n}
-    assert not varlen_calls
+    assert varlen_calls
     assert grads[qtf.NAME]  # the attention's inputs got gradients
     for n, g in grads["eager"].items():
         err = (grads[qtf.NAME][n] - g).abs().max().item()
         noise = (grads["eager-bf16"][n] - g).abs().max().item()
         assert err <= 2 * noise + 1e-3 * g.abs().max().item(), (n, err, noise)
     q = torch.randn(6, 2, 16, requires_grad=True)
-    cu = torch.tensor([0, 6], dtype=torch.int32)
     monkeypatch.undo()
-    with pytest.raises(qattn.QattnError) as e:
-        qattn.attention_varlen(q, q.detach(), q.detach(), cu, cu, 6, 6)
-    assert e.value.code == "PY0109" and "no_grad" in e.value.hint
     with pytest.raises(qattn.QattnError) as e:
         qattn.attention_with_kvcache(q[None], q.detach()[None], q.detach()[None], torch.tensor([6], dtype=torch.int32))
     assert e.value.code == "PY0109"

@@ -206,3 +206,81 @@ def test_varlen_hostile_counts_are_clamped_not_faulted():
     torch.cuda.synchronize()  # a fault would surface here
     assert torch.equal(o[:100], o_ok[:100])  # sequence 0 is untouched by the hostile entries after it
     assert (torch.ones(4, device="cuda") * 2).sum().item() == 8.0  # the context still works
+
+
+def grads_reference(q, k, v, do, causal, window, softcap, prec):
+    """One sequence's (dq, dk, dv) by autograd of attention in `prec` (fp64 reference or the dtype's
+    own rounding: q, k, v and P rounded to it), bottom-right aligned masks."""
+    sq, h, d = q.shape
+    sk, hkv = k.shape[0], k.shape[1]
+    i = torch.arange(sq, device=q.device)[:, None] + sk - sq
+    j = torch.arange(sk, device=q.device)[None, :]
+    hidden = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        hidden |= j > i
+    if window is not None:
+        hidden |= (j < i - window[0]) | (j > i + window[1])
+    work = torch.float64 if prec == torch.float64 else torch.float32
+    qd, kd, vd = (t.detach().to(prec).to(work).requires_grad_() for t in (q, k, v))
+    kr, vr = (t.repeat_interleave(h // hkv, 1).transpose(0, 1) for t in (kd, vd))
+    s = (qd.transpose(0, 1) @ kr.transpose(-1, -2)) * d ** -0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    p = torch.softmax(s.masked_fill(hidden, float("-inf")), -1).nan_to_num(0.0)
+    if prec != torch.float64:
+        p = p.to(prec).to(work)
+    o = (p @ vr).transpose(0, 1)
+    grads = torch.autograd.grad(o, (qd, kd, vd), do.to(work))
+    return grads if prec == torch.float64 else tuple(x.to(prec) for x in grads)  # returned in the dtype
+
+
+@gpu
+@pytest.mark.parametrize("case", [
+    # lens_q, lens_k, hq, hkv, d, causal, window, softcap, dtype
+    ([130, 1, 0, 257], [130, 1, 0, 257], 4, 2, 64, True, None, None, torch.bfloat16),
+    ([77, 300, 64], [77, 300, 64], 4, 4, 128, True, None, 20.0, torch.float16),
+    ([200, 129], [200, 129], 4, 1, 64, False, (48, 0), None, torch.bfloat16),
+    ([33, 190, 5], [100, 64, 260], 4, 2, 64, False, None, None, torch.bfloat16),
+])
+def test_varlen_gradients_match_fp64_per_sequence(case):
+    """attention_varlen under autograd: dQ, dK, dV of every sequence against fp64 autograd of that
+    sequence alone by FlashAttention's rule (error <= 2x the same-precision torch attention's + 1e-4
+    x max |ref|); the spare rows past the last sequence get zero gradients (K / V NaN there stay
+    unread); flash_attn_varlen_func differentiates the same way. Causal with different packings of
+    queries and keys is refused (PY0109)."""
+    lens_q, lens_k, hq, hkv, d, causal, window, softcap, dt = case
+    g = torch.Generator().manual_seed(sum(lens_q) + d)
+    q, k, v, cq, ck = packed(g, lens_q, lens_k, hq, hkv, d, dt)
+    k, v = k.nan_to_num(0.0), v.nan_to_num(0.0)  # leaves that require grad (the spare rows zero)
+    same = lens_q == lens_k
+    cu_k = cq if same else ck
+    do = torch.randn(q.shape, generator=g).to(dt).cuda()
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    o = qattn.attention_varlen(qg, kg, vg, cq, cu_k, max(lens_q), max(lens_k), causal=causal, window=window,
+                               softcap=softcap)
+    dq, dk, dv = torch.autograd.grad(o, (qg, kg, vg), do)
+    for b in range(len(lens_q)):
+        rq = slice(int(cq[b]), int(cq[b + 1]))
+        rk = slice(int(cu_k[b]), int(cu_k[b + 1]))
+        if rq.start == rq.stop:
+            continue
+        ref = grads_reference(q[rq], k[rk], v[rk], do[rq], causal, window, softcap, torch.float64)
+        own = grads_reference(q[rq], k[rk], v[rk], do[rq], causal, window, softcap, dt)
+        for name, got, r, t in zip(("dq", "dk", "dv"), (dq[rq], dk[rk], dv[rk]), ref, own):
+            err = (got.double() - r).abs().max().item()
+            bound = 2 * (t.double() - r).abs().max().item() + 1e-4 * max(1.0, r.abs().max().item())
+            assert err <= bound, (b, name, err, bound)
+    assert dq[int(cq[-1]):].abs().max().item() == 0 and dk[int(cu_k[-1]):].abs().max().item() == 0
+    fq, fk, fv = (t.clone().requires_grad_() for t in (q, k, v))
+    fo = flash_attn_varlen_func(fq, fk, fv, cq, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                window_size=window if window is not None else (-1, -1), softcap=softcap or 0.0)
+    fgrads = torch.autograd.grad(fo, (fq, fk, fv), do)
+    for a, b_ in zip(fgrads, (dq, dk, dv)):  # the same kernels (dQ's fp32 atomics add in any order)
+        assert torch.allclose(a.float(), b_.float(), rtol=1e-2, atol=1e-3)
+    if not same:
+        return
+    other = torch.tensor([0] + lens_q[::-1], dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+    if not torch.equal(other, cq):
+        with pytest.raises(qattn.QattnError) as e:
+            qattn.attention_varlen(qg, kg, vg, cq, other, max(lens_q), max(lens_k), causal=True)
+        assert e.value.code == "PY0109"

@@ -13,8 +13,8 @@ each query and itself), `softcap`, `scaling`. A padding mask (left or right padd
 tokens are one run) packs a prefill's real tokens into ragged sequences for qattn.attention_varlen
 (the padding is neither computed nor seen; its output rows are 0), and becomes segment ids, qattn's
 document mask, while decoding against the cache; packed sequences (no mask, position_ids restarting
-at 0) become segment ids too. Training works: the calls are differentiable through qattn.attention's
-backward kernel (a padded batch then takes segment ids, not the ragged launch, which has no backward).
+at 0) become segment ids too. Training works: every call is differentiable (qattn.attention's
+backward kernel; the ragged launch's backward is the document mask's over the packed tokens).
 What it cannot express is refused with a qattn.QattnError naming it (use attn_implementation="sdpa"
 for those): a mask with holes in a row, a static cache's trailing slots during decoding, dropout in
 training, attention sinks (s_aux), output_attentions.
@@ -63,12 +63,11 @@ def _segments(torch, mask, q_len):
     return seg[:, -q_len:].contiguous(), seg
 
 
-def _padding(torch, attention_mask, kv_len, q_len, train=False):
+def _padding(torch, attention_mask, kv_len, q_len):
     """What a 2-D keep-mask asks for, once per mask tensor and shape (None: nothing padded): a prefill
     (q_len == kv_len) as packed ragged sequences, ("varlen", (batch_idx, pos_idx) of the real tokens,
-    cu_seqlens, longest), else ("segments", (seg_q, seg_k)) for the document mask. train: gradients
-    are asked for, and only the document mask has a backward: segments for the prefill too."""
-    key = (attention_mask._version, kv_len, q_len, attention_mask.device, train)
+    cu_seqlens, longest), else ("segments", (seg_q, seg_k)) for the document mask."""
+    key = (attention_mask._version, kv_len, q_len, attention_mask.device)
     ref = _LAST["ref"]
     if ref is not None and ref() is attention_mask and _LAST["key"] == key:
         return _LAST["value"]
@@ -76,7 +75,7 @@ def _padding(torch, attention_mask, kv_len, q_len, train=False):
     value = None
     if not bool(mask.all()):
         seg = _segments(torch, mask, q_len)  # (its checks: one run of real tokens per row)
-        if q_len == kv_len and not train:
+        if q_len == kv_len:
             counts = mask.sum(dim=1, dtype=torch.int32)
             cu = torch.zeros(mask.shape[0] + 1, dtype=torch.int32, device=mask.device)
             cu[1:] = torch.cumsum(counts, 0)
@@ -113,8 +112,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         if attention_mask.dim() != 2:
             raise SpecError(f"attn_implementation='qattn' takes its own 2-D padding mask; got a {attention_mask.dim()}-D one",
                             code="PY0902", hint="a custom 4-D mask needs attn_implementation='sdpa' or 'eager'")
-        train = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-        pad = _padding(torch, attention_mask, kv_len, q_len, train)
+        pad = _padding(torch, attention_mask, kv_len, q_len)
         if pad is not None and pad[0] == "segments":
             extra["segment_ids"] = pad[1]
         elif pad is not None:
