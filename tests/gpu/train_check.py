@@ -2,9 +2,12 @@
 attn_implementation="qattn" and with a reference attention, the same data and initial weights; the
 loss curves must agree within bf16 noise.
 
-    python3 tests/gpu/train_check.py [--steps 100] [--csv F] [--models llama,gemma2] [--device cuda]
+    python3 tests/gpu/train_check.py [--steps 100] [--csv F] [--models llama,llama-padded,gemma2] [--device cuda]
 
 - llama: LlamaForCausalLM (4 layers, hidden 512, GQA 8/2, d 64, causal); reference "sdpa".
+- llama-padded: the same Llama on left-padded batches (each row 0-127 padding tokens, masked in
+  attention_mask and in the labels): qattn packs the real tokens for attention_varlen, whose
+  backward is the document mask's; reference "sdpa".
 - gemma2: Gemma2ForCausalLM (the same sizes, attention logits soft-capped at 50, sliding windows of
   128 keys on every other layer, final logits capped at 30); reference "flex_attention"
   (FlexAttention with transformers' softcap score_mod and sliding-window block mask).
@@ -49,7 +52,20 @@ def make_data(device):
     return [b.to(device) for b in x.split(BATCH)]
 
 
+def make_masks(device):
+    """Left padding per row (0-127 tokens) for each batch: (attention_mask, labels mask) pairs."""
+    g = torch.Generator().manual_seed(11)
+    out = []
+    for _ in range(NBATCHES):
+        pad = torch.randint(0, 128, (BATCH,), generator=g)
+        keep = torch.arange(SEQ)[None, :] >= pad[:, None]
+        first_real = torch.arange(SEQ)[None, :] == pad[:, None]  # predicted from a padding position
+        out.append((keep.long().to(device), (keep & ~first_real).to(device)))
+    return out
+
+
 def config(kind):
+    kind = kind.removesuffix("-padded")
     common = dict(vocab_size=VOCAB, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=SEQ)
     if kind == "llama":
@@ -61,6 +77,7 @@ def config(kind):
 
 
 def train(kind, impl, steps, data, device, init_state):
+    masks = make_masks(device) if kind.endswith("-padded") else None
     cfg, cls = config(kind)
     cfg._attn_implementation = impl
     model = cls(cfg)
@@ -73,7 +90,11 @@ def train(kind, impl, steps, data, device, init_state):
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = model(input_ids=x, labels=x).loss
+        if masks is None:
+            loss = model(input_ids=x, labels=x).loss
+        else:
+            am, lm = masks[step % len(masks)]
+            loss = model(input_ids=x, attention_mask=am, labels=x.masked_fill(~lm, -100)).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -100,7 +121,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--csv")
-    ap.add_argument("--models", default="llama,gemma2")
+    ap.add_argument("--models", default="llama,llama-padded,gemma2")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--plant", action="store_true")
     a = ap.parse_args()
@@ -108,7 +129,7 @@ def main():
         plant()
     device = torch.device(a.device)
     data = make_data(device)
-    refs = {"llama": "sdpa", "gemma2": "flex_attention"}
+    refs = {"llama": "sdpa", "llama-padded": "sdpa", "gemma2": "flex_attention"}
     rows, fails = [], 0
     assert qtf.NAME == "qattn"
     for kind in a.models.split(","):
