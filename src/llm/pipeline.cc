@@ -90,6 +90,7 @@ struct Run {
   PromptVars vars;
   std::string system;
   Result r;
+  bool backward = false;  // the rules engine's code is `Kernel NAME backward`: the backward prompts
 
   void say(const std::string& line) {
     if (o.progress) o.progress(line);
@@ -147,8 +148,9 @@ struct Run {
       rules_stage("1a");
     } else {
       const std::string* rc = m.params == Engine::Rules ? &rules.code : nullptr;
-      auto a = stage("1a", "the TL sketch", "sketch", m.sketch, {"tl"},
-                     [&](const std::string& b, support::DiagSink& d) { return verify_sketch(b, rules.problem, rc, d); }, &fb);
+      auto a = stage("1a", "the TL sketch", backward ? "sketch_backward" : "sketch", m.sketch, {"tl"},
+                     [&](const std::string& b, support::DiagSink& d) { return verify_sketch(b, rules.problem, rc, d, backward); },
+                     &fb);
       if (!a && !fb) return false;
       if (a) r.plan.sketch = *a;
     }
@@ -158,7 +160,7 @@ struct Run {
       rules_stage("1b");  // the sketch verifier already checked that the rules code refines it
     } else {
       std::optional<plan::Plan> accepted;
-      auto b = stage("1b", "the TL code", "params", m.params, {"tl"},
+      auto b = stage("1b", "the TL code", backward ? "params_backward" : "params", m.params, {"tl"},
                      [&](const std::string& text, support::DiagSink& d) {
                        accepted = verify_code(text, r.plan.sketch, rules, m.translate == Engine::Rules, d);
                        return accepted.has_value();
@@ -231,6 +233,22 @@ Result run(const spec::AttentionSpec& s, const hw::GpuFacts& g, const plan::Plan
               {"atoms", atoms_text(rules.target, p.dtype)},
               {"sketch", rules.sketch},
               {"code", rules.code}};
+  {
+    support::DiagSink quiet("code.tl");
+    const tl::Program rp = tl::parse(rules.code, quiet, "code.tl");
+    for (const auto& st : rp.stmts)
+      if (st.kind == tl::Stmt::Kind::Kernel && st.kernel.backward) {
+        run.backward = true;
+        run.vars["kernel_name"] = st.kernel.name;  // the backward kernel's own name (flash_bwd_...)
+      }
+  }
+  if (run.backward && m.llm_writes_cuda()) {
+    diags.error("LLM0306", {}, "the LLM writes the backward pass's TL (stages 1a and 1b), not its CUDA",
+                "keep stage 2 on the rules translator: --mode 1a=llm,1b=llm (stage 2 defaults to rules)");
+    Result r;
+    r.plan = rules;
+    return r;
+  }
   Result& r = run.r;
   r.plan = rules;
   r.vanilla = m.vanilla;

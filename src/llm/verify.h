@@ -8,6 +8,11 @@
 //     mask, dtypes, head dims and LSE (LLM0302), tiles that fit the target (LLM0302, from the
 //     resource model), interprets correctly against the reference at small sizes (TL0801), and,
 //     when stage 2 runs on the rules engine, translates (XL....).
+//   For a backward program (the rules engine's code is `Kernel NAME backward`, `qattn generate
+//     --backward`): the sketch's header says `backward`; Q, K, V, O, dO and LSE are copied in and dQ,
+//     dK, dV out; one query loop, the five GEMMs, the D term (a RowSum and `Subtract dP, ...`)
+//     (LLM0301); the code's dtypes and head dims (LLM0302), tiles from plan::backward_budget
+//     (LLM0302), the interpreter against the fp64 gradients (TL0801).
 //   verify_cuda (2, vanilla): defines the C ABI (LLM0305), includes only allowed headers
 //     (BUILD0301, build::check_includes), compiles with nvcc through the build driver (BUILD0201,
 //     BUILD0203), then passes the numerics check when one is given (LLM0304); without one the
@@ -25,7 +30,9 @@
 
 namespace qattn::llm {
 
-bool verify_sketch(const std::string& text, const plan::Problem& p, const std::string* rules_code, support::DiagSink& diags);
+// backward: the request is the backward pass (the rules engine's code is `Kernel NAME backward`).
+bool verify_sketch(const std::string& text, const plan::Problem& p, const std::string* rules_code, support::DiagSink& diags,
+                   bool backward = false);
 
 // On success returns the plan with the LLM's sketch, code and tiles (budget re-estimated).
 std::optional<plan::Plan> verify_code(const std::string& text, const std::string& sketch, const plan::Plan& rules,

@@ -1,5 +1,6 @@
 // verify_sketch (stage 1a) and verify_code (stage 1b): see verify.h.
 #include <functional>
+#include <set>
 
 #include "llm/verify.h"
 #include "plan/budget.h"
@@ -28,11 +29,26 @@ const Stmt* kernel_stmt(const tl::Program& p) {
 
 std::string mask_name(tl::MaskSpec::Kind k) { return tl::to_string(k); }
 
-bool check_kernel_mask(const tl::Program& prog, const plan::Problem& p, const char* code, support::DiagSink& diags) {
+bool is_backward(const tl::Program& prog) {
   const Stmt* k = kernel_stmt(prog);
+  return k && k->kernel.backward;
+}
+
+bool check_kernel_mask(const tl::Program& prog, const plan::Problem& p, const char* code, support::DiagSink& diags,
+                       bool backward = false) {
+  const Stmt* k = kernel_stmt(prog);
+  const std::string form = backward ? " backward" : "";
   if (!k) {
-    diags.error(code, {}, "the program has no `Kernel NAME with mask M` header",
-                "start with `Kernel flash_fwd with mask " + mask_name(p.mask) + "`");
+    diags.error(code, {}, "the program has no `Kernel NAME" + form + " with mask M` header",
+                "start with `Kernel flash_" + std::string(backward ? "bwd" : "fwd") + form + " with mask " +
+                    mask_name(p.mask) + "`");
+    return false;
+  }
+  if (k->kernel.backward != backward) {
+    diags.error(code, k->loc,
+                backward ? "the Kernel header does not say `backward`, and the request is the backward pass (dQ, dK, dV)"
+                         : "the Kernel header says `backward`, and the request is the forward pass",
+                "write `Kernel " + k->kernel.name + form + " with mask " + mask_name(p.mask) + "`");
     return false;
   }
   if (k->kernel.mask.kind != p.mask) {
@@ -45,14 +61,57 @@ bool check_kernel_mask(const tl::Program& prog, const plan::Problem& p, const ch
   return true;
 }
 
+// The backward sketch's shape: the tensors in and out, one loop over the query tiles, the five GEMMs
+// and the D term of dS = P * (dP - D).
+bool backward_sketch_shape(const tl::Program& prog, support::DiagSink& local) {
+  int loops = 0, gemms = 0, rowsums = 0, d_term = 0;
+  std::set<std::string> in, out;
+  walk(prog.stmts, [&](const Stmt& s, int) {
+    if (s.kind == Stmt::Kind::For) ++loops;
+    if (s.kind == Stmt::Kind::Compute && s.compute.op == "GEMM") ++gemms;
+    if (s.kind == Stmt::Kind::Compute && s.compute.op == "RowSum") ++rowsums;
+    if (s.kind == Stmt::Kind::Compute && s.compute.op == "Subtract" && !s.compute.operands.empty() &&
+        s.compute.operands[0].expr.name == "dP")
+      ++d_term;
+    if (s.kind == Stmt::Kind::Copy && s.copy.from == tl::Space::Global) in.insert(s.copy.name);
+    if (s.kind == Stmt::Kind::Copy && s.copy.to == tl::Space::Global) out.insert(s.copy.name);
+  });
+  bool ok = true;
+  auto need = [&](bool have, const std::string& what, const std::string& hint) {
+    if (have) return;
+    local.error("LLM0301", {}, "the backward sketch does not " + what, hint);
+    ok = false;
+  };
+  std::string missing_in, missing_out;
+  for (const char* n : {"Q", "K", "V", "O", "dO", "LSE"})
+    if (!in.count(n)) missing_in += std::string(missing_in.empty() ? "" : ", ") + n;
+  for (const char* n : {"dQ", "dK", "dV"})
+    if (!out.count(n)) missing_out += std::string(missing_out.empty() ? "" : ", ") + n;
+  need(missing_in.empty(), "copy " + missing_in + " from global memory",
+       "K and V before the loop (`Copy K from global to shared`), Q, dO, O and LSE in it");
+  need(missing_out.empty(), "store " + missing_out + " to global memory",
+       "`Copy dQ from register to global and accumulate` in the loop; dK and dV after it");
+  need(loops == 1, "have exactly one loop over the query tiles (it has " + std::to_string(loops) + ")",
+       "write `for i = 0: M` ... `end` around the per-query-tile work");
+  need(gemms == 5, "have the five GEMMs of the backward (it has " + std::to_string(gemms) + ")",
+       "S = Q K^T, dV += Pc^T dO, dP = dO V^T, dK += dSc^T Q, dQ = dSc K");
+  need(rowsums >= 1 && d_term >= 1, "compute the D term of dS = P * (dP - D), D = rowsum(dO * O)",
+       "`Compute Multiply dO, O and get dOO`, `Compute RowSum dOO and get Di`, `Compute Subtract dP, Di and get dS`, "
+       "then `Compute Multiply dS, P`");
+  return ok;
+}
+
 }  // namespace
 
-bool verify_sketch(const std::string& text, const plan::Problem& p, const std::string* rules_code, support::DiagSink& diags) {
+bool verify_sketch(const std::string& text, const plan::Problem& p, const std::string* rules_code, support::DiagSink& diags,
+                   bool backward) {
   support::DiagSink local("sketch.tl");
   auto prog = tl::parse(text, local, "sketch.tl");
   bool ok = !local.has_errors();
-  if (ok) ok = check_kernel_mask(prog, p, "LLM0301", local);
-  if (ok) {
+  if (ok) ok = check_kernel_mask(prog, p, "LLM0301", local, backward);
+  if (ok && backward) {
+    ok = backward_sketch_shape(prog, local);
+  } else if (ok) {
     int loops = 0, gemms = 0, normalize = 0;
     bool q_in = false, k_in = false, v_in = false, o_out = false;
     walk(prog.stmts, [&](const Stmt& s, int) {
@@ -119,7 +178,9 @@ std::optional<plan::Plan> verify_code(const std::string& text, const std::string
     if (!plan::refines(sk, prog, local)) return fail();
   }
   const plan::Problem& p = rules.problem;
-  if (!check_kernel_mask(prog, p, "LLM0302", local)) return fail();
+  support::DiagSink quiet("rules.tl");
+  const bool backward = is_backward(tl::parse(rules.code, quiet, "rules.tl"));
+  if (!check_kernel_mask(prog, p, "LLM0302", local, backward)) return fail();
 
   // The spec's dtypes, head dims and LSE.
   tl::Env env;
@@ -159,7 +220,7 @@ std::optional<plan::Plan> verify_code(const std::string& text, const std::string
   };
   head_dim(q, p.d_qk, "Q");
   head_dim(v, p.d_v, "V");
-  if ((tensor("LSE") != nullptr) != p.return_lse)
+  if (!backward && (tensor("LSE") != nullptr) != p.return_lse)
     spec_error(p.return_lse ? "the spec asks for the LSE output but the program does not store LSE"
                             : "the program stores LSE but the spec does not ask for it",
                p.return_lse ? "allocate LSE in global (seqlen_q) fp32 with offset [b, head] and store it" : "drop LSE");
@@ -180,10 +241,11 @@ std::optional<plan::Plan> verify_code(const std::string& text, const std::string
   out.tiles.reason = "chosen by the LLM (stage 1b)";
   if (out.tiles.bm <= 0 || out.tiles.bn <= 0) {
     spec_error("the TL code does not declare its tile sizes as `Const BM = ..., BN = ...`",
-               "declare `Const BM = 128, BN = 64, WARPS = 4, STAGES = 1` (values for this GPU)");
+               backward ? "declare `Const BM = 64, BN = 64, WARPS = 4` (values for this GPU)"
+                        : "declare `Const BM = 128, BN = 64, WARPS = 4, STAGES = 1` (values for this GPU)");
     return fail();
   }
-  out.budget = plan::estimate(p, rules.target, out.tiles);
+  out.budget = backward ? plan::backward_budget(p, rules.target, out.tiles) : plan::estimate(p, rules.target, out.tiles);
   if (!out.budget.fits) {
     spec_error("tiles BM=" + std::to_string(out.tiles.bm) + " BN=" + std::to_string(out.tiles.bn) + " WARPS=" +
                    std::to_string(out.tiles.warps) + " STAGES=" + std::to_string(out.tiles.stages) + " do not fit " +
@@ -194,8 +256,9 @@ std::optional<plan::Plan> verify_code(const std::string& text, const std::string
   out.report = "# Plan (stage 1b by the LLM)\n\nTiles BM=" + std::to_string(out.tiles.bm) + ", BN=" +
                std::to_string(out.tiles.bn) + ", warps=" + std::to_string(out.tiles.warps) + ", stages=" +
                std::to_string(out.tiles.stages) + " chosen by the LLM; the resource model estimates " +
-               std::to_string(out.budget.smem_bytes) + " bytes of shared memory and about " +
-               std::to_string(out.budget.regs_per_thread) + " registers per thread.\n\nThe rules engine would choose BM=" +
+               std::to_string(out.budget.smem_bytes) + " bytes of shared memory" +
+               (backward ? std::string(".") : " and about " + std::to_string(out.budget.regs_per_thread) + " registers per thread.") +
+               "\n\nThe rules engine would choose BM=" +
                std::to_string(rules.tiles.bm) + ", BN=" + std::to_string(rules.tiles.bn) + ", warps=" +
                std::to_string(rules.tiles.warps) + ", stages=" + std::to_string(rules.tiles.stages) + ".\n";
 

@@ -90,9 +90,9 @@ class Run {
                "drop --mode (the default `rules`)");
       return fail("no plan: nothing written");
     }
-    if (o_.backward && modes_->any_llm()) {
-      d_.error("GEN0105", {}, "--backward runs on the rules engine only: the LLM stages do not write the backward pass yet",
-               "drop --mode (the default `rules`)");
+    if (o_.backward && modes_->llm_writes_cuda()) {
+      d_.error("GEN0105", {}, "--backward with the LLM: it writes the backward TL (stages 1a and 1b), not its CUDA",
+               "keep stage 2 on the rules translator: --mode 1a=llm,1b=llm (or 1a=llm+rules,1b=llm+rules)");
       return fail("no plan: nothing written");
     }
     plan_ = plan::make_plan(s_, *g_, d_, po);

@@ -230,6 +230,20 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
 
 }  // namespace
 
+Budget backward_budget(const Problem& p, const Target& t, const TileConfig& c) {
+  Budget b;
+  b.smem_bytes = backward_smem(p, c);
+  const bool rows = c.warps > 0 && c.bm > 0 && c.bn > 0 && c.bm % (16 * c.warps) == 0 && c.bn % (16 * c.warps) == 0;
+  b.fits = rows && b.smem_bytes <= t.smem_per_block;
+  if (!rows)
+    b.why_not = "BM and BN must be multiples of 16 * WARPS (each warp owns 16 rows of every register tile)";
+  else if (!b.fits)
+    b.why_not = std::to_string(b.smem_bytes) + " bytes of shared memory per block, " + t.name + " has " +
+                std::to_string(t.smem_per_block);
+  b.blocks_per_sm = b.smem_bytes > 0 ? std::max<int64_t>(1, t.smem_per_sm / b.smem_bytes) : 1;
+  return b;
+}
+
 std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
                                        const PlanOptions& opts) {
   Plan plan;
@@ -254,9 +268,7 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
   if (opts.bn) tiles.bn = opts.bn;
   if (opts.warps) tiles.warps = opts.warps;
   if (opts.bm || opts.bn || opts.warps) tiles.reason = "set by the user (--tiles)";
-  Budget b;
-  b.smem_bytes = backward_smem(p, tiles);
-  b.fits = b.smem_bytes <= t.smem_per_block && tiles.bm % (16 * tiles.warps) == 0 && tiles.bn % (16 * tiles.warps) == 0;
+  Budget b = backward_budget(p, t, tiles);
   if (!b.fits) {
     diags.error("PLAN0102", {}, "backward tiles BM=" + std::to_string(tiles.bm) + " BN=" + std::to_string(tiles.bn) + " warps=" +
                                     std::to_string(tiles.warps) + " need " + std::to_string(b.smem_bytes) +
@@ -265,7 +277,6 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
                 "use smaller tiles (--tiles 64,64,4) or a smaller head dim");
     return std::nullopt;
   }
-  b.blocks_per_sm = b.smem_bytes > 0 ? std::max<int64_t>(1, t.smem_per_sm / b.smem_bytes) : 1;
   plan.tiles = tiles;
   plan.budget = b;
   plan.sketch = backward_text(p, t, nullptr);

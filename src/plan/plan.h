@@ -59,6 +59,9 @@ std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& 
 // (before sm80), PLAN0102 (tiles that do not fit).
 std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::GpuFacts& g, support::DiagSink& diags,
                                        const PlanOptions& opts = {});
+// What a backward program's tiles cost (shared memory: K, V, Q, dO, O, Pc, dSc, LSE) and whether
+// they fit: BM and BN multiples of 16 * WARPS, the shared memory within the target's per-block limit.
+Budget backward_budget(const Problem& p, const Target& t, const TileConfig& c);
 
 // The combine step: the merge of `splits` partial results (O_part, LSE_part) into O and LSE as a
 // `Kernel NAME combine` program (docs/tl.md, "Combining partial results"), one warp per query row.

@@ -233,6 +233,75 @@ TEST(LlmReplay, EndpointFailureEndsTheStageWithoutRepairTurns) {
   EXPECT_EQ(stage_of(r, "1a")["turns"], 0);
 }
 
+// ---- the backward pass (qattn generate --backward) -------------------------------------------
+
+const plan::Plan& backward_rules() {
+  static plan::Plan p = [] {
+    support::DiagSink d;
+    plan::PlanOptions o;
+    o.backward = true;
+    auto b = plan::make_plan(fixture().s, *fixture().g, d, o);
+    EXPECT_TRUE(b) << d.render();
+    return *b;
+  }();
+  return p;
+}
+
+Result go_backward(const ReplayServer& srv, const std::string& mode, support::DiagSink& d) {
+  const auto& f = fixture();
+  Client c(endpoint(srv));
+  auto m = parse_modes(mode, d);
+  EXPECT_TRUE(m);
+  return run(f.s, *f.g, backward_rules(), *m, c, Options{}, d);
+}
+
+TEST(LlmReplay, BackwardCleanRunTakesTheLlmsTiles) {
+  ReplayServer srv("backward_clean_run.json");
+  support::DiagSink d;
+  auto r = go_backward(srv, "1a=llm,1b=llm", d);
+  ASSERT_TRUE(r.ok) << d.render() << r.summary_md;
+  expect_replayed(srv);
+  EXPECT_EQ(r.plan.sketch, tl_block("replies/sketch_backward_llama3.md"));
+  EXPECT_EQ(r.plan.code, tl_block("replies/code_backward_llama3.md"));
+  EXPECT_EQ(r.plan.tiles.bn, 32) << "the LLM's tiles, not the rules engine's (BN 64)";
+  EXPECT_EQ(r.plan.tiles.warps, 2);
+  EXPECT_NE(r.plan.report.find("Interpreted against the reference"), std::string::npos) << r.plan.report;
+  EXPECT_EQ(stage_of(r, "1b")["used"], "llm");
+  EXPECT_EQ(stage_of(r, "2")["used"], "rules");
+}
+
+TEST(LlmReplay, BackwardSketchWithoutTheDTermAndALateQueryLoopAreRepaired) {
+  ReplayServer srv("backward_repaired.json");  // the repair prompts must carry LLM0301 (the D term) and TL0801
+  support::DiagSink d;
+  auto r = go_backward(srv, "1a=llm,1b=llm", d);
+  ASSERT_TRUE(r.ok) << d.render();
+  expect_replayed(srv);
+  EXPECT_EQ(stage_of(r, "1a")["repairs"], 1);
+  EXPECT_EQ(stage_of(r, "1b")["repairs"], 1);
+  EXPECT_NE(r.plan.sketch.find("Compute Subtract dP, Di and get dS"), std::string::npos);
+}
+
+TEST(LlmReplay, TheBackwardIsNeverTranslatedByTheLlm) {
+  ReplayServer srv("backward_clean_run.json");
+  support::DiagSink d;
+  auto r = go_backward(srv, "1a=llm,1b=llm,2=llm", d);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_code(d, "LLM0306")) << d.render();
+  EXPECT_EQ(srv.served(), 0u) << "refused before any request";
+}
+
+TEST(LlmReplay, AForwardSketchIsRefusedForTheBackward) {
+  ReplayServer srv(R"({"exchanges": [
+    {"expect": ["backward pass"], "reply": "replies/sketch_llama3.md"},
+    {"expect": ["LLM0301", "does not say `backward`"], "reply": "replies/sketch_llama3.md"},
+    {"expect": ["LLM0301"], "reply": "replies/sketch_llama3.md"}]})");
+  support::DiagSink d;
+  auto r = go_backward(srv, "1a=llm", d);
+  EXPECT_FALSE(r.ok);
+  expect_replayed(srv);
+  EXPECT_TRUE(has_code(d, "LLM0301")) << d.render();
+}
+
 // ---- the qattn command end to end -----------------------------------------------------------
 
 struct Cli {
@@ -303,6 +372,25 @@ TEST(LlmCli, ATruncatedKeyLoopFailsGenerate) {
   EXPECT_EQ(c.err.find("TL interpreted: PASS"), std::string::npos) << c.err;
   EXPECT_NE(c.err.find("nothing written"), std::string::npos) << c.err;
   EXPECT_FALSE(fs::exists(c.dir / "out")) << "no artifacts";
+}
+
+TEST(LlmCli, BackwardByTheLlmIsGenerated) {
+  ReplayServer srv("backward_clean_run.json");
+  Cli c;
+  fs::copy_file(qattn::testing::llm_test_dir() / "fake_nvcc.sh", c.dir / "nvcc");
+  fs::permissions(c.dir / "nvcc", fs::perms::owner_all);
+  c.generate({{"QATTN_NVCC", (c.dir / "nvcc").string()}, {"QATTN_LLM_URL", srv.url()}, {"QATTN_LLM_MODEL", "replay-model"}},
+             {"--backward", "--mode", "1a=llm,1b=llm"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  expect_replayed(srv);
+  EXPECT_EQ(slurp(c.dir / "out" / "code.tl"), tl_block("replies/code_backward_llama3.md"));
+  EXPECT_TRUE(fs::exists(c.dir / "out" / "kernel.cu"));
+  EXPECT_NE(slurp(c.dir / "out" / "kernel.cu").find("qattn_bwd"), std::string::npos) << "the rules translator's backward";
+  Cli refused;
+  refused.generate({{"QATTN_LLM_URL", srv.url()}, {"QATTN_LLM_MODEL", "replay-model"}}, {"--backward", "--mode", "llm"});
+  EXPECT_EQ(refused.rc, 1) << refused.err;
+  EXPECT_NE(refused.err.find("GEN0105"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(refused.dir / "out"));
 }
 
 TEST(LlmCli, CleanRunWritesTranscriptsAndTheKeyAppearsNowhere) {
