@@ -31,17 +31,23 @@ def packed(g, lens_q, lens_k, hq, hkv, d, dt, spare=3):
     return q.cuda(), k.cuda(), v.cuda(), cq.cuda(), ck.cuda()
 
 
-def reference(q, k, v, causal, window, dt):
-    """One sequence: (fp64 o, fp64 lse, same-precision o) of q (sq, h, d) over k, v (sk, hkv, d)."""
-    sq, h, d = q.shape
-    sk, hkv = k.shape[0], k.shape[1]
-    i = torch.arange(sq, device=q.device)[:, None] + sk - sq
-    j = torch.arange(sk, device=q.device)[None, :]
-    hidden = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
+def hidden_keys(sq, sk, causal, window, device):
+    """(sq, sk) True where a key is hidden from a query: causal / window aligned bottom-right."""
+    i = torch.arange(sq, device=device)[:, None] + sk - sq
+    j = torch.arange(sk, device=device)[None, :]
+    hidden = torch.zeros(sq, sk, dtype=torch.bool, device=device)
     if causal:
         hidden |= j > i
     if window is not None:
         hidden |= (j < i - window[0]) | (j > i + window[1])
+    return hidden
+
+
+def reference(q, k, v, causal, window, dt):
+    """One sequence: (fp64 o, fp64 lse, same-precision o) of q (sq, h, d) over k, v (sk, hkv, d)."""
+    sq, h, d = q.shape
+    sk, hkv = k.shape[0], k.shape[1]
+    hidden = hidden_keys(sq, sk, causal, window, q.device)
     out = []
     for prec in (torch.float64, dt):
         qd = q.to(prec).transpose(0, 1).float() if prec != torch.float64 else q.double().transpose(0, 1)
@@ -213,13 +219,7 @@ def grads_reference(q, k, v, do, causal, window, softcap, prec):
     own rounding: q, k, v and P rounded to it), bottom-right aligned masks."""
     sq, h, d = q.shape
     sk, hkv = k.shape[0], k.shape[1]
-    i = torch.arange(sq, device=q.device)[:, None] + sk - sq
-    j = torch.arange(sk, device=q.device)[None, :]
-    hidden = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
-    if causal:
-        hidden |= j > i
-    if window is not None:
-        hidden |= (j < i - window[0]) | (j > i + window[1])
+    hidden = hidden_keys(sq, sk, causal, window, q.device)
     work = torch.float64 if prec == torch.float64 else torch.float32
     qd, kd, vd = (t.detach().to(prec).to(work).requires_grad_() for t in (q, k, v))
     kr, vr = (t.repeat_interleave(h // hkv, 1).transpose(0, 1) for t in (kd, vd))

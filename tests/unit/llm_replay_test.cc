@@ -64,12 +64,13 @@ Endpoint endpoint(const ReplayServer& srv) {
   return ep;
 }
 
-Result go(const ReplayServer& srv, const std::string& mode, support::DiagSink& d) {
+// The stages for `mode` against the rules engine's plan `rules` (default: the forward's).
+Result go(const ReplayServer& srv, const std::string& mode, support::DiagSink& d, const plan::Plan* rules = nullptr) {
   const auto& f = fixture();
   Client c(endpoint(srv));
   auto m = parse_modes(mode, d);
   EXPECT_TRUE(m);
-  return run(f.s, *f.g, f.rules, *m, c, Options{}, d);
+  return run(f.s, *f.g, rules ? *rules : f.rules, *m, c, Options{}, d);
 }
 
 std::string file_of(const Result& r, const std::string& name) {
@@ -248,11 +249,7 @@ const plan::Plan& backward_rules() {
 }
 
 Result go_backward(const ReplayServer& srv, const std::string& mode, support::DiagSink& d) {
-  const auto& f = fixture();
-  Client c(endpoint(srv));
-  auto m = parse_modes(mode, d);
-  EXPECT_TRUE(m);
-  return run(f.s, *f.g, backward_rules(), *m, c, Options{}, d);
+  return go(srv, mode, d, &backward_rules());
 }
 
 TEST(LlmReplay, BackwardCleanRunTakesTheLlmsTiles) {
