@@ -17,9 +17,10 @@ Two modes (docs/python.md, "Context parallelism", says when to take which):
   rank + 1 and receives rank - 1's with NCCL point-to-point, overlapped with the local attention);
   every rank merges the partial outputs of its own queries by their log-sum-exp. With zigzag
   sharding (rank r holds chunks r and 2W-1-r of 2W) a causal mask gives every rank the same work.
-  No mask, causal, softcap, MHA/GQA/MQA, any head dims the kernels take. Masks and scores that
-  read positions (window, ALiBi, prefix-LM, documents, score_mod / mask_mod) are refused: the
-  kernels see positions inside a shard, not the global ones.
+  No mask, causal, softcap, sliding windows (each block the window reaches launched with the
+  window that gives it its part of the global mask), MHA/GQA/MQA, any head dims the kernels take.
+  Masks and scores that read positions otherwise (ALiBi, prefix-LM, documents, score_mod /
+  mask_mod) are refused: the kernels see positions inside a shard, not the global ones.
 - ulysses: two all-to-alls trade the sequence split for a head split: each rank runs the whole
   sequence for heads_q / W of the heads, so every mask and variant works (head-indexed inputs,
   alibi_slopes and relative_bias, are sliced to the rank's heads). heads_q must be a multiple of
@@ -75,10 +76,37 @@ def shard_len(n, world, rank, sharding="zigzag"):
 class RingCall(NamedTuple):
     """One kernel launch of a ring step: local query rows q = (lo, hi) of this rank's shard against
     local key rows kv = (lo, hi) of the shard that is here; causal: the top-left causal mask on these
-    rows (they are a whole shard, q and kv the same rows, whose local order is the global order)."""
+    rows (they are a whole shard, q and kv the same rows, whose local order is the global order);
+    window: (left, right) of qattn.attention (bottom-right aligned on these rows, -1 unbounded) that
+    gives them the global window's mask, or None."""
     q: tuple
     kv: tuple
     causal: bool
+    window: tuple = None
+
+
+def _window_block(qa, qb, ka, kb, off, left, right):
+    """A global sliding window over one block of contiguous global rows: query i in [qa, qb) sees key
+    j in [ka, kb) iff i + off - left <= j <= i + off + right (off = n_k - n_q: bottom-right aligned;
+    left / right None: unbounded). Returns ((qa', qb'), (ka', kb'), (L, R)): the rows that see a key
+    and the keys some row sees (trimmed to a fixed point), and the window of qattn.attention on those
+    rows that is the same mask (L = kb' - sb' + left, R = sb' - kb' + right with sb' = qb' + off,
+    both >= 0 once trimmed); None when no row sees any key of the block."""
+    sa, sb = qa + off, qb + off  # the queries' positions on the keys' axis
+    while True:
+        before = (sa, sb, ka, kb)
+        if left is not None:
+            ka = max(ka, sa - left)
+            sb = min(sb, kb + left)
+        if right is not None:
+            kb = min(kb, sb + right)
+            sa = max(sa, ka - right)
+        if sa >= sb or ka >= kb:
+            return None
+        if (sa, sb, ka, kb) == before:
+            break
+    win = (-1 if left is None else kb - sb + left, -1 if right is None else sb - kb + right)
+    return (sa - off, sb - off), (ka, kb), win
 
 
 def _local_offsets(intervals):
@@ -89,12 +117,17 @@ def _local_offsets(intervals):
     return out
 
 
-def ring_schedule(n_q, n_k, world, rank, causal, sharding="zigzag"):
+def ring_schedule(n_q, n_k, world, rank, causal, sharding="zigzag", window=None):
     """The ring for `rank`: a list over the world steps of (src, [RingCall...]): at step t the K/V
     shard of rank src = (rank - t) mod world is here and these launches use it (none: it only passes
     through). Causal (n_q == n_k) pairs each query chunk with each key chunk: keys all before the
     queries -> full, all after -> skipped, the same chunk -> the diagonal; the full pairs of a step
-    become one launch when they form one rectangle of local rows (zigzag: always), else one each."""
+    become one launch when they form one rectangle of local rows (zigzag: always), else one each.
+    window=(left, right) (global, bottom-right aligned, -1 unbounded; with causal the right side is
+    0): one launch per (query chunk, key chunk) block that the window reaches, on the rows and keys
+    it reaches, with the window that block needs (_window_block); any lengths."""
+    if window is not None:
+        return _window_schedule(n_q, n_k, world, rank, causal, sharding, window)
     if causal and n_q != n_k:
         raise SpecError(f"a causal mask over context-parallel shards needs seqlen_q == seqlen_k (got {n_q} and {n_k})",
                         code="PY0802", hint="mode='ulysses' runs any causal alignment")
@@ -131,6 +164,30 @@ def ring_schedule(n_q, n_k, world, rank, causal, sharding="zigzag"):
                 calls.append(RingCall((qs[0][0], qs[-1][1]), (ks[0][0], ks[-1][1]), False))
             else:
                 calls.extend(RingCall(ql, kl, False) for ql, kl in full)
+        steps.append((src, calls))
+    return steps
+
+
+def _window_schedule(n_q, n_k, world, rank, causal, sharding, window):
+    left, right = (None if int(w) < 0 else int(w) for w in window)
+    if causal:
+        right = 0
+    qi = rank_intervals(n_q, world, rank, sharding)
+    q_loc = _local_offsets(qi)
+    steps = []
+    for t in range(world):
+        src = (rank - t) % world
+        ki = rank_intervals(n_k, world, src, sharding)
+        calls = []
+        for (qa, qb), ql in zip(qi, q_loc):
+            for (ka, kb), kl in zip(ki, _local_offsets(ki)):
+                if qa == qb or ka == kb:
+                    continue
+                blk = _window_block(qa, qb, ka, kb, n_k - n_q, left, right)
+                if blk is None:
+                    continue
+                (qa2, qb2), (ka2, kb2), win = blk
+                calls.append(RingCall((ql[0] + qa2 - qa, ql[0] + qb2 - qa), (kl[0] + ka2 - ka, kl[0] + kb2 - ka), False, win))
         steps.append((src, calls))
     return steps
 
@@ -239,12 +296,20 @@ def _check_local(torch, q, k, v):
 
 
 def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=False, *, group=None, seqlen=None,
-                   seqlen_k=None, sharding="zigzag", layout="bshd"):
+                   seqlen_k=None, sharding="zigzag", layout="bshd", window=None):
     """Ring attention over `group` (default: the world): q, k, v are this rank's shards (see
     module doc). Returns this rank's rows of o (and of lse, (batch, heads_q, rows) fp32). seqlen /
     seqlen_k: the global lengths (k's defaults to q's sharding); without them one all_gather_object
-    finds them. causal: False or True ('top_left' / 'bottom_right' agree: seqlen_q == seqlen_k)."""
+    finds them. causal: False or True ('top_left' / 'bottom_right' agree: seqlen_q == seqlen_k).
+    window: (left, right) over the global positions as qattn.attention's (bottom-right aligned, -1
+    unbounded; with causal, right is 0): each ring step launches the blocks it reaches with the
+    window that gives each its part of the global mask (ring_schedule)."""
     _check_sharding(sharding)
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2 or \
+                not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window):
+            raise SpecError(f"window={window!r}: expected (left, right) ints, -1 unbounded", code="PY0107")
+        window = (int(window[0]), int(window[1]))
     torch, dist, world, rank = _dist(group)
     qv, kv, vv = _views(q, k, v, layout)
     _check_local(torch, qv, kv, vv)
@@ -257,7 +322,7 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
         seqlen_k = seqlen
     n_q = _global_len(dist, group, world, rank, sq, seqlen, sharding, "q")
     n_k = _global_len(dist, group, world, rank, sk, seqlen_k, sharding, "k/v")
-    steps = ring_schedule(n_q, n_k, world, rank, causal, sharding)
+    steps = ring_schedule(n_q, n_k, world, rank, causal, sharding, window)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         if softcap is not None:
             raise SpecError("mode='ring' with a softcap has no backward yet", code="PY0804",
@@ -302,7 +367,7 @@ def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv
                                            dist.P2POp(dist.irecv, nk, prv, group), dist.P2POp(dist.irecv, nv, prv, group)])
         for c in calls:
             o_blk, l_blk = _attention.attention(qv[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]],
-                                                causal="top_left" if c.causal else False, scale=scale,
+                                                causal="top_left" if c.causal else False, window=c.window, scale=scale,
                                                 softcap=softcap, return_lse=True)
             yield c, o_blk, l_blk
         for r in reqs:
@@ -383,7 +448,7 @@ def _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, q, k, 
             gq, gk, gv = _attention.attention_backward(
                 q[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]], o[:, c.q[0]:c.q[1]],
                 lse[:, :, c.q[0]:c.q[1]].contiguous(), do[:, c.q[0]:c.q[1]], causal="top_left" if c.causal else False,
-                scale=scale)
+                window=c.window, scale=scale)
             dq[:, c.q[0]:c.q[1]] += gq.float()
             my_dk[:, c.kv[0]:c.kv[1]] += gk.float()
             my_dv[:, c.kv[0]:c.kv[1]] += gv.float()
@@ -534,8 +599,9 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
               group=None, seqlen=None, seqlen_k=None, sharding="zigzag", layout="bshd", **variants):
     """Context-parallel qattn.attention on this rank's shards: mode='ring' (ring_attention),
     'ulysses' (ulysses_attention) or 'auto' (the default: the ring, unless the call reads positions
-    (window, prefix_lm, alibi_slopes, segment_ids, relative_bias, score_mod / mask_mod), which only
-    Ulysses runs; then Ulysses where the heads allow it). Returns this rank's rows of o (and lse)."""
+    (window, prefix_lm, alibi_slopes, segment_ids, relative_bias, score_mod / mask_mod): then Ulysses
+    where the heads allow it, else the ring for a window, which it runs too). Returns this rank's rows
+    of o (and lse)."""
     if mode not in MODES + ("auto",):
         raise SpecError(f"mode={mode!r}: expected 'auto', 'ring' or 'ulysses'", code="PY0801")
     unknown = [n for n in variants if n not in _RING_REFUSED]
@@ -554,21 +620,25 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
         if given:
             _, _, world, _ = _dist(group)
             hq, hkv = (int(q.shape[2]), int(k.shape[2])) if layout == "bshd" else (int(q.shape[1]), int(k.shape[1]))
-            if not _ulysses_heads_ok(hq, hkv, world):
+            if not _ulysses_heads_ok(hq, hkv, world) and given == ["window"]:
+                mode = "ring"  # the ring runs a window over any head count
+            elif not _ulysses_heads_ok(hq, hkv, world):
                 raise SpecError(f"{given[0]} reads global positions, which only mode='ulysses' runs, and heads "
                                 f"{hq}/{hkv} do not split over {world} ranks", code="PY0802",
                                 hint="Ulysses needs heads_q a multiple of the world size and heads_kv a multiple or "
                                      "a divisor of it")
-            mode = "ulysses"
+            else:
+                mode = "ulysses"
     if mode == "ulysses":
         return ulysses_attention(q, k, v, causal, window, scale, softcap, return_lse, group=group, seqlen=seqlen,
                                  seqlen_k=seqlen_k, sharding=sharding, layout=layout, **variants)
-    if given:
-        raise SpecError(f"mode='ring' does not take {given[0]}: it reads positions, and the kernel of a ring step "
+    refused = [n for n in given if n != "window"]
+    if refused:
+        raise SpecError(f"mode='ring' does not take {refused[0]}: it reads positions, and the kernel of a ring step "
                         f"sees positions inside a shard, not global ones", code="PY0802",
                         hint="mode='ulysses' (or 'auto') runs every mask and variant (each rank holds whole sequences)")
     return ring_attention(q, k, v, causal, scale, softcap, return_lse, group=group, seqlen=seqlen, seqlen_k=seqlen_k,
-                          sharding=sharding, layout=layout)
+                          sharding=sharding, layout=layout, window=window)
 
 
 def flops(batch, heads_q, seqlen_q, seqlen_k, d_qk, d_v, causal):

@@ -32,6 +32,10 @@ CASES = [
      {"softcap": 30.0}),
     ("mla-causal", 1, 1503, 1503, 8, 8, 192, 128, "bf16", True, "ring", "zigzag", "bshd", {}),
     ("cross-full", 2, 1029, 3000, 8, 4, 128, 128, "bf16", False, "ring", "zigzag", "bshd", {}),
+    ("ring-gqa-window-zigzag", 1, 4099, 4099, 8, 2, 128, 128, "bf16", False, "ring", "zigzag", "bshd",
+     {"window": (700, 0)}),
+    ("ring-window-cross-contig", 2, 1029, 3000, 8, 4, 128, 128, "bf16", False, "ring", "contiguous", "bshd",
+     {"window": (500, 100)}),
     ("u-mha-causal", 1, 3001, 3001, 8, 8, 128, 128, "bf16", True, "ulysses", "zigzag", "bshd", {}),
     ("u-gqa-window", 1, 2500, 2500, 8, 2, 128, 128, "bf16", False, "ulysses", "contiguous", "bshd",
      {"window": (256, 0)}),
@@ -90,7 +94,7 @@ def warm():
         calls.append((q, k, v, dict(causal=causal, return_lse=True, **extra)))  # single-GPU qattn
         if mode == "ring":
             calls.append((q, k, v, dict(causal="top_left" if causal else False, return_lse=True,
-                                        softcap=extra.get("softcap"))))
+                                        softcap=extra.get("softcap"), window=extra.get("window"))))
     t0 = time.time()
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(lambda c: qattn.attention(c[0], c[1], c[2], **c[3]), calls))
@@ -107,6 +111,10 @@ def reference_rows(q, k, v, rows, causal, extra, scale):
     qi = rows.to(q.device)[:, None]
     kj = torch.arange(nk, device=q.device)[None, :]
     vis = (kj <= qi + (nk - nq)) if causal else None
+    if extra.get("window") is not None:  # bottom-right aligned, -1 unbounded
+        left, right = extra["window"]
+        w = ((kj >= qi + (nk - nq) - left) | (left < 0)) & ((kj <= qi + (nk - nq) + right) | (right < 0))
+        vis = w if vis is None else vis & w
     return qv.attention(q[:, rows.to(q.device)], k, v, vis, scale, torch.float32, softcap=extra.get("softcap"))
 
 

@@ -23,12 +23,17 @@ from qattn import distributed as qcp
 np = pytest.importorskip("numpy")
 
 
-def attn_np(q, k, v, causal, scale):
-    """q (b, sq, h, d), k/v (b, sk, h, d) fp64 -> o, lse (b, h, sq); causal top-left. Empty rows: 0, -inf."""
+def attn_np(q, k, v, causal, scale, window=None):
+    """q (b, sq, h, d), k/v (b, sk, h, d) fp64 -> o, lse (b, h, sq); causal top-left; window (left,
+    right) bottom-right aligned as qattn.attention's (-1 unbounded). Empty rows: 0, -inf."""
     s = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    sq, sk = q.shape[1], k.shape[1]
     if causal:
-        sq, sk = q.shape[1], k.shape[1]
         s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None], s, -np.inf)
+    if window is not None:
+        i, j = np.arange(sq)[:, None] + sk - sq, np.arange(sk)[None, :]
+        vis = ((j >= i - window[0]) | (window[0] < 0)) & ((j <= i + window[1]) | (window[1] < 0))
+        s = np.where(vis, s, -np.inf)
     m = s.max(axis=-1, keepdims=True) if s.shape[-1] else np.full(s.shape[:-1] + (1,), -np.inf)
     m_safe = np.where(np.isinf(m), 0.0, m)
     p = np.exp(s - m_safe)
@@ -44,7 +49,7 @@ def shard_np(x, n, world, rank, sharding, axis=1):
                           axis=axis)
 
 
-def simulate_ring(q, k, v, world, causal, sharding, scale):
+def simulate_ring(q, k, v, world, causal, sharding, scale, window=None):
     """Every rank's (o, lse) shard from the ring plan, assembled into whole-sequence arrays."""
     b, nq, h, d = q.shape
     nk = k.shape[1]
@@ -54,10 +59,12 @@ def simulate_ring(q, k, v, world, causal, sharding, scale):
         ql = shard_np(q, nq, world, rank, sharding)
         out = np.zeros((b, ql.shape[1], h, v.shape[3]))
         lse = np.full((b, h, ql.shape[1]), -np.inf)
-        for src, calls in qcp.ring_schedule(nq, nk, world, rank, causal, sharding):
+        for src, calls in qcp.ring_schedule(nq, nk, world, rank, causal, sharding, window):
             kl, vl = shard_np(k, nk, world, src, sharding), shard_np(v, nk, world, src, sharding)
             for c in calls:
-                o_blk, l_blk = attn_np(ql[:, c.q[0]:c.q[1]], kl[:, c.kv[0]:c.kv[1]], vl[:, c.kv[0]:c.kv[1]], c.causal, scale)
+                assert c.window is None or min(c.window) >= -1, c
+                o_blk, l_blk = attn_np(ql[:, c.q[0]:c.q[1]], kl[:, c.kv[0]:c.kv[1]], vl[:, c.kv[0]:c.kv[1]], c.causal, scale,
+                                       c.window)
                 qcp.merge_partial(out[:, c.q[0]:c.q[1]], lse[:, :, c.q[0]:c.q[1]], o_blk, l_blk, xp=np)
         off = 0
         for a, bb in qcp.rank_intervals(nq, world, rank, sharding):
@@ -94,6 +101,31 @@ def test_ring_plan_equals_whole_attention(world, causal, sharding):
         o, lse = simulate_ring(q, k, v, world, causal, sharding, d ** -0.5)
         np.testing.assert_allclose(o, ref_o, atol=1e-12, err_msg=f"{nq}x{nk}")
         np.testing.assert_allclose(lse, ref_l, atol=1e-12, err_msg=f"{nq}x{nk}")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("sharding", qcp.SHARDINGS)
+def test_ring_plan_with_a_window_equals_whole_attention(world, sharding):
+    """A sliding window over the ring: each (query chunk, key chunk) block the window reaches is one
+    launch on the rows and keys it reaches, with the local window that gives the global mask
+    (bounded and unbounded sides, windows narrower and wider than a chunk, causal + window, any
+    lengths); blocks it does not reach launch nothing."""
+    rng = np.random.default_rng(world * 7 + len(sharding))
+    cases = [((37, 37), (3, 0), False), ((61, 61), (0, 0), False), ((61, 61), (5, 2), False), ((37, 37), (-1, 4), False),
+             ((37, 37), (7, -1), False), ((50, 50), (12, 9), True), ((29, 50), (6, 3), False), ((50, 7), (2, 1), False),
+             ((40, 40), (100, 100), False), ((2 * world + 1, 2 * world + 1), (1, 0), False)]
+    for (nq, nk), window, causal in cases:
+        b, h, d = 1, 2, 8
+        q, k, v = (rng.standard_normal((b, n, h, d)) for n in (nq, nk, nk))
+        w_ref = (window[0], 0) if causal else window
+        ref_o, ref_l = attn_np(q, k, v, False, d ** -0.5, w_ref)
+        o, lse = simulate_ring(q, k, v, world, causal, sharding, d ** -0.5, window)
+        np.testing.assert_allclose(o, ref_o, atol=1e-12, err_msg=f"{nq}x{nk} {window} causal={causal}")
+        np.testing.assert_allclose(lse, ref_l, atol=1e-12, err_msg=f"{nq}x{nk} {window} causal={causal}")
+    # a narrow window skips the blocks it cannot reach: rank 0's first chunk against the last rank's keys
+    n = 64
+    far = [c for src, calls in qcp.ring_schedule(n, n, 4, 0, False, "contiguous", (2, 0)) if src == 3 for c in calls]
+    assert far == []
 
 
 def test_ring_plan_is_balanced_and_launches_one_kernel_a_step():
@@ -154,8 +186,11 @@ def test_arguments_are_checked_before_any_collective():
         qcp.attention(None, None, None, mode="tree")
     assert e.value.code == "PY0801"
     with pytest.raises(qattn.SpecError) as e:
-        qcp.attention(None, None, None, window=(128, 0), mode="ring")
-    assert e.value.code == "PY0802" and "window" in str(e.value)
+        qcp.attention(None, None, None, alibi_slopes=object(), mode="ring")
+    assert e.value.code == "PY0802" and "alibi_slopes" in str(e.value)
+    with pytest.raises(qattn.SpecError) as e:  # the ring takes a window, a well-formed one
+        qcp.attention(None, None, None, window=(128, -3), mode="ring")
+    assert e.value.code == "PY0107"
     with pytest.raises(qattn.SpecError) as e:
         qcp.attention(None, None, None, mask_mod="kv_idx <= q_idx", mode="ring")
     assert e.value.code == "PY0802"
@@ -245,6 +280,30 @@ for n, hq, hkv, causal, sharding in [(37, 4, 2, True, "zigzag"), (29, 4, 4, Fals
         print(f"rank {r}: the ring took a softcap under autograd", flush=True)
     except qcp.SpecError as e:
         fails += e.code != "PY0804"
+# sliding windows over the ring (global positions; each block launched with its own window), forward
+# and backward, any world size; mode='auto' with heads that do not split over the ranks takes the ring
+for n, hq, hkv, window, causal, sharding in [(41, 4, 2, (5, 0), False, "zigzag"), (37, 3, 1, (7, 3), False, "contiguous"),
+                                            (45, 4, 2, (9, 9), True, "zigzag"), (33, 2, 2, (-1, 2), False, "zigzag")]:
+    q = torch.randn(2, n, hq, 16, generator=g); k = torch.randn(2, n, hkv, 16, generator=g); v = torch.randn(2, n, hkv, 16, generator=g)
+    do = torch.randn(2, n, hq, 16, generator=g)
+    w_ref = (window[0], 0) if causal else window
+    qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
+    want_o = ref(qf, kf, vf, window=w_ref)
+    want = torch.autograd.grad(want_o, (qf, kf, vf), do)
+    ql, kl, vl = (qcp.shard(t, seq_dim=1, sharding=sharding).clone().requires_grad_() for t in (q, k, v))
+    seen = []
+    real_ring = qcp.ring_attention
+    qcp.ring_attention = lambda *a, **kw: seen.append("ring") or real_ring(*a, **kw)
+    o = qcp.attention(ql, kl, vl, causal=causal, window=window, sharding=sharding, seqlen=n,
+                      mode="auto" if hq % w or (hkv % w and w % hkv) else "ring")
+    qcp.ring_attention = real_ring
+    got = torch.autograd.grad(o, (ql, kl, vl), qcp.shard(do, seq_dim=1, sharding=sharding))
+    err_o = (qcp.unshard(o.detach(), n, seq_dim=1, sharding=sharding) - want_o.detach()).abs().max().item()
+    err = max((a - qcp.shard(b, seq_dim=1, sharding=sharding)).abs().max().item() for a, b in zip(got, want))
+    if seen != ["ring"] or not err_o < 1e-4 or not err < 1e-4:
+        fails += 1
+        print(f"rank {r}: ring window {window} causal={causal} {n} {hq}/{hkv} {sharding}: modes {seen}, output error "
+              f"{err_o}, gradient error {err}", flush=True)
 print(f"rank {r} of {w}: {fails} failures", flush=True)
 dist.destroy_process_group()
 sys.exit(1 if fails else 0)
@@ -296,8 +355,10 @@ def test_auto_mode_takes_ulysses_for_position_variants(monkeypatch):
     qcp.attention(q, k, k, window=(32, 0))
     qcp.attention(q, k, k, mask_mod="kv_idx <= q_idx")
     assert calls == ["ring", ("ulysses", None), ("ulysses", "kv_idx <= q_idx")]
+    qcp.attention(T(1, 64, 6, 64), T(1, 64, 3, 64), None, window=(32, 0))  # heads do not split: the ring runs it
+    assert calls[-1] == "ring"
     with pytest.raises(qattn.SpecError) as e:
-        qcp.attention(T(1, 64, 6, 64), T(1, 64, 3, 64), None, window=(32, 0))
+        qcp.attention(T(1, 64, 6, 64), T(1, 64, 3, 64), None, alibi_slopes=T(6))
     assert e.value.code == "PY0802" and "6/3" in str(e.value)
 
 
