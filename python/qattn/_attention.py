@@ -326,20 +326,17 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     return _launch(torch, b, q, k, v, layout, scale, return_lse, aux, args)
 
 
-def attention_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=None, *, layout="bshd"):
-    """dQ, dK, dV of attention(q, k, v, causal, window, scale) for the upstream gradient dout, given
-    its output o and LSE (the implementation of torch.ops.qattn.attention_backward and of the
-    operator's autograd formula; attention() under autograd uses the same kernel)."""
+def attention_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=None, *, layout="bshd",
+                       segment_ids=None):
+    """dQ, dK, dV of attention(q, k, v, causal, window, scale[, segment_ids]) for the upstream
+    gradient dout, given its output o and LSE (the implementation of torch.ops.qattn.attention_backward
+    and of the operator's autograd formula; attention() under autograd uses the same kernel)."""
     torch = import_torch()
-    fields, args = split_launch_args(variant_fields(causal, window))
+    aux, flags = aux_arguments(segment_ids=segment_ids)
+    fields, args = split_launch_args(variant_fields(causal, window, **flags))
     dt = _check_tensors(torch, q, k, v, layout)
-    qv, kv, vv = _views(q, k, v, layout)
-    _, sq, _, hq, hkv, dqk, dv = _check_shapes(qv, kv, vv)
-    _backward.device_target = _device_target
-    bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q.device)
-    ov, dov = (o, dout) if layout == "bshd" else (o.transpose(1, 2), dout.transpose(1, 2))
-    grads = _backward.launch(torch, bb, qv, kv, vv, ov, lse, dov, _scale(scale, dqk), args.get("window"))
-    return grads if layout == "bshd" else tuple(g.transpose(1, 2) for g in grads)
+    return run_backward(torch, dt, fields, args, aux, layout, _scale(scale, int(_views(q, k, v, layout)[0].shape[3])),
+                        q, k, v, o, lse, dout)
 
 
 def _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args, aux):

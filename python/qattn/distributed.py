@@ -18,9 +18,10 @@ Two modes (docs/python.md, "Context parallelism", says when to take which):
   every rank merges the partial outputs of its own queries by their log-sum-exp. With zigzag
   sharding (rank r holds chunks r and 2W-1-r of 2W) a causal mask gives every rank the same work.
   No mask, causal, softcap, sliding windows (each block the window reaches launched with the
-  window that gives it its part of the global mask), MHA/GQA/MQA, any head dims the kernels take.
-  Masks and scores that read positions otherwise (ALiBi, prefix-LM, documents, score_mod /
-  mask_mod) are refused: the kernels see positions inside a shard, not the global ones.
+  window that gives it its part of the global mask), documents (segment ids sliced per launch),
+  MHA/GQA/MQA, any head dims the kernels take. Masks and scores that read positions otherwise
+  (ALiBi, prefix-LM, score_mod / mask_mod) are refused: the kernels see positions inside a shard,
+  not the global ones.
 - ulysses: two all-to-alls trade the sequence split for a head split: each rank runs the whole
   sequence for heads_q / W of the heads, so every mask and variant works (head-indexed inputs,
   alibi_slopes and relative_bias, are sliced to the rank's heads). heads_q must be a multiple of
@@ -282,6 +283,7 @@ def _global_len(dist, group, world, rank, local, given, sharding, what):
 
 
 _RING_REFUSED = ("window", "score_mod", "mask_mod", "prefix_lm", "alibi_slopes", "segment_ids", "relative_bias")
+_RING_TAKES = ("window", "segment_ids")  # of those, what the ring runs too (a window per block; ids per launch)
 
 
 def _result(o, lse, return_lse, layout):
@@ -296,14 +298,16 @@ def _check_local(torch, q, k, v):
 
 
 def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=False, *, group=None, seqlen=None,
-                   seqlen_k=None, sharding="zigzag", layout="bshd", window=None):
+                   seqlen_k=None, sharding="zigzag", layout="bshd", window=None, segment_ids=None):
     """Ring attention over `group` (default: the world): q, k, v are this rank's shards (see
     module doc). Returns this rank's rows of o (and of lse, (batch, heads_q, rows) fp32). seqlen /
     seqlen_k: the global lengths (k's defaults to q's sharding); without them one all_gather_object
     finds them. causal: False or True ('top_left' / 'bottom_right' agree: seqlen_q == seqlen_k).
     window: (left, right) over the global positions as qattn.attention's (bottom-right aligned, -1
     unbounded; with causal, right is 0): each ring step launches the blocks it reaches with the
-    window that gives each its part of the global mask (ring_schedule)."""
+    window that gives each its part of the global mask (ring_schedule). segment_ids: (seg_q, seg_k)
+    the global document ids, (batch, seqlen_q) and (batch, seqlen_k), nondecreasing per row (checked
+    once): each launch gets the ids of its rows and keys (a document mask reads no position)."""
     _check_sharding(sharding)
     if window is not None:
         if not isinstance(window, (tuple, list)) or len(window) != 2 or \
@@ -323,6 +327,7 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
     n_q = _global_len(dist, group, world, rank, sq, seqlen, sharding, "q")
     n_k = _global_len(dist, group, world, rank, sk, seqlen_k, sharding, "k/v")
     steps = ring_schedule(n_q, n_k, world, rank, causal, sharding, window)
+    seg = _ring_segments(torch, segment_ids, b, n_q, n_k, world, rank, sharding, qv.device)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         if softcap is not None:
             raise SpecError("mode='ring' with a softcap has no backward yet", code="PY0804",
@@ -331,15 +336,45 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
         s = _scale(scale, dqk)
 
         def run(qd, kd, vd):
-            return _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, scale, softcap)
+            return _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, scale, softcap, seg)
 
         def back(qd, kd, vd, od, ld, do):
-            return _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, od, ld, do, s)
+            return _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, od, ld, do, s, seg)
         from . import _backward
         o, lse = _backward.function(torch).apply(qv, kv, vv, run, back)  # the autograd Function attention() uses
         return _result(o, lse, return_lse, layout)
-    o, lse = _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap)
+    o, lse = _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg)
     return _result(o, lse, return_lse, layout)
+
+
+def _ring_segments(torch, segment_ids, b, n_q, n_k, world, rank, sharding, device):
+    """None, or (ids of this rank's query rows (batch, rows), {src: ids of src's key rows}) from the
+    global segment ids, checked once (shapes, nondecreasing rows: one host synchronisation); every
+    slice a launch takes is marked sorted, so the launches check nothing again."""
+    if segment_ids is None:
+        return None
+    from ._attention import mark_sorted_segments
+    if not isinstance(segment_ids, (tuple, list)) or len(segment_ids) != 2:
+        raise SpecError("segment_ids: expected a pair (seg_q, seg_k) of the global ids", code="PY0110")
+    seg_q, seg_k = (t.to(device=device, dtype=torch.int32) for t in segment_ids)
+    if tuple(seg_q.shape) != (b, n_q) or tuple(seg_k.shape) != (b, n_k):
+        raise SpecError(f"segment_ids: expected the global ids, (batch, {n_q}) and (batch, {n_k})", code="PY0110")
+    if bool(((seg_q[:, 1:] < seg_q[:, :-1]).any() | (seg_k[:, 1:] < seg_k[:, :-1]).any()).item()):
+        raise SpecError("segment_ids must be nondecreasing along each row (documents one after another)", code="PY0110")
+
+    def rows(t, n, r):
+        return torch.cat([t[:, a:bb] for a, bb in rank_intervals(n, world, r, sharding)], dim=1)
+    return rows(seg_q, n_q, rank), {src: rows(seg_k, n_k, src) for src in range(world)}, mark_sorted_segments
+
+
+def _call_segments(seg, src, c):
+    """The segment_ids keyword of RingCall c on the K/V shard of src ({} without documents)."""
+    if seg is None:
+        return {}
+    sq_ids, sk_ids, mark = seg
+    pair = (sq_ids[:, c.q[0]:c.q[1]].contiguous(), sk_ids[src][:, c.kv[0]:c.kv[1]].contiguous())
+    mark(*pair)
+    return {"segment_ids": pair}
 
 
 def _tl_merge(torch, q):
@@ -349,7 +384,7 @@ def _tl_merge(torch, q):
     return q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16) and _combine.mode() != "torch"
 
 
-def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap):
+def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg=None):
     """The ring's forward launches, in order: yields (call, o_blk, l_blk) for every RingCall of every
     step, the K/V shard of the next step travelling (NCCL point-to-point) while a step computes."""
     from . import _attention
@@ -368,7 +403,7 @@ def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv
         for c in calls:
             o_blk, l_blk = _attention.attention(qv[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]],
                                                 causal="top_left" if c.causal else False, window=c.window, scale=scale,
-                                                softcap=softcap, return_lse=True)
+                                                softcap=softcap, return_lse=True, **_call_segments(seg, src, c))
             yield c, o_blk, l_blk
         for r in reqs:
             r.wait()
@@ -376,7 +411,7 @@ def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv
             cur_k, cur_v = nk, nv
 
 
-def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap):
+def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg=None):
     """The ring's forward on BSHD views: (o in q's dtype, lse fp32) of this rank's rows. On a GPU
     every launch writes its partial result into a slot of one parts buffer (rows it does not cover
     stay empty: O 0, LSE -inf) and one launch of the TL combine kernel (qattn._combine, the split-KV
@@ -384,7 +419,7 @@ def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv,
     from . import _combine
     b, sq, hq, _ = (int(x) for x in qv.shape)
     dv = int(vv.shape[3])
-    launches = _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap)
+    launches = _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg)
     if _tl_merge(torch, qv):
         slots = sum(len(calls) for _, calls in steps)
         if slots == 0:  # no key for any row here
@@ -411,7 +446,7 @@ def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv,
     return out.to(qv.dtype), lse
 
 
-def _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, q, k, v, o, lse, do, scale):
+def _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, q, k, v, o, lse, do, scale, seg=None):
     """dQ, dK, dV of this rank's shards (BSHD views) from the ring schedule `steps`: the ring walked
     again; at each step the kernel's backward (qattn._attention.attention_backward) runs on this
     rank's queries against the K/V shard that is here, with this rank's final O and LSE (the gradient
@@ -448,7 +483,7 @@ def _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, q, k, 
             gq, gk, gv = _attention.attention_backward(
                 q[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]], o[:, c.q[0]:c.q[1]],
                 lse[:, :, c.q[0]:c.q[1]].contiguous(), do[:, c.q[0]:c.q[1]], causal="top_left" if c.causal else False,
-                window=c.window, scale=scale)
+                window=c.window, scale=scale, **_call_segments(seg, src, c))
             dq[:, c.q[0]:c.q[1]] += gq.float()
             my_dk[:, c.kv[0]:c.kv[1]] += gk.float()
             my_dv[:, c.kv[0]:c.kv[1]] += gv.float()
@@ -620,8 +655,8 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
         if given:
             _, _, world, _ = _dist(group)
             hq, hkv = (int(q.shape[2]), int(k.shape[2])) if layout == "bshd" else (int(q.shape[1]), int(k.shape[1]))
-            if not _ulysses_heads_ok(hq, hkv, world) and given == ["window"]:
-                mode = "ring"  # the ring runs a window over any head count
+            if not _ulysses_heads_ok(hq, hkv, world) and set(given) <= set(_RING_TAKES):
+                mode = "ring"  # the ring runs windows and documents over any head count
             elif not _ulysses_heads_ok(hq, hkv, world):
                 raise SpecError(f"{given[0]} reads global positions, which only mode='ulysses' runs, and heads "
                                 f"{hq}/{hkv} do not split over {world} ranks", code="PY0802",
@@ -632,13 +667,13 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     if mode == "ulysses":
         return ulysses_attention(q, k, v, causal, window, scale, softcap, return_lse, group=group, seqlen=seqlen,
                                  seqlen_k=seqlen_k, sharding=sharding, layout=layout, **variants)
-    refused = [n for n in given if n != "window"]
+    refused = [n for n in given if n not in _RING_TAKES]
     if refused:
         raise SpecError(f"mode='ring' does not take {refused[0]}: it reads positions, and the kernel of a ring step "
                         f"sees positions inside a shard, not global ones", code="PY0802",
                         hint="mode='ulysses' (or 'auto') runs every mask and variant (each rank holds whole sequences)")
     return ring_attention(q, k, v, causal, scale, softcap, return_lse, group=group, seqlen=seqlen, seqlen_k=seqlen_k,
-                          sharding=sharding, layout=layout, window=window)
+                          sharding=sharding, layout=layout, window=window, segment_ids=variants.get("segment_ids"))
 
 
 def flops(batch, heads_q, seqlen_q, seqlen_k, d_qk, d_v, causal):

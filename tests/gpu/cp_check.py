@@ -36,6 +36,7 @@ CASES = [
      {"window": (700, 0)}),
     ("ring-window-cross-contig", 2, 1029, 3000, 8, 4, 128, 128, "bf16", False, "ring", "contiguous", "bshd",
      {"window": (500, 100)}),
+    ("ring-document-causal", 1, 3001, 3001, 8, 2, 128, 128, "bf16", True, "ring", "zigzag", "bshd", {"document": True}),
     ("u-mha-causal", 1, 3001, 3001, 8, 8, 128, 128, "bf16", True, "ulysses", "zigzag", "bshd", {}),
     ("u-gqa-window", 1, 2500, 2500, 8, 2, 128, 128, "bf16", False, "ulysses", "contiguous", "bshd",
      {"window": (256, 0)}),
@@ -94,7 +95,8 @@ def warm():
         calls.append((q, k, v, dict(causal=causal, return_lse=True, **extra)))  # single-GPU qattn
         if mode == "ring":
             calls.append((q, k, v, dict(causal="top_left" if causal else False, return_lse=True,
-                                        softcap=extra.get("softcap"), window=extra.get("window"))))
+                                        softcap=extra.get("softcap"), window=extra.get("window"),
+                                        segment_ids=extra.get("segment_ids"))))
     t0 = time.time()
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(lambda c: qattn.attention(c[0], c[1], c[2], **c[3]), calls))
@@ -115,6 +117,10 @@ def reference_rows(q, k, v, rows, causal, extra, scale):
         left, right = extra["window"]
         w = ((kj >= qi + (nk - nq) - left) | (left < 0)) & ((kj <= qi + (nk - nq) + right) | (right < 0))
         vis = w if vis is None else vis & w
+    if extra.get("segment_ids") is not None:  # documents: (batch, rows, keys), a batch dimension
+        seg_q, seg_k = extra["segment_ids"]
+        d = seg_q[:, rows.to(q.device)][:, :, None] == seg_k[:, None, :]
+        vis = (d if vis is None else vis[None] & d)[:, None]  # (batch, 1, rows, keys) against (batch, heads, ...)
     return qv.attention(q[:, rows.to(q.device)], k, v, vis, scale, torch.float32, softcap=extra.get("softcap"))
 
 

@@ -43,7 +43,7 @@ def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return
     return (o, lse) if return_lse else o
 
 
-def standin_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=None, *, layout="bshd"):
+def standin_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=None, *, layout="bshd", segment_ids=None):
     """qattn._attention.attention_backward's meaning in fp32 torch (BSHD): dQ, dK, dV of the attention
     whose output is o and log-sum-exp lse, for the upstream gradient dout (P from lse; D = rowsum(dO * O))."""
     assert layout == "bshd"
@@ -56,7 +56,10 @@ def standin_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=Non
     sc = scale if scale is not None else d ** -0.5
     s = (qf @ kf.transpose(-1, -2)) * sc
     _, _, vis = _positions(sq, sk, causal, window, q.device)
-    s = s.masked_fill(~vis[None, None], float("-inf"))
+    vis = vis[None, None]
+    if segment_ids is not None:
+        vis = vis & (segment_ids[0][:, None, :, None] == segment_ids[1][:, None, None, :])
+    s = s.masked_fill(~vis, float("-inf"))
     p = torch.exp(s - lse.float()[..., None]).nan_to_num(0.0)
     dof, of = dout.float().transpose(1, 2), o.float().transpose(1, 2)
     dvv = p.transpose(-1, -2) @ dof

@@ -304,6 +304,38 @@ for n, hq, hkv, window, causal, sharding in [(41, 4, 2, (5, 0), False, "zigzag")
         fails += 1
         print(f"rank {r}: ring window {window} causal={causal} {n} {hq}/{hkv} {sharding}: modes {seen}, output error "
               f"{err_o}, gradient error {err}", flush=True)
+# documents (segment ids, global) on the ring: each launch gets the ids of its rows and keys; with a
+# causal mask and with a window too; forward and backward
+for n, hq, hkv, causal, window, sharding in [(43, 4, 2, True, None, "zigzag"), (38, 3, 3, False, None, "contiguous"),
+                                            (47, 4, 1, False, (6, 0), "zigzag")]:
+    q = torch.randn(2, n, hq, 16, generator=g); k = torch.randn(2, n, hkv, 16, generator=g); v = torch.randn(2, n, hkv, 16, generator=g)
+    do = torch.randn(2, n, hq, 16, generator=g)
+    ends = sorted(torch.randint(1, n, (4,), generator=g).tolist())
+    seg = torch.zeros(2, n, dtype=torch.int32)
+    for e in ends:
+        seg[:, e:] += 1
+    seg[1] = torch.where(torch.arange(n) >= n // 2, 9, 0).to(torch.int32)  # another row, two documents
+    qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
+    want_o = ref(qf, kf, vf, causal=causal, window=window, segment_ids=(seg, seg))
+    want = torch.autograd.grad(want_o, (qf, kf, vf), do)
+    ql, kl, vl = (qcp.shard(t, seq_dim=1, sharding=sharding).clone().requires_grad_() for t in (q, k, v))
+    o = qcp.attention(ql, kl, vl, causal=causal, window=window, segment_ids=(seg, seg), sharding=sharding, seqlen=n,
+                      mode="ring")
+    got = torch.autograd.grad(o, (ql, kl, vl), qcp.shard(do, seq_dim=1, sharding=sharding))
+    err_o = (qcp.unshard(o.detach(), n, seq_dim=1, sharding=sharding) - want_o.detach()).abs().max().item()
+    err = max((a - qcp.shard(b, seq_dim=1, sharding=sharding)).abs().max().item() for a, b in zip(got, want))
+    if not err_o < 1e-4 or not err < 1e-4:
+        fails += 1
+        print(f"rank {r}: ring documents causal={causal} window={window} {n} {hq}/{hkv} {sharding}: output error "
+              f"{err_o}, gradient error {err}", flush=True)
+try:  # ids that are not sorted are refused before any launch
+    bad = torch.zeros(1, 20, dtype=torch.int32); bad[0, 5] = 3
+    x = qcp.shard(torch.randn(1, 20, 2, 16), seq_dim=1)
+    qcp.attention(x, x, x, segment_ids=(bad, bad), seqlen=20, mode="ring")
+    fails += 1
+    print(f"rank {r}: unsorted segment ids were taken", flush=True)
+except qcp.SpecError as e:
+    fails += e.code != "PY0110"
 print(f"rank {r} of {w}: {fails} failures", flush=True)
 dist.destroy_process_group()
 sys.exit(1 if fails else 0)
