@@ -19,9 +19,10 @@ Two modes (docs/python.md, "Context parallelism", says when to take which):
   sharding (rank r holds chunks r and 2W-1-r of 2W) a causal mask gives every rank the same work.
   No mask, causal, softcap, sliding windows (each block the window reaches launched with the
   window that gives it its part of the global mask), documents (segment ids sliced per launch),
+  prefix-LM (the prefix's keys of each block without a mask, the rest as the causal window),
   MHA/GQA/MQA, any head dims the kernels take. Masks and scores that read positions otherwise
-  (ALiBi, prefix-LM, score_mod / mask_mod) are refused: the kernels see positions inside a shard,
-  not the global ones.
+  (ALiBi, score_mod / mask_mod) are refused: the kernels see positions inside a shard, not the
+  global ones.
 - ulysses: two all-to-alls trade the sequence split for a head split: each rank runs the whole
   sequence for heads_q / W of the heads, so every mask and variant works (head-indexed inputs,
   alibi_slopes and relative_bias, are sliced to the rank's heads). heads_q must be a multiple of
@@ -118,7 +119,7 @@ def _local_offsets(intervals):
     return out
 
 
-def ring_schedule(n_q, n_k, world, rank, causal, sharding="zigzag", window=None):
+def ring_schedule(n_q, n_k, world, rank, causal, sharding="zigzag", window=None, prefix_lm=None):
     """The ring for `rank`: a list over the world steps of (src, [RingCall...]): at step t the K/V
     shard of rank src = (rank - t) mod world is here and these launches use it (none: it only passes
     through). Causal (n_q == n_k) pairs each query chunk with each key chunk: keys all before the
@@ -126,7 +127,12 @@ def ring_schedule(n_q, n_k, world, rank, causal, sharding="zigzag", window=None)
     become one launch when they form one rectangle of local rows (zigzag: always), else one each.
     window=(left, right) (global, bottom-right aligned, -1 unbounded; with causal the right side is
     0): one launch per (query chunk, key chunk) block that the window reaches, on the rows and keys
-    it reaches, with the window that block needs (_window_block); any lengths."""
+    it reaches, with the window that block needs (_window_block); any lengths.
+    prefix_lm=P (keys k <= q + n_k - n_q or k < P visible; no causal or window with it): in each block
+    the keys before P are one launch without a mask over every row, the others the causal part
+    (the window (-1, 0) of _window_block)."""
+    if prefix_lm is not None:
+        return _window_schedule(n_q, n_k, world, rank, False, sharding, (-1, 0), int(prefix_lm))
     if window is not None:
         return _window_schedule(n_q, n_k, world, rank, causal, sharding, window)
     if causal and n_q != n_k:
@@ -169,7 +175,7 @@ def ring_schedule(n_q, n_k, world, rank, causal, sharding="zigzag", window=None)
     return steps
 
 
-def _window_schedule(n_q, n_k, world, rank, causal, sharding, window):
+def _window_schedule(n_q, n_k, world, rank, causal, sharding, window, prefix=0):
     left, right = (None if int(w) < 0 else int(w) for w in window)
     if causal:
         right = 0
@@ -184,6 +190,12 @@ def _window_schedule(n_q, n_k, world, rank, causal, sharding, window):
             for (ka, kb), kl in zip(ki, _local_offsets(ki)):
                 if qa == qb or ka == kb:
                     continue
+                if ka < prefix:  # the prefix's keys: seen by every row, no mask
+                    pe = min(kb, prefix)
+                    calls.append(RingCall(ql, (kl[0], kl[0] + pe - ka), False))
+                    kl, ka = (kl[0] + pe - ka, kl[1]), pe
+                    if ka == kb:
+                        continue
                 blk = _window_block(qa, qb, ka, kb, n_k - n_q, left, right)
                 if blk is None:
                     continue
@@ -283,7 +295,7 @@ def _global_len(dist, group, world, rank, local, given, sharding, what):
 
 
 _RING_REFUSED = ("window", "score_mod", "mask_mod", "prefix_lm", "alibi_slopes", "segment_ids", "relative_bias")
-_RING_TAKES = ("window", "segment_ids")  # of those, what the ring runs too (a window per block; ids per launch)
+_RING_TAKES = ("window", "segment_ids", "prefix_lm")  # of those, what the ring runs too (a window per block; ids per launch)
 
 
 def _result(o, lse, return_lse, layout):
@@ -298,7 +310,7 @@ def _check_local(torch, q, k, v):
 
 
 def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=False, *, group=None, seqlen=None,
-                   seqlen_k=None, sharding="zigzag", layout="bshd", window=None, segment_ids=None):
+                   seqlen_k=None, sharding="zigzag", layout="bshd", window=None, segment_ids=None, prefix_lm=None):
     """Ring attention over `group` (default: the world): q, k, v are this rank's shards (see
     module doc). Returns this rank's rows of o (and of lse, (batch, heads_q, rows) fp32). seqlen /
     seqlen_k: the global lengths (k's defaults to q's sharding); without them one all_gather_object
@@ -307,7 +319,9 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
     unbounded; with causal, right is 0): each ring step launches the blocks it reaches with the
     window that gives each its part of the global mask (ring_schedule). segment_ids: (seg_q, seg_k)
     the global document ids, (batch, seqlen_q) and (batch, seqlen_k), nondecreasing per row (checked
-    once): each launch gets the ids of its rows and keys (a document mask reads no position)."""
+    once): each launch gets the ids of its rows and keys (a document mask reads no position).
+    prefix_lm: P, the global prefix (keys k <= q + seqlen_k - seqlen_q or k < P visible; no causal or
+    window with it), as ring_schedule launches it."""
     _check_sharding(sharding)
     if window is not None:
         if not isinstance(window, (tuple, list)) or len(window) != 2 or \
@@ -326,7 +340,11 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
         seqlen_k = seqlen
     n_q = _global_len(dist, group, world, rank, sq, seqlen, sharding, "q")
     n_k = _global_len(dist, group, world, rank, sk, seqlen_k, sharding, "k/v")
-    steps = ring_schedule(n_q, n_k, world, rank, causal, sharding, window)
+    if prefix_lm is not None and (isinstance(prefix_lm, bool) or not isinstance(prefix_lm, int) or prefix_lm < 0
+                                  or causal or window is not None):
+        raise SpecError(f"prefix_lm={prefix_lm!r}: expected an int >= 0, without causal or window (it is its own mask)",
+                        code="PY0107")
+    steps = ring_schedule(n_q, n_k, world, rank, causal, sharding, window, prefix_lm)
     seg = _ring_segments(torch, segment_ids, b, n_q, n_k, world, rank, sharding, qv.device)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         if softcap is not None:
@@ -673,7 +691,8 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
                         f"sees positions inside a shard, not global ones", code="PY0802",
                         hint="mode='ulysses' (or 'auto') runs every mask and variant (each rank holds whole sequences)")
     return ring_attention(q, k, v, causal, scale, softcap, return_lse, group=group, seqlen=seqlen, seqlen_k=seqlen_k,
-                          sharding=sharding, layout=layout, window=window, segment_ids=variants.get("segment_ids"))
+                          sharding=sharding, layout=layout, window=window, segment_ids=variants.get("segment_ids"),
+                          prefix_lm=variants.get("prefix_lm"))
 
 
 def flops(batch, heads_q, seqlen_q, seqlen_k, d_qk, d_v, causal):

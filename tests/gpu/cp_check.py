@@ -9,7 +9,7 @@ its own GPU (single-GPU qattn) and (b) an fp32 reference of those rows. Pass (ri
 most 2x single-GPU qattn's error + 2e-3, and the LSE within 1e-3 of single-GPU qattn's. Ulysses runs
 the same kernel on whole sequences, so its rows must equal single-GPU qattn's (differences <= 1e-6).
 Lengths are odd and do not divide 2W; MHA, GQA, MQA, MLA 192/128, causal, cross lengths, fp16/bf16,
-both shardings, BSHD/BHSD. A planted bug (a K/V shard skipped) must fail. Exit 1 on any failure.
+both shardings, BSHD/BHSD; on the ring also windows, prefix-LM and documents. A planted bug (a K/V shard skipped) must fail. Exit 1 on any failure.
 """
 import argparse
 import os
@@ -36,6 +36,7 @@ CASES = [
      {"window": (700, 0)}),
     ("ring-window-cross-contig", 2, 1029, 3000, 8, 4, 128, 128, "bf16", False, "ring", "contiguous", "bshd",
      {"window": (500, 100)}),
+    ("ring-prefix-lm", 1, 2501, 2501, 8, 2, 128, 128, "bf16", False, "ring", "zigzag", "bshd", {"prefix_lm": 700}),
     ("ring-document-causal", 1, 3001, 3001, 8, 2, 128, 128, "bf16", True, "ring", "zigzag", "bshd", {"document": True}),
     ("u-mha-causal", 1, 3001, 3001, 8, 8, 128, 128, "bf16", True, "ulysses", "zigzag", "bshd", {}),
     ("u-gqa-window", 1, 2500, 2500, 8, 2, 128, 128, "bf16", False, "ulysses", "contiguous", "bshd",
@@ -95,8 +96,8 @@ def warm():
         calls.append((q, k, v, dict(causal=causal, return_lse=True, **extra)))  # single-GPU qattn
         if mode == "ring":
             calls.append((q, k, v, dict(causal="top_left" if causal else False, return_lse=True,
-                                        softcap=extra.get("softcap"), window=extra.get("window"),
-                                        segment_ids=extra.get("segment_ids"))))
+                                        softcap=extra.get("softcap"), segment_ids=extra.get("segment_ids"),
+                                        window=extra.get("window", (-1, 0) if "prefix_lm" in extra else None))))
     t0 = time.time()
     with ThreadPoolExecutor(8) as ex:
         list(ex.map(lambda c: qattn.attention(c[0], c[1], c[2], **c[3]), calls))
@@ -117,6 +118,8 @@ def reference_rows(q, k, v, rows, causal, extra, scale):
         left, right = extra["window"]
         w = ((kj >= qi + (nk - nq) - left) | (left < 0)) & ((kj <= qi + (nk - nq) + right) | (right < 0))
         vis = w if vis is None else vis & w
+    if extra.get("prefix_lm") is not None:  # keys k <= q + off or k < P
+        vis = (kj <= qi + (nk - nq)) | (kj < extra["prefix_lm"])
     if extra.get("segment_ids") is not None:  # documents: (batch, rows, keys), a batch dimension
         seg_q, seg_k = extra["segment_ids"]
         d = seg_q[:, rows.to(q.device)][:, :, None] == seg_k[:, None, :]

@@ -1,6 +1,6 @@
 """An fp32 torch attention with qattn.attention's meaning of its arguments (BSHD; causal bottom-right
 or 'top_left', window (left, right) with -1 unbounded, softcap, scale, ALiBi slopes, segment ids,
-return_lse). The CPU tests of the Python layers above the kernel (qattn.distributed's gloo test,
+prefix_lm, return_lse). The CPU tests of the Python layers above the kernel (qattn.distributed's gloo test,
 qattn.integrations.transformers, qattn.flash_attn_interface) put it in qattn.attention's place."""
 import torch
 
@@ -19,7 +19,7 @@ def _positions(sq, sk, causal, window, device):
 
 
 def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, segment_ids=None,
-            alibi_slopes=None, **kw):
+            alibi_slopes=None, prefix_lm=None, **kw):
     assert not kw, kw
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -30,6 +30,8 @@ def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return
     if softcap:
         s = softcap * torch.tanh(s / softcap)
     i, j, vis = _positions(sq, sk, causal, window, q.device)
+    if prefix_lm is not None:  # keys k <= q + off or k < P
+        vis = (j <= i) | (j < prefix_lm)
     if alibi_slopes is not None:
         s = s - alibi_slopes.float().view(1, hq, 1, 1) * (i - j).abs()
     vis = vis[None, None]

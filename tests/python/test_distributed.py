@@ -23,7 +23,7 @@ from qattn import distributed as qcp
 np = pytest.importorskip("numpy")
 
 
-def attn_np(q, k, v, causal, scale, window=None):
+def attn_np(q, k, v, causal, scale, window=None, prefix=None):
     """q (b, sq, h, d), k/v (b, sk, h, d) fp64 -> o, lse (b, h, sq); causal top-left; window (left,
     right) bottom-right aligned as qattn.attention's (-1 unbounded). Empty rows: 0, -inf."""
     s = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
@@ -34,6 +34,9 @@ def attn_np(q, k, v, causal, scale, window=None):
         i, j = np.arange(sq)[:, None] + sk - sq, np.arange(sk)[None, :]
         vis = ((j >= i - window[0]) | (window[0] < 0)) & ((j <= i + window[1]) | (window[1] < 0))
         s = np.where(vis, s, -np.inf)
+    if prefix is not None:  # prefix-LM: keys k <= q + (sk - sq) or k < P
+        i, j = np.arange(sq)[:, None] + sk - sq, np.arange(sk)[None, :]
+        s = np.where((j <= i) | (j < prefix), s, -np.inf)
     m = s.max(axis=-1, keepdims=True) if s.shape[-1] else np.full(s.shape[:-1] + (1,), -np.inf)
     m_safe = np.where(np.isinf(m), 0.0, m)
     p = np.exp(s - m_safe)
@@ -49,7 +52,7 @@ def shard_np(x, n, world, rank, sharding, axis=1):
                           axis=axis)
 
 
-def simulate_ring(q, k, v, world, causal, sharding, scale, window=None):
+def simulate_ring(q, k, v, world, causal, sharding, scale, window=None, prefix=None):
     """Every rank's (o, lse) shard from the ring plan, assembled into whole-sequence arrays."""
     b, nq, h, d = q.shape
     nk = k.shape[1]
@@ -59,7 +62,7 @@ def simulate_ring(q, k, v, world, causal, sharding, scale, window=None):
         ql = shard_np(q, nq, world, rank, sharding)
         out = np.zeros((b, ql.shape[1], h, v.shape[3]))
         lse = np.full((b, h, ql.shape[1]), -np.inf)
-        for src, calls in qcp.ring_schedule(nq, nk, world, rank, causal, sharding, window):
+        for src, calls in qcp.ring_schedule(nq, nk, world, rank, causal, sharding, window, prefix):
             kl, vl = shard_np(k, nk, world, src, sharding), shard_np(v, nk, world, src, sharding)
             for c in calls:
                 assert c.window is None or min(c.window) >= -1, c
@@ -126,6 +129,21 @@ def test_ring_plan_with_a_window_equals_whole_attention(world, sharding):
     n = 64
     far = [c for src, calls in qcp.ring_schedule(n, n, 4, 0, False, "contiguous", (2, 0)) if src == 3 for c in calls]
     assert far == []
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("sharding", qcp.SHARDINGS)
+def test_ring_plan_with_a_prefix_equals_whole_attention(world, sharding):
+    """prefix-LM over the ring: per block, the keys before P in one launch without a mask, the
+    others as the causal window; prefixes of 0, inside a chunk, on a chunk edge, everything, beyond."""
+    rng = np.random.default_rng(world + 40)
+    for (nq, nk), prefix in [((37, 37), 0), ((37, 37), 5), ((48, 48), 12), ((37, 37), 37), ((30, 30), 100),
+                             ((29, 50), 17), ((50, 20), 9)]:
+        q, k, v = (rng.standard_normal((1, n, 2, 8)) for n in (nq, nk, nk))
+        ref_o, ref_l = attn_np(q, k, v, False, 8 ** -0.5, prefix=prefix)
+        o, lse = simulate_ring(q, k, v, world, False, sharding, 8 ** -0.5, prefix=prefix)
+        np.testing.assert_allclose(o, ref_o, atol=1e-12, err_msg=f"{nq}x{nk} P={prefix}")
+        np.testing.assert_allclose(lse, ref_l, atol=1e-12, err_msg=f"{nq}x{nk} P={prefix}")
 
 
 def test_ring_plan_is_balanced_and_launches_one_kernel_a_step():
@@ -328,6 +346,23 @@ for n, hq, hkv, causal, window, sharding in [(43, 4, 2, True, None, "zigzag"), (
         fails += 1
         print(f"rank {r}: ring documents causal={causal} window={window} {n} {hq}/{hkv} {sharding}: output error "
               f"{err_o}, gradient error {err}", flush=True)
+# prefix-LM on the ring (a launch without a mask for the prefix's keys of each block, the causal
+# window for the rest), forward and backward
+for n, hq, hkv, prefix, sharding in [(44, 4, 2, 13, "zigzag"), (39, 2, 1, 0, "contiguous"), (35, 2, 2, 60, "zigzag")]:
+    q = torch.randn(2, n, hq, 16, generator=g); k = torch.randn(2, n, hkv, 16, generator=g); v = torch.randn(2, n, hkv, 16, generator=g)
+    do = torch.randn(2, n, hq, 16, generator=g)
+    qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
+    want_o = ref(qf, kf, vf, prefix_lm=prefix)
+    want = torch.autograd.grad(want_o, (qf, kf, vf), do)
+    ql, kl, vl = (qcp.shard(t, seq_dim=1, sharding=sharding).clone().requires_grad_() for t in (q, k, v))
+    o = qcp.attention(ql, kl, vl, prefix_lm=prefix, sharding=sharding, seqlen=n, mode="ring")
+    got = torch.autograd.grad(o, (ql, kl, vl), qcp.shard(do, seq_dim=1, sharding=sharding))
+    err_o = (qcp.unshard(o.detach(), n, seq_dim=1, sharding=sharding) - want_o.detach()).abs().max().item()
+    err = max((a - qcp.shard(b, seq_dim=1, sharding=sharding)).abs().max().item() for a, b in zip(got, want))
+    if not err_o < 1e-4 or not err < 1e-4:
+        fails += 1
+        print(f"rank {r}: ring prefix_lm={prefix} {n} {hq}/{hkv} {sharding}: output error {err_o}, gradient error {err}",
+              flush=True)
 try:  # ids that are not sorted are refused before any launch
     bad = torch.zeros(1, 20, dtype=torch.int32); bad[0, 5] = 3
     x = qcp.shard(torch.randn(1, 20, 2, 16), seq_dim=1)
