@@ -328,6 +328,10 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
                 not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window):
             raise SpecError(f"window={window!r}: expected (left, right) ints, -1 unbounded", code="PY0107")
         window = (int(window[0]), int(window[1]))
+    if prefix_lm is not None and (isinstance(prefix_lm, bool) or not isinstance(prefix_lm, int) or prefix_lm < 0
+                                  or causal or window is not None):
+        raise SpecError(f"prefix_lm={prefix_lm!r}: expected an int >= 0, without causal or window (it is its own mask)",
+                        code="PY0107")
     torch, dist, world, rank = _dist(group)
     qv, kv, vv = _views(q, k, v, layout)
     _check_local(torch, qv, kv, vv)
@@ -340,10 +344,6 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
         seqlen_k = seqlen
     n_q = _global_len(dist, group, world, rank, sq, seqlen, sharding, "q")
     n_k = _global_len(dist, group, world, rank, sk, seqlen_k, sharding, "k/v")
-    if prefix_lm is not None and (isinstance(prefix_lm, bool) or not isinstance(prefix_lm, int) or prefix_lm < 0
-                                  or causal or window is not None):
-        raise SpecError(f"prefix_lm={prefix_lm!r}: expected an int >= 0, without causal or window (it is its own mask)",
-                        code="PY0107")
     steps = ring_schedule(n_q, n_k, world, rank, causal, sharding, window, prefix_lm)
     seg = _ring_segments(torch, segment_ids, b, n_q, n_k, world, rank, sharding, qv.device)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -371,7 +371,6 @@ def _ring_segments(torch, segment_ids, b, n_q, n_k, world, rank, sharding, devic
     slice a launch takes is marked sorted, so the launches check nothing again."""
     if segment_ids is None:
         return None
-    from ._attention import mark_sorted_segments
     if not isinstance(segment_ids, (tuple, list)) or len(segment_ids) != 2:
         raise SpecError("segment_ids: expected a pair (seg_q, seg_k) of the global ids", code="PY0110")
     seg_q, seg_k = (t.to(device=device, dtype=torch.int32) for t in segment_ids)
@@ -382,16 +381,17 @@ def _ring_segments(torch, segment_ids, b, n_q, n_k, world, rank, sharding, devic
 
     def rows(t, n, r):
         return torch.cat([t[:, a:bb] for a, bb in rank_intervals(n, world, r, sharding)], dim=1)
-    return rows(seg_q, n_q, rank), {src: rows(seg_k, n_k, src) for src in range(world)}, mark_sorted_segments
+    return rows(seg_q, n_q, rank), {src: rows(seg_k, n_k, src) for src in range(world)}
 
 
 def _call_segments(seg, src, c):
     """The segment_ids keyword of RingCall c on the K/V shard of src ({} without documents)."""
     if seg is None:
         return {}
-    sq_ids, sk_ids, mark = seg
+    from ._attention import mark_sorted_segments
+    sq_ids, sk_ids = seg
     pair = (sq_ids[:, c.q[0]:c.q[1]].contiguous(), sk_ids[src][:, c.kv[0]:c.kv[1]].contiguous())
-    mark(*pair)
+    mark_sorted_segments(*pair)
     return {"segment_ids": pair}
 
 

@@ -209,6 +209,13 @@ def test_arguments_are_checked_before_any_collective():
     with pytest.raises(qattn.SpecError) as e:  # the ring takes a window, a well-formed one
         qcp.attention(None, None, None, window=(128, -3), mode="ring")
     assert e.value.code == "PY0107"
+    for bad in (-1, True, 2.5, "8"):  # and a prefix, an int >= 0 without causal or window
+        with pytest.raises(qattn.SpecError) as e:
+            qcp.attention(None, None, None, prefix_lm=bad, mode="ring")
+        assert e.value.code == "PY0107", bad
+    with pytest.raises(qattn.SpecError) as e:
+        qcp.attention(None, None, None, prefix_lm=4, causal=True, mode="ring")
+    assert e.value.code == "PY0107"
     with pytest.raises(qattn.SpecError) as e:
         qcp.attention(None, None, None, mask_mod="kv_idx <= q_idx", mode="ring")
     assert e.value.code == "PY0802"
@@ -363,14 +370,16 @@ for n, hq, hkv, prefix, sharding in [(44, 4, 2, 13, "zigzag"), (39, 2, 1, 0, "co
         fails += 1
         print(f"rank {r}: ring prefix_lm={prefix} {n} {hq}/{hkv} {sharding}: output error {err_o}, gradient error {err}",
               flush=True)
-try:  # ids that are not sorted are refused before any launch
-    bad = torch.zeros(1, 20, dtype=torch.int32); bad[0, 5] = 3
-    x = qcp.shard(torch.randn(1, 20, 2, 16), seq_dim=1)
-    qcp.attention(x, x, x, segment_ids=(bad, bad), seqlen=20, mode="ring")
-    fails += 1
-    print(f"rank {r}: unsorted segment ids were taken", flush=True)
-except qcp.SpecError as e:
-    fails += e.code != "PY0110"
+x = qcp.shard(torch.randn(1, 20, 2, 16), seq_dim=1)
+unsorted = torch.zeros(1, 20, dtype=torch.int32); unsorted[0, 5] = 3
+local = (("local-length", (torch.zeros(1, x.shape[1], dtype=torch.int32),) * 2),) if w > 1 else ()  # (w 1: global)
+for what, ids in (("unsorted", (unsorted, unsorted)), ("one tensor", torch.zeros(1, 20, dtype=torch.int32))) + local:
+    try:  # refused before any launch
+        qcp.attention(x, x, x, segment_ids=ids, seqlen=20, mode="ring")
+        fails += 1
+        print(f"rank {r}: {what} segment ids were taken", flush=True)
+    except qcp.SpecError as e:
+        fails += e.code != "PY0110"
 print(f"rank {r} of {w}: {fails} failures", flush=True)
 dist.destroy_process_group()
 sys.exit(1 if fails else 0)
