@@ -4,6 +4,7 @@
 //                shared tile into a register tile in the accumulator layout of the tiled MMA
 //   load_rows    TL `Copy LSE from shared to register`: a row vector (one value per accumulator row
 //                this thread owns, the order of rows_view)
+//   rows_across_warps  the end of a row reduction on a tile split over warps along N (through shared)
 //   copy_rows_g2s  TL `Copy LSE (BM) in coordinate [i] from global to shared`: fp32 rows, zero past
 //                the end of the view
 //   store_acc_smem TL `Copy P from register to shared`: an accumulator tile into a shared tile (a
@@ -22,11 +23,40 @@
 namespace qattn {
 using namespace cute;
 
+// The N extent of one tile of `mma` (16 x the warps along N): the narrowest accumulator it partitions.
+template <class TiledMma>
+using MmaTileN = Int<decltype(tile_size<1>(TiledMma{}))::value>;
+
 // A register row vector for the rows of an (M, N) accumulator of `mma` (any N).
 template <int M, class TiledMma>
 __device__ __forceinline__ auto rows_for(TiledMma const& mma) {
-  auto acc = partition_fragment_C(mma, Shape<Int<M>, _8>{});
+  auto acc = partition_fragment_C(mma, Shape<Int<M>, MmaTileN<TiledMma>>{});
   return make_rows<float>(acc);
+}
+
+// Finishes TL `Compute RowSum|RowMax X and get Z` on an M-row tile of an mma with WN > 1 warps along
+// N: each warp's quad-reduced partial (row_sum / row_max) goes to the shared scratch (WN x M fp32),
+// and every thread then reduces the WN partials of its rows. Two __syncthreads (the scratch is free
+// again on return); the caller's control flow must be uniform over the block.
+template <int M, int WM, int WN, bool MAX, class TiledMma, class REngine, class RLayout>
+__device__ __forceinline__ void rows_across_warps(TiledMma const& mma, Tensor<REngine, RLayout>& z, float* scratch, int tid) {
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, MmaTileN<TiledMma>>{}));
+  auto cr = rows_view(c);
+  const int wn = (tid / 32) / WM;  // Layout<Shape<WM, WN, _1>> numbers the warps M first
+  if (tid % 4 == 0) {
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(cr); ++i) scratch[wn * M + get<0>(cr(i, 0))] = z(i);
+  }
+  __syncthreads();
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(cr); ++i) {
+    const int row = get<0>(cr(i, 0));
+    float v = scratch[row];
+    CUTE_UNROLL
+    for (int k = 1; k < WN; ++k) v = MAX ? fmaxf(v, scratch[k * M + row]) : v + scratch[k * M + row];
+    z(i) = v;
+  }
+  __syncthreads();
 }
 
 // The (M, N) tile of shared tensor sX into the accumulator-layout register tile `acc` (fp32).
@@ -41,7 +71,7 @@ __device__ __forceinline__ void load_acc(TiledMma const& mma, Tensor<SEngine, SL
 // Row vector `r` of the M-row accumulator tiles from the shared vector sX (M) fp32.
 template <int M, class TiledMma, class REngine, class RLayout>
 __device__ __forceinline__ void load_rows(TiledMma const& mma, float const* sX, Tensor<REngine, RLayout>& r, int tid) {
-  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, _8>{}));  // -> (row, col)
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, MmaTileN<TiledMma>>{}));  // -> (row, col)
   auto cr = rows_view(c);
   CUTE_UNROLL
   for (int i = 0; i < size<0>(cr); ++i) r(i) = sX[get<0>(cr(i, 0))];

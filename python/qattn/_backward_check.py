@@ -134,12 +134,13 @@ def bench(lib, shape, rows, name):
     info = lib.info
     dt = DT[info["dtype"]]
     b, hq, hk, sq, sk = shape
-    d = info["d_qk"]
+    d, dv_ = info["d_qk"], info["d_v"]
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
     k = torch.randn(b, sk, hk, d, device="cuda", dtype=dt)
-    v = torch.randn(b, sk, hk, d, device="cuda", dtype=dt)
-    dout = torch.randn(b, sq, hq, d, device="cuda", dtype=dt)
-    causal = info["mask"] == "causal"
+    v = torch.randn(b, sk, hk, dv_, device="cuda", dtype=dt)
+    dout = torch.randn(b, sq, hq, dv_, device="cuda", dtype=dt)
+    # SDPA's is_causal is the top-left diagonal: the same work as either causal kind on square shapes
+    causal = info["mask"] in ("causal", "causal_top_left")
     keep = mask_matrix(info["mask"], sq, sk, (-1, -1), "cuda") if sq * sk <= 4096 * 4096 else None
     with torch.no_grad():
         qt = q.transpose(1, 2)
@@ -151,9 +152,12 @@ def bench(lib, shape, rows, name):
     dk_dt = DT[info["dk_dtype"]]
     dq = torch.zeros(b, sq, hq, d, device="cuda", dtype=torch.float32)
     dk = torch.zeros(b, sk, hk, d, device="cuda", dtype=dk_dt)
-    dv = torch.zeros(b, sk, hk, d, device="cuda", dtype=dk_dt)
+    dv = torch.zeros(b, sk, hk, dv_, device="cuda", dtype=dk_dt)
     p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=d ** -0.5)
     stream = torch.cuda.current_stream().cuda_stream
+    st = lib.bwd(p, stream)  # a refused launch would time nothing
+    if st != 0:
+        raise RuntimeError(f"{name}: qattn_bwd returned {st} on {shape}: {lib.last_error()}")
 
     def ours():  # what a training step pays: zero the accumulators, the kernel, the dtype conversions
         dq.zero_()
@@ -166,8 +170,9 @@ def bench(lib, shape, rows, name):
             dk.to(dt)
             dv.to(dt)
     ms = time_ms(ours)
-    flops = 2.5 * 4 * b * hq * sq * sk * d * (0.5 if causal else 1.0)  # 5 GEMMs (2.5x the forward's 2)
-    row = {"kernel": name, "shape": f"b{b} h{hq}/{hk} s{sq}x{sk} d{d}", "mask": info["mask"], "qattn_ms": ms,
+    # 5 GEMMs: S, dK, dQ over d_qk; dP, dV over d_v (2.5x the forward's two when d_qk == d_v)
+    flops = 2 * b * hq * sq * sk * (3 * d + 2 * dv_) * (0.5 if causal else 1.0)
+    row = {"kernel": name, "shape": f"b{b} h{hq}/{hk} s{sq}x{sk} d{d}" + (f"/{dv_}" if dv_ != d else ""), "mask": info["mask"], "qattn_ms": ms,
            "qattn_tflops": flops / ms / 1e9}
     for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
         try:

@@ -12,6 +12,7 @@ class CudaOut {
   void line(const std::string& s = {}) { os_ << (s.empty() ? "" : std::string(indent_ * 2, ' ') + s) << "\n"; }
   void open(const std::string& s) { line(s); ++indent_; }
   void close(const std::string& s = "}") { --indent_; line(s); }
+  void raw(const std::string& s) { os_ << s; }  // text written by another CudaOut
   std::string str() const { return os_.str(); }
 
  private:

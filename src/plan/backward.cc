@@ -14,30 +14,47 @@
 namespace qattn::plan {
 namespace {
 
-// The backward's tile rule for the mma.sync lowering (src/backend/bwd), by head dim.
-TileConfig backward_rule(const Problem& p, const Target& t) {
-  TileConfig c;
-  c.warps = 4;
-  c.stages = 1;
-  const int d = std::max(p.d_qk, p.d_v);
-  if (d <= 64) {
-    c.bm = 64, c.bn = 64;
-    c.reason = "backward d<=64: BM=BN=64 over 4 warps (16 rows each); dK, dV, S, P, dP, dS and dQ fit the 255 registers";
-  } else {
-    c.bm = 64, c.bn = 64;
-    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 4 warps keeps dK and dV (64 x d each) in registers";
-  }
-  (void)t;
-  return c;
-}
+// The warps along M of a register tile of `rows` rows (src/backend/bwd: min(WARPS, rows / 16); the
+// rest of the warps split its columns).
+int warps_m(int rows, int warps) { return std::max(1, std::min(warps, rows / 16)); }
 
 // Shared bytes of the backward's buffers: K, V (BN rows), Q, dO, O (BM rows), P and dS (BM, BN) in
-// the storage dtype, LSE (BM) fp32; each rounded to 128 bytes.
+// the storage dtype, LSE (BM) fp32; each rounded to 128 bytes; plus the scratch of D's row sum when
+// the (BM, d) tiles are split over warps along N.
 int64_t backward_smem(const Problem& p, const TileConfig& c) {
   auto r = [](int64_t b) { return (b + 127) / 128 * 128; };
   const int64_t e = p.bytes();
+  const int wn = c.warps / warps_m(c.bm, c.warps);
   return r(c.bn * p.d_qk * e) + r(c.bn * p.d_v * e) + r(c.bm * p.d_qk * e) + 2 * r(c.bm * p.d_v * e) +
-         2 * r(c.bm * c.bn * e) + r(c.bm * 4);
+         2 * r(c.bm * c.bn * e) + r(c.bm * 4) + (wn > 1 ? r(int64_t(wn) * c.bm * 4) : 0);
+}
+
+// The backward's tile rule for the mma.sync lowering (src/backend/bwd), by head dim.
+TileConfig backward_rule(const Problem& p, const Target& t) {
+  TileConfig c;
+  c.stages = 1;
+  const int d = std::max(p.d_qk, p.d_v);
+  c.warps = 8, c.bm = 128, c.bn = 128;
+  if (d <= 64 && backward_smem(p, c) <= t.smem_per_block) {
+    c.reason = "backward d" + std::to_string(d) + ": BM=BN=128 over 8 warps, 16 rows of every tile per warp (S, dP 16 x 128; dK, dV, "
+               "dQ 16 x d); H200 bf16: 1.10-1.12x the 64 x 128 tiles (bench/results/2026-11-27-h200-bwd-warps)";
+    return c;
+  }
+  c.bm = 64;
+  if (d <= 128 && backward_smem(p, c) <= t.smem_per_block) {
+    c.reason = "backward d" + std::to_string(d) + ": BM=64, BN=128 over 8 warps (FlashAttention-2's sm80 shape): dK and dV (128 x d) "
+               "16 rows per warp, the (64, 128) scores and (64, d) tiles 4 x 2 warps (D's row sum meets in shared memory, dS is "
+               "read back from shared for dQ); twice the keys per block of 64 x 64 halve dQ's atomic adds and the Q/dO/O loads "
+               "(H200 bf16: 1.23-1.27x the 64 x 64 tiles of 4 warps, bench/results/2026-11-27-h200-bwd-warps)";
+    return c;
+  }
+  c.warps = 4, c.bm = 64, c.bn = 64;
+  if (d <= 128)
+    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 4 warps (16 rows each): " + t.name +
+               "'s shared memory per block does not take the 64 x 128 tiles of 8 warps";
+  else
+    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 4 warps keeps dK and dV (64 x d each) in registers";
+  return c;
 }
 
 std::string kernel_name_bwd(const Problem& p) {
@@ -216,7 +233,12 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   w.line("Compute Convert dS and get dSc " + st);
   copy("dSc", "", "register", "shared");
   w.line("Compute GEMM dSc^T, Q and accumulate dK");
-  if (w.code()) w.line("Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
+  if (w.code() && warps_m(tiles->bm, tiles->warps) < tiles->warps) {
+    w.comment(" dS is split over warps along its columns: each warp reads its rows of it back from shared");
+    copy("dSc", "", "shared", "register");
+  } else if (w.code()) {
+    w.line("Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
+  }
   w.line("Compute GEMM dSc, K and get dQ");
   w.line("Compute Multiply dQ, softmax_scale");
   copy("dQ", "(BM, " + dqk + ") in coordinate [i, 0]", "register", "global", " and accumulate");
@@ -233,10 +255,19 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
 Budget backward_budget(const Problem& p, const Target& t, const TileConfig& c) {
   Budget b;
   b.smem_bytes = backward_smem(p, c);
-  const bool rows = c.warps > 0 && c.bm > 0 && c.bn > 0 && c.bm % (16 * c.warps) == 0 && c.bn % (16 * c.warps) == 0;
+  // every register tile of R rows (BM or BN) takes min(WARPS, R / 16) warps along M, the rest along
+  // its columns (BN for the scores, d for the (BM, d) tiles)
+  auto splits = [&](int rows, int cols) {
+    if (rows <= 0 || rows % 16) return false;
+    const int wm = warps_m(rows, c.warps);
+    return c.warps % wm == 0 && rows % (16 * wm) == 0 && cols % (16 * (c.warps / wm)) == 0;
+  };
+  const bool rows = c.warps > 0 && c.warps <= 16 && c.bn > 0 && splits(c.bm, c.bn) && splits(c.bm, std::min(p.d_qk, p.d_v)) &&
+                    splits(c.bn, std::min(p.d_qk, p.d_v));
   b.fits = rows && b.smem_bytes <= t.smem_per_block;
   if (!rows)
-    b.why_not = "BM and BN must be multiples of 16 * WARPS (each warp owns 16 rows of every register tile)";
+    b.why_not = "BM and BN must be multiples of 16 x a divisor of WARPS, and the columns of a tile split over warps along N "
+                "multiples of 16 x those warps";
   else if (!b.fits)
     b.why_not = std::to_string(b.smem_bytes) + " bytes of shared memory per block, " + t.name + " has " +
                 std::to_string(t.smem_per_block);

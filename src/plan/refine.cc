@@ -1,7 +1,8 @@
 // plan::refines: does a TL code program keep its sketch? Stage 1b may add parameters (Dim, Const,
 // Grid, Let), Allocate, Reshape, tile shapes, coordinates, loop bounds, `at` clauses and schedule
-// attributes (`{skip: NAME}`, the Hopper schedule's `{async}`, `{stages: N}`, `{wait: X}`, ...) and warp
-// Role statements, and must keep every sketch statement, in order, with the same
+// attributes (`{skip: NAME}`, the Hopper schedule's `{async}`, `{stages: N}`, `{wait: X}`, ...), warp
+// Role statements and layout moves (Reshape, `Copy X from shared to register`: values unchanged, a
+// register tile read back in operand layout; misplaced, the interpreter sees stale values), and must keep every sketch statement, in order, with the same
 // operation, tensors and operands; Score / Mask declarations with the same expression. This is
 // the check an LLM's stage-1b answer must pass before the checker even runs.
 #include "plan/sketch.h"
@@ -25,6 +26,7 @@ bool added_by_params(const Stmt& s) {
     case Stmt::Kind::Reshape:
     case Stmt::Kind::Comment:
     case Stmt::Kind::Blank: return true;
+    case Stmt::Kind::Copy: return s.copy.from == tl::Space::Shared && s.copy.to == tl::Space::Register;
     default: return false;
   }
 }
@@ -87,8 +89,8 @@ bool refines(const tl::Program& sketch, const tl::Program& code, support::DiagSi
       diags.error("PLAN0201", b[i]->loc,
                   "the TL code changes sketch statement `" + sa[i] + "` (line " + std::to_string(a[i]->loc.line) +
                       " of the sketch) into `" + sb[i] + "`",
-                  "stage 1b may only add Allocate, Reshape, parameters, tile shapes, coordinates and loop "
-                  "bounds; keep the sketch's statements in order");
+                  "stage 1b may only add Allocate, Reshape, Copy from shared to register, parameters, tile shapes, "
+                  "coordinates and loop bounds; keep the sketch's statements in order");
       return false;
     }
   }
@@ -99,7 +101,8 @@ bool refines(const tl::Program& sketch, const tl::Program& code, support::DiagSi
                 dropped ? "the TL code drops sketch statement `" + sa[n] + "` (line " + std::to_string(at->loc.line) +
                               " of the sketch)"
                         : "the TL code adds statement `" + sb[n] + "` that is not in the sketch",
-                "stage 1b may only add Allocate, Reshape, parameters, tile shapes, coordinates and loop bounds");
+                "stage 1b may only add Allocate, Reshape, Copy from shared to register, parameters, tile shapes, coordinates "
+                "and loop bounds");
     return false;
   }
   return true;

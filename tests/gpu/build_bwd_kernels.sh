@@ -5,12 +5,13 @@
 # --planted expects them to fail.
 #
 #   tests/gpu/build_bwd_kernels.sh OUT_DIR [--bin BUILD_DIR] [--gpu h100] [--only REGEX] [-j N]
+#                                  [--extra 'NAME|qattn plan flags'] ...   (more configs, e.g. tile A/Bs)
 #
 # The programs come from `qattn plan --backward` (the rules engine's backward TL) with the flags of
 # each config, optionally edited by a sed script (the planted bugs).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT=""; BIN="$ROOT/build"; GPU="h100"; ONLY=""; JOBS="$(nproc)"
+OUT=""; BIN="$ROOT/build"; GPU="h100"; ONLY=""; JOBS="$(nproc)"; EXTRA=()
 CUTLASS="${CUTLASS_INCLUDE:-$ROOT/.cutlass/include}"
 NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 while [ $# -gt 0 ]; do
@@ -19,7 +20,8 @@ while [ $# -gt 0 ]; do
     --gpu) GPU="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
     -j) JOBS="$2"; shift 2 ;;
-    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    --extra) EXTRA+=("$2"); shift 2 ;;
+    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
     *) if [ -z "$OUT" ]; then OUT="$1"; shift; else echo "unexpected argument $1" >&2; exit 2; fi ;;
   esac
 done
@@ -39,6 +41,7 @@ CONFIGS=(
   "neg_bwd_no_dk_scale|--preset llama3.2-1b|/^Compute Multiply dK, softmax_scale$/d"
   "neg_bwd_late_first_tile|--preset llama3.2-1b|s/^for i = max(0, \\(.*\\)): /for i = max(0, \\1 + 1): /"
 )
+CONFIGS+=("${EXTRA[@]}")
 build_one() {
   local name="$1" flags="$2" script="$3"
   local dir="$OUT/$name.plan" tl="$OUT/$name.tl" cu="$OUT/$name.cu" so="$OUT/$name.so" log="$OUT/$name.log"

@@ -326,12 +326,12 @@ TEST(Emit, GarbageNeverCrashes) {
 
 // ---- the backward pass (src/backend/bwd) -------------------------------------------------------
 
-std::string plan_backward(const std::string& preset, const std::string& gpu, std::map<std::string, std::string> flags = {}) {
+std::string plan_backward(const std::string& preset, const std::string& gpu, std::map<std::string, std::string> flags = {},
+                          plan::PlanOptions o = {}) {
   support::DiagSink d;
   spec::AttentionSpec s = *spec::find_preset(preset);
   flags["gpu"] = gpu;
   EXPECT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
-  plan::PlanOptions o;
   o.backward = true;
   auto p = plan::make_plan(s, *hw::find_gpu(gpu), d, o);
   EXPECT_TRUE(p.has_value()) << preset << " on " << gpu << "\n" << d.render();
@@ -349,11 +349,18 @@ TEST(EmitBackward, EveryStatementLowersToItsBlockAndTheAbiIsQattnBwd) {
     EXPECT_NE(cu.find("QATTN_EXPORT int qattn_bwd(const qattn_bwd_params* params"), std::string::npos);
     EXPECT_EQ(cu.find("qattn_fwd("), std::string::npos);
     EXPECT_NE(t->info_json.find("\"pass\":\"backward\""), std::string::npos) << t->info_json;
-    EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(tiled_mma, rdQ, mdQ, i, tid);  // fp32 atomics"), std::string::npos);
+    // d128: BM = 64, BN = 128, 8 warps: the (64, x) tiles on 4 x 2 warps, the (128, d) ones on 8 x 1
+    EXPECT_NE(code.find("Const BM = 64, BN = 128, WARPS = 8"), std::string::npos) << code;
+    EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(Mma<64>{}, rdQ, mdQ, i, tid);  // fp32 atomics"), std::string::npos);
     // P^T and dS^T: transposed A operands, read from shared memory by ldmatrix.trans
-    EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtomT, SmemCopyAtomT>(tiled_mma, rdV, make_tensor(sPc.data(), qattn::transposed("),
+    EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtomT, SmemCopyAtomT>(Mma<128>{}, rdV, make_tensor(sPc.data(), qattn::transposed("),
               std::string::npos);
-    EXPECT_NE(cu.find("qattn::gemm_rs<SmemCopyAtomT>(tiled_mma, rdQ, rdSc_a"), std::string::npos);
+    // dS is split over 2 warps along its columns: dQ = dS K reads it back from shared memory
+    EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtom, SmemCopyAtomT>(Mma<64>{}, rdQ, sdSc, "), std::string::npos);
+    // D's row sum meets across the 2 warps of a row in shared memory
+    EXPECT_NE(cu.find("qattn::rows_across_warps<64, 4, 2, false>(Mma<64>{}, rDi, reinterpret_cast<float*>(smem + kSmemRowScratch), tid);"),
+              std::string::npos);
+    EXPECT_NE(t->kir.find("warps 8: 64 rows 4x2 128 rows 8x1 (along M x N)"), std::string::npos) << t->kir;
     // every statement of the TL is named by a `// TL n:` block
     support::DiagSink pd;
     auto prog = tl::parse(code, pd, "code.tl");
@@ -383,13 +390,51 @@ TEST(EmitBackward, TheTlIsTheSourceOfTruth) {
   auto cut = xlate(edited, "h100", d2);
   ASSERT_TRUE(cut.has_value()) << d2.render();
   EXPECT_EQ(cut->cuda_source.find("ew_scalar<qattn::op::Mul>(rdK"), std::string::npos);
-  // other tiles in the TL give other constants
+  // other tiles in the TL give other constants and other warp layouts: BN = 64 puts dK and dV (64 rows)
+  // on 4 x 2 of the 8 warps
   std::string wide = code;
-  wide.replace(wide.find("Const BM = 64, BN = 64"), 22, "Const BM = 128, BN = 64");
+  const std::string tiles = "Const BM = 128, BN = 128, WARPS = 8";
+  ASSERT_NE(wide.find(tiles), std::string::npos) << code;
+  wide.replace(wide.find(tiles), tiles.size(), "Const BM = 128, BN = 64, WARPS = 8");
   support::DiagSink d3;
   auto w = xlate(wide, "h100", d3);
   ASSERT_TRUE(w.has_value()) << d3.render();
-  EXPECT_NE(w->cuda_source.find("partition_fragment_C(tiled_mma, Shape<Int<128>, Int<64>>{})"), std::string::npos);
+  EXPECT_NE(w->cuda_source.find("Tensor rS = partition_fragment_C(Mma<128>{}, Shape<Int<128>, Int<64>>{})"), std::string::npos);
+  EXPECT_NE(w->cuda_source.find("Tensor rdK = partition_fragment_C(Mma<64>{}, Shape<Int<64>, Int<64>>{})"), std::string::npos);
+  EXPECT_NE(w->kir.find("64 rows 4x2 128 rows 8x1"), std::string::npos) << w->kir;
+}
+
+TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand) {
+  // 4 warps on 64-row tiles: every tile 16 rows per warp; dS goes from registers straight to dQ's GEMM
+  plan::PlanOptions narrow;
+  narrow.bm = 64, narrow.bn = 64, narrow.warps = 4;
+  const std::string code4 = plan_backward("llama3-8b", "h100", {}, narrow);
+  support::DiagSink d4;
+  auto t4 = xlate(code4, "h100", d4);
+  ASSERT_TRUE(t4.has_value()) << d4.render();
+  EXPECT_NE(t4->cuda_source.find("qattn::gemm_rs<SmemCopyAtomT>(Mma<64>{}, rdQ, rdSc_a"), std::string::npos);
+  EXPECT_EQ(t4->cuda_source.find("rows_across_warps"), std::string::npos);
+  EXPECT_EQ(t4->cuda_source.find("kSmemRowScratch"), std::string::npos);
+  EXPECT_NE(t4->kir.find("warps 4: 64 rows 4x1 (along M x N)"), std::string::npos) << t4->kir;
+  // 8 warps on BM = 64: dS is split along its columns; a Reshape of it to an A operand is refused,
+  // with the way out (the round trip through shared memory the planner writes)
+  const std::string code8 = plan_backward("llama3-8b", "h100");
+  const std::string back = "  Copy dSc from shared to register\n";
+  ASSERT_NE(code8.find(back), std::string::npos) << code8;
+  std::string reshaped = code8;
+  reshaped.replace(reshaped.find(back), back.size(), "  Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n");
+  support::DiagSink dr;
+  EXPECT_FALSE(xlate(reshaped, "h100", dr).has_value());
+  EXPECT_NE(dr.render().find("XL0202"), std::string::npos) << dr.render();
+  EXPECT_NE(dr.render().find("split over 2 warps along the columns"), std::string::npos) << dr.render();
+  // 16 warps on BM = 32: 2 x 8, so a (32, x) tile splits by 128 columns; d 64 does not
+  std::string wide = plan_backward("llama3.2-1b", "h100", {}, narrow);
+  const std::string tiles = "Const BM = 64, BN = 64, WARPS = 4";
+  ASSERT_NE(wide.find(tiles), std::string::npos) << wide;
+  wide.replace(wide.find(tiles), tiles.size(), "Const BM = 32, BN = 256, WARPS = 16");
+  support::DiagSink dw;
+  EXPECT_FALSE(xlate(wide, "h100", dw).has_value());
+  EXPECT_NE(dw.render().find("(32, 64) puts 8 warps along its columns: 64 is not a multiple of 128"), std::string::npos) << dw.render();
 }
 
 TEST(EmitBackward, EveryOneLineDeletionOrSwapIsADiagnosticOrAKernelNeverACrash) {
@@ -438,7 +483,7 @@ TEST(EmitBackward, PlainStoresRefuseGqaAndOldGpusAreRefused) {
   auto g = xlate(plan_backward("gemma2-9b", "h100"), "h100", dv);
   ASSERT_TRUE(g.has_value()) << dv.render();
   EXPECT_NE(g->cuda_source.find("auto dscore_softcap = [&](float score, int q_idx, int kv_idx) -> float"), std::string::npos);
-  EXPECT_NE(g->cuda_source.find("qattn::apply_derivative<64, 64>(tiled_mma, rdS, rS0, (i) * 64, (n_block) * 64, dscore_softcap, tid);"),
+  EXPECT_NE(g->cuda_source.find("qattn::apply_derivative<64, 64>(Mma<64>{}, rdS, rS0, (i) * 64, (n_block) * 64, dscore_softcap, tid);"),
             std::string::npos);
   EXPECT_NE(g->info_json.find("\"args\":[\"softcap\"]"), std::string::npos) << g->info_json;
   support::DiagSink da;

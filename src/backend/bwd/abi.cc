@@ -31,9 +31,12 @@ void Lower::preamble(Out& w) {
   w.line("// ---- chosen for " + arch_.name + " ----");
   w.line("using Element = " + std::string(cute_type(elem_)) + ";  // the 16-bit operands (TL " + tl::to_string(elem_) + ")");
   w.line("using ElementDK = " + std::string(cute_type(dk_dtype_)) + ";  // dK and dV (TL " + tl::to_string(dk_dtype_) + ")");
-  w.line("// " + arch_.mma_instr + ", fp32 accumulate; kWarps warps along M: every 2-D register tile is an accumulator of it");
-  w.line("using TiledMma = TiledMMA<MMA_Atom<" + arch_.mma_atom +
-         ">, Layout<Shape<Int<kWarps>, _1, _1>>, Tile<Int<16 * kWarps>, _16, _16>>;");
+  w.line("// " + arch_.mma_instr + ", fp32 accumulate. A 2-D register tile of R rows is an accumulator of Mma<R>: min(kWarps, R / 16)");
+  w.line("// warps along M, the rest along N (a row reduction over such a tile then meets in shared memory)");
+  w.line("template <int R> constexpr int kWarpsM = R / 16 < kWarps ? R / 16 : kWarps;");
+  w.line("template <int R>");
+  w.line("using Mma = TiledMMA<MMA_Atom<" + arch_.mma_atom + ">, Layout<Shape<Int<kWarpsM<R>>, Int<kWarps / kWarpsM<R>>, _1>>,");
+  w.line("                     Tile<Int<16 * kWarpsM<R>>, Int<16 * (kWarps / kWarpsM<R>)>, _16>>;");
   w.line("using SmemCopyAtom = Copy_Atom<" + arch_.ldsm_n + ", Element>;   // ldmatrix: an operand stored K-major");
   w.line("using SmemCopyAtomT = Copy_Atom<" + arch_.ldsm_t + ", Element>;  // ldmatrix.trans: an operand stored MN-major");
   int narrow = 0;
@@ -50,6 +53,9 @@ void Lower::preamble(Out& w) {
              std::to_string(b.cols) + ">());  // " + n + " (" + std::to_string(b.rows) + ", " + std::to_string(b.cols) + ")");
     w.line("constexpr int kSmem" + id(n) + " = " + std::to_string(b.offset) + ";  // " + n + ": " + std::to_string(b.bytes) + " bytes");
   }
+  if (row_scratch_bytes_ > 0)
+    w.line("constexpr int kSmemRowScratch = " + std::to_string(smem_bytes_ - row_scratch_bytes_) + ";  // row reductions across warps: " +
+           std::to_string(row_scratch_bytes_) + " bytes");
   w.line("constexpr int kSmemBytes = " + std::to_string(smem_bytes_) + ";");
   w.line();
 }
@@ -66,7 +72,7 @@ void Lower::mask(Out& w, const Stmt& s) {
     w.open("{");
     w.line("const int row0 = (" + cint(c.at[0]) + ") * " + M + ", col0 = (" + cint(c.at[1]) + ") * " + N + ";");
     w.line("const bool full = full_" + m.name + "(row0, row0 + " + M + " - 1, col0, col0 + " + N + " - 1);");
-    w.line("qattn::apply_keep<" + M + ", " + N + ">(tiled_mma, " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
+    w.line("qattn::apply_keep<" + M + ", " + N + ">(" + mma(rp->rows) + ", " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
            ", tid);");
     w.close();
     return;
@@ -82,7 +88,7 @@ void Lower::mask(Out& w, const Stmt& s) {
   std::string args = "qattn::MaskArgs{p.seqlen_q, p.seqlen_k";
   if (m.kind == K::Window) args += ", " + cint(m.left) + ", " + cint(m.right);
   args += "}";
-  w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(tiled_mma, " +
+  w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma(r.rows) + ", " +
          r.var + ", (" + cint(c.at[0]) + ") * " + std::to_string(r.rows) + ", (" + cint(c.at[1]) + ") * " + std::to_string(r.cols) +
          ", " + args + ", tid);");
 }
@@ -128,13 +134,13 @@ void Lower::score_op(Out& w, const Stmt& s) {
   const std::string M = std::to_string(x->rows), N = std::to_string(x->cols);
   const std::string r0 = "(" + cint(c.at[0]) + ") * " + M, c0 = "(" + cint(c.at[1]) + ") * " + N;
   if (c.op == "Modify") {
-    w.line("qattn::apply_score<" + M + ", " + N + ">(tiled_mma, " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
+    w.line("qattn::apply_score<" + M + ", " + N + ">(" + mma(x->rows) + ", " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
            ", tid);");
     return;
   }
   const RegBuf* y = c.operands.size() > 1 ? rg(c.operands[1].expr.name, s) : nullptr;
   if (!y) return;
-  w.line("qattn::apply_derivative<" + M + ", " + N + ">(tiled_mma, " + x->var + ", " + y->var + ", " + r0 + ", " + c0 +
+  w.line("qattn::apply_derivative<" + M + ", " + N + ">(" + mma(x->rows) + ", " + x->var + ", " + y->var + ", " + r0 + ", " + c0 +
          ", dscore_" + c.mask.name + ", tid);");
 }
 
@@ -202,7 +208,10 @@ std::string Lower::kir_text() const {
   o << "kernel " << kernel_name_ << " (backward, " << arch_.name << ", " << target_.name << ")\n";
   o << "  tl " << kernel_stmt_->kernel.name << "  tl_hash " << support::sha256_hex(tl::print(prog_)).substr(0, 16) << "\n";
   o << "  launch threads " << threads_ << " smem " << smem_bytes_ << " bytes\n";
-  o << "  mma " << arch_.mma_instr << " warps " << warps_ << " along M\n";
+  o << "  mma " << arch_.mma_instr << " warps " << warps_ << ":";
+  for (const auto& [rows, wm] : mma_rows_) o << " " << rows << " rows " << wm << "x" << warps_ / wm;
+  o << " (along M x N)\n";
+  if (row_scratch_bytes_) o << "  row scratch " << row_scratch_bytes_ << " B (row reductions across warps)\n";
   for (const auto& [n, b] : shared_)
     o << "  shared " << n << " " << tl::to_string(b.dtype) << " (" << b.rows << (b.cols ? ", " + std::to_string(b.cols) : std::string())
       << ") @" << b.offset << " " << b.bytes << " B\n";

@@ -12,10 +12,21 @@ using tl::Stmt;
 
 std::optional<Translation> Lower::run() {
   if (!header() || !tensors()) return std::nullopt;
+  // The kernel first: it decides which Mma<R> and how much row-reduction scratch the preamble declares.
+  Out body;
+  kernel(body);
+  if (failed_) return std::nullopt;
+  smem_bytes_ += row_scratch_bytes_;
+  if (const int64_t limit = target_.smem_per_block > 0 ? int64_t(target_.smem_per_block) : int64_t(166912); smem_bytes_ > limit) {
+    fail("XL0202", kernel_stmt_->loc,
+         "the shared buffers and the row-reduction scratch need " + std::to_string(smem_bytes_) + " bytes; " + target_.name + " has " +
+             std::to_string(limit),
+         "use smaller tiles (BM, BN) or fewer shared buffers");
+    return std::nullopt;
+  }
   Out w;
   preamble(w);
-  kernel(w);
-  if (failed_) return std::nullopt;
+  w.raw(body.str());
   abi(w);
   Translation t;
   t.cuda_source = w.str();
@@ -60,6 +71,24 @@ RegBuf* Lower::rg(const std::string& n, const Stmt& s) {
 }
 
 std::string Lower::ref(const Stmt& s) { return tl_ref(s); }
+
+std::string Lower::mma(int rows) {
+  mma_rows_[rows] = warps_m(rows);
+  return "Mma<" + std::to_string(rows) + ">{}";
+}
+
+bool Lower::layout_ok(int rows, int cols, const Stmt& s, const std::string& what) {
+  const int wm = warps_m(rows), wn = warps_n(rows);
+  if (rows % 16 != 0 || warps_ % wm != 0 || rows % (16 * wm) != 0)
+    return fail("XL0202", s.loc, what + " has " + std::to_string(rows) + " rows: not split over " + std::to_string(warps_) +
+                                     " warps of 16-row MMAs (min(WARPS, rows / 16) warps along M, the rest along N)",
+                "tile rows must be a multiple of 16 * WARPS, or 16 x a divisor of WARPS");
+  if (cols % (16 * wn) != 0)
+    return fail("XL0202", s.loc, what + " (" + std::to_string(rows) + ", " + std::to_string(cols) + ") puts " + std::to_string(wn) +
+                                     " warps along its columns: " + std::to_string(cols) + " is not a multiple of " + std::to_string(16 * wn),
+                "use more rows (BM) or fewer warps");
+  return true;
+}
 
 bool Lower::header() {
   HeaderFacts h{nullptr, nullptr, env_, fixed_, runtime_dims_};
@@ -224,7 +253,6 @@ void Lower::kernel(Out& w) {
   w.line("[[maybe_unused]] const float softmax_scale = p.softmax_scale;");
   w.line("[[maybe_unused]] const int window_left = p.window_left, window_right = p.window_right;  // resolved by qattn_bwd");
   w.line("[[maybe_unused]] const float softcap = p.softcap;  // a launch argument of the declarations");
-  w.line("TiledMma tiled_mma;");
   w.line("GmemCopy gmem_copy;");
   w.line(ref(*grid_stmt_));
   static const char* axes[] = {"blockIdx.x", "blockIdx.y", "blockIdx.z"};
@@ -308,14 +336,10 @@ void Lower::allocate(Out& w, const Stmt& s) {
     return;
   }
   if (r.cols == 0) {
-    w.line("Tensor " + r.var + " = qattn::rows_for<" + std::to_string(r.rows) + ">(tiled_mma);  // (" + std::to_string(r.rows) + ")");
+    w.line("Tensor " + r.var + " = qattn::rows_for<" + std::to_string(r.rows) + ">(" + mma(r.rows) + ");  // (" + std::to_string(r.rows) + ")");
   } else {
-    if (r.rows % (16 * warps_) != 0) {
-      fail("XL0202", s.loc, "a " + std::to_string(r.rows) + "-row register tile cannot be split over " + std::to_string(warps_) +
-                                " warps of 16-row MMAs", "tile rows must be a multiple of 16 * WARPS");
-      return;
-    }
-    w.line("Tensor " + r.var + " = partition_fragment_C(tiled_mma, " + shape(r.rows, r.cols) + ");  // (MMA, MMA_M, MMA_N) fp32");
+    if (!layout_ok(r.rows, r.cols, s, "register tile " + a.name)) return;
+    w.line("Tensor " + r.var + " = partition_fragment_C(" + mma(r.rows) + ", " + shape(r.rows, r.cols) + ");  // (MMA, MMA_M, MMA_N) fp32");
   }
   if (a.init) {
     w.line("fill(" + r.var + ", " + cfloat(*a.init) + ");");
@@ -347,20 +371,23 @@ void Lower::copy(Out& w, const Stmt& s) {
   }
   if (c.from == tl::Space::Shared && c.to == tl::Space::Register) {
     const SharedBuf* bp = sh(c.name, s);
-    const RegBuf* rp = bp ? rg(c.name, s) : nullptr;
+    RegBuf* rp = bp ? rg(c.name, s) : nullptr;
     if (!rp) return;
     const SharedBuf& b = *bp;
-    const RegBuf& r = *rp;
-    if (!computed_.count(c.name) && !elementwise_.count(c.name)) {
+    RegBuf& r = *rp;
+    if (b.cols > 0 && !elementwise_.count(c.name)) {
+      // only GEMMs read it: they stream its fragments from shared memory (a tile computed in registers
+      // and copied there, e.g. dS split over warps along N, is read back whole by each warp's rows)
       w.line("// (fragments are loaded inside the GEMMs that read " + c.name + ")");
+      r.from_shared = true;
+      r.a_view.clear();
       return;
     }
-    if (computed_.count(c.name) && !elementwise_.count(c.name)) {}
     before_read(w, c.name);
     if (b.cols == 0)
-      w.line("qattn::load_rows<" + std::to_string(b.rows) + ">(tiled_mma, " + b.var + ", " + r.var + ", tid);");
+      w.line("qattn::load_rows<" + std::to_string(b.rows) + ">(" + mma(b.rows) + ", " + b.var + ", " + r.var + ", tid);");
     else
-      w.line("qattn::load_acc(tiled_mma, " + b.var + ", " + r.var + ", tid);");
+      w.line("qattn::load_acc(" + mma(r.rows) + ", " + b.var + ", " + r.var + ", tid);");
     return;
   }
   if (c.from == tl::Space::Register && c.to == tl::Space::Shared) {
@@ -374,7 +401,7 @@ void Lower::copy(Out& w, const Stmt& s) {
       return;
     }
     before_write(w, c.name, false);
-    w.line("qattn::store_acc_smem(tiled_mma, " + r.var + ", " + b.var + ", tid);");
+    w.line("qattn::store_acc_smem(" + mma(r.rows) + ", " + r.var + ", " + b.var + ", tid);");
     return;
   }
   if (c.from == tl::Space::Register && c.to == tl::Space::Global) {
@@ -386,7 +413,7 @@ void Lower::copy(Out& w, const Stmt& s) {
       return;
     }
     w.line(std::string("qattn::") + (c.accumulate ? "add_acc_global<" : "store_acc_global<") + std::to_string(r.rows) + ", " +
-           std::to_string(r.cols) + ">(tiled_mma, " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
+           std::to_string(r.cols) + ">(" + mma(r.rows) + ", " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
            (c.accumulate ? "  // fp32 atomics" : ""));
     return;
   }
@@ -437,11 +464,8 @@ void Lower::gemm(Out& w, const Stmt& s) {
     r.cols = nn;
     regs_[c.target] = r;
     acc = &regs_[c.target];
-    if (m % (16 * warps_) != 0) {
-      fail("XL0202", s.loc, "the product has " + std::to_string(m) + " rows, not a multiple of 16 * WARPS", "");
-      return;
-    }
-    w.line("Tensor " + acc->var + " = partition_fragment_C(tiled_mma, " + shape(m, nn) + ");  // (MMA, MMA_M, MMA_N) fp32");
+    if (!layout_ok(m, nn, s, "the product " + c.target)) return;
+    w.line("Tensor " + acc->var + " = partition_fragment_C(" + mma(m) + ", " + shape(m, nn) + ");  // (MMA, MMA_M, MMA_N) fp32");
     w.line("clear(" + acc->var + ");");
   }
   auto bv = operand_view(B, false, s);
@@ -452,23 +476,23 @@ void Lower::gemm(Out& w, const Stmt& s) {
     return;
   }
   before_read(w, B.expr.name);
-  const bool a_shared = A.transposed || !regs_.count(A.expr.name) || !computed_.count(A.expr.name);
+  const bool a_shared = A.transposed || !regs_.count(A.expr.name) || !computed_.count(A.expr.name) || regs_.at(A.expr.name).from_shared;
   if (a_shared) before_read(w, A.expr.name);
   read_since_barrier_.insert(B.expr.name);  // (a barrier for A's stores comes before B's reads too)
   const RegBuf* ra = regs_.count(A.expr.name) ? &regs_.at(A.expr.name) : nullptr;
-  if (!A.transposed && ra && computed_.count(A.expr.name)) {
+  if (!A.transposed && ra && computed_.count(A.expr.name) && !ra->from_shared) {
     if (ra->a_view.empty()) {
       fail("XL0303", A.loc.line ? A.loc : s.loc, "GEMM A operand '" + A.expr.name + "' is a register accumulator without its Reshape",
            "insert `Reshape " + A.expr.name + " from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)`");
       return;
     }
-    w.line("qattn::gemm_rs<" + bv->atom + ">(tiled_mma, " + acc->var + ", " + ra->a_view + ", " + bv->expr +
+    w.line("qattn::gemm_rs<" + bv->atom + ">(" + mma(acc->rows) + ", " + acc->var + ", " + ra->a_view + ", " + bv->expr +
            ", tid);  // A from registers, B streamed from shared memory");
     return;
   }
   auto av = operand_view(A, true, s);
   if (!av) return;
-  w.line("qattn::gemm_ss<" + av->atom + ", " + bv->atom + ">(tiled_mma, " + acc->var + ", " + av->expr + ", " + bv->expr +
+  w.line("qattn::gemm_ss<" + av->atom + ", " + bv->atom + ">(" + mma(acc->rows) + ", " + acc->var + ", " + av->expr + ", " + bv->expr +
          ", tid);  // A and B streamed from shared memory");
 }
 
@@ -525,10 +549,24 @@ void Lower::compute(Out& w, const Stmt& s) {
       r.rows = rx.rows;
       regs_[c.target] = r;
       z = &regs_[c.target];
-      w.line("Tensor " + z->var + " = qattn::rows_for<" + std::to_string(rx.rows) + ">(tiled_mma);");
+      w.line("Tensor " + z->var + " = qattn::rows_for<" + std::to_string(rx.rows) + ">(" + mma(rx.rows) + ");");
     }
-    w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + (accumulate ? "true" : "false") + ">(" + rx.var +
-           ", " + z->var + ");");
+    if (warps_n(rx.rows) == 1) {
+      w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + (accumulate ? "true" : "false") + ">(" + rx.var +
+             ", " + z->var + ");");
+      return;
+    }
+    // the row is spread over warps along N: each warp's partial, then the partials through shared memory
+    if (accumulate) {
+      fail("XL0301", s.loc, "an accumulating row reduction over a tile split across warps along N is not lowered",
+           "reduce into a new vector (`and get`) and add it");
+      return;
+    }
+    row_scratch_bytes_ = std::max<int64_t>(row_scratch_bytes_, (int64_t(warps_n(rx.rows)) * rx.rows * 4 + 127) / 128 * 128);
+    w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + "false>(" + rx.var + ", " + z->var + ");");
+    w.line("qattn::rows_across_warps<" + std::to_string(rx.rows) + ", " + std::to_string(warps_m(rx.rows)) + ", " +
+           std::to_string(warps_n(rx.rows)) + ", " + (c.op == "RowMax" ? "true" : "false") + ">(" + mma(rx.rows) + ", " + z->var +
+           ", reinterpret_cast<float*>(smem + kSmemRowScratch), tid);  // " + std::to_string(warps_n(rx.rows)) + " warps per row");
     return;
   }
   if (c.op == "Exp" || c.op == "Exp2" || c.op == "Log" || c.op == "Log2") {
@@ -574,6 +612,14 @@ void Lower::reshape(Out& w, const Stmt& s) {
   RegBuf* rp = rg(s.reshape.name, s);
   if (!rp) return;
   RegBuf& r = *rp;
+  if (warps_n(r.rows) > 1) {
+    fail("XL0202", s.loc, "Reshape of " + s.reshape.name + " (" + std::to_string(r.rows) + " rows) to an A operand: its tile is split over " +
+                              std::to_string(warps_n(r.rows)) + " warps along the columns, so no warp holds whole rows of it",
+         "copy it to shared memory and back (`Copy " + s.reshape.name + " from register to shared`, `Copy " + s.reshape.name +
+             " from shared to register`) instead of the Reshape, or use BM = 16 * WARPS");
+    return;
+  }
+  r.from_shared = false;
   r.a_view = r.var + "_a";
   w.line("Tensor " + r.a_view + " = make_tensor(" + r.var + ".data(), " + arch_.reshape_fn + "(" + r.var +
          ".layout()));  // (MMA, MMA_M, MMA_K): the A-operand view, no data moves");

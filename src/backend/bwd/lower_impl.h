@@ -2,6 +2,7 @@
 // statements), schedule.cc (barriers and the loop's copy/compute overlap) and abi.cc (the preamble,
 // the declarations of variants, the C ABI and the kernel info). Not part of the public API.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -54,6 +55,7 @@ struct RegBuf {
   bool computed = false;    // written by a Compute (else filled by a Copy from shared only)
   bool elementwise = false; // read by a Compute other than GEMM
   std::string a_view;       // after `Reshape`: the A-operand fragment view
+  bool from_shared = false; // after `Copy X from shared to register` of a GEMM-only tile: the GEMM reads shared
 };
 
 class Lower {
@@ -115,6 +117,14 @@ class Lower {
   // The copy call of a global -> shared Copy (tile at the statement's coordinate).
   void emit_g2s(Out& w, const Stmt& st);
 
+  // The tiled MMA whose accumulator a register tile of `rows` rows is (preamble `Mma<R>`): min(WARPS,
+  // rows / 16) warps along M, the rest along N. mma() names it (and records it for the kernel IR);
+  // layout_ok() raises XL0202 when a (rows, cols) tile cannot be split that way.
+  int warps_m(int rows) const { return std::max(1, std::min(warps_, rows / 16)); }
+  int warps_n(int rows) const { return warps_ / warps_m(rows); }
+  std::string mma(int rows);
+  bool layout_ok(int rows, int cols, const Stmt& s, const std::string& what);
+
   std::string shape(int r, int c) const { return "Shape<Int<" + std::to_string(r) + ">, Int<" + std::to_string(c) + ">>{}"; }
 
   void allocate(Out& w, const Stmt& s);
@@ -175,6 +185,8 @@ class Lower {
   std::map<std::string, int> aux_slot_;   // auxiliary inputs: ABI aux[] slot
   std::map<std::string, bool> aux_int_;   // ... int32 (else fp32)
   bool reads_softcap_ = false;            // a declaration reads the launch argument softcap
+  std::map<int, int> mma_rows_;           // register tile rows -> warps along M (the Mma<R> used)
+  int64_t row_scratch_bytes_ = 0;         // shared scratch of row reductions across warps (after the buffers)
 };
 
 }  // namespace qattn::backend::bwd::detail
