@@ -352,6 +352,16 @@ TEST(planRefines, DetectsADroppedOrChangedStatement) {
   support::DiagSink d2;
   EXPECT_FALSE(refines(sk, tl::parse(changed, d2), d2));
   EXPECT_TRUE(has_code(d2, "PLAN0201"));
+
+  // a layout move (Copy from shared to register, like a Reshape) may be added; an extra Compute not
+  std::string moved = std::regex_replace(code, std::regex("(  Compute GEMM Q, K\\^T)"), "  Copy K from shared to register\n$1");
+  ASSERT_NE(moved, code);
+  support::DiagSink d3;
+  EXPECT_TRUE(refines(sk, tl::parse(moved, d3), d3)) << d3.render();
+  std::string added = std::regex_replace(code, std::regex("(  Compute GEMM Q, K\\^T)"), "  Compute Exp2 S\n$1");
+  support::DiagSink d4;
+  EXPECT_FALSE(refines(sk, tl::parse(added, d4), d4));
+  EXPECT_TRUE(has_code(d4, "PLAN0201"));
 }
 
 }  // namespace
