@@ -437,6 +437,52 @@ TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand
   EXPECT_NE(dw.render().find("(32, 64) puts 8 warps along its columns: 64 is not a multiple of 128"), std::string::npos) << dw.render();
 }
 
+TEST(EmitBackward, RingsOfTwoSlotsLoadTheNextQueryTileAtTheTopOfTheIteration) {
+  // H100: Q, dO, O and LSE in rings of 2 slots; the A100's shared memory does not take them
+  const std::string code = plan_backward("llama3-8b", "h100");
+  for (const char* line : {"Allocate Q in shared (BM, d) bf16 {stages: 2}", "Allocate LSE in shared (BM) fp32 {stages: 2}"})
+    EXPECT_NE(code.find(line), std::string::npos) << code;
+  EXPECT_EQ(plan_backward("llama3-8b", "a100").find("{stages:"), std::string::npos);
+  support::DiagSink d;
+  auto t = xlate(code, "h100", d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  // each iteration reads its slot, and fills the other one for i + 1 right after its own tiles landed
+  EXPECT_NE(cu.find("Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem + kSmemQ + (i) % 2 * 16384)), SmemLayoutQ{});  "
+                    "// this iteration's slot of the ring"),
+            std::string::npos);
+  const size_t wait = cu.find("qattn::wait<0>();  // the cp.async copies into shared memory have landed", cu.find("for (int i = lo_i"));
+  const size_t fill = cu.find("// Q, dO, O, LSE of iteration i + 1 into the other slot of their rings");
+  ASSERT_NE(wait, std::string::npos);
+  ASSERT_NE(fill, std::string::npos);
+  EXPECT_LT(wait, fill);
+  EXPECT_EQ(cu.find("issued after i's last read"), std::string::npos);  // no mid-iteration load (and its barrier) left
+  EXPECT_NE(cu.find("float* sLSE = reinterpret_cast<float*>(smem + kSmemLSE + (i) % 2 * 256);"), std::string::npos);
+  EXPECT_NE(t->kir.find("shared Q bf16 (64, 128) @"), std::string::npos) << t->kir;
+  EXPECT_NE(t->kir.find("16384 B x 2 slots"), std::string::npos) << t->kir;
+  // the TL decides: without the attribute, one slot and the loads after each buffer's last read
+  std::string one = code;
+  for (size_t at; (at = one.find(" {stages: 2}")) != std::string::npos;) one.erase(at, 12);
+  support::DiagSink d1;
+  auto t1 = xlate(one, "h100", d1);
+  ASSERT_TRUE(t1.has_value()) << d1.render();
+  EXPECT_EQ(t1->cuda_source.find("slot of the ring"), std::string::npos);
+  EXPECT_NE(t1->cuda_source.find("issued after i's last read"), std::string::npos);
+  EXPECT_LT(t1->smem_bytes, t->smem_bytes);
+  // 3 slots are not lowered; other attributes neither
+  std::string three = code;
+  three.replace(three.find("bf16 {stages: 2}") + 5, 11, "{stages: 3}");
+  support::DiagSink d3;
+  EXPECT_FALSE(xlate(three, "h100", d3).has_value());
+  EXPECT_NE(d3.render().find("XL0202"), std::string::npos) << d3.render();
+  EXPECT_NE(d3.render().find("rings of 1 or 2 slots"), std::string::npos) << d3.render();
+  std::string async = code;
+  async.replace(async.find("from global to shared"), 21, "from global to shared {async}");
+  support::DiagSink da;
+  EXPECT_FALSE(xlate(async, "h100", da).has_value());
+  EXPECT_TRUE(da.has_errors());
+}
+
 TEST(EmitBackward, EveryOneLineDeletionOrSwapIsADiagnosticOrAKernelNeverACrash) {
   // hostile backward programs: each statement of the planner's program (with a Score, a Mask and an
   // auxiliary input) deleted, and each pair of neighbouring lines swapped; translation either

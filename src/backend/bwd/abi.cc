@@ -214,7 +214,8 @@ std::string Lower::kir_text() const {
   if (row_scratch_bytes_) o << "  row scratch " << row_scratch_bytes_ << " B (row reductions across warps)\n";
   for (const auto& [n, b] : shared_)
     o << "  shared " << n << " " << tl::to_string(b.dtype) << " (" << b.rows << (b.cols ? ", " + std::to_string(b.cols) : std::string())
-      << ") @" << b.offset << " " << b.bytes << " B\n";
+      << ") @" << b.offset << " " << b.bytes << " B" << (b.stages > 1 ? " x " + std::to_string(b.stages) + " slots" : std::string())
+      << "\n";
   return o.str();
 }
 

@@ -106,9 +106,12 @@ bool Lower::header() {
         break;
       default: break;
     }
-    for (const auto& a : s.attrs)
+    for (const auto& a : s.attrs) {
+      if (a.key == "stages" && s.kind == Stmt::Kind::Allocate && s.alloc.space == tl::Space::Shared) continue;
       return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a backward program",
-                  "the backward lowering has no Hopper schedule or packing yet: remove the attribute");
+                  "the backward lowering takes `{stages: 2}` on a shared Allocate (a ring the query loop fills ahead); it has no "
+                  "Hopper schedule or packing yet: remove the attribute");
+    }
   }
   kernel_stmt_ = h.kernel, grid_stmt_ = h.grid;
   if (!kernel_stmt_ || !grid_stmt_) return fail("XL0301", {}, "the program lacks its Kernel or Grid line", "");
@@ -189,10 +192,22 @@ bool Lower::tensors() {
         return;
       }
       const int64_t bytes = b.cols ? int64_t(b.rows) * b.cols * dtype_bytes(dt) : int64_t(b.rows) * 4;
+      for (const auto& at : s.attrs) {
+        if (at.key != "stages" || !at.value) continue;
+        auto n = eval(*at.value, at.loc.line ? at.loc : s.loc, "`stages` of " + a.name);
+        if (!n) { ok = false; return; }
+        if (*n < 1 || *n > 2) {
+          ok = fail("XL0202", at.loc.line ? at.loc : s.loc, "`stages: " + std::to_string(*n) + "` on " + a.name +
+                                                                 ": the mma.sync backward lowers rings of 1 or 2 slots",
+                    "write `{stages: 2}` (the next query tile is loaded while this one is used)");
+          return;
+        }
+        b.stages = int(*n);
+      }
       b.bytes = (bytes + 127) / 128 * 128;
       b.offset = off;
       b.layout = "SmemLayout" + id(a.name);
-      off += b.bytes;
+      off += b.bytes * b.stages;
       shared_[a.name] = b;
     } else {
       RegBuf r;

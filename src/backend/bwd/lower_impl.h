@@ -45,7 +45,8 @@ struct SharedBuf {
   std::string var, layout;  // C++ tensor (or float*) and layout type
   int rows = 0, cols = 0;   // cols 0: a 1-D fp32 row vector
   tl::DType dtype = tl::DType::F16;
-  int64_t offset = 0, bytes = 0;
+  int64_t offset = 0, bytes = 0;  // bytes of one slot
+  int stages = 1;                  // `{stages: 2}`: a ring of two slots, the loop fills the next one
 };
 
 struct RegBuf {
@@ -114,8 +115,13 @@ class Lower {
   // only marks the buffer as in flight, waited for at its first read.
   void loop(Out& w, const Stmt& s);
 
-  // The copy call of a global -> shared Copy (tile at the statement's coordinate).
+  // The copy call of a global -> shared Copy (tile at the statement's coordinate; into the slot of
+  // iteration `loop_var_` for a ring).
   void emit_g2s(Out& w, const Stmt& st);
+  // The view of a ring buffer's slot for iteration `iter` (a C++ int expression).
+  std::string slot_decl(const SharedBuf& b, const std::string& iter) const;
+  // Ring copies of the next iteration, issued right after the current one's tiles are waited for.
+  void issue_ring(Out& w);
 
   // The tiled MMA whose accumulator a register tile of `rows` rows is (preamble `Mma<R>`): min(WARPS,
   // rows / 16) warps along M, the rest along N. mma() names it (and records it for the kernel IR);
@@ -185,6 +191,8 @@ class Lower {
   std::map<std::string, int> aux_slot_;   // auxiliary inputs: ABI aux[] slot
   std::map<std::string, bool> aux_int_;   // ... int32 (else fp32)
   bool reads_softcap_ = false;            // a declaration reads the launch argument softcap
+  std::string loop_var_;                  // the loop's variable while its body is lowered
+  std::vector<const Stmt*> ring_pending_; // ring copies of iteration loop_var_ + 1 not yet issued
   std::map<int, int> mma_rows_;           // register tile rows -> warps along M (the Mma<R> used)
   int64_t row_scratch_bytes_ = 0;         // shared scratch of row reductions across warps (after the buffers)
 };

@@ -20,6 +20,7 @@ void Lower::before_read(Out& w, const std::string& name) {
     w.line("qattn::wait<0>();  // the cp.async copies into shared memory have landed");
     barrier(w, "... for every thread");
     written_async_.clear();
+    issue_ring(w);
   } else if (written_sync_.count(name)) {
     barrier(w, "what the block stored to shared memory is visible");
   }
@@ -56,7 +57,7 @@ bool Lower::writes_shared(const Stmt& st, const std::string& name) {
 void Lower::loop(Out& w, const Stmt& s) {
   const auto& body_stmts = s.loop.body;
   std::map<size_t, std::vector<const Stmt*>> after;  // statement index -> Copies to issue for i + 1 after it
-  std::vector<const Stmt*> ahead;
+  std::vector<const Stmt*> ahead, ring;
   for (size_t k = 0; k < body_stmts.size(); ++k) {
     const Stmt& c = body_stmts[k];
     if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Global || c.copy.to != tl::Space::Shared) continue;
@@ -71,6 +72,12 @@ void Lower::loop(Out& w, const Stmt& s) {
       }
     }
     if (other_writer || first <= long(k)) continue;
+    if (shared_.at(c.copy.name).stages > 1) {  // a ring: the next iteration's tile goes to the other slot at the top
+      ring.push_back(&c);
+      ahead.push_back(&c);
+      prefetched_.insert(&c);
+      continue;
+    }
     // issued after a run of loads from shared memory rather than inside it (one barrier for the run)
     while (size_t(last) + 1 < body_stmts.size() && body_stmts[size_t(last) + 1].kind == Stmt::Kind::Copy &&
            body_stmts[size_t(last) + 1].copy.from == tl::Space::Shared && body_stmts[size_t(last) + 1].copy.to == tl::Space::Register)
@@ -88,6 +95,7 @@ void Lower::loop(Out& w, const Stmt& s) {
   w.line(ref(s));
   const std::string v = id(s.loop.var);
   w.line("const int lo_" + v + " = " + cint(s.loop.lo) + ", hi_" + v + " = " + cint(s.loop.hi) + ";");
+  loop_var_ = v;  // (a ring's first tile goes to the slot of iteration lo)
   if (!ahead.empty()) {
     w.line("// the first iteration's copies, issued before the loop (each later one during the iteration before)");
     for (const Stmt* c : ahead)
@@ -105,6 +113,13 @@ void Lower::loop(Out& w, const Stmt& s) {
   w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
   written_async_ = in_flight;
   read_since_barrier_ = body_reads;  // the previous iteration's reads
+  loop_var_ = v;
+  for (const Stmt* c : ring) {
+    const SharedBuf& b = shared_.at(c->copy.name);
+    w.line(slot_decl(b, v) + "  // this iteration's slot of the ring");
+    read_since_barrier_.erase(c->copy.name);  // the previous iteration read the other slot
+  }
+  ring_pending_ = ring;
   for (size_t k = 0; k < body_stmts.size() && !failed_; ++k) {
     one(w, body_stmts[k]);
     auto it = after.find(k);
@@ -127,6 +142,8 @@ void Lower::loop(Out& w, const Stmt& s) {
     w.close();
     for (const Stmt* c : it->second) written_async_.insert(c->copy.name);
   }
+  issue_ring(w);  // (when no read waited for this iteration's tiles)
+  loop_var_.clear();
   if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
   if (!ahead.empty()) w.line("qattn::commit();  // the next iteration's copies: one group");
   w.close();
@@ -134,10 +151,38 @@ void Lower::loop(Out& w, const Stmt& s) {
   read_since_barrier_ = body_reads;
 }
 
+std::string Lower::slot_decl(const SharedBuf& b, const std::string& iter) const {
+  const std::string at = "smem + kSmem" + b.var.substr(1) + " + (" + iter + ") % " + std::to_string(b.stages) + " * " +
+                         std::to_string(b.bytes);
+  if (b.cols == 0) return "float* " + b.var + " = reinterpret_cast<float*>(" + at + ");";
+  return "Tensor " + b.var + " = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(" + at + ")), " + b.layout + "{});";
+}
+
+void Lower::issue_ring(Out& w) {
+  if (ring_pending_.empty() || loop_var_.empty()) return;
+  const std::string& v = loop_var_;
+  std::string names;
+  for (const Stmt* c : ring_pending_) names += (names.empty() ? "" : ", ") + c->copy.name;
+  w.line("// " + names + " of iteration " + v + " + 1 into the other slot of their rings (every warp is past iteration " + v +
+         " - 1, which read it)");
+  w.open("if (" + v + " + 1 < hi_" + v + ") {");
+  w.line("const int " + v + "_next = " + v + " + 1;");
+  w.open("{");
+  w.line("const int " + v + " = " + v + "_next;");
+  for (const Stmt* c : ring_pending_) emit_g2s(w, *c);
+  w.close();
+  w.close();
+  ring_pending_.clear();
+}
+
 void Lower::emit_g2s(Out& w, const Stmt& st) {
   const auto& c = st.copy;
   const SharedBuf* b = sh(c.name, st);
   if (!b) return;
+  if (b->stages > 1 && !loop_var_.empty()) {  // the slot of the iteration being filled (loop_var_ rebound to it)
+    w.open("{");
+    w.line(slot_decl(*b, loop_var_));
+  }
   const std::string coord = c.coord.empty() ? std::string("0") : cint(c.coord[0]);
   if (b->cols == 0)
     w.line("qattn::copy_rows_g2s<" + std::to_string(b->rows) + ", kThreads>(g" + id(c.name) + ", p.seqlen_q, " + coord + ", " +
@@ -145,6 +190,7 @@ void Lower::emit_g2s(Out& w, const Stmt& st) {
   else
     w.line("qattn::copy_g2s(gmem_copy, m" + id(c.name) + ", " + coord + ", " + b->var + ", tid);  // TL " +
            std::to_string(st.loc.line));
+  if (b->stages > 1 && !loop_var_.empty()) w.close();
 }
 
 }  // namespace qattn::backend::bwd::detail
