@@ -18,13 +18,24 @@ namespace {
 // rest of the warps split its columns).
 int warps_m(int rows, int warps) { return std::max(1, std::min(warps, rows / 16)); }
 
+// The warps along the rows of the (BM, x) and (BN, x) register tiles (`{warps_m: N}`; 0: the
+// lowering's default min(WARPS, rows / 16)). FlashAttention-2's sm80 layouts for 64 x 128 tiles on 8
+// warps: S, dP, dQ, dO, O 2 x 4 (32 x 32 per warp at d128) and dK, dV 4 x 2 (32 x 64); 128 x 128 tiles
+// 4 x 2 throughout: fewer shared bytes per MMA than 16-row strips (H200 bf16: 1.06-1.09x at d128,
+// 1.01-1.04x at d64, bench/results/2026-11-27-h200-bwd-warps).
+std::pair<int, int> backward_layouts(const TileConfig& c) {
+  if (c.warps == 8 && c.bm == 64 && c.bn == 128) return {2, 4};
+  if (c.warps == 8 && c.bm == 128 && c.bn == 128) return {4, 4};
+  return {0, 0};
+}
+
 // Shared bytes of the backward's buffers: K, V (BN rows), Q, dO, O (BM rows), P and dS (BM, BN) in
 // the storage dtype, LSE (BM) fp32; each rounded to 128 bytes; plus the scratch of D's row sum when
 // the (BM, d) tiles are split over warps along N.
 int64_t backward_smem(const Problem& p, const TileConfig& c) {
   auto r = [](int64_t b) { return (b + 127) / 128 * 128; };
   const int64_t e = p.bytes();
-  const int wn = c.warps / warps_m(c.bm, c.warps);
+  const int wm = backward_layouts(c).first, wn = c.warps / (wm ? wm : warps_m(c.bm, c.warps));
   const int64_t ring = std::max(1, c.stages);  // Q, dO, O and LSE: rings the loop fills one query tile ahead
   return r(c.bn * p.d_qk * e) + r(c.bn * p.d_v * e) + ring * (r(c.bm * p.d_qk * e) + 2 * r(c.bm * p.d_v * e) + r(c.bm * 4)) +
          2 * r(c.bm * c.bn * e) + (wn > 1 ? r(int64_t(wn) * c.bm * 4) : 0);
@@ -51,14 +62,14 @@ TileConfig backward_tiles(const Problem& p, const Target& t) {
   const int d = std::max(p.d_qk, p.d_v);
   c.warps = 8, c.bm = 128, c.bn = 128;
   if (d <= 64 && backward_smem(p, c) <= t.smem_per_block) {
-    c.reason = "backward d" + std::to_string(d) + ": BM=BN=128 over 8 warps, 16 rows of every tile per warp (S, dP 16 x 128; dK, dV, "
-               "dQ 16 x d); H200 bf16: 1.10-1.12x the 64 x 128 tiles (bench/results/2026-11-27-h200-bwd-warps)";
+    c.reason = "backward d" + std::to_string(d) + ": BM=BN=128 over 8 warps, every tile 4 x 2 warps (`{warps_m: 4}`; dS is read back "
+               "from shared for dQ); H200 bf16: 1.10-1.12x the 64 x 128 tiles (bench/results/2026-11-27-h200-bwd-warps)";
     return c;
   }
   c.bm = 64;
   if (d <= 128 && backward_smem(p, c) <= t.smem_per_block) {
     c.reason = "backward d" + std::to_string(d) + ": BM=64, BN=128 over 8 warps (FlashAttention-2's sm80 shape): dK and dV (128 x d) "
-               "16 rows per warp, the (64, 128) scores and (64, d) tiles 4 x 2 warps (D's row sum meets in shared memory, dS is "
+               "4 x 2 warps, the (64, 128) scores and (64, d) tiles 2 x 4 (`{warps_m: N}`; D's row sum meets in shared memory, dS is "
                "read back from shared for dQ); twice the keys per block of 64 x 64 halve dQ's atomic adds and the Q/dO/O loads "
                "(H200 bf16: 1.23-1.27x the 64 x 64 tiles of 4 warps, bench/results/2026-11-27-h200-bwd-warps)";
     return c;
@@ -131,6 +142,10 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   // dK and dV: stored once by the block that owns them (MHA) or added by the query heads of a kv head
   // (GQA / MQA: fp32 outputs, zero at launch).
   const bool accumulate_kv = p.heads_q != p.heads_kv;
+  // the register tiles' warp layouts (the code only): `{warps_m: N}` on the statements that make them
+  const std::pair<int, int> layouts = tiles ? backward_layouts(*tiles) : std::pair<int, int>{0, 0};
+  const std::string wq = layouts.first ? " {warps_m: " + std::to_string(layouts.first) + "}" : "";
+  const std::string wk = layouts.second ? " {warps_m: " + std::to_string(layouts.second) + "}" : "";
   const std::string dk_t = accumulate_kv ? "fp32" : st;
   const std::string kv_store = accumulate_kv ? " and accumulate" : "";
   if (w.code()) {
@@ -192,14 +207,14 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.line("Allocate dO in shared (BM, " + dv + ") " + st + ring);
     w.line("Allocate O in shared (BM, " + dv + ") " + st + ring);
     w.line("Allocate LSE in shared (BM) fp32" + ring);
-    w.line("Allocate dO in register (BM, " + dv + ") " + st);
-    w.line("Allocate O in register (BM, " + dv + ") " + st);
-    w.line("Allocate LSE in register (BM) fp32");
+    w.line("Allocate dO in register (BM, " + dv + ") " + st + wq);
+    w.line("Allocate O in register (BM, " + dv + ") " + st + wq);
+    w.line("Allocate LSE in register (BM) fp32" + wq);
     w.comment(" P and dS are read transposed (P^T dO, dS^T Q): staged in shared memory");
     w.line("Allocate Pc in shared (BM, BN) " + st);
     w.line("Allocate dSc in shared (BM, BN) " + st);
-    w.line("Allocate dK in register (BN, " + dqk + ") fp32 init 0");
-    w.line("Allocate dV in register (BN, " + dv + ") fp32 init 0");
+    w.line("Allocate dK in register (BN, " + dqk + ") fp32 init 0" + wk);
+    w.line("Allocate dV in register (BN, " + dv + ") fp32 init 0" + wk);
     w.blank();
   }
   auto copy = [&](const std::string& name, const std::string& tile, const char* from, const char* to, const std::string& tail = {}) {
@@ -219,7 +234,7 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   if (w.code()) w.comment(" D = rowsum(dO * O), first: dO and O are dead before the scores are live");
   w.line("Compute Multiply dO, O and get dOO");
   w.line("Compute RowSum dOO and get Di");
-  w.line("Compute GEMM Q, K^T and get S");
+  w.line("Compute GEMM Q, K^T and get S" + wq);
   const std::string at = w.code() ? " at [i, n_block]" : "";
   if (scores.empty()) {
     w.line("Compute Multiply S, softmax_scale * log2e");
@@ -242,7 +257,7 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   w.line("Compute Convert P and get Pc " + st);
   copy("Pc", "", "register", "shared");
   w.line("Compute GEMM Pc^T, dO and accumulate dV");
-  w.line("Compute GEMM dO, V^T and get dP");
+  w.line("Compute GEMM dO, V^T and get dP" + wq);
   w.line("Compute Subtract dP, Di and get dS");
   w.line("Compute Multiply dS, P");
   for (size_t k = scores.size(); k-- > 0;)
@@ -250,13 +265,13 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   w.line("Compute Convert dS and get dSc " + st);
   copy("dSc", "", "register", "shared");
   w.line("Compute GEMM dSc^T, Q and accumulate dK");
-  if (w.code() && warps_m(tiles->bm, tiles->warps) < tiles->warps) {
+  if (w.code() && (layouts.first ? layouts.first : warps_m(tiles->bm, tiles->warps)) < tiles->warps) {
     w.comment(" dS is split over warps along its columns: each warp reads its rows of it back from shared");
     copy("dSc", "", "shared", "register");
   } else if (w.code()) {
     w.line("Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
   }
-  w.line("Compute GEMM dSc, K and get dQ");
+  w.line("Compute GEMM dSc, K and get dQ" + wq);
   w.line("Compute Multiply dQ, softmax_scale");
   copy("dQ", "(BM, " + dqk + ") in coordinate [i, 0]", "register", "global", " and accumulate");
   w.dedent();

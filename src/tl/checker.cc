@@ -346,11 +346,29 @@ void Walker::attrs(const Stmt& s) {
                    "write `for s = 0: splits {unroll: 8}` in a `Kernel NAME combine` program, or remove it");
       continue;
     }
+    if (a.key == "warps_m") {  // the warp layout of the register tile the statement makes (mma.sync backward)
+      const bool makes_tile = (s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Register) ||
+                              (s.kind == Stmt::Kind::Compute && s.compute.op == "GEMM" &&
+                               s.compute.result == ComputeStmt::Result::Get);
+      const bool num = a.value && (a.value->kind != Expr::Kind::Number ||
+                                   (a.value->is_int && a.value->value >= 1 && a.value->value <= 16));
+      if (!backward() || !makes_tile || !num)
+        rep_.error("TL0417", pick(a.loc, s.loc),
+                   !backward()   ? "`warps_m` is lowered in backward programs only (the mma.sync backward's warp layouts)"
+                   : !makes_tile ? "`warps_m` belongs on the statement that makes a register tile: `Allocate X in register ...` or "
+                                   "`Compute GEMM A, B and get X`"
+                                 : "`warps_m` takes an integer from 1 to 16 (a literal, or an expression of Consts)",
+                   "write e.g. `Compute GEMM Q, K^T and get S {warps_m: 2}` (2 warps along the rows, WARPS / 2 along the "
+                   "columns), or remove it");
+      else if (a.value->kind != Expr::Kind::Number)
+        check_expr(*a.value, Ctx::Static, s);
+      continue;
+    }
     if (is_schedule_attr(a.key)) continue;
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
                "wait: X and release: X (any statement), overlap (the key loop), stage: N (its statements), persistent (the "
-               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), unroll: U (a combine program's loop); remove `{" + a.key +
+               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), unroll: U (a combine program's loop), warps_m: N (a backward program's register tiles); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <set>
 #include <string>
 
@@ -474,6 +476,29 @@ TEST(checker, UnknownScheduleAttributes) {
   auto ru = run(u);
   EXPECT_TRUE(ru.has("TL0415", line_of(u, "{unroll"))) << ru.rendered;
   EXPECT_EQ(ru.count("TL0701"), 0) << ru.rendered;
+}
+
+TEST(checker, WarpsMIsABackwardRegisterTileAttribute) {
+  // `{warps_m: N}`: on the statements that make a backward program's register tiles (TL0417 elsewhere)
+  std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/backward.tl");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bwd = ss.str();
+  ASSERT_NE(bwd.find("Compute GEMM Q, K^T and get S\n"), std::string::npos);
+  std::string ok = replace(bwd, "Compute GEMM Q, K^T and get S\n", "Compute GEMM Q, K^T and get S {warps_m: 2}\n");
+  ok = replace(ok, "Allocate dK in register (BN, d) fp32 init 0", "Allocate dK in register (BN, d) fp32 init 0 {warps_m: BM / 16}");
+  auto r = run(ok);
+  EXPECT_TRUE(r.ok) << r.rendered;
+  EXPECT_EQ(r.count("TL0417"), 0) << r.rendered;
+  std::string on_copy = replace(bwd, "  Copy dO from shared to register", "  Copy dO from shared to register {warps_m: 2}");
+  auto rc = run(on_copy);
+  EXPECT_TRUE(rc.has("TL0417", line_of(on_copy, "{warps_m"))) << rc.rendered;
+  std::string zero = replace(bwd, "Compute GEMM Q, K^T and get S\n", "Compute GEMM Q, K^T and get S {warps_m: 0}\n");
+  EXPECT_TRUE(run(zero).has("TL0417")) << run(zero).rendered;
+  std::string fwd = replace(kFlash, "Compute GEMM Q, K^T and get S", "Compute GEMM Q, K^T and get S {warps_m: 2}");
+  auto rf = run(fwd);
+  EXPECT_TRUE(rf.has("TL0417", line_of(fwd, "{warps_m"))) << rf.rendered;
+  EXPECT_EQ(rf.count("TL0701"), 0) << rf.rendered;
 }
 
 TEST(checker, SeveralErrorsReported) {

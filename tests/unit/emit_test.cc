@@ -349,18 +349,21 @@ TEST(EmitBackward, EveryStatementLowersToItsBlockAndTheAbiIsQattnBwd) {
     EXPECT_NE(cu.find("QATTN_EXPORT int qattn_bwd(const qattn_bwd_params* params"), std::string::npos);
     EXPECT_EQ(cu.find("qattn_fwd("), std::string::npos);
     EXPECT_NE(t->info_json.find("\"pass\":\"backward\""), std::string::npos) << t->info_json;
-    // d128: BM = 64, BN = 128, 8 warps: the (64, x) tiles on 4 x 2 warps, the (128, d) ones on 8 x 1
+    // d128: BM = 64, BN = 128, 8 warps; the TL gives the (64, x) tiles 2 x 4 warps and the (128, d)
+    // ones 4 x 2 (`{warps_m: N}` on the statements that make them)
     EXPECT_NE(code.find("Const BM = 64, BN = 128, WARPS = 8"), std::string::npos) << code;
-    EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(Mma<64>{}, rdQ, mdQ, i, tid);  // fp32 atomics"), std::string::npos);
+    EXPECT_NE(code.find("Compute GEMM Q, K^T and get S {warps_m: 2}"), std::string::npos) << code;
+    EXPECT_NE(code.find("Allocate dK in register (BN, d) fp32 init 0 {warps_m: 4}"), std::string::npos) << code;
+    EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(Mma<64, 2>{}, rdQ, mdQ, i, tid);  // fp32 atomics"), std::string::npos);
     // P^T and dS^T: transposed A operands, read from shared memory by ldmatrix.trans
-    EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtomT, SmemCopyAtomT>(Mma<128>{}, rdV, make_tensor(sPc.data(), qattn::transposed("),
+    EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtomT, SmemCopyAtomT>(Mma<128, 4>{}, rdV, make_tensor(sPc.data(), qattn::transposed("),
               std::string::npos);
-    // dS is split over 2 warps along its columns: dQ = dS K reads it back from shared memory
-    EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtom, SmemCopyAtomT>(Mma<64>{}, rdQ, sdSc, "), std::string::npos);
-    // D's row sum meets across the 2 warps of a row in shared memory
-    EXPECT_NE(cu.find("qattn::rows_across_warps<64, 4, 2, false>(Mma<64>{}, rDi, reinterpret_cast<float*>(smem + kSmemRowScratch), tid);"),
+    // dS is split over 4 warps along its columns: dQ = dS K reads it back from shared memory
+    EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtom, SmemCopyAtomT>(Mma<64, 2>{}, rdQ, sdSc, "), std::string::npos);
+    // D's row sum meets across the 4 warps of a row in shared memory
+    EXPECT_NE(cu.find("qattn::rows_across_warps<64, 2, 4, false>(Mma<64, 2>{}, rDi, reinterpret_cast<float*>(smem + kSmemRowScratch), tid);"),
               std::string::npos);
-    EXPECT_NE(t->kir.find("warps 8: 64 rows 4x2 128 rows 8x1 (along M x N)"), std::string::npos) << t->kir;
+    EXPECT_NE(t->kir.find("warps 8: 64 rows 2x4 128 rows 4x2 (along M x N)"), std::string::npos) << t->kir;
     // every statement of the TL is named by a `// TL n:` block
     support::DiagSink pd;
     auto prog = tl::parse(code, pd, "code.tl");
@@ -391,8 +394,9 @@ TEST(EmitBackward, TheTlIsTheSourceOfTruth) {
   ASSERT_TRUE(cut.has_value()) << d2.render();
   EXPECT_EQ(cut->cuda_source.find("ew_scalar<qattn::op::Mul>(rdK"), std::string::npos);
   // other tiles in the TL give other constants and other warp layouts: BN = 64 puts dK and dV (64 rows)
-  // on 4 x 2 of the 8 warps
+  // on 4 x 2 of the 8 warps; without the TL's `{warps_m: 4}` the 128-row tiles take 8 x 1
   std::string wide = code;
+  for (size_t at; (at = wide.find(" {warps_m: 4}")) != std::string::npos;) wide.erase(at, 13);
   const std::string tiles = "Const BM = 128, BN = 128, WARPS = 8";
   ASSERT_NE(wide.find(tiles), std::string::npos) << code;
   wide.replace(wide.find(tiles), tiles.size(), "Const BM = 128, BN = 64, WARPS = 8");
@@ -426,7 +430,29 @@ TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand
   support::DiagSink dr;
   EXPECT_FALSE(xlate(reshaped, "h100", dr).has_value());
   EXPECT_NE(dr.render().find("XL0202"), std::string::npos) << dr.render();
-  EXPECT_NE(dr.render().find("split over 2 warps along the columns"), std::string::npos) << dr.render();
+  EXPECT_NE(dr.render().find("split over 4 warps along the columns"), std::string::npos) << dr.render();
+  // the TL's `{warps_m: N}` is the layout: without them the default (4 x 2 and 8 x 1 here); tiles
+  // combined row by row must agree; N must divide WARPS
+  std::string plain = code8;
+  for (size_t at; (at = plain.find(" {warps_m: ")) != std::string::npos;) plain.erase(at, plain.find('}', at) + 1 - at);
+  support::DiagSink dp;
+  auto tp = xlate(plain, "h100", dp);
+  ASSERT_TRUE(tp.has_value()) << dp.render();
+  EXPECT_NE(tp->kir.find("warps 8: 64 rows 4x2 128 rows 8x1 (along M x N)"), std::string::npos) << tp->kir;
+  EXPECT_NE(tp->cuda_source.find("qattn::rows_across_warps<64, 4, 2, false>(Mma<64>{}, rDi"), std::string::npos);
+  std::string mixed = code8;
+  const std::string dp_gemm = "Compute GEMM dO, V^T and get dP {warps_m: 2}";
+  ASSERT_NE(mixed.find(dp_gemm), std::string::npos) << code8;
+  mixed.replace(mixed.find(dp_gemm), dp_gemm.size(), "Compute GEMM dO, V^T and get dP {warps_m: 4}");
+  support::DiagSink dm;
+  EXPECT_FALSE(xlate(mixed, "h100", dm).has_value());
+  EXPECT_NE(dm.render().find("XL0202"), std::string::npos) << dm.render();
+  EXPECT_NE(dm.render().find("combined row by row but laid out over the warps differently"), std::string::npos) << dm.render();
+  std::string odd = code8;
+  odd.replace(odd.find(dp_gemm), dp_gemm.size(), "Compute GEMM dO, V^T and get dP {warps_m: 3}");
+  support::DiagSink dd;
+  EXPECT_FALSE(xlate(odd, "h100", dd).has_value());
+  EXPECT_NE(dd.render().find("`warps_m: 3` does not divide WARPS = 8"), std::string::npos) << dd.render();
   // 16 warps on BM = 32: 2 x 8, so a (32, x) tile splits by 128 columns; d 64 does not
   std::string wide = plan_backward("llama3.2-1b", "h100", {}, narrow);
   const std::string tiles = "Const BM = 64, BN = 64, WARPS = 4";

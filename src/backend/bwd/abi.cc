@@ -34,9 +34,9 @@ void Lower::preamble(Out& w) {
   w.line("// " + arch_.mma_instr + ", fp32 accumulate. A 2-D register tile of R rows is an accumulator of Mma<R>: min(kWarps, R / 16)");
   w.line("// warps along M, the rest along N (a row reduction over such a tile then meets in shared memory)");
   w.line("template <int R> constexpr int kWarpsM = R / 16 < kWarps ? R / 16 : kWarps;");
-  w.line("template <int R>");
-  w.line("using Mma = TiledMMA<MMA_Atom<" + arch_.mma_atom + ">, Layout<Shape<Int<kWarpsM<R>>, Int<kWarps / kWarpsM<R>>, _1>>,");
-  w.line("                     Tile<Int<16 * kWarpsM<R>>, Int<16 * (kWarps / kWarpsM<R>)>, _16>>;");
+  w.line("template <int R, int WM = kWarpsM<R>>  // WM: the tile's `{warps_m: WM}`");
+  w.line("using Mma = TiledMMA<MMA_Atom<" + arch_.mma_atom + ">, Layout<Shape<Int<WM>, Int<kWarps / WM>, _1>>,");
+  w.line("                     Tile<Int<16 * WM>, Int<16 * (kWarps / WM)>, _16>>;");
   w.line("using SmemCopyAtom = Copy_Atom<" + arch_.ldsm_n + ", Element>;   // ldmatrix: an operand stored K-major");
   w.line("using SmemCopyAtomT = Copy_Atom<" + arch_.ldsm_t + ", Element>;  // ldmatrix.trans: an operand stored MN-major");
   int narrow = 0;
@@ -72,7 +72,7 @@ void Lower::mask(Out& w, const Stmt& s) {
     w.open("{");
     w.line("const int row0 = (" + cint(c.at[0]) + ") * " + M + ", col0 = (" + cint(c.at[1]) + ") * " + N + ";");
     w.line("const bool full = full_" + m.name + "(row0, row0 + " + M + " - 1, col0, col0 + " + N + " - 1);");
-    w.line("qattn::apply_keep<" + M + ", " + N + ">(" + mma(rp->rows) + ", " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
+    w.line("qattn::apply_keep<" + M + ", " + N + ">(" + mma(rp->rows, rp->wm) + ", " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
            ", tid);");
     w.close();
     return;
@@ -88,7 +88,7 @@ void Lower::mask(Out& w, const Stmt& s) {
   std::string args = "qattn::MaskArgs{p.seqlen_q, p.seqlen_k";
   if (m.kind == K::Window) args += ", " + cint(m.left) + ", " + cint(m.right);
   args += "}";
-  w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma(r.rows) + ", " +
+  w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma(r.rows, r.wm) + ", " +
          r.var + ", (" + cint(c.at[0]) + ") * " + std::to_string(r.rows) + ", (" + cint(c.at[1]) + ") * " + std::to_string(r.cols) +
          ", " + args + ", tid);");
 }
@@ -134,13 +134,13 @@ void Lower::score_op(Out& w, const Stmt& s) {
   const std::string M = std::to_string(x->rows), N = std::to_string(x->cols);
   const std::string r0 = "(" + cint(c.at[0]) + ") * " + M, c0 = "(" + cint(c.at[1]) + ") * " + N;
   if (c.op == "Modify") {
-    w.line("qattn::apply_score<" + M + ", " + N + ">(" + mma(x->rows) + ", " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
+    w.line("qattn::apply_score<" + M + ", " + N + ">(" + mma(x->rows, x->wm) + ", " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
            ", tid);");
     return;
   }
   const RegBuf* y = c.operands.size() > 1 ? rg(c.operands[1].expr.name, s) : nullptr;
-  if (!y) return;
-  w.line("qattn::apply_derivative<" + M + ", " + N + ">(" + mma(x->rows) + ", " + x->var + ", " + y->var + ", " + r0 + ", " + c0 +
+  if (!y || !same_rows(*x, *y, s)) return;
+  w.line("qattn::apply_derivative<" + M + ", " + N + ">(" + mma(x->rows, x->wm) + ", " + x->var + ", " + y->var + ", " + r0 + ", " + c0 +
          ", dscore_" + c.mask.name + ", tid);");
 }
 

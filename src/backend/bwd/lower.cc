@@ -72,17 +72,44 @@ RegBuf* Lower::rg(const std::string& n, const Stmt& s) {
 
 std::string Lower::ref(const Stmt& s) { return tl_ref(s); }
 
-std::string Lower::mma(int rows) {
-  mma_rows_[rows] = warps_m(rows);
-  return "Mma<" + std::to_string(rows) + ">{}";
+std::string Lower::mma(int rows, int wm) {
+  const int m = warps_m(rows, wm);
+  mma_rows_.insert({rows, m});
+  if (m == warps_m(rows)) return "Mma<" + std::to_string(rows) + ">{}";
+  return "Mma<" + std::to_string(rows) + ", " + std::to_string(m) + ">{}";
 }
 
-bool Lower::layout_ok(int rows, int cols, const Stmt& s, const std::string& what) {
-  const int wm = warps_m(rows), wn = warps_n(rows);
+int Lower::attr_wm(const Stmt& s) {
+  for (const auto& a : s.attrs) {
+    if (a.key != "warps_m" || !a.value) continue;
+    auto v = eval(*a.value, a.loc.line ? a.loc : s.loc, "`warps_m`");
+    if (!v) return -1;
+    if (*v < 1 || *v > warps_ || warps_ % *v != 0) {
+      fail("XL0202", a.loc.line ? a.loc : s.loc, "`warps_m: " + std::to_string(*v) + "` does not divide WARPS = " + std::to_string(warps_),
+           "the warps along the rows times those along the columns make WARPS: use a divisor of it");
+      return -1;
+    }
+    return int(*v);
+  }
+  return 0;
+}
+
+bool Lower::same_rows(const RegBuf& x, const RegBuf& y, const Stmt& s) {
+  if (warps_m(x.rows, x.wm) == warps_m(y.rows, y.wm)) return true;
+  return fail("XL0202", s.loc, "'" + x.var.substr(1) + "' (" + std::to_string(warps_m(x.rows, x.wm)) + " warps along its rows) and '" +
+                                   y.var.substr(1) + "' (" + std::to_string(warps_m(y.rows, y.wm)) +
+                                   ") are combined row by row but laid out over the warps differently",
+              "give the statements that make them the same `{warps_m: N}`");
+}
+
+bool Lower::layout_ok(int rows, int cols, int wm_attr, const Stmt& s, const std::string& what) {
+  if (wm_attr < 0) return false;
+  const int wm = warps_m(rows, wm_attr), wn = warps_n(rows, wm_attr);
   if (rows % 16 != 0 || warps_ % wm != 0 || rows % (16 * wm) != 0)
-    return fail("XL0202", s.loc, what + " has " + std::to_string(rows) + " rows: not split over " + std::to_string(warps_) +
-                                     " warps of 16-row MMAs (min(WARPS, rows / 16) warps along M, the rest along N)",
-                "tile rows must be a multiple of 16 * WARPS, or 16 x a divisor of WARPS");
+    return fail("XL0202", s.loc, what + " has " + std::to_string(rows) + " rows: not split over " + std::to_string(wm) +
+                                     " of the " + std::to_string(warps_) +
+                                     " warps along M in 16-row MMAs (by default min(WARPS, rows / 16), else its `warps_m`)",
+                "tile rows must be a multiple of 16 x the warps along M, which must divide WARPS");
   if (cols % (16 * wn) != 0)
     return fail("XL0202", s.loc, what + " (" + std::to_string(rows) + ", " + std::to_string(cols) + ") puts " + std::to_string(wn) +
                                      " warps along its columns: " + std::to_string(cols) + " is not a multiple of " + std::to_string(16 * wn),
@@ -108,9 +135,10 @@ bool Lower::header() {
     }
     for (const auto& a : s.attrs) {
       if (a.key == "stages" && s.kind == Stmt::Kind::Allocate && s.alloc.space == tl::Space::Shared) continue;
+      if (a.key == "warps_m") continue;  // the checker placed it (a register Allocate, a GEMM's `and get`)
       return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a backward program",
-                  "the backward lowering takes `{stages: 2}` on a shared Allocate (a ring the query loop fills ahead); it has no "
-                  "Hopper schedule or packing yet: remove the attribute");
+                  "the backward lowering takes `{stages: 2}` on a shared Allocate (a ring the query loop fills ahead) and "
+                  "`{warps_m: N}` on a register tile; it has no Hopper schedule or packing yet: remove the attribute");
     }
   }
   kernel_stmt_ = h.kernel, grid_stmt_ = h.grid;
@@ -215,6 +243,8 @@ bool Lower::tensors() {
       r.rows = dims[0];
       r.cols = dims.size() > 1 ? dims[1] : 0;
       r.dtype = dt;
+      r.wm = attr_wm(s);
+      if (r.wm < 0) { ok = false; return; }
       regs_[a.name] = r;
     }
   });
@@ -351,10 +381,10 @@ void Lower::allocate(Out& w, const Stmt& s) {
     return;
   }
   if (r.cols == 0) {
-    w.line("Tensor " + r.var + " = qattn::rows_for<" + std::to_string(r.rows) + ">(" + mma(r.rows) + ");  // (" + std::to_string(r.rows) + ")");
+    w.line("Tensor " + r.var + " = qattn::rows_for<" + std::to_string(r.rows) + ">(" + mma(r.rows, r.wm) + ");  // (" + std::to_string(r.rows) + ")");
   } else {
-    if (!layout_ok(r.rows, r.cols, s, "register tile " + a.name)) return;
-    w.line("Tensor " + r.var + " = partition_fragment_C(" + mma(r.rows) + ", " + shape(r.rows, r.cols) + ");  // (MMA, MMA_M, MMA_N) fp32");
+    if (!layout_ok(r.rows, r.cols, r.wm, s, "register tile " + a.name)) return;
+    w.line("Tensor " + r.var + " = partition_fragment_C(" + mma(r.rows, r.wm) + ", " + shape(r.rows, r.cols) + ");  // (MMA, MMA_M, MMA_N) fp32");
   }
   if (a.init) {
     w.line("fill(" + r.var + ", " + cfloat(*a.init) + ");");
@@ -400,9 +430,9 @@ void Lower::copy(Out& w, const Stmt& s) {
     }
     before_read(w, c.name);
     if (b.cols == 0)
-      w.line("qattn::load_rows<" + std::to_string(b.rows) + ">(" + mma(b.rows) + ", " + b.var + ", " + r.var + ", tid);");
+      w.line("qattn::load_rows<" + std::to_string(b.rows) + ">(" + mma(b.rows, r.wm) + ", " + b.var + ", " + r.var + ", tid);");
     else
-      w.line("qattn::load_acc(" + mma(r.rows) + ", " + b.var + ", " + r.var + ", tid);");
+      w.line("qattn::load_acc(" + mma(r.rows, r.wm) + ", " + b.var + ", " + r.var + ", tid);");
     return;
   }
   if (c.from == tl::Space::Register && c.to == tl::Space::Shared) {
@@ -416,7 +446,7 @@ void Lower::copy(Out& w, const Stmt& s) {
       return;
     }
     before_write(w, c.name, false);
-    w.line("qattn::store_acc_smem(" + mma(r.rows) + ", " + r.var + ", " + b.var + ", tid);");
+    w.line("qattn::store_acc_smem(" + mma(r.rows, r.wm) + ", " + r.var + ", " + b.var + ", tid);");
     return;
   }
   if (c.from == tl::Space::Register && c.to == tl::Space::Global) {
@@ -428,7 +458,7 @@ void Lower::copy(Out& w, const Stmt& s) {
       return;
     }
     w.line(std::string("qattn::") + (c.accumulate ? "add_acc_global<" : "store_acc_global<") + std::to_string(r.rows) + ", " +
-           std::to_string(r.cols) + ">(" + mma(r.rows) + ", " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
+           std::to_string(r.cols) + ">(" + mma(r.rows, r.wm) + ", " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
            (c.accumulate ? "  // fp32 atomics" : ""));
     return;
   }
@@ -477,10 +507,11 @@ void Lower::gemm(Out& w, const Stmt& s) {
     r.var = "r" + id(c.target);
     r.rows = m;
     r.cols = nn;
+    r.wm = attr_wm(s);
     regs_[c.target] = r;
     acc = &regs_[c.target];
-    if (!layout_ok(m, nn, s, "the product " + c.target)) return;
-    w.line("Tensor " + acc->var + " = partition_fragment_C(" + mma(m) + ", " + shape(m, nn) + ");  // (MMA, MMA_M, MMA_N) fp32");
+    if (!layout_ok(m, nn, acc->wm, s, "the product " + c.target)) return;
+    w.line("Tensor " + acc->var + " = partition_fragment_C(" + mma(m, acc->wm) + ", " + shape(m, nn) + ");  // (MMA, MMA_M, MMA_N) fp32");
     w.line("clear(" + acc->var + ");");
   }
   auto bv = operand_view(B, false, s);
@@ -501,13 +532,14 @@ void Lower::gemm(Out& w, const Stmt& s) {
            "insert `Reshape " + A.expr.name + " from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)`");
       return;
     }
-    w.line("qattn::gemm_rs<" + bv->atom + ">(" + mma(acc->rows) + ", " + acc->var + ", " + ra->a_view + ", " + bv->expr +
+    if (!same_rows(*ra, *acc, s)) return;
+    w.line("qattn::gemm_rs<" + bv->atom + ">(" + mma(acc->rows, acc->wm) + ", " + acc->var + ", " + ra->a_view + ", " + bv->expr +
            ", tid);  // A from registers, B streamed from shared memory");
     return;
   }
   auto av = operand_view(A, true, s);
   if (!av) return;
-  w.line("qattn::gemm_ss<" + av->atom + ", " + bv->atom + ">(" + mma(acc->rows) + ", " + acc->var + ", " + av->expr + ", " + bv->expr +
+  w.line("qattn::gemm_ss<" + av->atom + ", " + bv->atom + ">(" + mma(acc->rows, acc->wm) + ", " + acc->var + ", " + av->expr + ", " + bv->expr +
          ", tid);  // A and B streamed from shared memory");
 }
 
@@ -536,6 +568,7 @@ void Lower::compute(Out& w, const Stmt& s) {
     r.rows = rows;
     r.cols = cols;
     r.dtype = c.target_dtype.value_or(tl::DType::F32);
+    r.wm = rx.wm;  // the first operand's layout
     regs_[c.target] = r;
     if (!like.empty()) w.line("Tensor " + r.var + " = make_fragment_like<float>(" + like + ");");
     return &regs_[c.target];
@@ -547,6 +580,7 @@ void Lower::compute(Out& w, const Stmt& s) {
     r.rows = rx.rows;
     r.cols = rx.cols;
     r.dtype = dt;
+    r.wm = rx.wm;
     regs_[c.target] = r;
     w.line("Tensor " + r.var + " = qattn::convert<" + (dt == tl::DType::F32 ? std::string("float") : std::string("Element")) + ">(" +
            rx.var + ");");
@@ -562,11 +596,13 @@ void Lower::compute(Out& w, const Stmt& s) {
       RegBuf r;
       r.var = "r" + id(c.target);
       r.rows = rx.rows;
+      r.wm = rx.wm;
       regs_[c.target] = r;
       z = &regs_[c.target];
-      w.line("Tensor " + z->var + " = qattn::rows_for<" + std::to_string(rx.rows) + ">(" + mma(rx.rows) + ");");
+      w.line("Tensor " + z->var + " = qattn::rows_for<" + std::to_string(rx.rows) + ">(" + mma(rx.rows, rx.wm) + ");");
     }
-    if (warps_n(rx.rows) == 1) {
+    if (!same_rows(rx, *z, s)) return;
+    if (warps_n(rx.rows, rx.wm) == 1) {
       w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + (accumulate ? "true" : "false") + ">(" + rx.var +
              ", " + z->var + ");");
       return;
@@ -577,11 +613,12 @@ void Lower::compute(Out& w, const Stmt& s) {
            "reduce into a new vector (`and get`) and add it");
       return;
     }
-    row_scratch_bytes_ = std::max<int64_t>(row_scratch_bytes_, (int64_t(warps_n(rx.rows)) * rx.rows * 4 + 127) / 128 * 128);
+    row_scratch_bytes_ = std::max<int64_t>(row_scratch_bytes_, (int64_t(warps_n(rx.rows, rx.wm)) * rx.rows * 4 + 127) / 128 * 128);
     w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + "false>(" + rx.var + ", " + z->var + ");");
-    w.line("qattn::rows_across_warps<" + std::to_string(rx.rows) + ", " + std::to_string(warps_m(rx.rows)) + ", " +
-           std::to_string(warps_n(rx.rows)) + ", " + (c.op == "RowMax" ? "true" : "false") + ">(" + mma(rx.rows) + ", " + z->var +
-           ", reinterpret_cast<float*>(smem + kSmemRowScratch), tid);  // " + std::to_string(warps_n(rx.rows)) + " warps per row");
+    w.line("qattn::rows_across_warps<" + std::to_string(rx.rows) + ", " + std::to_string(warps_m(rx.rows, rx.wm)) + ", " +
+           std::to_string(warps_n(rx.rows, rx.wm)) + ", " + (c.op == "RowMax" ? "true" : "false") + ">(" + mma(rx.rows, rx.wm) + ", " +
+           z->var + ", reinterpret_cast<float*>(smem + kSmemRowScratch), tid);  // " + std::to_string(warps_n(rx.rows, rx.wm)) +
+           " warps per row");
     return;
   }
   if (c.op == "Exp" || c.op == "Exp2" || c.op == "Log" || c.op == "Log2") {
@@ -598,7 +635,7 @@ void Lower::compute(Out& w, const Stmt& s) {
       return;
     }
     const RegBuf* ry = rg(y.expr.name, s);
-    if (!ry) return;
+    if (!ry || !same_rows(rx, *ry, s)) return;
     w.line(std::string("qattn::") + (c.op == "Rescale" ? "rescale(" : "normalize(") + rx.var + ", " + ry->var + ");");
     return;
   }
@@ -618,6 +655,7 @@ void Lower::compute(Out& w, const Stmt& s) {
   const RegBuf* ryp = rg(y.expr.name, s);
   if (!ryp) return;
   const RegBuf& ry = *ryp;
+  if (!same_rows(rx, ry, s) || !same_rows(rx, *z, s)) return;
   if (ry.cols == 0 && rx.cols > 0) w.line("qattn::ew_rows<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
   else w.line("qattn::ew<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
 }
@@ -627,11 +665,11 @@ void Lower::reshape(Out& w, const Stmt& s) {
   RegBuf* rp = rg(s.reshape.name, s);
   if (!rp) return;
   RegBuf& r = *rp;
-  if (warps_n(r.rows) > 1) {
+  if (warps_n(r.rows, r.wm) > 1) {
     fail("XL0202", s.loc, "Reshape of " + s.reshape.name + " (" + std::to_string(r.rows) + " rows) to an A operand: its tile is split over " +
-                              std::to_string(warps_n(r.rows)) + " warps along the columns, so no warp holds whole rows of it",
+                              std::to_string(warps_n(r.rows, r.wm)) + " warps along the columns, so no warp holds whole rows of it",
          "copy it to shared memory and back (`Copy " + s.reshape.name + " from register to shared`, `Copy " + s.reshape.name +
-             " from shared to register`) instead of the Reshape, or use BM = 16 * WARPS");
+             " from shared to register`) instead of the Reshape, or give its tile all WARPS along the rows (BM = 16 * WARPS)");
     return;
   }
   r.from_shared = false;

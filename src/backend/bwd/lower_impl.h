@@ -57,6 +57,7 @@ struct RegBuf {
   bool elementwise = false; // read by a Compute other than GEMM
   std::string a_view;       // after `Reshape`: the A-operand fragment view
   bool from_shared = false; // after `Copy X from shared to register` of a GEMM-only tile: the GEMM reads shared
+  int wm = 0;               // `{warps_m: N}` (or inherited from the operand): warps along the rows; 0: the default
 };
 
 class Lower {
@@ -123,13 +124,16 @@ class Lower {
   // Ring copies of the next iteration, issued right after the current one's tiles are waited for.
   void issue_ring(Out& w);
 
-  // The tiled MMA whose accumulator a register tile of `rows` rows is (preamble `Mma<R>`): min(WARPS,
-  // rows / 16) warps along M, the rest along N. mma() names it (and records it for the kernel IR);
-  // layout_ok() raises XL0202 when a (rows, cols) tile cannot be split that way.
-  int warps_m(int rows) const { return std::max(1, std::min(warps_, rows / 16)); }
-  int warps_n(int rows) const { return warps_ / warps_m(rows); }
-  std::string mma(int rows);
-  bool layout_ok(int rows, int cols, const Stmt& s, const std::string& what);
+  // The tiled MMA whose accumulator a register tile of `rows` rows is (preamble `Mma<R, WM>`): WM warps
+  // along M (the tile's `{warps_m: WM}`, by default min(WARPS, rows / 16)), the rest along N. mma()
+  // names it (and records it for the kernel IR); layout_ok() raises XL0202 when a (rows, cols) tile
+  // cannot be split that way; same_rows() when two tiles combined row by row are laid out differently.
+  int warps_m(int rows, int wm = 0) const { return wm > 0 ? wm : std::max(1, std::min(warps_, rows / 16)); }
+  int warps_n(int rows, int wm = 0) const { return warps_ / warps_m(rows, wm); }
+  std::string mma(int rows, int wm = 0);
+  bool layout_ok(int rows, int cols, int wm, const Stmt& s, const std::string& what);
+  bool same_rows(const RegBuf& x, const RegBuf& y, const Stmt& s);
+  int attr_wm(const Stmt& s);  // the statement's `{warps_m: N}`, 0 without it (-1 after a diagnostic)
 
   std::string shape(int r, int c) const { return "Shape<Int<" + std::to_string(r) + ">, Int<" + std::to_string(c) + ">>{}"; }
 
@@ -193,7 +197,7 @@ class Lower {
   bool reads_softcap_ = false;            // a declaration reads the launch argument softcap
   std::string loop_var_;                  // the loop's variable while its body is lowered
   std::vector<const Stmt*> ring_pending_; // ring copies of iteration loop_var_ + 1 not yet issued
-  std::map<int, int> mma_rows_;           // register tile rows -> warps along M (the Mma<R> used)
+  std::set<std::pair<int, int>> mma_rows_; // (register tile rows, warps along M) of the Mma<R, WM> used
   int64_t row_scratch_bytes_ = 0;         // shared scratch of row reductions across warps (after the buffers)
 };
 
