@@ -9,7 +9,8 @@
 #    skipped) that every ring case must catch;
 # 3. with --bench SEQLENS (or --bench-only SEQLENS: without 1 and 2): bench/bench_cp.py for world
 #    sizes 2 and every GPU (results.csv; per-GPU lengths up to 256k).
-# --train SEQLENS (alone): tests/gpu/cp_train_check.py under torchrun for every GPU and 2 (the ring's
+# --train SEQLENS (alone): tests/gpu/cp_train_check.py (its kernels built first, one process per case)
+#    under torchrun for every GPU and 2 (the ring's
 #    and Ulysses' gradients against single-GPU qattn and fp32 autograd, cp_train_w*.txt), then
 #    bench/bench_cp.py --passes fwd+bwd for every GPU and 2 (results.csv, bench_train.txt).
 # Every torchrun's whole output stays in OUT (*.log, cp_*.txt): a failing rank's traceback is kept.
@@ -47,6 +48,12 @@ else
 timeout 300 python3 "$ROOT/tests/gpu/cp_check.py" --warm 2>&1 | tail -5 | tee "$OUT/warm.txt"
 fi
 if [ -n "$TRAIN" ]; then
+  # every case's kernels first, one process per case over the GPUs (the ranks then find them cached)
+  ncases=$(python3 -c "import sys; sys.path.insert(0, '$ROOT/tests/gpu'); import cp_train_check as c; print(len(c.CASES))" 2>/dev/null || echo 0)
+  for i in $(seq 0 $((ncases - 1))); do
+    CUDA_VISIBLE_DEVICES=$((i % NGPU)) timeout 300 python3 "$ROOT/tests/gpu/cp_train_check.py" --warm "$i" > "$OUT/cp_train_warm_$i.log" 2>&1 &
+  done
+  wait
   for n in $(printf '%s\n' "$NGPU" 2 | sort -run); do
     timeout 300 torchrun --nproc-per-node "$n" "$ROOT/tests/gpu/cp_train_check.py" > "$OUT/cp_train_w$n.txt" 2>&1 || rc=1
     grep -E "cp_train_check|FAIL|Error" "$OUT/cp_train_w$n.txt" | tail -5
