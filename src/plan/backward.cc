@@ -48,10 +48,11 @@ TileConfig backward_rule(const Problem& p, const Target& t) {
   TileConfig c = backward_tiles(p, t);
   TileConfig two = c;
   two.stages = 2;
-  if (c.warps == 8 && backward_smem(p, two) <= t.smem_per_block) {
+  if (c.warps == 8 && std::max(p.d_qk, p.d_v) <= 128 && backward_smem(p, two) <= t.smem_per_block) {
     c.stages = 2;
     c.reason += "; Q, dO, O and LSE in rings of 2 slots (`{stages: 2}`): query tile i + 1 loads during all of tile i, with no "
-                "barrier before each load (H200 bf16: 1.01-1.03x one slot; the 4-warp 64 x 64 kernels stay on one: MLA 0.98x)";
+                "barrier before each load (H200 bf16: 1.01-1.03x one slot at d64 / d128; not measured for larger head dims, which "
+                "keep one slot)";
   }
   return c;
 }
@@ -67,19 +68,24 @@ TileConfig backward_tiles(const Problem& p, const Target& t) {
     return c;
   }
   c.bm = 64;
-  if (d <= 128 && backward_smem(p, c) <= t.smem_per_block) {
+  if (d <= 192 && backward_smem(p, c) <= t.smem_per_block) {
     c.reason = "backward d" + std::to_string(d) + ": BM=64, BN=128 over 8 warps (FlashAttention-2's sm80 shape): dK and dV (128 x d) "
                "4 x 2 warps, the (64, 128) scores and (64, d) tiles 2 x 4 (`{warps_m: N}`; D's row sum meets in shared memory, dS is "
                "read back from shared for dQ); twice the keys per block of 64 x 64 halve dQ's atomic adds and the Q/dO/O loads "
-               "(H200 bf16: 1.23-1.27x the 64 x 64 tiles of 4 warps, bench/results/2026-11-27-h200-bwd-warps)";
+               "(H200 bf16: 1.23-1.27x the 64 x 64 tiles of 4 warps at d128, MLA 192/128 1.61-1.65x; "
+               "bench/results/2026-11-27-h200-bwd-warps)";
     return c;
   }
-  c.warps = 4, c.bm = 64, c.bn = 64;
-  if (d <= 128)
-    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 4 warps (16 rows each): " + t.name +
-               "'s shared memory per block does not take the 64 x 128 tiles of 8 warps";
-  else
-    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 4 warps keeps dK and dV (64 x d each) in registers";
+  c.bn = 64;
+  if (d > 128 && backward_smem(p, c) <= t.smem_per_block) {
+    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 8 warps, every tile 4 x 2 warps (D's row sum meets in shared "
+               "memory, dS is read back from shared for dQ): dK and dV (64 x d) fit the registers without spills at d256 (H200 bf16: "
+               "1.57x 4 warps at d256, 1.08x at MLA 192/128; bench/results/2026-11-27-h200-bwd-warps)";
+    return c;
+  }
+  c.warps = 4, c.bn = 64;
+  c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 4 warps (16 rows each): " + t.name +
+             "'s shared memory per block does not take the larger tiles of 8 warps (measured on H200s only)";
   return c;
 }
 
