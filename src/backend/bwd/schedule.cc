@@ -142,7 +142,10 @@ void Lower::loop(Out& w, const Stmt& s) {
     w.close();
     for (const Stmt* c : it->second) written_async_.insert(c->copy.name);
   }
-  issue_ring(w);  // (when no read waited for this iteration's tiles)
+  if (!ring_pending_.empty()) {  // no read waited for this iteration's tiles: the other slots may still be read
+    barrier(w, "every warp is past the reads of the previous iteration's ring slots");
+    issue_ring(w);
+  }
   loop_var_.clear();
   if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
   if (!ahead.empty()) w.line("qattn::commit();  // the next iteration's copies: one group");
