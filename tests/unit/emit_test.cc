@@ -60,6 +60,20 @@ std::optional<Translation> xlate(const std::string& code, const std::string& gpu
   return translate_text(code, target(gpu), d, "test.tl");
 }
 
+// `code` with its first `from` replaced by `to` is refused for `gpu`, with every one of `needles` in
+// the diagnostics.
+void expect_refused(const std::string& code, const std::string& from, const std::string& to, const std::string& gpu,
+                    std::initializer_list<const char*> needles) {
+  const size_t at = code.find(from);
+  ASSERT_NE(at, std::string::npos) << "no `" << from << "` in\n" << code;
+  std::string edited = code;
+  edited.replace(at, from.size(), to);
+  support::DiagSink d;
+  EXPECT_FALSE(xlate(edited, gpu, d).has_value()) << "`" << to << "` translated";
+  EXPECT_TRUE(d.has_errors());
+  for (const char* n : needles) EXPECT_NE(d.render().find(n), std::string::npos) << n << "\n" << d.render();
+}
+
 // ---- golden files ----------------------------------------------------------------------------------
 class GoldenEmit : public ::testing::TestWithParam<std::string> {};
 
@@ -423,14 +437,8 @@ TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand
   // 8 warps on BM = 64: dS is split along its columns; a Reshape of it to an A operand is refused,
   // with the way out (the round trip through shared memory the planner writes)
   const std::string code8 = plan_backward("llama3-8b", "h100");
-  const std::string back = "  Copy dSc from shared to register\n";
-  ASSERT_NE(code8.find(back), std::string::npos) << code8;
-  std::string reshaped = code8;
-  reshaped.replace(reshaped.find(back), back.size(), "  Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n");
-  support::DiagSink dr;
-  EXPECT_FALSE(xlate(reshaped, "h100", dr).has_value());
-  EXPECT_NE(dr.render().find("XL0202"), std::string::npos) << dr.render();
-  EXPECT_NE(dr.render().find("split over 4 warps along the columns"), std::string::npos) << dr.render();
+  expect_refused(code8, "  Copy dSc from shared to register\n", "  Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n",
+                 "h100", {"XL0202", "split over 4 warps along the columns"});
   // the TL's `{warps_m: N}` is the layout: without them the default (4 x 2 and 8 x 1 here); tiles
   // combined row by row must agree; N must divide WARPS
   std::string plain = code8;
@@ -440,27 +448,13 @@ TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand
   ASSERT_TRUE(tp.has_value()) << dp.render();
   EXPECT_NE(tp->kir.find("warps 8: 64 rows 4x2 128 rows 8x1 (along M x N)"), std::string::npos) << tp->kir;
   EXPECT_NE(tp->cuda_source.find("qattn::rows_across_warps<64, 4, 2, false>(Mma<64>{}, rDi"), std::string::npos);
-  std::string mixed = code8;
   const std::string dp_gemm = "Compute GEMM dO, V^T and get dP {warps_m: 2}";
-  ASSERT_NE(mixed.find(dp_gemm), std::string::npos) << code8;
-  mixed.replace(mixed.find(dp_gemm), dp_gemm.size(), "Compute GEMM dO, V^T and get dP {warps_m: 4}");
-  support::DiagSink dm;
-  EXPECT_FALSE(xlate(mixed, "h100", dm).has_value());
-  EXPECT_NE(dm.render().find("XL0202"), std::string::npos) << dm.render();
-  EXPECT_NE(dm.render().find("combined row by row but laid out over the warps differently"), std::string::npos) << dm.render();
-  std::string odd = code8;
-  odd.replace(odd.find(dp_gemm), dp_gemm.size(), "Compute GEMM dO, V^T and get dP {warps_m: 3}");
-  support::DiagSink dd;
-  EXPECT_FALSE(xlate(odd, "h100", dd).has_value());
-  EXPECT_NE(dd.render().find("`warps_m: 3` does not divide WARPS = 8"), std::string::npos) << dd.render();
+  expect_refused(code8, dp_gemm, "Compute GEMM dO, V^T and get dP {warps_m: 4}", "h100",
+                 {"XL0202", "combined row by row but laid out over the warps differently"});
+  expect_refused(code8, dp_gemm, "Compute GEMM dO, V^T and get dP {warps_m: 3}", "h100", {"`warps_m: 3` does not divide WARPS = 8"});
   // 16 warps on BM = 32: 2 x 8, so a (32, x) tile splits by 128 columns; d 64 does not
-  std::string wide = plan_backward("llama3.2-1b", "h100", {}, narrow);
-  const std::string tiles = "Const BM = 64, BN = 64, WARPS = 4";
-  ASSERT_NE(wide.find(tiles), std::string::npos) << wide;
-  wide.replace(wide.find(tiles), tiles.size(), "Const BM = 32, BN = 256, WARPS = 16");
-  support::DiagSink dw;
-  EXPECT_FALSE(xlate(wide, "h100", dw).has_value());
-  EXPECT_NE(dw.render().find("(32, 64) puts 8 warps along its columns: 64 is not a multiple of 128"), std::string::npos) << dw.render();
+  expect_refused(plan_backward("llama3.2-1b", "h100", {}, narrow), "Const BM = 64, BN = 64, WARPS = 4",
+                 "Const BM = 32, BN = 256, WARPS = 16", "h100", {"(32, 64) puts 8 warps along its columns: 64 is not a multiple of 128"});
 }
 
 TEST(EmitBackward, RingsOfTwoSlotsLoadTheNextQueryTileAtTheTopOfTheIteration) {
@@ -496,17 +490,8 @@ TEST(EmitBackward, RingsOfTwoSlotsLoadTheNextQueryTileAtTheTopOfTheIteration) {
   EXPECT_NE(t1->cuda_source.find("issued after i's last read"), std::string::npos);
   EXPECT_LT(t1->smem_bytes, t->smem_bytes);
   // 3 slots are not lowered; other attributes neither
-  std::string three = code;
-  three.replace(three.find("bf16 {stages: 2}") + 5, 11, "{stages: 3}");
-  support::DiagSink d3;
-  EXPECT_FALSE(xlate(three, "h100", d3).has_value());
-  EXPECT_NE(d3.render().find("XL0202"), std::string::npos) << d3.render();
-  EXPECT_NE(d3.render().find("rings of 1 or 2 slots"), std::string::npos) << d3.render();
-  std::string async = code;
-  async.replace(async.find("from global to shared"), 21, "from global to shared {async}");
-  support::DiagSink da;
-  EXPECT_FALSE(xlate(async, "h100", da).has_value());
-  EXPECT_TRUE(da.has_errors());
+  expect_refused(code, "bf16 {stages: 2}", "bf16 {stages: 3}", "h100", {"XL0202", "rings of 1 or 2 slots"});
+  expect_refused(code, "from global to shared", "from global to shared {async}", "h100", {});
 }
 
 TEST(EmitBackward, EveryOneLineDeletionOrSwapIsADiagnosticOrAKernelNeverACrash) {
