@@ -38,6 +38,30 @@ def mask_matrix(kind, sq, sk, window, device):
     return None
 
 
+def document_aux(info, b, sq, sk, device, generator=None):
+    """The auxiliary inputs of a kernel whose TL reads document ids (kernel info "aux": seg_q (batch,
+    seqlen_q) and seg_k (batch, seqlen_k), int32, nondecreasing) and the (b, 1, sq, sk) pairs they
+    keep; ([], None) for a kernel without auxiliary inputs. With a generator: random documents
+    (about 5 per row, lengths 1 to s / 2); without: 4 documents at s/8, s/2, 3s/4 (bench_backward's)."""
+    names = [a["name"] for a in info.get("aux", [])]
+    if not names:
+        return [], None
+    if names != ["seg_q", "seg_k"]:
+        raise ValueError(f"auxiliary inputs {names}: this check fills document ids (seg_q, seg_k) only")
+
+    def ids(s):
+        if generator is None:
+            seg = torch.zeros(b, s, dtype=torch.int32, device=device)
+            for e in (s // 8, s // 2, 3 * s // 4):
+                seg[:, e:] += 1
+            return seg
+        starts = torch.rand(b, s, device=device, generator=generator) < 5.0 / max(s, 1)
+        starts[:, 0] = False
+        return starts.to(torch.int32).cumsum(dim=1).to(torch.int32).contiguous()
+    seg_q, seg_k = ids(sq), ids(sk)
+    return [seg_q, seg_k], (seg_q[:, None, :, None] == seg_k[:, None, None, :])
+
+
 def attention(q, k, v, keep, scale):
     """(b, s, h, d) eager attention in q's dtype; rows with no visible key give 0."""
     hq, hk = q.shape[2], k.shape[2]
@@ -67,6 +91,9 @@ def run_case(lib, shape, seed, window):
     dout = torch.randn(b, sq, hq, dv_, device=dev, generator=g).to(dt)
     scale = d ** -0.5
     keep = mask_matrix(info["mask"], sq, sk, window, dev)
+    aux, docs = document_aux(info, b, sq, sk, dev, generator=g)
+    if docs is not None:
+        keep = docs if keep is None else docs & keep
     # fp32 reference (forward and autograd), and the same math in the kernel's dtype
     qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
     of, lse = attention(qf, kf, vf, keep, scale)
@@ -81,7 +108,7 @@ def run_case(lib, shape, seed, window):
     fill = 0.0 if dk_dt == torch.float32 else float("nan")
     dk = torch.full((b, sk, hk, d), fill, device=dev, dtype=dk_dt)
     dvv = torch.full((b, sk, hk, dv_), fill, device=dev, dtype=dk_dt)
-    p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dvv, scale=scale, window=window)
+    p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dvv, scale=scale, window=window, aux=aux)
     st = lib.bwd(p, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     if dk_dt != torch.float32 and hq != hk:
@@ -142,6 +169,12 @@ def bench(lib, shape, rows, name):
     # SDPA's is_causal is the top-left diagonal: the same work as either causal kind on square shapes
     causal = info["mask"] in ("causal", "causal_top_left")
     keep = mask_matrix(info["mask"], sq, sk, (-1, -1), "cuda") if sq * sk <= 4096 * 4096 else None
+    aux, docs = document_aux(info, b, sq, sk, "cuda")
+    kept = 0.5 if causal else 1.0  # the fraction of (query, key) pairs the kernel computes
+    if docs is not None:  # counted exactly (the documents at fixed boundaries, and the causal mask)
+        both = docs if keep is None else docs & keep
+        kept = both.float().mean().item()
+        del both
     with torch.no_grad():
         qt = q.transpose(1, 2)
         kt = k.transpose(1, 2).repeat_interleave(hq // hk, dim=1)
@@ -153,7 +186,7 @@ def bench(lib, shape, rows, name):
     dq = torch.zeros(b, sq, hq, d, device="cuda", dtype=torch.float32)
     dk = torch.zeros(b, sk, hk, d, device="cuda", dtype=dk_dt)
     dv = torch.zeros(b, sk, hk, dv_, device="cuda", dtype=dk_dt)
-    p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=d ** -0.5)
+    p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=d ** -0.5, aux=aux)
     stream = torch.cuda.current_stream().cuda_stream
     st = lib.bwd(p, stream)  # a refused launch would time nothing
     if st != 0:
@@ -171,13 +204,15 @@ def bench(lib, shape, rows, name):
             dv.to(dt)
     ms = time_ms(ours)
     # 5 GEMMs: S, dK, dQ over d_qk; dP, dV over d_v (2.5x the forward's two when d_qk == d_v)
-    flops = 2 * b * hq * sq * sk * (3 * d + 2 * dv_) * (0.5 if causal else 1.0)
-    row = {"kernel": name, "shape": f"b{b} h{hq}/{hk} s{sq}x{sk} d{d}" + (f"/{dv_}" if dv_ != d else ""), "mask": info["mask"], "qattn_ms": ms,
-           "qattn_tflops": flops / ms / 1e9}
+    flops = 2 * b * hq * sq * sk * (3 * d + 2 * dv_) * kept
+    row = {"kernel": name, "shape": f"b{b} h{hq}/{hk} s{sq}x{sk} d{d}" + (f"/{dv_}" if dv_ != d else ""), "mask": info["mask"]
+           + (" documents" if aux else ""), "qattn_ms": ms, "qattn_tflops": flops / ms / 1e9}
+    # SDPA's cuDNN and FA2 backends take no document mask: their rows time the mask without documents
     for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
         try:
             t = sdpa_backward_ms(q, k, v, dout, causal, backend)
-            row[label + "_ms"], row[label + "_tflops"] = t, flops / t / 1e9
+            sdpa_flops = 2 * b * hq * sq * sk * (3 * d + 2 * dv_) * (0.5 if causal else 1.0)
+            row[label + "_ms"], row[label + "_tflops"] = t, sdpa_flops / t / 1e9
         except RuntimeError as e:
             row[label + "_ms"], row[label + "_tflops"] = float("nan"), float("nan")
             print(f"  {label}: {str(e).splitlines()[0]}")

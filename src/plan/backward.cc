@@ -228,7 +228,10 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   };
   copy("K", "(BN, " + dqk + ") in coordinate [n_block, 0]", "global", "shared");
   copy("V", "(BN, " + dv + ") in coordinate [n_block, 0]", "global", "shared");
-  w.line(w.code() ? "for i = " + query_lo(p) + ": " + query_hi(p) : "for i = 0: M");
+  // whole query tiles the mask hides: the bounds (causal, window), and `{skip: NAME}` for a Mask with
+  // an `empty when` clause (documents, prefix-LM, a mask_mod): the kernel never loads those tiles
+  const std::string skip = skip_mask_name(p);
+  w.line(w.code() ? "for i = " + query_lo(p) + ": " + query_hi(p) + (skip.empty() ? "" : " {skip: " + skip + "}") : "for i = 0: M");
   w.indent();
   copy("Q", "(BM, " + dqk + ") in coordinate [i, 0]", "global", "shared");
   copy("dO", "(BM, " + dv + ") in coordinate [i, 0]", "global", "shared");

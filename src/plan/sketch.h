@@ -20,6 +20,9 @@ std::string code_text(const Problem& p, const Target& t, const TileConfig& tiles
 std::string kernel_name(const Problem& p);
 // The spec's Score / Mask declarations as TL lines, in application order (what both passes declare).
 std::vector<std::string> variant_declarations(const Problem& p);
+// The Mask whose `empty when` clause lets a loop skip whole tiles (`{skip: NAME}`), empty when none
+// has one: document, else prefix_lm, else a mask_mod whose clauses the front end derives.
+std::string skip_mask_name(const Problem& p);
 
 // True when `code` keeps every statement of `sketch` in order (same statement kinds, ops, tensor
 // names and operands), adding only parameters, Allocate, Reshape and header statements.

@@ -350,6 +350,7 @@ std::string kernel_name(const Problem& p) {
 
 std::string sketch_text(const Problem& p, const Target& t) { return text(p, t, nullptr); }
 std::vector<std::string> variant_declarations(const Problem& p) { return declarations(p); }
+std::string skip_mask_name(const Problem& p) { return skip_mask(p); }
 std::string code_text(const Problem& p, const Target& t, const TileConfig& tiles) { return text(p, t, &tiles); }
 
 }  // namespace qattn::plan

@@ -38,6 +38,9 @@ CONFIGS=(
   "bwd_mla_causal|--preset deepseek-v3-mla-prefill"
   "bwd_fp16_d128_topleft_mha|--preset llama2-7b --mask causal_top_left --dtype fp16"
   "bwd_d256_causal|--preset llama3-8b --head-dim 256"
+  "bwd_d128_doc|--preset llama3-8b --document true"
+  "bwd_d64_doc_none_mha|--preset llama3.2-1b --document true --mask none --heads 16,16"
+  "neg_bwd_doc_clause|--preset llama3.2-1b --document true|s/seg_q\\[b, q_hi\\] < seg_k/seg_q[b, q_hi] <= seg_k/"
   "neg_bwd_no_dk_scale|--preset llama3.2-1b|/^Compute Multiply dK, softmax_scale$/d"
   "neg_bwd_late_first_tile|--preset llama3.2-1b|s/^for i = max(0, \\(.*\\)): /for i = max(0, \\1 + 1): /"
 )

@@ -494,6 +494,42 @@ TEST(EmitBackward, RingsOfTwoSlotsLoadTheNextQueryTileAtTheTopOfTheIteration) {
   expect_refused(code, "from global to shared", "from global to shared {async}", "h100", {});
 }
 
+TEST(EmitBackward, SkipVisitsOnlyTheQueryTilesTheMaskShowsAndRingSlotsGoByVisit) {
+  // documents: `{skip: document}` on the query loop; the next visited tile is prefetched (rings on the
+  // H100, the loads after the last read on the A100), and a ring's slot is the visit count
+  for (const char* gpu : {"h100", "a100"}) {
+    SCOPED_TRACE(gpu);
+    const std::string code = plan_backward("llama3-8b", gpu, {{"document", "true"}});
+    EXPECT_NE(code.find("cdiv(seqlen_q, BM) {skip: document}\n"), std::string::npos) << code;
+    support::DiagSink d;
+    auto t = xlate(code, gpu, d);
+    ASSERT_TRUE(t.has_value()) << d.render();
+    const std::string& cu = t->cuda_source;
+    EXPECT_NE(cu.find("auto visible_i = [&](int i) -> bool { const int row0 = (i) * 64, col0 = (n_block) * 128; return "
+                      "!empty_document(row0, row0 + 64 - 1, col0, col0 + 128 - 1); };"),
+              std::string::npos);
+    EXPECT_NE(cu.find("for (int i = first_i, it_i = 0, nx_i; i < hi_i; i = nx_i, ++it_i) {"), std::string::npos);
+    EXPECT_NE(cu.find("nx_i = next_i(i);"), std::string::npos);
+    EXPECT_NE(cu.find("const int i_next = nx_i;"), std::string::npos);
+    EXPECT_EQ(cu.find("i + 1 < hi_i"), std::string::npos);
+    EXPECT_NE(t->kir.find("skip query tiles where empty_document"), std::string::npos) << t->kir;
+    if (std::string(gpu) == "h100") {
+      EXPECT_NE(cu.find("smem + kSmemQ + (it_i) % 2 * 16384"), std::string::npos);
+      EXPECT_NE(cu.find("smem + kSmemQ + (it_i + 1) % 2 * 16384"), std::string::npos);
+      EXPECT_NE(cu.find("smem + kSmemQ + (0) % 2 * 16384"), std::string::npos);  // the first visit's slot
+      EXPECT_EQ(cu.find("smem + kSmemQ + (i) % 2"), std::string::npos);
+    }
+    // the TL decides: without the attribute every tile in the bounds is visited
+    std::string all = code;
+    all.erase(all.find(" {skip: document}"), 17);
+    support::DiagSink d2;
+    auto t2 = xlate(all, gpu, d2);
+    ASSERT_TRUE(t2.has_value()) << d2.render();
+    EXPECT_EQ(t2->cuda_source.find("visible_i"), std::string::npos);
+    EXPECT_NE(t2->cuda_source.find("for (int i = lo_i; i < hi_i; ++i) {"), std::string::npos);
+  }
+}
+
 TEST(EmitBackward, EveryOneLineDeletionOrSwapIsADiagnosticOrAKernelNeverACrash) {
   // hostile backward programs: each statement of the planner's program (with a Score, a Mask and an
   // auxiliary input) deleted, and each pair of neighbouring lines swapped; translation either

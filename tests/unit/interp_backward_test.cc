@@ -140,5 +140,24 @@ TEST(Backward, TransposedAOperandIsReadFromShared) {
   expect_wrong_gradients(backward_with("  Copy Pc from register to shared\n", ""), "P^T never staged");
 }
 
+TEST(Backward, SkipHonoursTheMasksEmptyClause) {
+  // tests/tl/backward_document.tl skips the query tiles of other documents (`{skip: document}`); a
+  // clause that also calls a pair empty when the last query and the first key share a document (a
+  // visible pair) drops gradient terms, and the interpreter, skipping what the kernel skips, says so.
+  const std::string from = "seg_q[b, q_hi] < seg_k[b, kv_lo]";
+  for (Precision prec : {Precision::FP64, Precision::Storage}) {
+    RunConfig c;
+    c.dims = {{"batch", 2}, {"heads_q", 2}, {"heads_kv", 1}, {"seqlen_q", 300}, {"seqlen_k", 545}};
+    c.precision = prec;
+    c.seed = 3;
+    Outcome ok = run_text(slurp(kCorpus / "backward_document.tl"), c);
+    EXPECT_TRUE(ok.r.passed) << ok.r.summary << ok.diags;
+    Outcome bad = run_text(testutil::corpus_with("backward_document.tl", from, "seg_q[b, q_hi] <= seg_k[b, kv_lo]"), c);
+    EXPECT_TRUE(bad.r.ran) << bad.diags;
+    EXPECT_FALSE(bad.r.passed) << bad.r.summary;
+    EXPECT_TRUE(bad.has("TL0801")) << bad.diags;
+  }
+}
+
 }  // namespace
 }  // namespace qattn::tl

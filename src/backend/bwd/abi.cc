@@ -211,6 +211,7 @@ std::string Lower::kir_text() const {
   o << "  mma " << arch_.mma_instr << " warps " << warps_ << ":";
   for (const auto& [rows, wm] : mma_rows_) o << " " << rows << " rows " << wm << "x" << warps_ / wm;
   o << " (along M x N)\n";
+  if (!skip_.empty()) o << "  skip query tiles where empty_" << skip_ << "\n";
   if (row_scratch_bytes_) o << "  row scratch " << row_scratch_bytes_ << " B (row reductions across warps)\n";
   for (const auto& [n, b] : shared_)
     o << "  shared " << n << " " << tl::to_string(b.dtype) << " (" << b.rows << (b.cols ? ", " + std::to_string(b.cols) : std::string())

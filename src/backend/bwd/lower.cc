@@ -136,9 +136,10 @@ bool Lower::header() {
     for (const auto& a : s.attrs) {
       if (a.key == "stages" && s.kind == Stmt::Kind::Allocate && s.alloc.space == tl::Space::Shared) continue;
       if (a.key == "warps_m") continue;  // the checker placed it (a register Allocate, a GEMM's `and get`)
+      if (a.key == "skip" && s.kind == Stmt::Kind::For) continue;  // the query loop skips empty tile pairs (schedule.cc)
       return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a backward program",
-                  "the backward lowering takes `{stages: 2}` on a shared Allocate (a ring the query loop fills ahead) and "
-                  "`{warps_m: N}` on a register tile; it has no Hopper schedule or packing yet: remove the attribute");
+                  "the backward lowering takes `{stages: 2}` on a shared Allocate (a ring the query loop fills ahead), "
+                  "`{warps_m: N}` on a register tile and `{skip: NAME}` on the loop; it has no Hopper schedule or packing yet: remove the attribute");
     }
   }
   kernel_stmt_ = h.kernel, grid_stmt_ = h.grid;

@@ -123,6 +123,9 @@ class Lower {
   std::string slot_decl(const SharedBuf& b, const std::string& iter) const;
   // Ring copies of the next iteration, issued right after the current one's tiles are waited for.
   void issue_ring(Out& w);
+  // The loop's `{skip: NAME}`: `visible_i`, `next_i` and `first_i` over the tile pair the body's
+  // `Compute Mask S at [r, c] with NAME` masks. False without the attribute (or after XL0301).
+  bool skip_lambdas(Out& w, const Stmt& loop);
 
   // The tiled MMA whose accumulator a register tile of `rows` rows is (preamble `Mma<R, WM>`): WM warps
   // along M (the tile's `{warps_m: WM}`, by default min(WARPS, rows / 16)), the rest along N. mma()
@@ -197,6 +200,9 @@ class Lower {
   bool reads_softcap_ = false;            // a declaration reads the launch argument softcap
   std::string loop_var_;                  // the loop's variable while its body is lowered
   std::vector<const Stmt*> ring_pending_; // ring copies of iteration loop_var_ + 1 not yet issued
+  std::string next_;                      // C++ index of the iteration after loop_var_'s (`i + 1`, `nx_i` with {skip})
+  std::string fill_slot_;                 // C++ counter of the ring slot emit_g2s fills
+  std::string skip_;                      // the loop's `{skip: NAME}` (for the kernel IR)
   std::set<std::pair<int, int>> mma_rows_; // (register tile rows, warps along M) of the Mma<R, WM> used
   int64_t row_scratch_bytes_ = 0;         // shared scratch of row reductions across warps (after the buffers)
 };

@@ -95,7 +95,13 @@ void Lower::loop(Out& w, const Stmt& s) {
   w.line(ref(s));
   const std::string v = id(s.loop.var);
   w.line("const int lo_" + v + " = " + cint(s.loop.lo) + ", hi_" + v + " = " + cint(s.loop.hi) + ";");
-  loop_var_ = v;  // (a ring's first tile goes to the slot of iteration lo)
+  const bool skip = skip_lambdas(w, s);
+  const std::string first = skip ? "first_" + v : "lo_" + v;
+  // The iteration after this one, and the counter that picks a ring's slot: with `{skip}` the
+  // visited tiles are not consecutive, so the slots go by visit count (it_v), not by tile index.
+  next_ = skip ? "nx_" + v : v + " + 1";
+  loop_var_ = v;
+  fill_slot_ = skip ? "0" : v;  // (a ring's first tile goes to the slot of the first visit)
   if (!ahead.empty()) {
     w.line("// the first iteration's copies, issued before the loop (each later one during the iteration before)");
     for (const Stmt* c : ahead)
@@ -103,20 +109,27 @@ void Lower::loop(Out& w, const Stmt& s) {
         barrier(w, "every warp is done reading the buffers");
         break;
       }
-    w.open("if (lo_" + v + " < hi_" + v + ") {");
-    w.line("const int " + v + " = lo_" + v + ";");
+    w.open("if (" + first + " < hi_" + v + ") {");
+    w.line("const int " + v + " = " + first + ";");
     for (const Stmt* c : ahead) emit_g2s(w, *c);
     w.close();
   }
   std::set<std::string> in_flight = written_async_;
   for (const Stmt* c : ahead) in_flight.insert(c->copy.name);
-  w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
+  if (skip) {
+    w.open("for (int " + v + " = " + first + ", it_" + v + " = 0, nx_" + v + "; " + v + " < hi_" + v + "; " + v + " = nx_" + v +
+           ", ++it_" + v + ") {");
+    w.line("nx_" + v + " = next_" + v + "(" + v + ");  // the next visited tile (prefetched during this one)");
+  } else {
+    w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
+  }
   written_async_ = in_flight;
   read_since_barrier_ = body_reads;  // the previous iteration's reads
   loop_var_ = v;
+  const std::string count = skip ? "it_" + v : v;
   for (const Stmt* c : ring) {
     const SharedBuf& b = shared_.at(c->copy.name);
-    w.line(slot_decl(b, v) + "  // this iteration's slot of the ring");
+    w.line(slot_decl(b, count) + "  // this iteration's slot of the ring");
     read_since_barrier_.erase(c->copy.name);  // the previous iteration read the other slot
   }
   ring_pending_ = ring;
@@ -133,8 +146,8 @@ void Lower::loop(Out& w, const Stmt& s) {
         barrier(w, "every warp is done reading them");
         break;
       }
-    w.open("if (" + v + " + 1 < hi_" + v + ") {");
-    w.line("const int " + v + "_next = " + v + " + 1;");
+    w.open("if (" + next_ + " < hi_" + v + ") {");
+    w.line("const int " + v + "_next = " + next_ + ";");
     w.open("{");
     w.line("const int " + v + " = " + v + "_next;");
     for (const Stmt* c : it->second) emit_g2s(w, *c);
@@ -147,11 +160,55 @@ void Lower::loop(Out& w, const Stmt& s) {
     issue_ring(w);
   }
   loop_var_.clear();
+  next_.clear();
+  fill_slot_.clear();
   if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
   if (!ahead.empty()) w.line("qattn::commit();  // the next iteration's copies: one group");
   w.close();
   written_async_.clear();  // after the loop: the last iteration issued none (nothing in flight to read)
   read_since_barrier_ = body_reads;
+}
+
+bool Lower::skip_lambdas(Out& w, const Stmt& loop) {
+  const tl::Attr* a = nullptr;
+  for (const auto& at : loop.attrs)
+    if (at.key == "skip") a = &at;
+  if (!a || !a->value || a->value->kind != tl::Expr::Kind::Name) return false;
+  const std::string& name = a->value->name;
+  // The tile pair: the one `Compute Mask S at [r, c] with NAME` masks, S from `Compute GEMM A, B^T
+  // and get S` (A's rows by B's rows, both staged in shared memory); what the checker and the
+  // interpreter take too.
+  const Stmt* mask = nullptr;
+  const Stmt* gemm = nullptr;
+  for (const auto& b : loop.loop.body)
+    if (b.kind == Stmt::Kind::Compute && b.compute.op == "Mask" && b.compute.mask.kind == tl::MaskSpec::Kind::Named &&
+        b.compute.mask.name == name && b.compute.at.size() == 2 && b.compute.operands.size() == 1)
+      mask = &b;
+  if (mask)
+    for (const auto& b : loop.loop.body)
+      if (b.kind == Stmt::Kind::Compute && b.compute.op == "GEMM" && b.compute.target == mask->compute.operands[0].expr.name &&
+          b.compute.operands.size() == 2 && !b.compute.operands[0].transposed && b.compute.operands[1].transposed)
+        gemm = &b;
+  auto v = info_.variants.find(name);
+  const SharedBuf* A = gemm ? (shared_.count(gemm->compute.operands[0].expr.name) ? &shared_.at(gemm->compute.operands[0].expr.name) : nullptr) : nullptr;
+  const SharedBuf* B = gemm ? (shared_.count(gemm->compute.operands[1].expr.name) ? &shared_.at(gemm->compute.operands[1].expr.name) : nullptr) : nullptr;
+  if (!mask || !gemm || !A || !B || v == info_.variants.end() || !v->second.empty_when) {
+    fail("XL0301", a->loc.line ? a->loc : loop.loc, "`{skip: " + name + "}`: the tile pair is not lowered",
+         "the loop body needs `Compute GEMM Q, K^T and get S` (Q and K in shared memory) and `Compute Mask S at [r, c] with " +
+             name + "`, and the Mask an `empty when` clause");
+    return false;
+  }
+  const std::string lv = id(loop.loop.var), M = std::to_string(A->rows), N = std::to_string(B->rows);
+  w.line("// TL " + std::to_string(loop.loc.line) + ": {skip: " + name + "}: tiles whose `empty when` clause holds are not visited");
+  w.line("auto visible_" + lv + " = [&](int " + lv + ") -> bool { const int row0 = (" + cint(mask->compute.at[0]) + ") * " + M +
+         ", col0 = (" + cint(mask->compute.at[1]) + ") * " + N + "; return !empty_" + name + "(row0, row0 + " + M +
+         " - 1, col0, col0 + " + N + " - 1); };");
+  w.line("auto next_" + lv + " = [&](int " + lv + ") -> int { do { ++" + lv + "; } while (" + lv + " < hi_" + lv + " && !visible_" +
+         lv + "(" + lv + ")); return " + lv + "; };");
+  w.line("const int first_" + lv + " = (lo_" + lv + " < hi_" + lv + " && !visible_" + lv + "(lo_" + lv + ")) ? next_" + lv + "(lo_" +
+         lv + ") : lo_" + lv + ";");
+  skip_ = name;
+  return true;
 }
 
 std::string Lower::slot_decl(const SharedBuf& b, const std::string& iter) const {
@@ -168,10 +225,11 @@ void Lower::issue_ring(Out& w) {
   for (const Stmt* c : ring_pending_) names += (names.empty() ? "" : ", ") + c->copy.name;
   w.line("// " + names + " of iteration " + v + " + 1 into the other slot of their rings (every warp is past iteration " + v +
          " - 1, which read it)");
-  w.open("if (" + v + " + 1 < hi_" + v + ") {");
-  w.line("const int " + v + "_next = " + v + " + 1;");
+  w.open("if (" + next_ + " < hi_" + v + ") {");
+  w.line("const int " + v + "_next = " + next_ + ";");
   w.open("{");
   w.line("const int " + v + " = " + v + "_next;");
+  fill_slot_ = next_ == "nx_" + v ? "it_" + v + " + 1" : v;  // (v is the next iteration's here)
   for (const Stmt* c : ring_pending_) emit_g2s(w, *c);
   w.close();
   w.close();
@@ -184,7 +242,7 @@ void Lower::emit_g2s(Out& w, const Stmt& st) {
   if (!b) return;
   if (b->stages > 1 && !loop_var_.empty()) {  // the slot of the iteration being filled (loop_var_ rebound to it)
     w.open("{");
-    w.line(slot_decl(*b, loop_var_));
+    w.line(slot_decl(*b, fill_slot_.empty() ? loop_var_ : fill_slot_));
   }
   const std::string coord = c.coord.empty() ? std::string("0") : cint(c.coord[0]);
   if (b->cols == 0)
