@@ -12,6 +12,8 @@
 //   store_acc_global / add_acc_global  TL `Copy dK (BN, d) in coordinate [n, 0] from register to
 //                global [and accumulate]`: the accumulator rounded to the global dtype and stored, or
 //                added with fp32 atomics; rows past the end of the view skipped
+//   turn_wait / add_acc_global_ordered / turn_pass  the same addition `{ordered}`: one block at a
+//                time per tile, in a fixed order (deterministic sums)
 // Every helper takes the tiled MMA and the thread index: the element a thread owns is where
 // partition_C of an identity tensor says.
 #pragma once
@@ -128,6 +130,62 @@ __device__ __forceinline__ void add_acc_global(TiledMma const& mma, Tensor<AEngi
   CUTE_UNROLL
   for (int i = 0; i < size(acc); ++i)
     if (get<0>(tXcX(i)) < rows_left) atomicAdd(&tXgX(i), acc(i));
+}
+
+// TL `Copy X ... from register to global and accumulate {ordered}` (a deterministic kernel): the
+// block adds its (M, N) fp32 tile with plain loads and stores, one block at a time per tile, in a
+// fixed order, so every run rounds the same sums the same way. turn_wait spins (thread 0, an acquire
+// load) until the tile's counter says `before` blocks have added theirs; turn_pass publishes this
+// block's stores (__threadfence) and counts it. The loads and stores go to L2 (ld/st.cg): another
+// block's additions are never read from a stale L1 line. The caller's control flow must be uniform
+// over the block; the blocks waited for have lower linear indices (launched first), so none waits
+// for a block that cannot run.
+// A turn not come after 60 s means a counter no block will raise (a lowering bug, a launch that
+// runs the blocks out of order): the kernel traps (the launch fails) instead of hanging the GPU.
+__device__ __forceinline__ void turn_wait(const int* counter, int before, int tid) {
+  if (tid == 0) {
+    int seen;
+    unsigned long long start = 0, now = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    while (true) {
+      asm volatile("ld.global.acquire.gpu.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      if (seen >= before) break;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      if (now - start > 60ull * 1000000000ull) __trap();
+    }
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void turn_pass(int* counter, int tid) {
+  __syncthreads();  // every thread's additions are issued
+  if (tid == 0) {
+    __threadfence();
+    atomicAdd(counter, 1);
+  }
+}
+
+template <int M, int N, class TiledMma, class AEngine, class ALayout, class GEngine, class GLayout>
+__device__ __forceinline__ void add_acc_global_ordered(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
+                                                       Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
+  Tensor gX = local_tile(mX, Shape<Int<M>, Int<N>>{}, make_coord(tile_row, 0));
+  auto thr = mma.get_slice(tid);
+  Tensor tXgX = thr.partition_C(gX);
+  Tensor tXcX = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  const int rows_left = int(size<0>(mX)) - tile_row * M;
+  // chunks of 16: every load of a chunk is in flight before its stores (a store could alias a later
+  // load, so the compiler would not hoist them itself: one L2 round trip per element)
+  constexpr int kN = decltype(size(acc))::value, kC = kN < 16 ? kN : 16;
+  CUTE_UNROLL
+  for (int base = 0; base < kN; base += kC) {
+    float old[kC];
+    CUTE_UNROLL
+    for (int k = 0; k < kC; ++k)
+      old[k] = (base + k < kN && get<0>(tXcX(base + k)) < rows_left) ? __ldcg(&tXgX(base + k)) : 0.f;
+    CUTE_UNROLL
+    for (int k = 0; k < kC; ++k)
+      if (base + k < kN && get<0>(tXcX(base + k)) < rows_left) __stcg(&tXgX(base + k), old[k] + acc(base + k));
+  }
 }
 
 // TL `Compute Derivative dS, S0 at [r, c] with NAME`: dS *= d(q, k, S0) element by element over the

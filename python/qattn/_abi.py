@@ -9,7 +9,7 @@ import ctypes
 import json
 
 # Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
-QATTN_ABI_VERSION = 5
+QATTN_ABI_VERSION = 6
 
 STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX",
           7: "ERR_ARG"}
@@ -98,6 +98,7 @@ class BwdParams(ctypes.Structure):
         ("aux", ctypes.c_void_p * 4),
         ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_int64),
     ]
 
 
@@ -126,6 +127,19 @@ def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None, 
     return p
 
 
+def bwd_workspace(torch, lib, p, device):
+    """The int32 workspace a deterministic backward kernel's turn counters take (ABI 6), set into p;
+    None for a kernel without `{ordered}` additions (the launch zeroes it: no memset here)."""
+    n = lib.workspace_bytes(p)
+    if n < 0:
+        raise ValueError(f"{lib.path}: qattn_bwd_workspace_bytes returned {n}")
+    if n == 0:
+        return None
+    ws = torch.empty((n + 3) // 4, dtype=torch.int32, device=device)
+    p.workspace, p.workspace_bytes = ws.data_ptr(), ws.numel() * 4
+    return ws
+
+
 class BwdLibrary:
     """A loaded backward library: info (its qattn_kernel_info, "pass": "backward"), bwd(params, stream)."""
 
@@ -136,6 +150,10 @@ class BwdLibrary:
             raise ValueError(f"{self.path}: no qattn_bwd (not a backward library)")
         self.lib.qattn_bwd.argtypes = [ctypes.POINTER(BwdParams), ctypes.c_void_p]
         self.lib.qattn_bwd.restype = ctypes.c_int
+        if not hasattr(self.lib, "qattn_bwd_workspace_bytes"):
+            raise ValueError(f"{self.path}: no qattn_bwd_workspace_bytes (a backward library of C ABI < 6)")
+        self.lib.qattn_bwd_workspace_bytes.argtypes = [ctypes.POINTER(BwdParams)]
+        self.lib.qattn_bwd_workspace_bytes.restype = ctypes.c_int64
         info = _kernel_info(self.lib)
         if not isinstance(info, dict) or info.get("pass") != "backward":
             raise ValueError(f"{self.path}: its kernel info does not say \"pass\": \"backward\"")
@@ -146,6 +164,9 @@ class BwdLibrary:
 
     def bwd(self, params, stream=None):
         return self.lib.qattn_bwd(ctypes.byref(params), stream)
+
+    def workspace_bytes(self, params):
+        return int(self.lib.qattn_bwd_workspace_bytes(ctypes.byref(params)))
 
 
 INFO_DTYPES = ("fp16", "bf16", "fp8_e4m3")

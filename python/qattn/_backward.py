@@ -4,12 +4,13 @@ docs/tl.md "The backward pass") for the call's dtype, head dims and mask.
 attention() on inputs that require grad runs the forward kernel with its LSE and records this
 module's autograd Function; backward() launches the qattn_bwd library: dQ (and, for GQA / MQA, dK and
 dV) accumulate in fp32 buffers zeroed here, then take the inputs' dtype. MHA calls use the kernel that
-stores dK and dV once per query head. The built-in variants (softcap, ALiBi, relative bias,
+stores dK and dV once per query head. Under torch.use_deterministic_algorithms(True) the kernel adds
+in a fixed order instead of with atomics (TL `{ordered}`): bit-identical gradients. The built-in variants (softcap, ALiBi, relative bias,
 document and prefix-LM masks) are differentiated by the backward TL; custom score_mod / mask_mod
 text has no backward from Python yet (PY0109), nor do the KV-cache calls (refuse_grad).
 """
 from . import _build
-from ._abi import STATUS, fill_bwd_params
+from ._abi import STATUS, bwd_workspace, fill_bwd_params
 from .errors import LaunchError, SpecError
 
 
@@ -38,20 +39,26 @@ def refuse_grad(torch, what, hint, *tensors):
                         code="PY0109", hint=hint)
 
 
-def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device):
+def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device, deterministic=None):
     """The backward Build of this compile-time tuple: heads (2, 1) for GQA / MQA (dK, dV accumulated in
-    fp32), (1, 1) for MHA (stored once per query head)."""
+    fp32), (1, 1) for MHA (stored once per query head). deterministic (default: torch's
+    use_deterministic_algorithms setting): the kernel whose additions into dQ (and GQA's dK, dV) go in
+    a fixed order (the spec's "deterministic", TL `{ordered}`): bit-identical gradients, slower."""
+    if deterministic is None:
+        deterministic = bool(torch.are_deterministic_algorithms_enabled())
     idx = device.index if device.index is not None else torch.cuda.current_device()
     target, reason, tag = device_target(torch, device)
-    key = ("bwd", dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), gqa, idx)
+    key = ("bwd", dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), gqa, idx, deterministic)
     hit = _build.FAST.get(key)
     if hit is not None:
         if isinstance(hit, Exception):
             raise hit
         return hit
     spec = _build.kernel_spec(dt, dqk, dv, fields, False, target)
-    spec["name"] = (spec["name"] + "_bwd" + ("_gqa" if gqa else ""))[:128]
+    spec["name"] = (spec["name"] + "_bwd" + ("_gqa" if gqa else "") + ("_det" if deterministic else ""))[:128]
     spec["heads_q"], spec["heads_kv"] = (2, 1) if gqa else (1, 1)
+    if deterministic:
+        spec["deterministic"] = True
     try:
         b = _build.build(spec, target, reason, local_tag=tag, backward=True)
     except SpecError as e:
@@ -84,6 +91,7 @@ def launch(torch, b, q, k, v, o, lse, dout, scale, window, softcap=None, aux_lis
         return dq.to(q.dtype), torch.zeros_like(dk, dtype=q.dtype), torch.zeros_like(dvv, dtype=q.dtype)
     tensors = [t if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v, o, dout)]
     p = fill_bwd_params(*tensors, lse.contiguous(), dq, dk, dvv, scale=scale, window=window, softcap=softcap, aux=aux_list)
+    ws = bwd_workspace(torch, lib, p, dev)  # noqa: F841 (a deterministic kernel's turn counters, alive for the launch)
     with torch.cuda.device(dev):
         st = lib.bwd(p, torch.cuda.current_stream(dev).cuda_stream)
     if st != 0:

@@ -109,6 +109,7 @@ def run_case(lib, shape, seed, window):
     dk = torch.full((b, sk, hk, d), fill, device=dev, dtype=dk_dt)
     dvv = torch.full((b, sk, hk, dv_), fill, device=dev, dtype=dk_dt)
     p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dvv, scale=scale, window=window, aux=aux)
+    ws = _abi.bwd_workspace(torch, lib, p, dev)  # noqa: F841 (kept alive for the launch)
     st = lib.bwd(p, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     if dk_dt != torch.float32 and hq != hk:
@@ -187,6 +188,7 @@ def bench(lib, shape, rows, name):
     dk = torch.zeros(b, sk, hk, d, device="cuda", dtype=dk_dt)
     dv = torch.zeros(b, sk, hk, dv_, device="cuda", dtype=dk_dt)
     p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=d ** -0.5, aux=aux)
+    ws = _abi.bwd_workspace(torch, lib, p, "cuda")  # noqa: F841 (kept alive for the launches)
     stream = torch.cuda.current_stream().cuda_stream
     st = lib.bwd(p, stream)  # a refused launch would time nothing
     if st != 0:
@@ -240,6 +242,46 @@ def random_shapes(n, seed, gqa=True):
         hq = hk * (rng.choice([1, 2, 4]) if gqa else 1)
         out.append((rng.randint(1, 3), hq, hk, rng.randint(1, 1100), rng.randint(1, 1100)))
     return out
+
+
+def repeat_identical(lib, shape, runs=10, seed=7):
+    """The gradients of `runs` launches on the same inputs: (number of runs whose (dQ, dK, dV) differ
+    bitwise from the first run's, status). A deterministic kernel (kernel info "deterministic": true)
+    must give 0."""
+    info = lib.info
+    dt = DT[info["dtype"]]
+    b, hq, hk, sq, sk = shape
+    d, dv_ = info["d_qk"], info["d_v"]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, sq, hq, d, device="cuda", generator=g).to(dt)
+    k = torch.randn(b, sk, hk, d, device="cuda", generator=g).to(dt)
+    v = torch.randn(b, sk, hk, dv_, device="cuda", generator=g).to(dt)
+    dout = torch.randn(b, sq, hq, dv_, device="cuda", generator=g).to(dt)
+    aux, docs = document_aux(info, b, sq, sk, "cuda", generator=g)
+    keep = mask_matrix(info["mask"], sq, sk, (-1, -1), "cuda")
+    if docs is not None:
+        keep = docs if keep is None else docs & keep
+    with torch.no_grad():
+        o, lse = attention(q.float(), k.float(), v.float(), keep, d ** -0.5)
+    o, lse = o.to(dt), lse.contiguous()
+    dk_dt = DT[info["dk_dtype"]]
+    first, differ = None, 0
+    for _ in range(runs):
+        dq = torch.zeros(b, sq, hq, d, device="cuda", dtype=torch.float32)
+        dk = torch.zeros(b, sk, hk, d, device="cuda", dtype=dk_dt)
+        dvv = torch.zeros(b, sk, hk, dv_, device="cuda", dtype=dk_dt)
+        p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dvv, scale=d ** -0.5, aux=aux)
+        ws = _abi.bwd_workspace(torch, lib, p, "cuda")  # noqa: F841
+        st = lib.bwd(p, torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        if st != 0:
+            return 0, f"{_abi.STATUS.get(st, st)}: {lib.last_error()}"
+        bits = [x.view(torch.int32) if x.dtype == torch.float32 else x.view(torch.int16) for x in (dq, dk, dvv)]
+        if first is None:
+            first = bits
+        else:
+            differ += not all(torch.equal(a, c) for a, c in zip(first, bits))
+    return differ, "ok"
 
 
 def check_library(lib, seed=100, random_count=0):

@@ -282,12 +282,15 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   }
   w.line("Compute GEMM dSc, K and get dQ" + wq);
   w.line("Compute Multiply dQ, softmax_scale");
-  copy("dQ", "(BM, " + dqk + ") in coordinate [i, 0]", "register", "global", " and accumulate");
+  // deterministic: every addition into a tile in the blocks' order (`{ordered}`, the code only)
+  const std::string ordered = w.code() && p.deterministic ? " {ordered}" : "";
+  copy("dQ", "(BM, " + dqk + ") in coordinate [i, 0]", "register", "global", " and accumulate" + ordered);
   w.dedent();
   w.line("end");
   w.line("Compute Multiply dK, softmax_scale");
-  copy("dK", "(BN, " + dqk + ") in coordinate [n_block, 0]", "register", "global", kv_store);
-  copy("dV", "(BN, " + dv + ") in coordinate [n_block, 0]", "register", "global", kv_store);
+  const std::string kv_tail = kv_store + (accumulate_kv ? ordered : "");
+  copy("dK", "(BN, " + dqk + ") in coordinate [n_block, 0]", "register", "global", kv_tail);
+  copy("dV", "(BN, " + dv + ") in coordinate [n_block, 0]", "register", "global", kv_tail);
   return w.text();
 }
 

@@ -43,6 +43,7 @@ Problem make_problem(const spec::AttentionSpec& s) {
   p.return_lse = s.return_lse;
   p.kv_cache = s.kv_cache;
   p.varlen = s.varlen;
+  p.deterministic = s.deterministic;
   p.variants = s.variants;
   if (s.problem) p.seqlen_q = s.problem->seqlen_q;
   return p;

@@ -116,6 +116,7 @@ struct AttentionSpec {
   bool return_lse = false;              // also write the row log-sum-exp (fp32, (batch, heads_q, seqlen_q))
   KvCache kv_cache = KvCache::None;     // keys and values in a cache: per-sequence lengths, pages
   bool varlen = false;                  // packed ragged batches (cu_seqlens_q / cu_seqlens_k, flash_attn_varlen_func)
+  bool deterministic = false;           // the backward's sums in a fixed order: bit-identical gradients (`{ordered}`)
   std::string gpu;                      // target GPU name or alias ("h100", "sm80"); empty: detect
   std::optional<ProblemSize> problem;
 

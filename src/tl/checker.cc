@@ -364,11 +364,23 @@ void Walker::attrs(const Stmt& s) {
         check_expr(*a.value, Ctx::Static, s);
       continue;
     }
+    if (a.key == "ordered") {  // deterministic sums: the additions into each tile in a fixed order (backward)
+      const bool adds = s.kind == Stmt::Kind::Copy && s.copy.accumulate && s.copy.from == Space::Register &&
+                        s.copy.to == Space::Global;
+      if (!backward() || !adds || a.value)
+        rep_.error("TL0418", pick(a.loc, s.loc),
+                   !backward() ? "`ordered` is lowered in backward programs only (deterministic gradients)"
+                   : !adds     ? "`ordered` belongs on an accumulating store: `Copy X (tile) in coordinate [..] from register to "
+                                 "global and accumulate {ordered}`"
+                               : "`ordered` takes no value",
+                   "write `{ordered}` on the `... and accumulate` Copies of dQ (and dK, dV), or remove it");
+      continue;
+    }
     if (is_schedule_attr(a.key)) continue;
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
                "wait: X and release: X (any statement), overlap (the key loop), stage: N (its statements), persistent (the "
-               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), unroll: U (a combine program's loop), warps_m: N (a backward program's register tiles); remove `{" + a.key +
+               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), unroll: U (a combine program's loop), warps_m: N (a backward program's register tiles), ordered (a backward program's accumulating stores); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from qattn import _abi  # noqa: E402
-from qattn._backward_check import SHAPES, WINDOWS, bench, random_shapes, run_case  # noqa: E402
+from qattn._backward_check import SHAPES, WINDOWS, bench, random_shapes, repeat_identical, run_case  # noqa: E402
 
 
 def main():
@@ -32,6 +32,9 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--random", type=int, default=0, help="random shapes per library after the fixed ones")
     ap.add_argument("--bench-shapes", default="4,16,16,4096,4096;2,16,16,8192,8192;4,32,8,4096,4096")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="launch each library RUNS times on the same inputs: a deterministic one must give the same bits")
+    ap.add_argument("--repeat-shape", default="2,8,2,1030,2049")
     args = ap.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     bad = 0
@@ -59,6 +62,20 @@ def main():
         bad += not ok
     print(f"numerics: {total} cases ({sum(1 for p in args.libs)} libraries x {len(SHAPES)} fixed + {args.random} random "
           f"shapes, planted ones on the fixed shapes), {bad} libraries not as expected")
+    if args.repeat:
+        shape = tuple(int(x) for x in args.repeat_shape.split(","))
+        for path in args.libs:
+            lib = _abi.BwdLibrary(path)
+            if lib.info["dk_dtype"] != "fp32" and shape[1] != shape[2]:
+                shape_l = (shape[0], shape[1], shape[1], shape[3], shape[4])
+            else:
+                shape_l = shape
+            differ, status = repeat_identical(lib, shape_l, runs=args.repeat)
+            det = lib.info.get("deterministic", False)
+            ok = status == "ok" and (differ == 0 or not det)
+            bad += not ok
+            print(f"{os.path.basename(path)} {shape_l} x{args.repeat}: {differ} runs differ bitwise from the first "
+                  f"({'deterministic' if det else 'atomic adds'}; {status}): {'ok' if ok else 'FAIL'}")
     if args.bench:
         rows = []
         for path in args.libs:

@@ -14,9 +14,9 @@ mkdir -p $OUT
 # minute of nvcc each and `all` builds about nine (535 s on an H200, 2026-11-27): where a call's
 # limit is 600 s, run `core` and `variants` as two calls.
 case "${1:-all}" in
-  core) K="backward_matches or training_step or opcheck or errors_are_exceptions" ;;
+  core) K="backward_matches or deterministic or training_step or opcheck or errors_are_exceptions" ;;
   variants) K="score_variants or trains_through" ;;
-  *) K="backward or training_step or trains_through or opcheck or errors_are_exceptions" ;;
+  *) K="backward or deterministic or training_step or trains_through or opcheck or errors_are_exceptions" ;;
 esac
 timeout 580 python3 -m pytest -q tests/python/test_gpu.py -k "$K" -rs > $OUT/pytest_bwd.txt 2>&1
 echo "pytest exit $?" >> $OUT/pytest_bwd.txt

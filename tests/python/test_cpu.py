@@ -253,7 +253,7 @@ def test_launch_arguments_reach_the_c_abi():
 
     q, k = T(1, 8, 2, 64), T(1, 9, 1, 64)
     p = _abi.fill_params(q, k, k, q, window=(-1, 7), softcap=12.5)
-    assert (p.abi_version, p.window_left, p.window_right, p.softcap) == (5, -1, 7, 12.5)
+    assert (p.abi_version, p.window_left, p.window_right, p.softcap) == (qattn.QATTN_ABI_VERSION, -1, 7, 12.5)
     assert (p.page_size, p.pages, p.num_pages) == (0, 0, 0)  # ABI 4: a contiguous cache
     info = _abi.check_info({"dtype": "bf16", "d_qk": 64, "d_v": 64, "mask": "window", "window": "runtime",
                             "args": ["window_left", "window_right"]})

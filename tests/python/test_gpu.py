@@ -678,6 +678,33 @@ def test_attention_backward_matches_autograd(gen, shape, causal, window, layout)
         assert err <= bound, f"{name}: max abs err {err:.3e} > {bound:.3e}"
 
 
+def test_deterministic_backward_is_bit_identical(gen):
+    """Under torch.use_deterministic_algorithms(True) attention()'s backward takes the kernel whose
+    additions go in a fixed order (TL `{ordered}`): 10 backward passes give the same bits (GQA: dQ, dK
+    and dV all ordered; a causal mask, lengths crossing the tiles), and they match fp32 autograd."""
+    b, sq, sk, hq, hk, d = 2, 700, 1030, 8, 2, 64
+    dt = torch.bfloat16
+    q = torch.randn(b, sq, hq, d, device="cuda", generator=gen).to(dt).requires_grad_()
+    k = torch.randn(b, sk, hk, d, device="cuda", generator=gen).to(dt).requires_grad_()
+    v = torch.randn(b, sk, hk, d, device="cuda", generator=gen).to(dt).requires_grad_()
+    dout = torch.randn(b, sq, hq, d, device="cuda", generator=gen).to(dt)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        o = qattn.attention(q, k, v, causal=True)
+        runs = [torch.autograd.grad(o, (q, k, v), dout, retain_graph=True) for _ in range(10)]
+    finally:
+        torch.use_deterministic_algorithms(was)
+    for r in runs[1:]:
+        for a, c in zip(runs[0], r):
+            assert torch.equal(a.view(torch.int16), c.view(torch.int16))
+    ref, low = _grad_reference(q, k, v, dout, True, None, "bshd")
+    for name, g, r, lo in zip(("dq", "dk", "dv"), runs[0], ref, low):
+        err = (g.float() - r).abs().max().item()
+        bound = 2 * (lo.float() - r).abs().max().item() + 1e-4 * max(1.0, r.abs().max().item())
+        assert err <= bound, f"{name}: max abs err {err:.3e} > {bound:.3e}"
+
+
 def test_a_training_step_through_attention(gen):
     """A small attention layer trains: loss.backward() through qattn.attention matches the same layer
     on SDPA within bf16 noise, and an optimizer step changes the weights."""

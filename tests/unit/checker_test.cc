@@ -501,6 +501,29 @@ TEST(checker, WarpsMIsABackwardRegisterTileAttribute) {
   EXPECT_EQ(rf.count("TL0701"), 0) << rf.rendered;
 }
 
+TEST(checker, OrderedIsAnAccumulatingBackwardStoreAttribute) {
+  // `{ordered}` (deterministic sums): on a backward program's `... and accumulate` Copies (TL0418 elsewhere)
+  std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/backward.tl");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bwd = ss.str();
+  const std::string dq = "from register to global and accumulate\n";
+  ASSERT_NE(bwd.find(dq), std::string::npos);
+  auto r = run(replace(bwd, dq, "from register to global and accumulate {ordered}\n"));
+  EXPECT_TRUE(r.ok) << r.rendered;
+  EXPECT_EQ(r.count("TL0418"), 0) << r.rendered;
+  std::string plain = replace(bwd, "  Copy dO from shared to register", "  Copy dO from shared to register {ordered}");
+  auto rp = run(plain);
+  EXPECT_TRUE(rp.has("TL0418", line_of(plain, "{ordered"))) << rp.rendered;
+  std::string valued = replace(bwd, dq, "from register to global and accumulate {ordered: n_block}\n");
+  EXPECT_TRUE(run(valued).has("TL0418")) << run(valued).rendered;
+  std::string fwd = replace(kFlash, "Copy O (BM, d) in coordinate [m_block, 0] from register to global",
+                            "Copy O (BM, d) in coordinate [m_block, 0] from register to global {ordered}");
+  auto rf = run(fwd);
+  EXPECT_TRUE(rf.has("TL0418", line_of(fwd, "{ordered"))) << rf.rendered;
+  EXPECT_EQ(rf.count("TL0701"), 0) << rf.rendered;
+}
+
 TEST(checker, SeveralErrorsReported) {
   std::string t = replace(kFlash, "  Reshape P16 from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n", "");
   t = replace(t, "Compute GEMM Q, K^T and get S", "Compute GEMM Q, K and get S");

@@ -530,6 +530,48 @@ TEST(EmitBackward, SkipVisitsOnlyTheQueryTilesTheMaskShowsAndRingSlotsGoByVisit)
   }
 }
 
+TEST(EmitBackward, OrderedAdditionsTakeTurnsInTheBlocksOrder) {
+  // the spec's "deterministic": `{ordered}` on dQ (and GQA's dK, dV); without it, fp32 atomics
+  const std::string code = plan_backward("llama3-8b", "h100", {{"deterministic", "true"}});
+  for (const char* line : {"Copy dQ (BM, d) in coordinate [i, 0] from register to global and accumulate {ordered}\n",
+                           "Copy dK (BN, d) in coordinate [n_block, 0] from register to global and accumulate {ordered}\n",
+                           "Copy dV (BN, d) in coordinate [n_block, 0] from register to global and accumulate {ordered}\n"})
+    EXPECT_NE(code.find(line), std::string::npos) << line << code;
+  support::DiagSink d;
+  auto t = xlate(code, "h100", d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  // the key blocks launched in reverse; a block adds tile i after the blocks of higher n_block visiting it
+  EXPECT_NE(cu.find("const int n_block = gridDim.x - 1 - blockIdx.x;"), std::string::npos);
+  EXPECT_NE(cu.find("for (int other = n_block + 1; other < gridDim.x; ++other) before_dQ += visits_i(other, i);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::turn_wait(ws_dQ, before_dQ, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::add_acc_global_ordered<64, 128>(Mma<64, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::turn_pass(ws_dQ, tid);"), std::string::npos);
+  EXPECT_EQ(cu.find("add_acc_global<"), std::string::npos);  // no atomics left
+  // GQA: the query heads of a kv head add dK, dV in head order
+  EXPECT_NE(cu.find("for (int other = 0; other < head; ++other) before_dK += "), std::string::npos);
+  EXPECT_NE(cu.find("QATTN_EXPORT int64_t qattn_bwd_workspace_bytes(const qattn_bwd_params* params) {"), std::string::npos);
+  EXPECT_NE(cu.find("cudaMemsetAsync(p.workspace, 0, size_t(ws_bytes)"), std::string::npos);
+  EXPECT_NE(t->info_json.find("\"deterministic\":true"), std::string::npos) << t->info_json;
+  EXPECT_NE(t->kir.find("ordered additions (deterministic)"), std::string::npos) << t->kir;
+  // the TL decides: the atomic kernel has no turns, no reversed grid, a workspace of 0 bytes
+  support::DiagSink d2;
+  auto a = xlate(plan_backward("llama3-8b", "h100"), "h100", d2);
+  ASSERT_TRUE(a.has_value()) << d2.render();
+  EXPECT_EQ(a->cuda_source.find("turn_wait"), std::string::npos);
+  EXPECT_NE(a->cuda_source.find("const int n_block = blockIdx.x;"), std::string::npos);
+  EXPECT_NE(a->cuda_source.find("return 4 * (0);"), std::string::npos);
+  EXPECT_NE(a->info_json.find("\"deterministic\":false"), std::string::npos);
+  // MHA stores dK, dV once: only dQ is ordered; with documents the turns count the visits {skip} allows
+  const std::string mha = plan_backward("llama3.2-1b", "h100", {{"deterministic", "true"}, {"heads", "16,16"}, {"document", "true"}});
+  EXPECT_EQ(mha.find("and accumulate {ordered}\nCompute"), std::string::npos);
+  support::DiagSink d3;
+  auto m = xlate(mha, "h100", d3);
+  ASSERT_TRUE(m.has_value()) << d3.render();
+  EXPECT_NE(m->cuda_source.find("&& !empty_document((i) * 128"), std::string::npos);
+  EXPECT_EQ(m->cuda_source.find("before_dK"), std::string::npos);
+}
+
 TEST(EmitBackward, EveryOneLineDeletionOrSwapIsADiagnosticOrAKernelNeverACrash) {
   // hostile backward programs: each statement of the planner's program (with a Score, a Mask and an
   // auxiliary input) deleted, and each pair of neighbouring lines swapped; translation either

@@ -235,10 +235,12 @@ TEST(specJson, FullRoundTrip) {
   s.softmax_scale = 0.1234567890123;
   s.layout = Layout::BHSD;
   s.return_lse = true;
+  s.deterministic = true;
   s.gpu = "h100";
   s.problem = ProblemSize{3, 1000, 3000};
   DiagSink d;
   EXPECT_TRUE(validate(s, d)) << d.render();
+  EXPECT_NE(to_json(s).find("\"deterministic\": true"), std::string::npos) << to_json(s);
   auto back = parse_json(to_json(s), d);
   ASSERT_TRUE(back) << d.render();
   EXPECT_EQ(*back, s) << to_json(s);

@@ -168,10 +168,18 @@ void Lower::abi(Out& w) {
   }
   std::string args = window ? "\"window_left\",\"window_right\"" : "";
   if (reads_softcap_) args += std::string(args.empty() ? "" : ",") + "\"softcap\"";
-  j << "],\"args\":[" << args << "],\"tl_hash\":\""
+  j << "],\"args\":[" << args << "],\"deterministic\":" << (ws_counts_.empty() ? "false" : "true") << ",\"tl_hash\":\""
     << support::sha256_hex(tl::print(prog_)).substr(0, 16) << "\"}";
   info_json_ = j.str();
   abi_begin(w, info_json_);
+  // ABI 6: the turn counters of the `{ordered}` additions (4 bytes per tile of each ordered output)
+  std::string ws = "0";
+  for (const auto& n : ws_counts_) ws += " + " + n;
+  w.open("QATTN_EXPORT int64_t qattn_bwd_workspace_bytes(const qattn_bwd_params* params) {");
+  w.line("if (params == nullptr) return -1;");
+  w.line("[[maybe_unused]] const qattn_bwd_params& p = *params;");
+  w.line("return 4 * (" + ws + ");");
+  w.close();
   w.open("QATTN_EXPORT int qattn_bwd(const qattn_bwd_params* params, void* stream) {");
   unsigned aux_mask = 0;
   for (size_t i = 0; i < info_.aux.size(); ++i) aux_mask |= 1u << i;
@@ -188,6 +196,15 @@ void Lower::abi(Out& w) {
            "); st != QATTN_OK) return st;");
     w.line("if (p.window_left < 0) p.window_left = p.seqlen_q + p.seqlen_k;  // unbounded: no key is that far");
     w.line("if (p.window_right < 0) p.window_right = p.seqlen_q + p.seqlen_k;");
+  }
+  if (!ws_counts_.empty()) {
+    w.line("// {ordered}: the turn counters, zeroed on the stream before the launch (deterministic additions)");
+    w.line("const int64_t ws_bytes = qattn_bwd_workspace_bytes(params);");
+    w.line("if (p.workspace == nullptr || p.workspace_bytes < ws_bytes || reinterpret_cast<uintptr_t>(p.workspace) % 4 != 0)");
+    w.line("  return qattn::host::fail(QATTN_ERR_SHAPE, \"this deterministic backward kernel needs a 4-byte aligned workspace of %lld "
+           "bytes (qattn_bwd_workspace_bytes); got %lld\", (long long)ws_bytes, (long long)(p.workspace ? p.workspace_bytes : 0));");
+    w.line("if (cudaError_t e = cudaMemsetAsync(p.workspace, 0, size_t(ws_bytes), static_cast<cudaStream_t>(stream)); e != cudaSuccess)");
+    w.line("  return qattn::host::launch_status(e, \"cudaMemsetAsync(workspace)\");");
   }
   std::string dims;
   for (const auto& n : runtime_dims_) dims += (dims.empty() ? "" : ", ") + id(n) + " = p." + n;
@@ -212,6 +229,11 @@ std::string Lower::kir_text() const {
   for (const auto& [rows, wm] : mma_rows_) o << " " << rows << " rows " << wm << "x" << warps_ / wm;
   o << " (along M x N)\n";
   if (!skip_.empty()) o << "  skip query tiles where empty_" << skip_ << "\n";
+  if (!ws_counts_.empty()) {
+    o << "  ordered additions (deterministic), workspace counters:";
+    for (const auto& n : ws_counts_) o << " " << n << ";";
+    o << "\n";
+  }
   if (row_scratch_bytes_) o << "  row scratch " << row_scratch_bytes_ << " B (row reductions across warps)\n";
   for (const auto& [n, b] : shared_)
     o << "  shared " << n << " " << tl::to_string(b.dtype) << " (" << b.rows << (b.cols ? ", " + std::to_string(b.cols) : std::string())

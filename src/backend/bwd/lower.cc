@@ -137,6 +137,7 @@ bool Lower::header() {
       if (a.key == "stages" && s.kind == Stmt::Kind::Allocate && s.alloc.space == tl::Space::Shared) continue;
       if (a.key == "warps_m") continue;  // the checker placed it (a register Allocate, a GEMM's `and get`)
       if (a.key == "skip" && s.kind == Stmt::Kind::For) continue;  // the query loop skips empty tile pairs (schedule.cc)
+      if (a.key == "ordered") continue;  // deterministic additions (ordered.cc; the checker placed it)
       return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a backward program",
                   "the backward lowering takes `{stages: 2}` on a shared Allocate (a ring the query loop fills ahead), "
                   "`{warps_m: N}` on a register tile and `{skip: NAME}` on the loop; it has no Hopper schedule or packing yet: remove the attribute");
@@ -302,8 +303,18 @@ void Lower::kernel(Out& w) {
   w.line("GmemCopy gmem_copy;");
   w.line(ref(*grid_stmt_));
   static const char* axes[] = {"blockIdx.x", "blockIdx.y", "blockIdx.z"};
-  for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i)
-    w.line("const int " + id(grid_stmt_->grid.items[i].var) + " = " + axes[i] + ";");
+  static const char* dims_of[] = {"gridDim.x", "gridDim.y", "gridDim.z"};
+  reversed_grid_var_ = ordered_loop_var();
+  for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i) {
+    const std::string& g = grid_stmt_->grid.items[i].var;
+    if (g == reversed_grid_var_) {
+      reversed_extent_ = dims_of[i];
+      w.line("const int " + id(g) + " = " + dims_of[i] + " - 1 - " + axes[i] + ";  // launched in reverse: the `{ordered}` turns go "
+             "from the last " + g + " down, and a block waits only for blocks launched before it");
+    } else {
+      w.line("const int " + id(g) + " = " + axes[i] + ";");
+    }
+  }
   body(w, prog_.stmts, false);
   flush(w);
   w.close();
@@ -458,6 +469,11 @@ void Lower::copy(Out& w, const Stmt& s) {
       fail("XL0301", s.loc, "a row vector stored to global memory in a backward program", "");
       return;
     }
+    for (const auto& a : s.attrs)
+      if (a.key == "ordered") {
+        ordered_add(w, s, r);
+        return;
+      }
     w.line(std::string("qattn::") + (c.accumulate ? "add_acc_global<" : "store_acc_global<") + std::to_string(r.rows) + ", " +
            std::to_string(r.cols) + ">(" + mma(r.rows, r.wm) + ", " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
            (c.accumulate ? "  // fp32 atomics" : ""));

@@ -126,6 +126,10 @@ class Lower {
   // The loop's `{skip: NAME}`: `visible_i`, `next_i` and `first_i` over the tile pair the body's
   // `Compute Mask S at [r, c] with NAME` masks. False without the attribute (or after XL0301).
   bool skip_lambdas(Out& w, const Stmt& loop);
+  // `Copy X ... and accumulate {ordered}` (ordered.cc): wait for the tile's turn, add without atomics,
+  // pass the turn; the tile's counter is a slab of the workspace (ws_counts_). False after XL0301.
+  bool ordered_add(Out& w, const Stmt& s, const RegBuf& r);
+  std::string ordered_loop_var() const;
 
   // The tiled MMA whose accumulator a register tile of `rows` rows is (preamble `Mma<R, WM>`): WM warps
   // along M (the tile's `{warps_m: WM}`, by default min(WARPS, rows / 16)), the rest along N. mma()
@@ -203,6 +207,12 @@ class Lower {
   std::string next_;                      // C++ index of the iteration after loop_var_'s (`i + 1`, `nx_i` with {skip})
   std::string fill_slot_;                 // C++ counter of the ring slot emit_g2s fills
   std::string skip_;                      // the loop's `{skip: NAME}` (for the kernel IR)
+  std::string skip_m_, skip_n_;           // ... its tile pair's rows and columns
+  tl::Expr skip_at_[2];                   // ... and the Mask's `at [r, c]`
+  const Stmt* loop_stmt_ = nullptr;       // the loop while its body is lowered
+  std::vector<std::string> ws_counts_;    // `{ordered}`: each Copy's counters (C++ over p), in workspace order
+  std::string reversed_grid_var_;         // ... the Grid variable launched in reverse (the in-loop order's)
+  std::string reversed_extent_;           // ... and its extent (gridDim.x / y / z)
   std::set<std::pair<int, int>> mma_rows_; // (register tile rows, warps along M) of the Mma<R, WM> used
   int64_t row_scratch_bytes_ = 0;         // shared scratch of row reductions across warps (after the buffers)
 };

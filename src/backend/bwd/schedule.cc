@@ -101,6 +101,7 @@ void Lower::loop(Out& w, const Stmt& s) {
   // visited tiles are not consecutive, so the slots go by visit count (it_v), not by tile index.
   next_ = skip ? "nx_" + v : v + " + 1";
   loop_var_ = v;
+  loop_stmt_ = &s;
   fill_slot_ = skip ? "0" : v;  // (a ring's first tile goes to the slot of the first visit)
   if (!ahead.empty()) {
     w.line("// the first iteration's copies, issued before the loop (each later one during the iteration before)");
@@ -160,6 +161,7 @@ void Lower::loop(Out& w, const Stmt& s) {
     issue_ring(w);
   }
   loop_var_.clear();
+  loop_stmt_ = nullptr;
   next_.clear();
   fill_slot_.clear();
   if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
@@ -208,6 +210,8 @@ bool Lower::skip_lambdas(Out& w, const Stmt& loop) {
   w.line("const int first_" + lv + " = (lo_" + lv + " < hi_" + lv + " && !visible_" + lv + "(lo_" + lv + ")) ? next_" + lv + "(lo_" +
          lv + ") : lo_" + lv + ";");
   skip_ = name;
+  skip_m_ = M, skip_n_ = N;
+  skip_at_[0] = mask->compute.at[0], skip_at_[1] = mask->compute.at[1];
   return true;
 }
 
