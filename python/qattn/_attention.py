@@ -1,4 +1,5 @@
 """qattn.attention(), qattn.compile(), qattn.explain(): the public entry points on torch tensors."""
+import json
 import math
 import os
 
@@ -640,7 +641,7 @@ def compile_many(specs, *, gpu=None, jobs=None, verbose=None):
         return list(ex.map(one, specs))
 
 
-def precompile(specs, out, *, gpu=None, short=False, jobs=None, verbose=None):
+def precompile(specs, out, *, gpu=None, short=False, backward=False, deterministic=False, jobs=None, verbose=None):
     """Builds the kernels of `specs` ahead of time and writes them as a kernel pack to the folder
     `out` (added to an existing pack there); returns the number of kernels the pack holds.
 
@@ -650,12 +651,17 @@ def precompile(specs, out, *, gpu=None, short=False, jobs=None, verbose=None):
     build for (default: the spec's, else the local one). short=True also packs what decoding uses:
     the Hopper kernels for short GQA/MQA queries (qattn._build.short_queries), the LSE twins that
     the key split launches (split_keys; without them a packed deployment decodes unsplit) and the
-    combine library that merges its parts (qattn._combine; without it the merge runs as torch ops). On the
-    deployment machine, qattn.use_pack(out) or QATTN_PACKS=out: attention() then runs those kernels
-    with no compiler."""
+    combine library that merges its parts (qattn._combine; without it the merge runs as torch ops).
+    backward=True also packs what training uses: the forward kernel with its LSE (attention() under
+    autograd runs it) and the backward libraries for MHA and for GQA / MQA (each about a minute of
+    nvcc when built on first use); deterministic=True adds the backward libraries of
+    torch.use_deterministic_algorithms(True). Specs whose backward is not generated (custom score_mod /
+    mask_mod) are skipped. The extra kernels build in parallel (jobs). On the deployment machine,
+    qattn.use_pack(out) or QATTN_PACKS=out: attention() then runs those kernels with no compiler."""
     kernels = compile_many(specs, gpu=gpu, jobs=jobs, verbose=verbose)
     builds = [k._b for k in kernels]
     combines = set()
+    extra = []  # (spec, target, reason, build keyword arguments): built in parallel below
     if short:
         for k in kernels:
             dt, dqk, dv, fields, lse = _build.compile_time_fields(k.spec)
@@ -668,12 +674,31 @@ def precompile(specs, out, *, gpu=None, short=False, jobs=None, verbose=None):
             if k.target in ("h100", "h200") and "variants" not in fields:
                 wanted += [(True, lse)] + ([(True, True)] if splits and not lse else [])
             for sh, with_lse in wanted:
-                ks = _build.kernel_spec(dt, dqk, dv, fields, with_lse, k.target, short=sh)
-                builds.append(_build.build(ks, k.target, k.target_reason, verbose=verbose))
+                extra.append((_build.kernel_spec(dt, dqk, dv, fields, with_lse, k.target, short=sh), k, {}))
             if splits and (dt, dv) not in combines:  # the split's merge (qattn._combine), once per dtype and d_v
                 combines.add((dt, dv))
-                builds.append(_build.build(_combine.kernel_spec(dt, dv, k.target), k.target, k.target_reason,
-                                           verbose=verbose, combine=True))
+                extra.append((_combine.kernel_spec(dt, dv, k.target), k, {"combine": True}))
+    if backward or deterministic:
+        for k in kernels:
+            dt, dqk, dv, fields, lse = _build.compile_time_fields(k.spec)
+            fields, _ = split_launch_args(fields)
+            if not _backward.supported(fields):
+                continue
+            if not lse:  # the forward under autograd runs with its LSE
+                extra.append((_build.kernel_spec(dt, dqk, dv, fields, True, k.target), k, {}))
+            for det in ([False] if backward else []) + ([True] if deterministic else []):
+                for gqa in (False, True):
+                    extra.append((_backward.kernel_spec(dt, dqk, dv, fields, k.target, gqa, det), k, {"backward": True}))
+    seen, todo = set(), []
+    for spec, k, kw in extra:  # one build per kernel (two specs may ask for the same LSE twin)
+        tag = (json.dumps(spec, sort_keys=True), tuple(sorted(kw)))
+        if tag not in seen:
+            seen.add(tag)
+            todo.append((spec, k, kw))
+    if todo:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=jobs or max(1, min(len(todo), (os.cpu_count() or 2) // 2))) as ex:
+            builds += list(ex.map(lambda t: _build.build(t[0], t[1].target, t[1].target_reason, verbose=verbose, **t[2]), todo))
     return _pack.write_pack(out, builds)
 
 

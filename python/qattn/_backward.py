@@ -39,6 +39,17 @@ def refuse_grad(torch, what, hint, *tensors):
                         code="PY0109", hint=hint)
 
 
+def kernel_spec(dt, dqk, dv, fields, target, gqa, deterministic=False):
+    """The spec of the backward library for these compile-time fields (what build_for builds and a
+    kernel pack holds under it): heads (2, 1) for GQA / MQA, (1, 1) for MHA."""
+    spec = _build.kernel_spec(dt, dqk, dv, fields, False, target)
+    spec["name"] = (spec["name"] + "_bwd" + ("_gqa" if gqa else "") + ("_det" if deterministic else ""))[:128]
+    spec["heads_q"], spec["heads_kv"] = (2, 1) if gqa else (1, 1)
+    if deterministic:
+        spec["deterministic"] = True
+    return spec
+
+
 def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device, deterministic=None):
     """The backward Build of this compile-time tuple: heads (2, 1) for GQA / MQA (dK, dV accumulated in
     fp32), (1, 1) for MHA (stored once per query head). deterministic (default: torch's
@@ -54,11 +65,7 @@ def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device, determinis
         if isinstance(hit, Exception):
             raise hit
         return hit
-    spec = _build.kernel_spec(dt, dqk, dv, fields, False, target)
-    spec["name"] = (spec["name"] + "_bwd" + ("_gqa" if gqa else "") + ("_det" if deterministic else ""))[:128]
-    spec["heads_q"], spec["heads_kv"] = (2, 1) if gqa else (1, 1)
-    if deterministic:
-        spec["deterministic"] = True
+    spec = kernel_spec(dt, dqk, dv, fields, target, gqa, deterministic)
     try:
         b = _build.build(spec, target, reason, local_tag=tag, backward=True)
     except SpecError as e:

@@ -215,15 +215,15 @@ def build(spec, target, reason, local_tag="", use_cache=True, verbose=None, back
     with _key_lock(key):
         if use_cache and key in _BUILDS:
             return _BUILDS[key]
-        # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc (forward kernels and
-        # the combine libraries of the key split)
-        if use_cache and not backward:
+        # an ahead-of-time pack (qattn.use_pack, $QATTN_PACKS): no compiler, no nvcc (forward kernels, the
+        # combine libraries of the key split, the backward libraries of training)
+        if use_cache:
             t0 = time.perf_counter()
-            found = _pack.find(spec, combine)
+            found = _pack.find(spec, combine, backward)
             if found is not None:
                 kdir, _ = found
                 b = Build(spec, target, reason, kdir, True, None, time.perf_counter() - t0, f"from the kernel pack: {kdir}",
-                          combine=combine)
+                          backward=backward, combine=combine)
                 b.from_pack = os.path.dirname(kdir)
                 _BUILDS[key] = b
                 return b

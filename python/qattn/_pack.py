@@ -39,10 +39,12 @@ _LOCK = threading.Lock()
 _ENV_READ = [False]
 
 
-def spec_key(spec, combine=False):
+def spec_key(spec, combine=False, backward=False):
     """The pack key of a kernel spec: SHA-256 of its canonical JSON (combine: the spec's `--combine`
-    library, the merge of decoding's key split; qattn._combine)."""
-    return hashlib.sha256((json.dumps(spec, sort_keys=True) + ("#combine" if combine else "")).encode()).hexdigest()
+    library, the merge of decoding's key split, qattn._combine; backward: its `--backward` library,
+    the gradients, qattn._backward)."""
+    tail = ("#combine" if combine else "") + ("#backward" if backward else "")
+    return hashlib.sha256((json.dumps(spec, sort_keys=True) + tail).encode()).hexdigest()
 
 
 def _sha256(path):
@@ -84,7 +86,9 @@ def read_manifest(folder):
         # a plain child folder: no separators, no '..', nothing hidden
         if not d or d != os.path.basename(d) or d.startswith(".") or "/" in d or "\\" in d:
             raise _bad(folder, f"kernel folder {d!r} is not a plain name inside the pack")
-        if spec_key(e["spec"], e.get("pass") == "combine") != e["key"]:
+        if e.get("pass") not in (None, "combine", "backward"):
+            raise _bad(folder, f"{d}: unknown pass {str(e.get('pass'))[:20]!r}")
+        if spec_key(e["spec"], e.get("pass") == "combine", e.get("pass") == "backward") != e["key"]:
             raise _bad(folder, f"the key of {d} does not match its spec")
         for name, digest in e["files"].items():
             if name not in FILES or not isinstance(digest, str) or len(digest) != 64:
@@ -114,12 +118,13 @@ def _env_packs():
         use_pack(folder)
 
 
-def find(spec, combine=False):
+def find(spec, combine=False, backward=False):
     """(folder of the kernel's artifacts, entry) for a kernel spec found in a pack, else None. The
     files are checked against the manifest's digests (once per process and folder). combine: the
-    spec's combine library (`qattn generate --combine`)."""
+    spec's combine library (`qattn generate --combine`); backward: its backward library
+    (`qattn generate --backward`)."""
     _env_packs()
-    key = spec_key(spec, combine)
+    key = spec_key(spec, combine, backward)
     with _LOCK:
         packs = list(_PACKS)
     for folder, entries in packs:
@@ -163,7 +168,8 @@ def write_pack(folder, builds):
             entries[key] = {k: v for k, v in e.items() if not k.startswith("_")}
         for b in builds:
             combine = bool(getattr(b, "combine", False))
-            key = spec_key(b.spec, combine)
+            backward = bool(getattr(b, "backward", False))
+            key = spec_key(b.spec, combine, backward)
             d = f"{b.spec['name']}-{key[:12]}"
             kdir = os.path.join(tmp, d)
             if os.path.exists(kdir):
@@ -179,8 +185,8 @@ def write_pack(folder, builds):
                 raise BuildError(f"{b.dir} has no library to pack", code="PY0203")
             entries[key] = {"key": key, "name": b.spec["name"], "dir": d, "target": b.target, "spec": b.spec,
                             "files": files}
-            if combine:
-                entries[key]["pass"] = "combine"
+            if combine or backward:
+                entries[key]["pass"] = "combine" if combine else "backward"
         manifest = {"format": FORMAT, "version": VERSION, "abi": QATTN_ABI_VERSION,
                     "kernels": sorted(entries.values(), key=lambda x: x["name"])}
         with open(os.path.join(tmp, "manifest.json"), "w") as f:

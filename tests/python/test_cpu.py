@@ -585,6 +585,63 @@ def test_a_pack_holds_and_serves_the_combine_library(tmp_path):
         _build._BUILDS.clear()
 
 
+def test_precompile_backward_packs_what_training_uses(monkeypatch, tmp_path):
+    """precompile(backward=True) adds, per spec whose backward is generated: the forward's LSE twin
+    (what attention() under autograd launches) and the backward libraries for MHA and GQA;
+    deterministic=True the deterministic ones; custom score_mod text gets none. A backward library
+    in a pack has its own key (the spec's JSON + "#backward") and build(..., backward=True) loads it
+    from the pack with no compiler."""
+    from qattn import _attention, _backward, _pack
+
+    class K:
+        def __init__(self, spec, target):
+            self.spec = _build.canonical_spec(spec)
+            self.target, self.target_reason, self._b = target, "test", ("compiled", self.spec["name"])
+    built = []
+    monkeypatch.setattr(_attention, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
+                        [K(s, gpu) for s in specs])
+    monkeypatch.setattr(_build, "build", lambda spec, target, reason, **kw: built.append((spec, kw.get("backward", False)))
+                        or spec["name"])
+    monkeypatch.setattr(_pack, "write_pack", lambda out, builds: len(builds))
+    specs = [{"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "causal"},
+             {"heads_q": 2, "head_dim": 64, "dtype": "bf16", "mask": "none", "variants": {"score_mod": "score * 0.5"}}]
+    assert qattn.precompile(specs, str(tmp_path), gpu="h100", backward=True, deterministic=True) == 2 + 1 + 4
+    got = sorted((s["name"], bwd, s.get("deterministic", False), s["heads_kv"] < s["heads_q"]) for s, bwd in built)
+    assert got == [("py_bf16_d128_causal_bwd", True, False, False), ("py_bf16_d128_causal_bwd_det", True, True, False),
+                   ("py_bf16_d128_causal_bwd_gqa", True, False, True), ("py_bf16_d128_causal_bwd_gqa_det", True, True, True),
+                   ("py_bf16_d128_causal_lse", False, False, True)], got
+    monkeypatch.undo()
+    # the pack side: a backward library is found as such, never as the forward kernel of its spec
+    spec = _backward.kernel_spec("bf16", 64, 64, {"mask": {"kind": "causal"}}, "h100", False)
+
+    class B:
+        def __init__(self, spec, d):
+            self.spec, self.dir, self.target, self.combine, self.backward = spec, str(d), "h100", False, True
+    d = tmp_path / "built"
+    d.mkdir()
+    (d / "libqattn_kernel.so").write_bytes(b"not really a library")
+    pack = tmp_path / "pack"
+    assert _pack.write_pack(str(pack), [B(spec, d)]) == 1
+    m = json.loads((pack / "manifest.json").read_text())
+    assert m["kernels"][0]["pass"] == "backward" and m["kernels"][0]["key"] == _pack.spec_key(spec, backward=True)
+    _pack._PACKS.clear()
+    try:
+        qattn.use_pack(str(pack))
+        assert _pack.find(spec) is None and _pack.find(spec, combine=True) is None
+        assert _pack.find(spec, backward=True) is not None
+        b = _build.build(spec, "h100", "test", backward=True)
+        assert b.backward and b.from_pack == str(pack) and b.nvcc_seconds is None
+        bad = dict(m)
+        bad["kernels"] = [dict(m["kernels"][0], **{"pass": "sideways"})]
+        (pack / "manifest.json").write_text(json.dumps(bad))
+        with pytest.raises(qattn.QattnError) as e:
+            qattn.use_pack(str(pack))
+        assert e.value.code == "PY0206"
+    finally:
+        _pack._PACKS.clear()
+        _build._BUILDS.clear()
+
+
 def test_layers_import_without_torch_and_say_what_they_need():
     """qattn.distributed and qattn.flash_attn_interface import where torch does not (their calls then
     raise PY0204); qattn.integrations.transformers without transformers raises PY0904, not an

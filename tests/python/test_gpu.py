@@ -219,6 +219,35 @@ def test_kernel_pack_runs_with_no_compiler(tmp_path):
     assert "building" not in r.stderr and "nvcc" not in r.stderr, r.stderr
 
 
+def test_training_from_a_pack_compiles_nothing(tmp_path):
+    """precompile(backward=True): a process with no `qattn` command trains (forward with its LSE, the
+    GQA backward) from the pack alone; the gradients match fp32 autograd within bf16 noise."""
+    import subprocess
+    import sys
+    pack = tmp_path / "pack"
+    spec = {"heads_q": 2, "head_dim": 64, "dtype": "bf16", "mask": "causal"}
+    assert qattn.precompile([spec], str(pack), backward=True, verbose=False) == 4  # fwd, its LSE twin, bwd MHA / GQA
+    child = (
+        "import torch, qattn\n"
+        "g = torch.Generator(device='cuda').manual_seed(3)\n"
+        "q, k, v = (torch.randn(2, 300, h, 64, device='cuda', generator=g).to(torch.bfloat16).requires_grad_() for h in (8, 2, 2))\n"
+        "do = torch.randn(2, 300, 8, 64, device='cuda', generator=g).to(torch.bfloat16)\n"
+        "got = torch.autograd.grad(qattn.attention(q, k, v, causal=True), (q, k, v), do)\n"
+        "qf, kf, vf = (x.detach().float().requires_grad_() for x in (q, k, v))\n"
+        "o = torch.nn.functional.scaled_dot_product_attention(qf.transpose(1, 2), kf.transpose(1, 2), vf.transpose(1, 2), "
+        "is_causal=True, enable_gqa=True).transpose(1, 2)\n"
+        "ref = torch.autograd.grad(o, (qf, kf, vf), do.float())\n"
+        "print('err', max(((a.float() - r).abs().max() / r.abs().max()).item() for a, r in zip(got, ref)))\n"
+        "print('packed', all(b.from_pack is not None for b in qattn._build._BUILDS.values()), len(qattn._build._BUILDS))\n")
+    env = dict(os.environ, QATTN_PACKS=str(pack), QATTN_BIN=str(tmp_path / "none"), QATTN_CACHE_DIR=str(tmp_path / "c"))
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    words = r.stdout.split()
+    assert words[words.index("packed") + 1:words.index("packed") + 3] == ["True", "2"], r.stdout
+    assert float(words[words.index("err") + 1]) < 2e-2, r.stdout
+    assert "building" not in r.stderr and "nvcc" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[2], SHAPES[4]])
 def test_bf16_d128_softcap_return_lse(shape, causal, gen):
