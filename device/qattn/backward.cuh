@@ -101,17 +101,23 @@ __device__ __forceinline__ void store_acc_smem(TiledMma const& mma, Tensor<AEngi
   for (int i = 0; i < size(acc); ++i) tXsX(i) = static_cast<T>(acc(i));
 }
 
+// The thread's part of the (M, N) tile tile_row of the global view mX (rows, N) as an accumulator
+// of `mma` lays it out: the elements, their (row, column) in the tile, and the rows left in the view.
+template <int M, int N, class TiledMma, class GEngine, class GLayout>
+__device__ __forceinline__ auto acc_global_part(TiledMma const& mma, Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
+  Tensor gX = local_tile(mX, Shape<Int<M>, Int<N>>{}, make_coord(tile_row, 0));
+  auto thr = mma.get_slice(tid);
+  return cute::make_tuple(thr.partition_C(gX), thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{})),
+                          int(size<0>(mX)) - tile_row * M);
+}
+
 // The (M, N) accumulator into rows tile_row * M ... of the global view mX (rows, N), rounded to
 // its element type; rows past the end are skipped.
 template <int M, int N, class TiledMma, class AEngine, class ALayout, class GEngine, class GLayout>
 __device__ __forceinline__ void store_acc_global(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
                                                  Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
   using T = cute::remove_cvref_t<typename GEngine::value_type>;
-  Tensor gX = local_tile(mX, Shape<Int<M>, Int<N>>{}, make_coord(tile_row, 0));
-  auto thr = mma.get_slice(tid);
-  Tensor tXgX = thr.partition_C(gX);
-  Tensor tXcX = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  const int rows_left = int(size<0>(mX)) - tile_row * M;
+  auto [tXgX, tXcX, rows_left] = acc_global_part<M, N>(mma, mX, tile_row, tid);
   CUTE_UNROLL
   for (int i = 0; i < size(acc); ++i)
     if (get<0>(tXcX(i)) < rows_left) tXgX(i) = static_cast<T>(acc(i));
@@ -122,11 +128,7 @@ __device__ __forceinline__ void store_acc_global(TiledMma const& mma, Tensor<AEn
 template <int M, int N, class TiledMma, class AEngine, class ALayout, class GEngine, class GLayout>
 __device__ __forceinline__ void add_acc_global(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
                                                Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
-  Tensor gX = local_tile(mX, Shape<Int<M>, Int<N>>{}, make_coord(tile_row, 0));
-  auto thr = mma.get_slice(tid);
-  Tensor tXgX = thr.partition_C(gX);
-  Tensor tXcX = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  const int rows_left = int(size<0>(mX)) - tile_row * M;
+  auto [tXgX, tXcX, rows_left] = acc_global_part<M, N>(mma, mX, tile_row, tid);
   CUTE_UNROLL
   for (int i = 0; i < size(acc); ++i)
     if (get<0>(tXcX(i)) < rows_left) atomicAdd(&tXgX(i), acc(i));
@@ -168,11 +170,7 @@ __device__ __forceinline__ void turn_pass(int* counter, int tid) {
 template <int M, int N, class TiledMma, class AEngine, class ALayout, class GEngine, class GLayout>
 __device__ __forceinline__ void add_acc_global_ordered(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
                                                        Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
-  Tensor gX = local_tile(mX, Shape<Int<M>, Int<N>>{}, make_coord(tile_row, 0));
-  auto thr = mma.get_slice(tid);
-  Tensor tXgX = thr.partition_C(gX);
-  Tensor tXcX = thr.partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  const int rows_left = int(size<0>(mX)) - tile_row * M;
+  auto [tXgX, tXcX, rows_left] = acc_global_part<M, N>(mma, mX, tile_row, tid);
   // chunks of 16: every load of a chunk is in flight before its stores (a store could alias a later
   // load, so the compiler would not hoist them itself: one L2 round trip per element)
   constexpr int kN = decltype(size(acc))::value, kC = kN < 16 ? kN : 16;
