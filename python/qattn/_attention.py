@@ -353,20 +353,23 @@ def _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args,
     def run(qd, kd, vd):
         return _launch(torch, b, qd, kd, vd, layout, scale, True, aux, args)
 
+    det = _backward.requested()  # a deterministic_backward() around this call (flash_attn_interface)
+
     def bwd(q_, k_, v_, o_, lse_, do_):
-        return run_backward(torch, dt, fields, args, aux, layout, scale, q_, k_, v_, o_, lse_, do_)
+        return run_backward(torch, dt, fields, args, aux, layout, scale, q_, k_, v_, o_, lse_, do_, deterministic=det)
 
     o, lse = _backward.function(torch).apply(q, k, v, run, bwd)
     return (o, lse) if return_lse else o
 
 
-def run_backward(torch, dt, fields, args, aux, layout, scale, q, k, v, o, lse, do):
+def run_backward(torch, dt, fields, args, aux, layout, scale, q, k, v, o, lse, do, deterministic=None):
     """(dQ, dK, dV) in the inputs' layout from the backward kernel of these variant fields (built on
-    first use) for the forward's o and lse (batch, heads_q, seqlen_q) and the upstream gradient do."""
+    first use) for the forward's o and lse (batch, heads_q, seqlen_q) and the upstream gradient do.
+    deterministic: the kernel with ordered additions (None: torch.are_deterministic_algorithms_enabled())."""
     qv, kv, vv = _views(q, k, v, layout)
     _, _, _, hq, hkv, dqk, dv = _check_shapes(qv, kv, vv)
     _backward.device_target = _device_target
-    bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q.device)
+    bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q.device, deterministic)
     ov, dov = (o, do) if layout == "bshd" else (o.transpose(1, 2), do.transpose(1, 2))
     aux_list = _aux_tensors(torch, bb, aux or {}, qv, kv)
     grads = _backward.launch(torch, bb, qv, kv, vv, ov, lse, dov, scale, args.get("window"), args.get("softcap"), aux_list)

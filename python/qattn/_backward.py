@@ -9,8 +9,32 @@ in a fixed order instead of with atomics (TL `{ordered}`): bit-identical gradien
 document and prefix-LM masks) are differentiated by the backward TL; custom score_mod / mask_mod
 text has no backward from Python yet (PY0109), nor do the KV-cache calls (refuse_grad).
 """
+import contextlib
+import contextvars
+
 from . import _build
 from ._abi import STATUS, bwd_workspace, fill_bwd_params
+
+# A forward call made inside deterministic_backward(True) records that its backward must be the
+# deterministic kernel (flash_attn_interface's `deterministic=True`); None: torch's setting when the
+# backward runs.
+_DETERMINISTIC = contextvars.ContextVar("qattn_deterministic_backward", default=None)
+
+
+def requested():
+    """The deterministic choice of the enclosing deterministic_backward(), else None."""
+    return _DETERMINISTIC.get()
+
+
+@contextlib.contextmanager
+def deterministic_backward(flag=True):
+    """attention() calls inside record the backward kernel they differentiate with: the deterministic
+    one for flag=True (whatever torch.use_deterministic_algorithms says when backward() runs)."""
+    token = _DETERMINISTIC.set(bool(flag))
+    try:
+        yield
+    finally:
+        _DETERMINISTIC.reset(token)
 from .errors import LaunchError, SpecError
 
 

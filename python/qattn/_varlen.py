@@ -157,12 +157,14 @@ def _differentiable(torch, q, k, v, cu_q, cu_k, max_q, max_k, causal, window, sc
         lse.masked_fill_(past[None, :], float("inf"))
         return o, lse
 
+    det = _backward.requested()  # a deterministic_backward() around this call (flash_attn_interface)
+
     def bwd(q_, k_, v_, o_, lse_, do_):
         seg_q = ids(cu_q, int(q_.shape[0]), bsz)
         seg_k = ids(cu_k, int(k_.shape[0]), bsz + 1)
         aux = {"seg_q": seg_q, "seg_k": seg_k}
         g = _attention.run_backward(torch, dt, fields, args, aux, "bshd", sc, q_[None], k_[None], v_[None], o_[None],
-                                    lse_[None].contiguous(), do_.contiguous()[None])
+                                    lse_[None].contiguous(), do_.contiguous()[None], deterministic=det)
         return tuple(x[0] for x in g)
 
     o, lse = _backward.function(torch).apply(q, k, v, run, bwd)

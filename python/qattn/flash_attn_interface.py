@@ -27,10 +27,13 @@ and return what it returns, forward only:
 Refused with a qattn.QattnError (PY0903) naming the argument: dropout_p > 0, rotary_cos /
 rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes with a paged cache, (batch, heads) ALiBi
 slopes that differ per row in a packed call. return_attn_probs returns (out, softmax_lse, None): the
-probabilities are not formed. deterministic and num_splits are accepted and ignored (the forward is
-deterministic; qattn picks its own schedule).
+probabilities are not formed. deterministic=True makes the call's backward the kernel with ordered
+additions (bit-identical gradients; also under torch.use_deterministic_algorithms(True)); num_splits is
+accepted and ignored (qattn picks its own schedule).
 """
-from . import _attention
+import contextlib
+
+from . import _attention, _backward
 from ._kvcache import append_to_cache, attention_with_kvcache
 from ._varlen import attention_varlen
 from ._torch_util import import_torch
@@ -78,9 +81,17 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                                 alibi_slopes[i], deterministic, True) for i in range(q.shape[0])]
         out, lse = torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
         return (out, lse, None) if return_attn_probs else out
-    r = _attention.attention(q, k, v, causal=bool(causal) and window is None, window=window, scale=softmax_scale,
-                             softcap=cap, return_lse=bool(return_attn_probs), alibi_slopes=slopes)
+    with _deterministic(deterministic):
+        r = _attention.attention(q, k, v, causal=bool(causal) and window is None, window=window, scale=softmax_scale,
+                                 softcap=cap, return_lse=bool(return_attn_probs), alibi_slopes=slopes)
     return (r[0], r[1], None) if return_attn_probs else r
+
+
+def _deterministic(flag):
+    """deterministic=True: the call's backward takes the kernel with ordered additions (bit-identical
+    gradients); False leaves the choice to torch.use_deterministic_algorithms, as FlashAttention's
+    default does not force atomics either."""
+    return _backward.deterministic_backward(True) if flag else contextlib.nullcontext()
 
 
 def _seq_ids(torch, cu, total):
@@ -100,6 +111,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            deterministic=False, return_attn_probs=False, block_table=None):
     """q (total_q, heads, d), k / v (total_k, heads_kv, d), cu_seqlens_* (batch + 1,) int32.
     Returns out (total_q, heads, d_v), or with return_attn_probs (out, softmax_lse (heads, total_q), None)."""
+    with _deterministic(deterministic):
+        return _varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                            window_size, softcap, alibi_slopes, return_attn_probs, block_table)
+
+
+def _varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                 window_size, softcap, alibi_slopes, return_attn_probs, block_table):
     torch = import_torch()
     window, cap = _common(dropout_p, window_size, softcap, causal)
     if block_table is not None:  # k / v: a paged cache (num_pages, page_size, heads_kv, d); cu_seqlens_k: the key counts

@@ -642,6 +642,25 @@ def test_precompile_backward_packs_what_training_uses(monkeypatch, tmp_path):
         _build._BUILDS.clear()
 
 
+def test_deterministic_backward_is_recorded_by_the_forward_call():
+    """_backward.deterministic_backward(): the forward calls made inside it record the deterministic
+    backward kernel (flash_attn_interface's deterministic=True); outside, None (torch's setting when
+    backward() runs); nested and restored on exceptions."""
+    from qattn import _backward
+    assert _backward.requested() is None
+    with _backward.deterministic_backward(True):
+        assert _backward.requested() is True
+        with _backward.deterministic_backward(False):
+            assert _backward.requested() is False
+        assert _backward.requested() is True
+    with pytest.raises(RuntimeError):
+        with _backward.deterministic_backward(True):
+            raise RuntimeError("inside")
+    assert _backward.requested() is None
+    spec = _backward.kernel_spec("bf16", 64, 64, {"mask": {"kind": "causal"}}, "h100", True, deterministic=True)
+    assert spec["deterministic"] is True and spec["name"].endswith("_bwd_gqa_det") and spec["heads_kv"] == 1
+
+
 def test_layers_import_without_torch_and_say_what_they_need():
     """qattn.distributed and qattn.flash_attn_interface import where torch does not (their calls then
     raise PY0204); qattn.integrations.transformers without transformers raises PY0904, not an

@@ -183,6 +183,27 @@ def test_flash_attn_with_kvcache_paged(mode):
             close(lse[i], l_r, mode)
 
 
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_deterministic_true_gives_bit_identical_gradients():
+    """flash_attn_func(..., deterministic=True) and flash_attn_varlen_func(..., deterministic=True):
+    the backward takes the kernel with ordered additions (its Build's spec says so) and 5 backward
+    passes give the same bits, without torch.use_deterministic_algorithms."""
+    from qattn import _build
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v = (torch.randn(2, 333, h, 64, device="cuda", generator=g).to(torch.bfloat16).requires_grad_() for h in (4, 2, 2))
+    do = torch.randn(2, 333, 4, 64, device="cuda", generator=g).to(torch.bfloat16)
+    assert not torch.are_deterministic_algorithms_enabled()
+    cu = torch.tensor([0, 100, 333, 666], dtype=torch.int32, device="cuda")
+    for call in (lambda: fai.flash_attn_func(q, k, v, causal=True, deterministic=True),
+                 lambda: fai.flash_attn_varlen_func(q.view(666, 4, 64), k.view(666, 2, 64), v.view(666, 2, 64), cu, cu, 333,
+                                                    333, causal=True, deterministic=True).view(2, 333, 4, 64)):
+        o = call()
+        runs = [torch.autograd.grad(o, (q, k, v), do, retain_graph=True) for _ in range(5)]
+        for r in runs[1:]:
+            assert all(torch.equal(a.view(torch.int16), c.view(torch.int16)) for a, c in zip(runs[0], r))
+    assert any(b.backward and b.spec.get("deterministic") for b in _build._BUILDS.values())
+
+
 def test_refusals():
     q = torch.zeros(1, 4, 2, 64)
     for kw, what in ((dict(dropout_p=0.1), "dropout"),):
