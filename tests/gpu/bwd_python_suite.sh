@@ -2,7 +2,7 @@
 # The backward pass through the Python package on a GPU (issue 19), one command on a lent H100/H200:
 #   - `qattn generate --backward` (plan, translate, nvcc, then python -m qattn.verify / qattn.timing on
 #     the backward library) for llama3.2-1b, in the background;
-#   - the pytest cases of tests/python/test_gpu.py for attention() under autograd (gradients against
+#   - the pytest cases of tests/python/test_gpu_training.py for attention() under autograd (gradients against
 #     fp32 autograd, a training step against SDPA) and the error cases.
 # Usage (OUT set by the device runner): bash tests/gpu/bwd_python_suite.sh [all|core|variants], with out/gpu-py holding the
 # compiler (stripped qattn + lib/) and .cutlass/include the CUTLASS headers.
@@ -18,7 +18,7 @@ case "${1:-all}" in
   variants) K="score_variants or trains_through" ;;
   *) K="backward or deterministic or training_step or trains_through or opcheck or errors_are_exceptions" ;;
 esac
-timeout 580 python3 -m pytest -q tests/python/test_gpu.py -k "$K" -rs > $OUT/pytest_bwd.txt 2>&1
+timeout 580 python3 -m pytest -q tests/python/test_gpu_training.py tests/python/test_gpu.py -k "$K" -rs > $OUT/pytest_bwd.txt 2>&1
 echo "pytest exit $?" >> $OUT/pytest_bwd.txt
 wait
 tail -30 $OUT/pytest_bwd.txt
