@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 
+#include "line_edits.h"
 #include "backend/translate.h"
 #include "hw/gpu.h"
 #include "plan/plan.h"
@@ -165,32 +166,18 @@ TEST(EmitCombine, FormsWithoutALoweringAreLocatedDiagnostics) {
 }
 
 TEST(EmitCombine, EveryOneLineDeletionOrSwapIsADiagnosticOrAKernelNeverACrash) {
-  const std::string code = plan_combine("llama3-8b", "a100");
-  std::vector<std::string> lines;
-  std::istringstream in(code);
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  auto join = [](const std::vector<std::string>& ls) {
-    std::string t;
-    for (const auto& l : ls) t += l + "\n";
-    return t;
-  };
   int translated = 0, refused = 0;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::vector<std::string> del = lines, swp = lines;
-    del.erase(del.begin() + long(i));
-    if (i + 1 < lines.size()) std::swap(swp[i], swp[i + 1]);
-    for (const auto& variant : {join(del), join(swp)}) {
-      support::DiagSink d;
-      auto t = xlate(variant, "a100", d);
-      if (t) {
-        ++translated;
-        EXPECT_NE(t->cuda_source.find("qattn_combine"), std::string::npos);
-      } else {
-        ++refused;
-        EXPECT_TRUE(d.has_errors()) << "line " << i;
-      }
+  testutil::each_line_edit(plan_combine("llama3-8b", "a100"), [&](const std::string& variant, size_t i) {
+    support::DiagSink d;
+    auto t = xlate(variant, "a100", d);
+    if (t) {
+      ++translated;
+      EXPECT_NE(t->cuda_source.find("qattn_combine"), std::string::npos);
+    } else {
+      ++refused;
+      EXPECT_TRUE(d.has_errors()) << "line " << i;
     }
-  }
+  });
   EXPECT_GT(refused, 10);
   EXPECT_GT(translated, 10);
 }

@@ -16,6 +16,7 @@
 #include <regex>
 #include <sstream>
 
+#include "line_edits.h"
 #include "backend/translate.h"
 #include "hw/gpu.h"
 #include "plan/plan.h"
@@ -580,30 +581,17 @@ TEST(EmitBackward, EveryOneLineDeletionOrSwapIsADiagnosticOrAKernelNeverACrash) 
   int translated = 0, refused = 0;
   for (const std::string& code : {plan_backward("llama3-8b", "h100", {{"alibi", "true"}, {"softcap", "30"}}),
                                   plan_backward("llama3-8b", "h100", {{"document", "true"}, {"deterministic", "true"}})}) {
-    std::vector<std::string> lines;
-    std::istringstream in(code);
-    for (std::string l; std::getline(in, l);) lines.push_back(l);
-    auto join = [](const std::vector<std::string>& ls) {
-      std::string t;
-      for (const auto& l : ls) t += l + "\n";
-      return t;
-    };
-    for (size_t i = 0; i < lines.size(); ++i) {
-      std::vector<std::string> del = lines, swp = lines;
-      del.erase(del.begin() + long(i));
-      if (i + 1 < lines.size()) std::swap(swp[i], swp[i + 1]);
-      for (const auto& variant : {join(del), join(swp)}) {
-        support::DiagSink d;
-        auto t = xlate(variant, "h100", d);
-        if (t) {
-          ++translated;
-          EXPECT_NE(t->cuda_source.find("qattn_bwd"), std::string::npos);
-        } else {
-          ++refused;
-          EXPECT_TRUE(d.has_errors()) << "line " << i;
-        }
+    testutil::each_line_edit(code, [&](const std::string& variant, size_t i) {
+      support::DiagSink d;
+      auto t = xlate(variant, "h100", d);
+      if (t) {
+        ++translated;
+        EXPECT_NE(t->cuda_source.find("qattn_bwd"), std::string::npos);
+      } else {
+        ++refused;
+        EXPECT_TRUE(d.has_errors()) << "line " << i;
       }
-    }
+    });
   }
   EXPECT_GT(refused, 20);     // most deletions break the program: diagnosed
   EXPECT_GT(translated, 20);  // comments, blank lines, harmless swaps: still a kernel
