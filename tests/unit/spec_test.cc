@@ -313,6 +313,7 @@ TEST(specJson, WrongTypes) {
   for (const Case& c : {Case{R"({"heads_q": "32", "head_dim": 128})", "SPEC0105", "/heads_q"},
                         Case{R"({"heads_q": 32.5, "head_dim": 128})", "SPEC0105", "/heads_q"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "return_lse": 1})", "SPEC0105", "/return_lse"},
+                        Case{R"({"heads_q": 32, "head_dim": 128, "deterministic": "yes"})", "SPEC0105", "/deterministic"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "mask": 3})", "SPEC0105", "/mask"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "softmax_scale": "x"})", "SPEC0105", "/softmax_scale"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "problem": {"batch": [1]}})", "SPEC0105", "/problem/batch"},
@@ -435,6 +436,10 @@ TEST(specFlags, Errors) {
   DiagSink d3;
   EXPECT_FALSE(apply_flags(s, {{"mask", "window"}}, d3));  // no sizes
   EXPECT_NE(find(d3, "SPEC0120"), nullptr);
+  DiagSink d5;
+  EXPECT_FALSE(apply_flags(s, {{"deterministic", "sometimes; rm -rf /"}}, d5));  // a bool, or a diagnostic
+  EXPECT_NE(find(d5, "SPEC0120"), nullptr);
+  EXPECT_FALSE(s.deterministic);
   DiagSink d4;
   EXPECT_FALSE(apply_flags(s, {{"head-dims", "64"}}, d4));
   const Diagnostic* x = find(d4, "SPEC0121");
