@@ -308,6 +308,19 @@ void Walker::elementwise(const Stmt& s) {
   read(x.name, Space::Register, x.loc, s);
   if (y.is_tensor) {
     read(y.name, Space::Register, y.loc, s);
+    if (c.operands[1].transposed) {
+      // a vector read down the columns: one value per column of the 2-D first operand
+      if (x.shape.size() != 2 || y.shape.size() != 1 || !(y.shape[0] == x.shape[1])) {
+        error(s, "TL0405", y.loc,
+              c.op + " " + x.name + ", " + y.name + "^T: '" + y.name + "^T' is a column vector (one value per column) of a 2-D tile, "
+                  "but '" + x.name + "' is " + fmt_shape(x.shape) + " and '" + y.name + "' is " + fmt_shape(y.shape),
+              x.shape.size() == 2 ? "use a (" + fmt_expr(x.shape[1]) + ") vector, or drop the ^T for one value per row"
+                                  : "apply it to a (rows, cols) tile");
+      }
+      if (c.result == ComputeStmt::Result::Get) put_result(s, x.shape, x.layout, "TL0405", DType::F32);
+      else write_full(x.name, Space::Register);
+      return;
+    }
     bool same = same_shape(x.shape, y.shape);
     bool bcast = x.shape.size() == 2 && y.shape.size() == 1 && y.shape[0] == x.shape[0];
     if (!same && !bcast) {
@@ -454,7 +467,12 @@ void Walker::compute_stmt(const Stmt& s) {
     ok = false;
   }
   if (op->cls != OpClass::Gemm) {
-    for (const auto& o : c.operands) {
+    for (size_t i = 0; i < c.operands.size(); ++i) {
+      const Operand& o = c.operands[i];
+      // `^T` beyond GEMMs: a row vector read down the columns (`Compute Subtract St, LSE^T`), and the
+      // score tile of Mask / Modify / Derivative held transposed (keys along its rows: `St^T`).
+      const bool tile_t = op->cls == OpClass::Mask || op->cls == OpClass::Derivative;
+      if (o.transposed && ((op->cls == OpClass::Binary && i == 1) || tile_t)) continue;
       if (o.transposed) {
         error(s, "TL0408", pick(o.loc, s.loc), "`^T` on an operand of " + c.op + "; only GEMM operands are transposed",
               "remove the `^T`");
@@ -533,6 +551,11 @@ void Walker::derivative(const Stmt& s) {
     return;
   }
   derived_.insert(c.mask.name);
+  if (c.operands.size() == 2 && c.operands[0].transposed != c.operands[1].transposed) {
+    error(s, "TL0405", s.loc, "Compute Derivative transposes one of its tiles only: the gradient and the scores are laid out alike",
+          "write ^T on both (`Compute Derivative dSt^T, St0^T ...`) or on neither");
+    return;
+  }
   Opnd x, y;
   if (!resolve_tensor_operand(c.operands[0], s, false, x) || !resolve_tensor_operand(c.operands[1], s, false, y)) return;
   if (x.shape.size() != 2 || !same_shape(x.shape, y.shape)) {

@@ -81,12 +81,44 @@ bool Machine::store_result(const Stmt& s, Buffer* x, const std::vector<int64_t>&
   return false;
 }
 
+// A 2-D buffer transposed in place (its shape swapped): a score tile held with keys along its rows
+// (`Compute Mask St^T at [..]`) is masked / modified as the (queries, keys) tile it is the transpose of.
+static bool is_binary_op(const std::string& op) {
+  return op == "Add" || op == "Subtract" || op == "Multiply" || op == "Divide" || op == "Max";
+}
+
+static void transpose_in_place(Buffer& b) {
+  const int64_t r = b.rows(), c = b.cols();
+  std::vector<double> t(b.data.size());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) t[size_t(j * r + i)] = b.data[size_t(i * c + j)];
+  b.data.swap(t);
+  b.shape = {c, r};
+}
+
 bool Machine::exec_compute(const Stmt& s) {
   const auto& op = s.compute.op;
+  const bool tile_op = op == "Mask" || op == "Modify" || op == "Derivative";
   for (size_t i = 0; i < s.compute.operands.size(); ++i)
-    if (s.compute.operands[i].transposed && op != "GEMM")
+    if (s.compute.operands[i].transposed && op != "GEMM" && !tile_op && !(i == 1 && is_binary_op(op)))
       return error("TL0901", s.compute.operands[i].loc.line ? s.compute.operands[i].loc : s.loc,
-                   "^T on an operand of " + op, "^T is only meaningful on GEMM operands");
+                   "^T on an operand of " + op, "^T is for GEMM operands, the vector of an element-wise op, and the tile of Mask / Modify / Derivative");
+  if (tile_op && !s.compute.operands.empty() && s.compute.operands[0].transposed) {
+    // the tile (and a Derivative's scores) as the (queries, keys) tile, then back
+    std::vector<Buffer*> bufs;
+    for (const auto& o : s.compute.operands) {
+      if (o.expr.kind != Expr::Kind::Name) continue;
+      Buffer* b = tensor(o.expr.name);
+      if (!b || b->shape.size() != 2)
+        return error("TL0901", o.loc.line ? o.loc : s.loc, op + " of '" + o.expr.name + "^T' needs a 2-D register tile");
+      if (std::find(bufs.begin(), bufs.end(), b) == bufs.end()) bufs.push_back(b);
+    }
+    for (Buffer* b : bufs) transpose_in_place(*b);
+    const bool ok = op == "Mask" ? (s.compute.mask.kind == MaskSpec::Kind::Named ? compute_named_mask(s) : compute_mask(s))
+                  : op == "Modify" ? compute_modify(s) : compute_derivative(s);
+    for (Buffer* b : bufs) transpose_in_place(*b);
+    return ok;
+  }
   if (op == "GEMM") return compute_gemm(s);
   // Every other op makes one temporary the size of an operand (its result) before storing it.
   double temp = 0;
@@ -177,7 +209,15 @@ bool Machine::compute_binary(const Stmt& s) {
   if (is_tensor(c.operands[1])) {
     Buffer* y = tensor(c.operands[1].expr.name);
     if (!shared_read_ok(c.operands[1].expr.name, y, c.operands[1].loc.line ? c.operands[1].loc : s.loc)) return false;
-    if (y->shape == x->shape) {
+    if (c.operands[1].transposed) {  // a column vector: one value per column, read down the rows
+      if (x->shape.size() != 2 || y->shape.size() != 1 || y->shape[0] != x->cols())
+        return error("TL0901", s.loc,
+                     c.op + " " + c.operands[0].expr.name + ", " + c.operands[1].expr.name + "^T: a column vector of " +
+                         std::to_string(x->shape.size() == 2 ? x->cols() : 0) + " values needs a 2-D first operand; they are " +
+                         shape_str(x->shape) + " and " + shape_str(y->shape));
+      const size_t cols = size_t(x->cols());
+      for (size_t i = 0; i < vals.size(); ++i) vals[i] = apply(op, x->data[i], y->data[i % cols]);
+    } else if (y->shape == x->shape) {
       for (size_t i = 0; i < vals.size(); ++i) vals[i] = apply(op, x->data[i], y->data[i]);
     } else if (x->shape.size() == 2 && y->shape.size() == 1 && y->shape[0] == x->rows()) {
       int64_t cols = x->cols();

@@ -226,8 +226,9 @@ bool Machine::skip_iteration(const Stmt& loop, bool& skip) {
   Buffer* bb = B.expr.kind == Expr::Kind::Name ? tensor(B.expr.name) : nullptr;
   if (!ab || !bb || ab->shape.size() != 2 || bb->shape.size() != 2)
     return error("TL0903", a->loc, "cannot tell the tile pair of `skip`: the GEMM's operands are not allocated 2-D tiles yet");
-  const int64_t rows = A.transposed ? ab->shape[1] : ab->shape[0];
-  const int64_t cols = B.transposed ? bb->shape[0] : bb->shape[1];
+  int64_t rows = A.transposed ? ab->shape[1] : ab->shape[0];
+  int64_t cols = B.transposed ? bb->shape[0] : bb->shape[1];
+  if (mask->compute.operands[0].transposed) std::swap(rows, cols);  // `Mask St^T`: the GEMM made the transposed tile
   auto r = ev_int(mask->compute.at[0]);
   auto c = ev_int(mask->compute.at[1]);
   if (!r || !c) return false;

@@ -524,6 +524,31 @@ TEST(checker, OrderedIsAnAccumulatingBackwardStoreAttribute) {
   EXPECT_EQ(rf.count("TL0701"), 0) << rf.rendered;
 }
 
+TEST(checker, TransposedVectorsAndScoreTiles) {
+  // `X^T` beyond GEMMs: a vector read by column (one value per column of the tile) and the score tile
+  // of Mask / Modify / Derivative held transposed (tests/tl/backward_transposed.tl)
+  std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/backward_transposed.tl");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bwd = ss.str();
+  auto r = run(bwd);
+  EXPECT_TRUE(r.ok) << r.rendered;
+  // the vector has one value per row of St (BN keys), not per column (BM queries)
+  std::string rows = replace(bwd, "Compute Subtract St, LSE^T and get Pt", "Compute Subtract St, LSE and get Pt");
+  EXPECT_CODE_AT(run(rows), "TL0405", rows, "Compute Subtract St, LSE and get Pt");
+  // a column vector of a vector
+  std::string vec = replace(bwd, "Compute Multiply LSE, log2e", "Compute Multiply LSE, LSE^T");
+  EXPECT_CODE_AT(run(vec), "TL0405", vec, "Compute Multiply LSE, LSE^T");
+  // ^T on the first operand of an element-wise op, or on a unary op's operand
+  std::string first = replace(bwd, "Compute Multiply dSt, Pt", "Compute Multiply dSt^T, Pt");
+  EXPECT_CODE_AT(run(first), "TL0408", first, "Compute Multiply dSt^T, Pt");
+  std::string unary = replace(bwd, "Compute Exp2 Pt", "Compute Exp2 Pt^T");
+  EXPECT_CODE_AT(run(unary), "TL0408", unary, "Compute Exp2 Pt^T");
+  // a Derivative transposes both tiles or neither
+  std::string half = replace(bwd, "Compute Derivative dSt^T, St0^T", "Compute Derivative dSt^T, St0");
+  EXPECT_CODE_AT(run(half), "TL0405", half, "Compute Derivative dSt^T, St0");
+}
+
 TEST(checker, SeveralErrorsReported) {
   std::string t = replace(kFlash, "  Reshape P16 from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n", "");
   t = replace(t, "Compute GEMM Q, K^T and get S", "Compute GEMM Q, K and get S");

@@ -159,5 +159,30 @@ TEST(Backward, SkipHonoursTheMasksEmptyClause) {
   }
 }
 
+TEST(Backward, TransposedFormChecksItsTransposes) {
+  // tests/tl/backward_transposed.tl (S^T = K Q^T): the Mask, Modify and Derivative read `St^T`, LSE
+  // and D are read by column (`LSE^T`, `Di^T`). A mask applied to St as if it were S, or at swapped
+  // tile coordinates, hides the wrong pairs. (The softcap does not depend on the positions: its
+  // Modify and Derivative give the same values transposed or not.)
+  RunConfig c;
+  c.dims = {{"batch", 1}, {"heads_q", 4}, {"heads_kv", 2}, {"seqlen_q", 150}, {"seqlen_k", 77}};
+  c.seed = 5;
+  for (Precision prec : {Precision::FP64, Precision::Storage}) {
+    c.precision = prec;
+    Outcome ok = run_text(slurp(kCorpus / "backward_transposed.tl"), c);
+    EXPECT_TRUE(ok.r.passed) << ok.r.summary << ok.diags;
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"Compute Mask St^T at [i, n_block] with causal", "Compute Mask St at [i, n_block] with causal"},
+             {"Compute Mask St^T at [i, n_block] with causal", "Compute Mask St^T at [n_block, i] with causal"},
+             {"Compute Mask St^T at [i, n_block] with query_rows", "Compute Mask St at [i, n_block] with query_rows"}}) {
+      SCOPED_TRACE(to);
+      Outcome bad = run_text(testutil::corpus_with("backward_transposed.tl", from, to), c);
+      EXPECT_TRUE(bad.r.ran) << bad.diags;
+      EXPECT_FALSE(bad.r.passed) << bad.r.summary;
+      EXPECT_TRUE(bad.has("TL0801")) << bad.diags;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qattn::tl
