@@ -14,13 +14,18 @@
 //                added with fp32 atomics; rows past the end of the view skipped
 //   turn_wait / add_acc_global_ordered / turn_pass  the same addition `{ordered}`: one block at a
 //                time per tile, in a fixed order (deterministic sums)
+//   load_cols / ew_cols  TL `X^T` of a vector (`Compute Subtract St, LSE^T`): one value per column
+//   rows_to_cols   a row vector of one tile into the column layout of another (through shared)
+//   apply_*_t      the mask / score helpers on a score tile held transposed (keys along its rows)
 // Every helper takes the tiled MMA and the thread index: the element a thread owns is where
 // partition_C of an identity tensor says.
 #pragma once
 #include <cute/tensor.hpp>
 
 #include "qattn/layout.cuh"
+#include "qattn/mask.cuh"
 #include "qattn/softmax.cuh"
+#include "qattn/variant.cuh"
 
 namespace qattn {
 using namespace cute;
@@ -125,13 +130,29 @@ __device__ __forceinline__ void store_acc_global(TiledMma const& mma, Tensor<AEn
 
 // The (M, N) fp32 accumulator added into the fp32 global view mX (atomics; several blocks add to
 // one tile); rows past the end are skipped.
+// On sm90 two neighbouring columns of a row (an accumulator's value pairs) go in one vector
+// reduction (red.global.add.v2.f32: half the L2 atomic operations) when 8-byte aligned.
 template <int M, int N, class TiledMma, class AEngine, class ALayout, class GEngine, class GLayout>
 __device__ __forceinline__ void add_acc_global(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
                                                Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
   auto [tXgX, tXcX, rows_left] = acc_global_part<M, N>(mma, mX, tile_row, tid);
+  constexpr int kN = decltype(size(acc))::value;
   CUTE_UNROLL
-  for (int i = 0; i < size(acc); ++i)
-    if (get<0>(tXcX(i)) < rows_left) atomicAdd(&tXgX(i), acc(i));
+  for (int j = 0; j < kN / 2; ++j) {
+    const int i = 2 * j;
+    float* x = &tXgX(i);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (&tXgX(i + 1) == x + 1 && get<0>(tXcX(i + 1)) == get<0>(tXcX(i)) && (reinterpret_cast<uintptr_t>(x) & 7) == 0) {
+      if (get<0>(tXcX(i)) < rows_left)
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(x), "f"(float(acc(i))), "f"(float(acc(i + 1))) : "memory");
+      continue;
+    }
+#endif
+    if (get<0>(tXcX(i)) < rows_left) atomicAdd(x, acc(i));
+    if (get<0>(tXcX(i + 1)) < rows_left) atomicAdd(&tXgX(i + 1), acc(i + 1));
+  }
+  if constexpr (kN % 2 == 1)
+    if (get<0>(tXcX(kN - 1)) < rows_left) atomicAdd(&tXgX(kN - 1), acc(kN - 1));
 }
 
 // TL `Copy X ... from register to global and accumulate {ordered}` (a deterministic kernel): the
@@ -202,6 +223,143 @@ __device__ __forceinline__ void apply_derivative(TiledMma const& mma, Tensor<GEn
     CUTE_UNROLL
     for (int k = 0; k < size<1>(gr); ++k)
       if (gr(i, k) != 0.f) gr(i, k) *= d(sr(i, k), q, col0 + get<1>(cr(i, k)));
+  }
+}
+
+// The columns of an (M, N) accumulator of `mma` this thread holds, in the order of rows_view's
+// second mode: a column vector holds one value for each.
+template <int M, int N, class TiledMma>
+__device__ __forceinline__ auto cols_for(TiledMma const& mma) {
+  auto acc = partition_fragment_C(mma, Shape<Int<M>, Int<N>>{});
+  auto ar = rows_view(acc);
+  return make_tensor<float>(Shape<Int<decltype(size<1>(ar))::value>>{});
+}
+
+// Column vector `r` (the thread's columns of an (M, N) tile of `mma`) from the shared vector sX (N).
+template <int M, int N, class TiledMma, class REngine, class RLayout>
+__device__ __forceinline__ void load_cols(TiledMma const& mma, float const* sX, Tensor<REngine, RLayout>& r, int tid) {
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  auto cr = rows_view(c);
+  CUTE_UNROLL
+  for (int k = 0; k < size<1>(cr); ++k) r(k) = sX[get<1>(cr(0, k))];
+}
+
+// Z = X op c, c a column vector (one value per column of the 2-D tile X, cols_for's order).
+template <class Op, class X, class C, class Z>
+__device__ __forceinline__ void ew_cols(X const& x, C const& c, Z& z) {
+  auto xr = rows_view(x);
+  auto zr = rows_view(z);
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(xr); ++i) {
+    CUTE_UNROLL
+    for (int k = 0; k < size<1>(xr); ++k) {
+      if constexpr (std::is_same_v<Op, op::Sub>) zr(i, k) = xr(i, k) - (c(k) == -INFINITY ? 0.f : c(k));
+      else zr(i, k) = Op{}(xr(i, k), c(k));
+    }
+  }
+}
+
+// A row vector `r` of the (RM, x) tiles of `rmma` into the column vector `c` of an (CM, RM) tile of
+// `cmma` (its columns are r's rows): through the shared scratch (RM floats). Two __syncthreads; the
+// caller's control flow must be uniform over the block.
+template <int RM, int CM, class RMma, class CMma, class REngine, class RLayout, class CEngine, class CLayout>
+__device__ __forceinline__ void rows_to_cols(RMma const& rmma, Tensor<REngine, RLayout> const& r, CMma const& cmma,
+                                             Tensor<CEngine, CLayout>& c, float* scratch, int tid) {
+  Tensor rc = rmma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<RM>, MmaTileN<RMma>>{}));
+  auto rcr = rows_view(rc);
+  if (get<1>(rcr(0, 0)) == 0) {  // the threads of column 0 hold every row once
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(rcr); ++i) scratch[get<0>(rcr(i, 0))] = r(i);
+  }
+  __syncthreads();
+  load_cols<CM, RM>(cmma, scratch, c, tid);
+  __syncthreads();
+}
+
+// The end of TL `Compute RowSum|RowMax X and get Z` whose Z is read only by column (`Z^T`) of a
+// (CM, M) tile of `cmma`: each warp's quad-reduced partial of the M-row tile of `rmma` (WN warps
+// along N) goes to the shared scratch (WN x M fp32), and every thread reduces the partials of its
+// columns straight into the column vector `c` (two __syncthreads, not the four of
+// rows_across_warps followed by rows_to_cols).
+template <int M, int WM, int WN, bool MAX, int CM, class RMma, class CMma, class REngine, class RLayout, class CEngine, class CLayout>
+__device__ __forceinline__ void rows_across_warps_to_cols(RMma const& rmma, Tensor<REngine, RLayout> const& partial, CMma const& cmma,
+                                                          Tensor<CEngine, CLayout>& c, float* scratch, int tid) {
+  Tensor rc = rmma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, MmaTileN<RMma>>{}));
+  auto rcr = rows_view(rc);
+  const int wn = (tid / 32) / WM;
+  if (tid % 4 == 0) {
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(rcr); ++i) scratch[wn * M + get<0>(rcr(i, 0))] = partial(i);
+  }
+  __syncthreads();
+  Tensor cc = cmma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<CM>, Int<M>>{}));
+  auto ccr = rows_view(cc);
+  CUTE_UNROLL
+  for (int k = 0; k < size<1>(ccr); ++k) {
+    const int col = get<1>(ccr(0, k));
+    float v = scratch[col];
+    CUTE_UNROLL
+    for (int w = 1; w < WN; ++w) v = MAX ? fmaxf(v, scratch[w * M + col]) : v + scratch[w * M + col];
+    c(k) = v;
+  }
+  __syncthreads();
+}
+
+// The score helpers on a tile held transposed (`Compute Mask St^T at [r, c]`): element (i, j) of the
+// (M, N) tile St is the score of query q0 + j and key k0 + i.
+template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
+__device__ __forceinline__ void for_each_score_t(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int q0, int k0, int tid, F&& f) {
+  auto sr = rows_view(s);
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  auto cr = rows_view(c);
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(sr); ++i) {
+    const int k = k0 + get<0>(cr(i, 0));
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(sr); ++j) f(sr(i, j), q0 + get<1>(cr(i, j)), k);
+  }
+}
+
+// TL `Compute Mask St^T at [r, c] with causal | window | bounds` (St (M keys, N queries)).
+template <MaskKind K, int M, int N, class TiledMma, class SEngine, class SLayout>
+__device__ __forceinline__ void apply_mask_t(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int q0, int k0, MaskArgs const& a,
+                                             int tid) {
+  if (!tile_needs_mask<K>(q0, k0, N, M, a)) return;
+  for_each_score_t<M, N>(mma, s, q0, k0, tid, [&](float& x, int q, int k) {
+    if (!key_visible<K>(q, k, a)) x = -INFINITY;
+  });
+}
+
+// TL `Compute Mask St^T at [r, c] with NAME` (a declared Mask; `full` by its clause).
+template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
+__device__ __forceinline__ void apply_keep_t(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int q0, int k0, int seqlen_k, bool full,
+                                             F&& keep, int tid) {
+  if (full && k0 + M <= seqlen_k) return;
+  for_each_score_t<M, N>(mma, s, q0, k0, tid, [&](float& x, int q, int k) {
+    if (k >= seqlen_k || (!full && !keep(q, k))) x = -INFINITY;
+  });
+}
+
+// TL `Compute Modify St^T at [r, c] with NAME`.
+template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
+__device__ __forceinline__ void apply_score_t(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int q0, int k0, F&& f, int tid) {
+  for_each_score_t<M, N>(mma, s, q0, k0, tid, [&](float& x, int q, int k) { x = f(x, q, k); });
+}
+
+// TL `Compute Derivative dSt^T, St0^T at [r, c] with NAME`: element by element as apply_derivative.
+template <int M, int N, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F>
+__device__ __forceinline__ void apply_derivative_t(TiledMma const& mma, Tensor<GEngine, GLayout>& ds, Tensor<SEngine, SLayout> const& s0,
+                                                   int q0, int k0, F&& d, int tid) {
+  auto sr = rows_view(s0);
+  auto gr = rows_view(ds);
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  auto cr = rows_view(c);
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(gr); ++i) {
+    const int k = k0 + get<0>(cr(i, 0));
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(gr); ++j)
+      if (gr(i, j) != 0.f) gr(i, j) *= d(sr(i, j), q0 + get<1>(cr(i, j)), k);
   }
 }
 

@@ -62,14 +62,20 @@ def document_aux(info, b, sq, sk, device, generator=None):
     return [seg_q, seg_k], (seg_q[:, None, :, None] == seg_k[:, None, None, :])
 
 
-def attention(q, k, v, keep, scale):
-    """(b, s, h, d) eager attention in q's dtype; rows with no visible key give 0."""
+SOFTCAP = 30.0  # the softcap of a kernel whose TL reads the launch argument (kernel info "args")
+
+
+def attention(q, k, v, keep, scale, softcap=None):
+    """(b, s, h, d) eager attention in q's dtype; rows with no visible key give 0. softcap: the
+    scaled scores become softcap * tanh(s / softcap) (TL `Score softcap`), before the mask."""
     hq, hk = q.shape[2], k.shape[2]
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if hq != hk:
         kt = kt.repeat_interleave(hq // hk, dim=1)
         vt = vt.repeat_interleave(hq // hk, dim=1)
     s = (qt @ kt.transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
     p = torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(q.dtype)
@@ -94,12 +100,13 @@ def run_case(lib, shape, seed, window):
     aux, docs = document_aux(info, b, sq, sk, dev, generator=g)
     if docs is not None:
         keep = docs if keep is None else docs & keep
+    cap = SOFTCAP if "softcap" in info.get("args", []) else None
     # fp32 reference (forward and autograd), and the same math in the kernel's dtype
     qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
-    of, lse = attention(qf, kf, vf, keep, scale)
+    of, lse = attention(qf, kf, vf, keep, scale, cap)
     ref = torch.autograd.grad(of, (qf, kf, vf), dout.float())
     ql, kl, vl = (x.clone().requires_grad_() for x in (q, k, v))
-    ol, _ = attention(ql, kl, vl, keep, scale)
+    ol, _ = attention(ql, kl, vl, keep, scale, cap)
     low = torch.autograd.grad(ol, (ql, kl, vl), dout)
     o = of.detach().to(dt)
     lse = lse.detach().contiguous()  # (b, hq, sq), -inf on rows with no visible key
@@ -108,7 +115,7 @@ def run_case(lib, shape, seed, window):
     fill = 0.0 if dk_dt == torch.float32 else float("nan")
     dk = torch.full((b, sk, hk, d), fill, device=dev, dtype=dk_dt)
     dvv = torch.full((b, sk, hk, dv_), fill, device=dev, dtype=dk_dt)
-    p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dvv, scale=scale, window=window, aux=aux)
+    p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dvv, scale=scale, window=window, softcap=cap, aux=aux)
     ws = _abi.bwd_workspace(torch, lib, p, dev)  # noqa: F841 (kept alive for the launch)
     st = lib.bwd(p, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()

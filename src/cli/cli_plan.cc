@@ -31,6 +31,7 @@ struct PlanArgs {
   bool rules = false;
   bool print = false;
   bool backward = false;
+  std::string bwd_form;
   bool combine = false;
 };
 
@@ -102,6 +103,19 @@ int cmd_plan(const PlanArgs& a) {
   plan::PlanOptions opts;
   opts.backward = a.backward;
   opts.combine = a.combine;
+  if (!a.bwd_form.empty()) {
+    if (a.bwd_form != "natural" && a.bwd_form != "transposed") {
+      diags.error("CLI0005", {}, "--bwd-form '" + a.bwd_form + "' is not a backward form", "write --bwd-form natural or --bwd-form transposed");
+      print_diags(diags);
+      return kFailed;
+    }
+    if (!a.backward) {
+      diags.error("CLI0005", {}, "--bwd-form is an option of the backward pass", "add --backward");
+      print_diags(diags);
+      return kFailed;
+    }
+    opts.bwd_form = a.bwd_form == "natural" ? 1 : 2;
+  }
   if (a.backward && a.combine) {
     diags.error("CLI0005", {}, "--backward and --combine name two different kernels", "plan one of them per call");
     print_diags(diags);
@@ -178,6 +192,9 @@ void register_plan_commands(CLI::App& app) {
   plan->add_flag("--rules", pl.rules, "print the tile rules tables and exit");
   plan->add_flag("--print", pl.print, "print code.tl instead of writing files");
   plan->add_flag("--backward", pl.backward, "the backward pass: TL code of dQ, dK, dV (docs/tl.md, \"The backward pass\")");
+  plan->add_option("--bwd-form", pl.bwd_form,
+                   "the backward's GEMM orientation: natural (S = Q K^T) or transposed (S^T = K Q^T; the sm90 default at d64 / "
+                   "d128, every GEMM a wgmma)");
   plan->add_flag("--combine", pl.combine,
                  "the combine step of a split over the keys: TL code that merges partial results by their LSE (docs/tl.md, "
                  "\"Combining partial results\")");

@@ -57,6 +57,26 @@ TileConfig backward_rule(const Problem& p, const Target& t) {
   return c;
 }
 
+// The transposed form (docs/planner.md, "The backward pass"): S^T = K Q^T with the keys along the
+// rows, so P^T and dS^T are the register A operands of dV += P^T dO and dK += dS^T Q and only dS^T
+// goes through shared memory (for dQ = dS K) — FlashAttention-3's orientation. On sm90 every GEMM of
+// it is a wgmma (src/backend/bwd/wgmma.cc): 64 key rows per warpgroup, BN = 128 on two warpgroups;
+// BM = 64 at d128 (dQ split along d, 64 columns per warpgroup) and 128 at d64 (dQ split along its
+// rows). Other head dims (MLA 192/128, d256) keep the natural form on mma.sync.
+bool backward_transposed(const Problem& p, const Target& t) {
+  return t.sm == 90 && p.d_qk == p.d_v && (p.d_qk == 64 || p.d_qk == 128);
+}
+
+TileConfig backward_tiles_t(const Problem& p) {
+  TileConfig c;
+  c.warps = 8, c.bn = 128, c.bm = p.d_qk == 64 ? 128 : 64, c.stages = 2;
+  c.reason = "backward d" + std::to_string(p.d_qk) + " on sm90, transposed form (S^T = K Q^T, FlashAttention-3's orientation): " +
+             "BN=128 keys on two warpgroups (64 rows of every product each), BM=" + std::to_string(c.bm) +
+             " queries; every GEMM a wgmma (P^T and dS^T from registers), dS^T staged in shared memory for dQ; Q, dO, O and LSE in "
+             "rings of 2 slots";
+  return c;
+}
+
 TileConfig backward_tiles(const Problem& p, const Target& t) {
   TileConfig c;
   c.stages = 1;
@@ -140,7 +160,7 @@ std::string query_hi(const Problem& p) {
 }
 
 // One statement list for both stages: the sketch (no tiles) and the code.
-std::string backward_text(const Problem& p, const Target& t, const TileConfig* tiles) {
+std::string backward_text(const Problem& p, const Target& t, const TileConfig* tiles, bool tr) {
   BwdWriter w(tiles != nullptr);
   const bool same_d = p.d_qk == p.d_v;
   const std::string dqk = same_d ? "d" : "d_qk", dv = same_d ? "d" : "d_v";
@@ -149,7 +169,7 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   // (GQA / MQA: fp32 outputs, zero at launch).
   const bool accumulate_kv = p.heads_q != p.heads_kv;
   // the register tiles' warp layouts (the code only): `{warps_m: N}` on the statements that make them
-  const std::pair<int, int> layouts = tiles ? backward_layouts(*tiles) : std::pair<int, int>{0, 0};
+  const std::pair<int, int> layouts = tiles && !tr ? backward_layouts(*tiles) : std::pair<int, int>{0, 0};
   const std::string wq = layouts.first ? " {warps_m: " + std::to_string(layouts.first) + "}" : "";
   const std::string wk = layouts.second ? " {warps_m: " + std::to_string(layouts.second) + "}" : "";
   const std::string dk_t = accumulate_kv ? "fp32" : st;
@@ -216,9 +236,14 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.line("Allocate dO in register (BM, " + dv + ") " + st + wq);
     w.line("Allocate O in register (BM, " + dv + ") " + st + wq);
     w.line("Allocate LSE in register (BM) fp32" + wq);
-    w.comment(" P and dS are read transposed (P^T dO, dS^T Q): staged in shared memory");
-    w.line("Allocate Pc in shared (BM, BN) " + st);
-    w.line("Allocate dSc in shared (BM, BN) " + st);
+    if (tr) {
+      w.comment(" dS^T is read transposed by dQ = dS K: staged in shared memory");
+      w.line("Allocate dStc in shared (BN, BM) " + st);
+    } else {
+      w.comment(" P and dS are read transposed (P^T dO, dS^T Q): staged in shared memory");
+      w.line("Allocate Pc in shared (BM, BN) " + st);
+      w.line("Allocate dSc in shared (BM, BN) " + st);
+    }
     w.line("Allocate dK in register (BN, " + dqk + ") fp32 init 0" + wk);
     w.line("Allocate dV in register (BN, " + dv + ") fp32 init 0" + wk);
     w.blank();
@@ -243,44 +268,83 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   if (w.code()) w.comment(" D = rowsum(dO * O), first: dO and O are dead before the scores are live");
   w.line("Compute Multiply dO, O and get dOO");
   w.line("Compute RowSum dOO and get Di");
-  w.line("Compute GEMM Q, K^T and get S" + wq);
-  const std::string at = w.code() ? " at [i, n_block]" : "";
-  if (scores.empty()) {
-    w.line("Compute Multiply S, softmax_scale * log2e");
-  } else {
-    // each Score sees the natural-log score; its input is kept for the derivative (the chain rule)
-    w.line("Compute Multiply S, softmax_scale");
-    for (size_t k = 0; k < scores.size(); ++k) {
-      w.line("Compute Convert S and get S" + std::to_string(k) + " fp32");
-      w.line("Compute Modify S" + at + " with " + scores[k]);
+  if (tr) {
+    // the transposed form: St = S^T (keys along the rows); the Mask, Modify and Derivative read it as
+    // the (queries, keys) tile `St^T`, LSE and D broadcast down its columns (`LSE^T`)
+    const std::string att = w.code() ? " at [i, n_block]" : "";
+    w.line("Compute GEMM K, Q^T and get St");
+    // dP^T next: on wgmma both products run while P^T is computed (the lowering waits for St only)
+    w.line("Compute GEMM V, dO^T and get dPt");
+    if (scores.empty()) {
+      w.line("Compute Multiply St, softmax_scale * log2e");
+    } else {
+      w.line("Compute Multiply St, softmax_scale");
+      for (size_t k = 0; k < scores.size(); ++k) {
+        w.line("Compute Convert St and get St" + std::to_string(k) + " fp32");
+        w.line("Compute Modify St^T" + att + " with " + scores[k]);
+      }
+      w.line("Compute Multiply St, log2e");
     }
-    w.line("Compute Multiply S, log2e");
+    w.line("Compute Mask St^T" + att + " with " + (p.mask == tl::MaskSpec::Kind::None ? std::string("bounds") : bwd_mask_name(p)));
+    for (const auto& name : spec::mask_order(var)) w.line("Compute Mask St^T" + att + " with " + name);
+    if (!scores.empty()) w.line("Compute Mask St^T" + att + " with query_rows");
+    if (w.code()) w.comment(" P^T recomputed from the forward's LSE (one value per column), in the exp2 domain");
+    w.line("Compute Multiply LSE, log2e");
+    w.line("Compute Subtract St, LSE^T and get Pt");
+    w.line("Compute Exp2 Pt");
+    w.line("Compute Convert Pt and get Ptc " + st);
+    if (w.code()) w.line("Reshape Ptc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
+    w.line("Compute GEMM Ptc, dO and accumulate dV");
+    w.line("Compute Subtract dPt, Di^T and get dSt");
+    w.line("Compute Multiply dSt, Pt");
+    for (size_t k = scores.size(); k-- > 0;)
+      w.line("Compute Derivative dSt^T, St" + std::to_string(k) + "^T" + att + " with " + scores[k]);
+    w.line("Compute Convert dSt and get dStc " + st);
+    copy("dStc", "", "register", "shared");
+    // dQ first: its atomic adds to global run while dK's product does
+    w.line("Compute GEMM dStc^T, K and get dQ");
+    if (w.code()) w.line("Reshape dStc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
+    w.line("Compute GEMM dStc, Q and accumulate dK");
+  } else {
+    w.line("Compute GEMM Q, K^T and get S" + wq);
+    const std::string at = w.code() ? " at [i, n_block]" : "";
+    if (scores.empty()) {
+      w.line("Compute Multiply S, softmax_scale * log2e");
+    } else {
+      // each Score sees the natural-log score; its input is kept for the derivative (the chain rule)
+      w.line("Compute Multiply S, softmax_scale");
+      for (size_t k = 0; k < scores.size(); ++k) {
+        w.line("Compute Convert S and get S" + std::to_string(k) + " fp32");
+        w.line("Compute Modify S" + at + " with " + scores[k]);
+      }
+      w.line("Compute Multiply S, log2e");
+    }
+    w.line("Compute Mask S" + at + " with " + (p.mask == tl::MaskSpec::Kind::None ? std::string("bounds") : bwd_mask_name(p)));
+    for (const auto& name : spec::mask_order(var)) w.line("Compute Mask S" + at + " with " + name);
+    if (!scores.empty()) w.line("Compute Mask S" + at + " with query_rows");
+    if (w.code()) w.comment(" P recomputed from the forward's LSE, in the exp2 domain");
+    w.line("Compute Multiply LSE, log2e");
+    w.line("Compute Subtract S, LSE and get P");
+    w.line("Compute Exp2 P");
+    w.line("Compute Convert P and get Pc " + st);
+    copy("Pc", "", "register", "shared");
+    w.line("Compute GEMM Pc^T, dO and accumulate dV");
+    w.line("Compute GEMM dO, V^T and get dP" + wq);
+    w.line("Compute Subtract dP, Di and get dS");
+    w.line("Compute Multiply dS, P");
+    for (size_t k = scores.size(); k-- > 0;)
+      w.line("Compute Derivative dS, S" + std::to_string(k) + at + " with " + scores[k]);
+    w.line("Compute Convert dS and get dSc " + st);
+    copy("dSc", "", "register", "shared");
+    w.line("Compute GEMM dSc^T, Q and accumulate dK");
+    if (w.code() && (layouts.first ? layouts.first : warps_m(tiles->bm, tiles->warps)) < tiles->warps) {
+      w.comment(" dS is split over warps along its columns: each warp reads its rows of it back from shared");
+      copy("dSc", "", "shared", "register");
+    } else if (w.code()) {
+      w.line("Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
+    }
+    w.line("Compute GEMM dSc, K and get dQ" + wq);
   }
-  w.line("Compute Mask S" + at + " with " + (p.mask == tl::MaskSpec::Kind::None ? std::string("bounds") : bwd_mask_name(p)));
-  for (const auto& name : spec::mask_order(var)) w.line("Compute Mask S" + at + " with " + name);
-  if (!scores.empty()) w.line("Compute Mask S" + at + " with query_rows");
-  if (w.code()) w.comment(" P recomputed from the forward's LSE, in the exp2 domain");
-  w.line("Compute Multiply LSE, log2e");
-  w.line("Compute Subtract S, LSE and get P");
-  w.line("Compute Exp2 P");
-  w.line("Compute Convert P and get Pc " + st);
-  copy("Pc", "", "register", "shared");
-  w.line("Compute GEMM Pc^T, dO and accumulate dV");
-  w.line("Compute GEMM dO, V^T and get dP" + wq);
-  w.line("Compute Subtract dP, Di and get dS");
-  w.line("Compute Multiply dS, P");
-  for (size_t k = scores.size(); k-- > 0;)
-    w.line("Compute Derivative dS, S" + std::to_string(k) + at + " with " + scores[k]);
-  w.line("Compute Convert dS and get dSc " + st);
-  copy("dSc", "", "register", "shared");
-  w.line("Compute GEMM dSc^T, Q and accumulate dK");
-  if (w.code() && (layouts.first ? layouts.first : warps_m(tiles->bm, tiles->warps)) < tiles->warps) {
-    w.comment(" dS is split over warps along its columns: each warp reads its rows of it back from shared");
-    copy("dSc", "", "shared", "register");
-  } else if (w.code()) {
-    w.line("Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
-  }
-  w.line("Compute GEMM dSc, K and get dQ" + wq);
   w.line("Compute Multiply dQ, softmax_scale");
   // deterministic: every addition into a tile in the blocks' order (`{ordered}`, the code only)
   const std::string ordered = w.code() && p.deterministic ? " {ordered}" : "";
@@ -338,7 +402,8 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
                 "plan for --gpu a100, l40s, h100 or h200");
     return std::nullopt;
   }
-  TileConfig tiles = backward_rule(p, t);
+  const bool tr = opts.bwd_form == 2 || (opts.bwd_form == 0 && backward_transposed(p, t));
+  TileConfig tiles = tr ? backward_tiles_t(p) : backward_rule(p, t);
   if (opts.bm) tiles.bm = opts.bm;
   if (opts.bn) tiles.bn = opts.bn;
   if (opts.warps) tiles.warps = opts.warps;
@@ -355,8 +420,8 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
   }
   plan.tiles = tiles;
   plan.budget = b;
-  plan.sketch = backward_text(p, t, nullptr);
-  plan.code = backward_text(p, t, &tiles);
+  plan.sketch = backward_text(p, t, nullptr, tr);
+  plan.code = backward_text(p, t, &tiles, tr);
   support::DiagSink inner("code.tl");
   if (!check_written(plan.sketch, plan.code, inner)) {
     for (const auto& d : inner.all()) diags.add(d);

@@ -23,6 +23,9 @@ struct PlanOptions {
   // The backward pass (`qattn plan --backward`): make_plan writes the TL of the gradients instead
   // (make_backward_plan, backward.cc).
   bool backward = false;
+  // The backward's GEMM orientation (`--bwd-form`): 0 the rule's (the transposed form on sm90 where it
+  // has wgmma forms), 1 the natural form (S = Q K^T; mma.sync), 2 the transposed form (S^T = K Q^T).
+  int bwd_form = 0;
   // The combine step (`qattn plan --combine`): the TL of the kernel that merges the partial results
   // of a split over the keys by their LSE (make_combine_plan, combine.cc).
   bool combine = false;

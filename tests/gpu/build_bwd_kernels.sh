@@ -6,12 +6,14 @@
 #
 #   tests/gpu/build_bwd_kernels.sh OUT_DIR [--bin BUILD_DIR] [--gpu h100] [--only REGEX] [-j N]
 #                                  [--extra 'NAME|qattn plan flags'] ...   (more configs, e.g. tile A/Bs)
+#                                  [--tl NAME=FILE.tl] [--cu NAME=FILE.cu] ...  (a TL program, or CUDA
+#                                  translated elsewhere, e.g. by the parent commit: the A/B baseline)
 #
 # The programs come from `qattn plan --backward` (the rules engine's backward TL) with the flags of
 # each config, optionally edited by a sed script (the planted bugs).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT=""; BIN="$ROOT/build"; GPU="h100"; ONLY=""; JOBS="$(nproc)"; EXTRA=()
+OUT=""; BIN="$ROOT/build"; GPU="h100"; ONLY=""; JOBS="$(nproc)"; EXTRA=(); FILES=()
 CUTLASS="${CUTLASS_INCLUDE:-$ROOT/.cutlass/include}"
 NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 while [ $# -gt 0 ]; do
@@ -21,6 +23,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY="$2"; shift 2 ;;
     -j) JOBS="$2"; shift 2 ;;
     --extra) EXTRA+=("$2"); shift 2 ;;
+    --tl|--cu) FILES+=("${1#--}|$2"); shift 2 ;;
     -h|--help) sed -n 2,11p "$0"; exit 0 ;;
     *) if [ -z "$OUT" ]; then OUT="$1"; shift; else echo "unexpected argument $1" >&2; exit 2; fi ;;
   esac
@@ -48,6 +51,32 @@ CONFIGS=(
   "neg_bwd_late_first_tile|--preset llama3.2-1b|s/^for i = max(0, \\(.*\\)): /for i = max(0, \\1 + 1): /"
 )
 CONFIGS+=("${EXTRA[@]}")
+# nvcc a translation unit with the flags its translation gave (FLAGS: qattn_translate --flags)
+compile_cu() {
+  local cu="$1" so="$2" log="$3" flags_nvcc="$4" device="${5:-$ROOT/device}"
+  # shellcheck disable=SC2086
+  "$NVCC" $flags_nvcc -I"$ROOT/include" -I"$device" -I"$CUTLASS" -shared -Xcompiler -fPIC -Xptxas -v \
+    -o "$so" "$cu" >> "$log" 2>&1 || { echo "$(basename "$so" .so): nvcc failed (see $log)"; return 1; }
+  echo "$(basename "$so" .so): $(grep -o 'Used [0-9]* registers' "$log" | head -1), $(grep -o '[0-9]* bytes spill stores' "$log" | head -1)"
+}
+# --tl NAME=FILE.tl: translated here; --cu NAME=FILE.cu: built as it is, with the flags in FILE.flags
+# and the device runtime in FILE's folder's device/ when there is one (the baseline's own headers)
+build_file() {
+  local kind="$1" name="$2" file="$3"
+  local cu="$OUT/$name.cu" so="$OUT/$name.so" log="$OUT/$name.log"
+  : > "$log"
+  if [ "$kind" = tl ]; then
+    cp "$file" "$OUT/$name.tl"
+    "$BIN/qattn_translate" "$file" --gpu "$GPU" -o "$cu" >> "$log" 2>&1 || { echo "$name: translation failed (see $log)"; return 1; }
+    compile_cu "$cu" "$so" "$log" "$("$BIN/qattn_translate" "$file" --gpu "$GPU" --flags)"
+  else
+    [ -f "${file%.cu}.flags" ] || { echo "$name: ${file%.cu}.flags (the unit's nvcc flags) is missing"; return 1; }
+    cp "$file" "$cu"
+    local dev="$ROOT/device"
+    [ -d "$(dirname "$file")/device" ] && dev="$(cd "$(dirname "$file")/device" && pwd)"
+    compile_cu "$cu" "$so" "$log" "$(cat "${file%.cu}.flags")" "$dev"
+  fi
+}
 build_one() {
   local name="$1" flags="$2" script="$3"
   local dir="$OUT/$name.plan" tl="$OUT/$name.tl" cu="$OUT/$name.cu" so="$OUT/$name.so" log="$OUT/$name.log"
@@ -65,6 +94,12 @@ build_one() {
   echo "$name: $(grep -o 'Used [0-9]* registers' "$log" | head -1), $(grep -o '[0-9]* bytes spill stores' "$log" | head -1)"
 }
 pids=()
+for f in "${FILES[@]}"; do
+  IFS='|' read -r kind spec <<< "$f"
+  build_file "$kind" "${spec%%=*}" "${spec#*=}" &
+  pids+=($!)
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
+done
 for c in "${CONFIGS[@]}"; do
   IFS='|' read -r name flags script <<< "$c"
   [ -n "$ONLY" ] && ! [[ "$name" =~ $ONLY ]] && continue

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -353,10 +354,17 @@ std::string plan_backward(const std::string& preset, const std::string& gpu, std
   return p ? p->code : std::string();
 }
 
+// The natural form (S = Q K^T on mma.sync), which sm90 keeps for MLA and d256 and `--bwd-form natural` asks for.
+plan::PlanOptions natural_form() {
+  plan::PlanOptions o;
+  o.bwd_form = 1;
+  return o;
+}
+
 TEST(EmitBackward, EveryStatementLowersToItsBlockAndTheAbiIsQattnBwd) {
   for (const char* gpu : {"a100", "h100"}) {
     SCOPED_TRACE(gpu);
-    const std::string code = plan_backward("llama3-8b", gpu);
+    const std::string code = plan_backward("llama3-8b", gpu, {}, natural_form());
     support::DiagSink d;
     auto t = xlate(code, gpu, d);
     ASSERT_TRUE(t.has_value()) << d.render();
@@ -395,8 +403,76 @@ TEST(EmitBackward, EveryStatementLowersToItsBlockAndTheAbiIsQattnBwd) {
   }
 }
 
+TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
+  // the sm90 default at d128: S^T = K Q^T, every GEMM a wgmma (64 rows per warpgroup), dQ split along d
+  const std::string code = plan_backward("llama3-8b", "h100");
+  for (const char* line : {"Compute GEMM K, Q^T and get St", "Compute Mask St^T at [i, n_block] with causal",
+                           "Compute Subtract St, LSE^T and get Pt", "Compute GEMM Ptc, dO and accumulate dV",
+                           "Compute Subtract dPt, Di^T and get dSt", "Compute GEMM dStc^T, K and get dQ"})
+    EXPECT_NE(code.find(line), std::string::npos) << line << "\n" << code;
+  support::DiagSink d;
+  auto t = xlate(code, "h100", d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  EXPECT_EQ(t->arch, "sm90");
+  EXPECT_NE(std::find(t->nvcc_flags.begin(), t->nvcc_flags.end(), "-gencode=arch=compute_90a,code=sm_90a"), t->nvcc_flags.end());
+  EXPECT_NE(cu.find("qattn::sm90::wg_gemm_ss<SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<SM90::GMMA::Major::K, SM90::GMMA::Major::K>, false, "
+                    "false, 128, 64, 128, false>(raw_pointer_cast(sK.data()), 64 * wg, raw_pointer_cast(sQ.data()), 0, "
+                    "qattn::sm90::regs<float>(rSt));"),
+            std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::wg_gemm_rs<SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<SM90::GMMA::Major::K, SM90::GMMA::Major::MN>, "
+                    "64>(qattn::sm90::regs<uint32_t>(rPtc), raw_pointer_cast(sdO.data()), qattn::sm90::regs<float>(rdV));"),
+            std::string::npos);
+  // dQ = dS K: both operands MN-major from shared memory, the warpgroups side by side along d
+  EXPECT_NE(cu.find("Tensor rdQ = partition_fragment_C(MmaCols<64, 128, 2>{}, Shape<Int<64>, Int<128>>{});"), std::string::npos);
+  EXPECT_NE(cu.find("SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>, true, true, 128, 128, 128, "
+                    "false>(raw_pointer_cast(sdStc.data()), 0, raw_pointer_cast(sK.data()), 64 * wg, qattn::sm90::regs<float>(rdQ));"),
+            std::string::npos);
+  EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
+  // LSE loaded by column; D (a row sum of the (BM, d) tile) moved into St's columns; the mask transposed
+  EXPECT_NE(cu.find("qattn::load_cols<128, 64>(Mma<128>{}, sLSE, rLSE, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::rows_across_warps_to_cols<64, 4, 2, false, 128>(Mma<64>{}, rDi_part, Mma<128>{}, rDi_cols,"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::ew_cols<qattn::op::Sub>(rdPt, rDi_cols, rdSt);"), std::string::npos);
+  // the waits: St while dP^T's product still runs, dP^T while dV's does, dQ while dK's does; none
+  // crosses an iteration
+  for (const char* wait : {"qattn::sm90::wgmma_wait<1>();  // St ready", "qattn::sm90::wgmma_wait<1>();  // dPt ready",
+                           "qattn::sm90::wgmma_wait<1>();  // dV, dQ ready", "qattn::sm90::wgmma_wait<0>();  // dK ready"})
+    EXPECT_NE(cu.find(wait), std::string::npos) << wait;
+  // dQ's additions: two neighbouring columns per vector reduction on sm90
+  EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::apply_mask_t<qattn::MaskKind::Causal, 128, 64>(Mma<128>{}, rSt, (i) * 64, (n_block) * 128,"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::fence_async_smem();"), std::string::npos);
+  EXPECT_NE(t->kir.find("gemm wgmma.mma_async m64nNk16 (sm_90a): 2 warpgroups"), std::string::npos) << t->kir;
+  // d64: BM = 128, so dQ splits along its rows like every other product
+  support::DiagSink d64;
+  auto t64 = xlate(plan_backward("llama3.2-1b", "h100"), "h100", d64);
+  ASSERT_TRUE(t64.has_value()) << d64.render();
+  EXPECT_NE(t64->cuda_source.find("Tensor rdQ = partition_fragment_C(Mma<128>{}, Shape<Int<128>, Int<64>>{});"), std::string::npos);
+  // the same TL on an A100 (one slot per ring: its shared memory): mma.sync, with the same column
+  // vectors and transposed masks
+  std::string one_slot = code;
+  for (size_t at; (at = one_slot.find(" {stages: 2}")) != std::string::npos;) one_slot.erase(at, 12);
+  support::DiagSink da;
+  auto ta = xlate(one_slot, "a100", da);
+  ASSERT_TRUE(ta.has_value()) << da.render();
+  EXPECT_EQ(ta->arch, "sm80");
+  EXPECT_EQ(ta->cuda_source.find("wg_gemm"), std::string::npos);
+  EXPECT_NE(ta->cuda_source.find("qattn::load_cols<128, 64>("), std::string::npos);
+  // the TL decides: a `{warps_m}` layout keeps the GEMMs on mma.sync, and says why
+  std::string pinned = code;
+  pinned.replace(pinned.find("Compute GEMM V, dO^T and get dPt"), std::string("Compute GEMM V, dO^T and get dPt").size(),
+                 "Compute GEMM V, dO^T and get dPt {warps_m: 8}");
+  support::DiagSink dpin;
+  auto tp = xlate(pinned, "h100", dpin);
+  ASSERT_TRUE(tp.has_value()) << dpin.render();
+  EXPECT_EQ(tp->cuda_source.find("wg_gemm"), std::string::npos);
+  EXPECT_NE(tp->kir.find("gemm mma.sync (no wgmma form: TL "), std::string::npos) << tp->kir;
+  // MLA (192 / 128) and d256 keep the natural form
+  EXPECT_NE(plan_backward("deepseek-v3-mla-prefill", "h100").find("Compute GEMM Q, K^T and get S"), std::string::npos);
+}
+
 TEST(EmitBackward, TheTlIsTheSourceOfTruth) {
-  const std::string code = plan_backward("llama3.2-1b", "h100");
+  const std::string code = plan_backward("llama3.2-1b", "h100", {}, natural_form());
   support::DiagSink d1, d2;
   auto full = xlate(code, "h100", d1);
   ASSERT_TRUE(full.has_value()) << d1.render();
@@ -425,19 +501,27 @@ TEST(EmitBackward, TheTlIsTheSourceOfTruth) {
 
 TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand) {
   // 4 warps on 64-row tiles: every tile 16 rows per warp; dS goes from registers straight to dQ's GEMM
-  plan::PlanOptions narrow;
+  plan::PlanOptions narrow = natural_form();
   narrow.bm = 64, narrow.bn = 64, narrow.warps = 4;
-  const std::string code4 = plan_backward("llama3-8b", "h100", {}, narrow);
+  const std::string code4 = plan_backward("llama3-8b", "a100", {}, narrow);
   support::DiagSink d4;
-  auto t4 = xlate(code4, "h100", d4);
+  auto t4 = xlate(code4, "a100", d4);
   ASSERT_TRUE(t4.has_value()) << d4.render();
   EXPECT_NE(t4->cuda_source.find("qattn::gemm_rs<SmemCopyAtomT>(Mma<64>{}, rdQ, rdSc_a"), std::string::npos);
   EXPECT_EQ(t4->cuda_source.find("rows_across_warps"), std::string::npos);
   EXPECT_EQ(t4->cuda_source.find("kSmemRowScratch"), std::string::npos);
   EXPECT_NE(t4->kir.find("warps 4: 64 rows 4x1 (along M x N)"), std::string::npos) << t4->kir;
+  // on an H100 every GEMM of that program has a wgmma form (one warpgroup, 64 rows): P^T and dS^T
+  // read MN-major from shared memory, dS from registers
+  support::DiagSink d4h;
+  auto t4h = xlate(plan_backward("llama3-8b", "h100", {}, narrow), "h100", d4h);
+  ASSERT_TRUE(t4h.has_value()) << d4h.render();
+  EXPECT_NE(t4h->kir.find("gemm wgmma.mma_async m64nNk16 (sm_90a): 1 warpgroups"), std::string::npos) << t4h->kir;
+  EXPECT_NE(t4h->cuda_source.find("_SS<SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>, true, true, 64, 64, 64, true>(raw_pointer_cast(sPc.data())"),
+            std::string::npos);
   // 8 warps on BM = 64: dS is split along its columns; a Reshape of it to an A operand is refused,
   // with the way out (the round trip through shared memory the planner writes)
-  const std::string code8 = plan_backward("llama3-8b", "h100");
+  const std::string code8 = plan_backward("llama3-8b", "h100", {}, natural_form());
   expect_refused(code8, "  Copy dSc from shared to register\n", "  Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n",
                  "h100", {"XL0202", "split over 4 warps along the columns"});
   // the TL's `{warps_m: N}` is the layout: without them the default (4 x 2 and 8 x 1 here); tiles
@@ -533,7 +617,7 @@ TEST(EmitBackward, SkipVisitsOnlyTheQueryTilesTheMaskShowsAndRingSlotsGoByVisit)
 
 TEST(EmitBackward, OrderedAdditionsTakeTurnsInTheBlocksOrder) {
   // the spec's "deterministic": `{ordered}` on dQ (and GQA's dK, dV); without it, fp32 atomics
-  const std::string code = plan_backward("llama3-8b", "h100", {{"deterministic", "true"}});
+  const std::string code = plan_backward("llama3-8b", "h100", {{"deterministic", "true"}}, natural_form());
   for (const char* line : {"Copy dQ (BM, d) in coordinate [i, 0] from register to global and accumulate {ordered}\n",
                            "Copy dK (BN, d) in coordinate [n_block, 0] from register to global and accumulate {ordered}\n",
                            "Copy dV (BN, d) in coordinate [n_block, 0] from register to global and accumulate {ordered}\n"})

@@ -18,6 +18,7 @@ void Lower::preamble(Out& w) {
   w.line("#include \"qattn/qattn.h\"");
   w.line("#include \"qattn/runtime.cuh\"");
   w.line("#include \"qattn/backward.cuh\"");
+  if (wg_) w.line("#include \"qattn/sm90/backward.cuh\"");
   w.line();
   w.line("#pragma GCC visibility push(hidden)  // only the C ABI below is exported");
   w.line("namespace qattn_generated {");
@@ -37,6 +38,14 @@ void Lower::preamble(Out& w) {
   w.line("template <int R, int WM = kWarpsM<R>>  // WM: the tile's `{warps_m: WM}`");
   w.line("using Mma = TiledMMA<MMA_Atom<" + arch_.mma_atom + ">, Layout<Shape<Int<WM>, Int<kWarps / WM>, _1>>,");
   w.line("                     Tile<Int<16 * WM>, Int<16 * (kWarps / WM)>, _16>>;");
+  if (wg_) {
+    w.line("// The GEMMs run on wgmma (sm90a), one 64-row share per warpgroup: Mma<R> (16-row warps along M) lays out an");
+    w.line("// accumulator split over the warpgroups along M exactly as wgmma does; MmaCols<R, C, WGN> one split along N");
+    w.line("// (warpgroup g holds columns [g * C / WGN, (g + 1) * C / WGN)).");
+    w.line("template <int R, int C, int WGN>");
+    w.line("using MmaCols = TiledMMA<MMA_Atom<" + arch_.mma_atom + ">, Layout<Shape<Int<kWarps / WGN>, Int<WGN>, _1>>,");
+    w.line("                         Tile<Int<R>, Layout<Shape<_8, Int<WGN>, Int<C / (8 * WGN)>>, Stride<_1, Int<C / WGN>, _8>>, _16>>;");
+  }
   w.line("using SmemCopyAtom = Copy_Atom<" + arch_.ldsm_n + ", Element>;   // ldmatrix: an operand stored K-major");
   w.line("using SmemCopyAtomT = Copy_Atom<" + arch_.ldsm_t + ", Element>;  // ldmatrix.trans: an operand stored MN-major");
   int narrow = 0;
@@ -64,11 +73,21 @@ void Lower::mask(Out& w, const Stmt& s) {
   const auto& c = s.compute;
   const auto& m = c.mask;
   using K = tl::MaskSpec::Kind;
+  const bool t = !c.operands.empty() && c.operands[0].transposed;  // `Mask St^T`: keys along the tile's rows
   if (m.kind == K::Named) {
     if (c.at.size() != 2 || c.operands.empty()) return void(fail("XL0301", s.loc, "a Mask without its tile coordinate", ""));
     const RegBuf* rp = rg(c.operands[0].expr.name, s);
     if (!rp) return;
     const std::string M = std::to_string(rp->rows), N = std::to_string(rp->cols);
+    if (t) {  // the (queries, keys) tile is (N, M)
+      w.open("{");
+      w.line("const int q0 = (" + cint(c.at[0]) + ") * " + N + ", k0 = (" + cint(c.at[1]) + ") * " + M + ";");
+      w.line("const bool full = full_" + m.name + "(q0, q0 + " + N + " - 1, k0, k0 + " + M + " - 1);");
+      w.line("qattn::apply_keep_t<" + M + ", " + N + ">(" + mma_of(*rp) + ", " + rp->var + ", q0, k0, p.seqlen_k, full, mask_" + m.name +
+             ", tid);");
+      w.close();
+      return;
+    }
     w.open("{");
     w.line("const int row0 = (" + cint(c.at[0]) + ") * " + M + ", col0 = (" + cint(c.at[1]) + ") * " + N + ";");
     w.line("const bool full = full_" + m.name + "(row0, row0 + " + M + " - 1, col0, col0 + " + N + " - 1);");
@@ -88,6 +107,12 @@ void Lower::mask(Out& w, const Stmt& s) {
   std::string args = "qattn::MaskArgs{p.seqlen_q, p.seqlen_k";
   if (m.kind == K::Window) args += ", " + cint(m.left) + ", " + cint(m.right);
   args += "}";
+  if (t) {
+    w.line("qattn::apply_mask_t<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma_of(r) +
+           ", " + r.var + ", (" + cint(c.at[0]) + ") * " + std::to_string(r.cols) + ", (" + cint(c.at[1]) + ") * " + std::to_string(r.rows) +
+           ", " + args + ", tid);  // the tile holds keys along its rows");
+    return;
+  }
   w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma(r.rows, r.wm) + ", " +
          r.var + ", (" + cint(c.at[0]) + ") * " + std::to_string(r.rows) + ", (" + cint(c.at[1]) + ") * " + std::to_string(r.cols) +
          ", " + args + ", tid);");
@@ -132,6 +157,18 @@ void Lower::score_op(Out& w, const Stmt& s) {
   const RegBuf* x = rg(c.operands[0].expr.name, s);
   if (!x) return;
   const std::string M = std::to_string(x->rows), N = std::to_string(x->cols);
+  if (c.operands[0].transposed) {  // keys along the tile's rows: q0 from its columns, k0 from its rows
+    const std::string q0 = "(" + cint(c.at[0]) + ") * " + N, k0 = "(" + cint(c.at[1]) + ") * " + M;
+    if (c.op == "Modify") {
+      w.line("qattn::apply_score_t<" + M + ", " + N + ">(" + mma_of(*x) + ", " + x->var + ", " + q0 + ", " + k0 + ", score_" + c.mask.name + ", tid);");
+      return;
+    }
+    const RegBuf* y = c.operands.size() > 1 ? rg(c.operands[1].expr.name, s) : nullptr;
+    if (!y || !same_rows(*x, *y, s)) return;
+    w.line("qattn::apply_derivative_t<" + M + ", " + N + ">(" + mma_of(*x) + ", " + x->var + ", " + y->var + ", " + q0 + ", " + k0 + ", dscore_" +
+           c.mask.name + ", tid);");
+    return;
+  }
   const std::string r0 = "(" + cint(c.at[0]) + ") * " + M, c0 = "(" + cint(c.at[1]) + ") * " + N;
   if (c.op == "Modify") {
     w.line("qattn::apply_score<" + M + ", " + N + ">(" + mma(x->rows, x->wm) + ", " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
@@ -228,6 +265,8 @@ std::string Lower::kir_text() const {
   o << "  mma " << arch_.mma_instr << " warps " << warps_ << ":";
   for (const auto& [rows, wm] : mma_rows_) o << " " << rows << " rows " << wm << "x" << warps_ / wm;
   o << " (along M x N)\n";
+  if (wg_) o << "  gemm wgmma.mma_async m64nNk16 (sm_90a): " << warps_ / 4 << " warpgroups, 64 rows of each product per warpgroup\n";
+  else if (!wg_reason_.empty()) o << "  gemm mma.sync (no wgmma form: " << wg_reason_ << ")\n";
   if (!skip_.empty()) o << "  skip query tiles where empty_" << skip_ << "\n";
   if (!ws_counts_.empty()) {
     o << "  ordered additions (deterministic), workspace counters:";

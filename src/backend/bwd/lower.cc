@@ -12,6 +12,13 @@ using tl::Stmt;
 
 std::optional<Translation> Lower::run() {
   if (!header() || !tensors()) return std::nullopt;
+  wgmma_plan();
+  if (wg_) {
+    arch_.name = "sm90";
+    arch_.gencode = {"-gencode=arch=compute_90a,code=sm_90a"};  // wgmma needs the sm_90a target
+    kernel_name_ = kernel_stmt_->kernel.name + "_" + arch_.name;
+    smem_bytes_ += 1024;  // the kernel aligns its shared memory to 1024 bytes (the swizzle's period)
+  }
   // The kernel first: it decides which Mma<R> and how much row-reduction scratch the preamble declares.
   Out body;
   kernel(body);
@@ -95,6 +102,9 @@ int Lower::attr_wm(const Stmt& s) {
 }
 
 bool Lower::same_rows(const RegBuf& x, const RegBuf& y, const Stmt& s) {
+  if (x.layout != y.layout && (x.cols && y.cols))
+    return fail("XL0202", s.loc, "'" + x.var.substr(1) + "' and '" + y.var.substr(1) + "' are laid out over the warpgroups differently",
+                "combine tiles that the same kind of GEMM made");
   if (warps_m(x.rows, x.wm) == warps_m(y.rows, y.wm)) return true;
   return fail("XL0202", s.loc, "'" + x.var.substr(1) + "' (" + std::to_string(warps_m(x.rows, x.wm)) + " warps along its rows) and '" +
                                    y.var.substr(1) + "' (" + std::to_string(warps_m(y.rows, y.wm)) +
@@ -163,7 +173,7 @@ bool Lower::header() {
   return true;
 }
 
-void Lower::walk(const std::vector<Stmt>& body, const std::function<void(const Stmt&)>& fn) {
+void Lower::walk(const std::vector<Stmt>& body, const std::function<void(const Stmt&)>& fn) const {
   for (const auto& s : body) {
     fn(s);
     if (s.kind == Stmt::Kind::For) walk(s.loop.body, fn);
@@ -235,6 +245,7 @@ bool Lower::tensors() {
         b.stages = int(*n);
       }
       b.bytes = (bytes + 127) / 128 * 128;
+      if (b.cols > 0 && target_.sm == 90) off = (off + 1023) / 1024 * 1024;  // a wgmma operand starts on the swizzle's period
       b.offset = off;
       b.layout = "SmemLayout" + id(a.name);
       off += b.bytes * b.stages;
@@ -292,8 +303,14 @@ bool Lower::tensors() {
 
 void Lower::kernel(Out& w) {
   w.open("__global__ void __launch_bounds__(kThreads, 1) " + kernel_name_ + "(const __grid_constant__ qattn_bwd_params p) {");
-  w.line("extern __shared__ __align__(128) char smem[];");
-  w.line("const int tid = threadIdx.x;");
+  if (wg_) {
+    w.line("char* smem = qattn::sm90::smem_aligned();  // 1024-byte aligned for the wgmma operands");
+    w.line("const int tid = threadIdx.x;");
+    w.line("[[maybe_unused]] const int wg = tid / 128;  // this thread's warpgroup: its share of each wgmma");
+  } else {
+    w.line("extern __shared__ __align__(128) char smem[];");
+    w.line("const int tid = threadIdx.x;");
+  }
   std::string dims;
   for (const auto& n : runtime_dims_) dims += (dims.empty() ? "" : ", ") + id(n) + " = p." + n;
   if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";  // TL Dims bound at launch");
@@ -316,6 +333,7 @@ void Lower::kernel(Out& w) {
     }
   }
   body(w, prog_.stmts, false);
+  if (wg_) wait_before(w, nullptr);
   flush(w);
   w.close();
   w.line();
@@ -333,6 +351,7 @@ void Lower::body(Out& w, const std::vector<Stmt>& stmts, bool in_loop) {
 }
 
 void Lower::one(Out& w, const Stmt& s) {
+  if (wg_) wait_before(w, &s);
   {
     switch (s.kind) {
       case Stmt::Kind::Let: w.line(ref(s)); w.line("const int " + id(s.let.name) + " = " + cint(s.let.value) + ";"); break;
@@ -392,7 +411,13 @@ void Lower::allocate(Out& w, const Stmt& s) {
     w.line("// (a GEMM operand: its fragments are loaded from s" + id(a.name) + " inside the GEMM)");
     return;
   }
-  if (r.cols == 0) {
+  if (r.cols == 0 && col_vecs_.count(a.name)) {
+    const auto [tr, tc] = col_vecs_.at(a.name);
+    r.col_rows = tr, r.col_cols = tc;
+    w.line("Tensor " + r.var + " = qattn::cols_for<" + std::to_string(tr) + ", " + std::to_string(tc) + ">(" + mma(tr) + ");  // (" +
+           std::to_string(r.rows) + "), read by column (`" + a.name + "^T`): the columns this thread holds of a (" + std::to_string(tr) +
+           ", " + std::to_string(tc) + ") tile");
+  } else if (r.cols == 0) {
     w.line("Tensor " + r.var + " = qattn::rows_for<" + std::to_string(r.rows) + ">(" + mma(r.rows, r.wm) + ");  // (" + std::to_string(r.rows) + ")");
   } else {
     if (!layout_ok(r.rows, r.cols, r.wm, s, "register tile " + a.name)) return;
@@ -441,7 +466,10 @@ void Lower::copy(Out& w, const Stmt& s) {
       return;
     }
     before_read(w, c.name);
-    if (b.cols == 0)
+    if (b.cols == 0 && r.col_rows)
+      w.line("qattn::load_cols<" + std::to_string(r.col_rows) + ", " + std::to_string(r.col_cols) + ">(" + mma(r.col_rows) + ", " + b.var +
+             ", " + r.var + ", tid);");
+    else if (b.cols == 0)
       w.line("qattn::load_rows<" + std::to_string(b.rows) + ">(" + mma(b.rows, r.wm) + ", " + b.var + ", " + r.var + ", tid);");
     else
       w.line("qattn::load_acc(" + mma(r.rows, r.wm) + ", " + b.var + ", " + r.var + ", tid);");
@@ -458,7 +486,7 @@ void Lower::copy(Out& w, const Stmt& s) {
       return;
     }
     before_write(w, c.name, false);
-    w.line("qattn::store_acc_smem(" + mma(r.rows, r.wm) + ", " + r.var + ", " + b.var + ", tid);");
+    w.line("qattn::store_acc_smem(" + mma_of(r) + ", " + r.var + ", " + b.var + ", tid);");
     return;
   }
   if (c.from == tl::Space::Register && c.to == tl::Space::Global) {
@@ -475,7 +503,7 @@ void Lower::copy(Out& w, const Stmt& s) {
         return;
       }
     w.line(std::string("qattn::") + (c.accumulate ? "add_acc_global<" : "store_acc_global<") + std::to_string(r.rows) + ", " +
-           std::to_string(r.cols) + ">(" + mma(r.rows, r.wm) + ", " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
+           std::to_string(r.cols) + ">(" + mma_of(r) + ", " + r.var + ", m" + n + ", " + coord0() + ", tid);" +
            (c.accumulate ? "  // fp32 atomics" : ""));
     return;
   }
@@ -504,6 +532,38 @@ void Lower::gemm(Out& w, const Stmt& s) {
     return;
   }
   RegBuf* acc = nullptr;
+  if (wg_) {
+    std::string why;
+    auto g = wg_form(s, why);
+    if (!g) {
+      fail("XL0303", s.loc, "no wgmma form for this GEMM: " + why, "");
+      return;
+    }
+    if (c.result == tl::ComputeStmt::Result::Accumulate) {
+      acc = rg(c.target, s);
+      if (!acc) return;
+      if (!acc->layout.empty() || acc->rows != g->m || acc->cols != g->n) {
+        fail("XL0303", s.loc, "the accumulator " + c.target + " is not a (" + std::to_string(g->m) + ", " + std::to_string(g->n) +
+                                  ") tile split along M", "");
+        return;
+      }
+    } else {
+      RegBuf r;
+      r.var = "r" + id(c.target);
+      r.rows = g->m;
+      r.cols = g->n;
+      if (g->split_n) r.layout = "MmaCols<" + std::to_string(g->m) + ", " + std::to_string(g->n) + ", 2>{}";
+      regs_[c.target] = r;
+      acc = &regs_[c.target];
+      w.line("Tensor " + acc->var + " = partition_fragment_C(" + mma_of(*acc) + ", " + shape(g->m, g->n) + ");  // (MMA, MMA_M, MMA_N) fp32: " +
+             (g->split_n ? "each warpgroup's half of the columns" : "each warpgroup's 64 rows"));
+    }
+    before_read(w, B.expr.name);
+    if (!g->rs) before_read(w, A.expr.name);
+    read_since_barrier_.insert(B.expr.name);
+    wg_gemm(w, s, *acc, *g);
+    return;
+  }
   if (c.result == tl::ComputeStmt::Result::Accumulate) {
     acc = rg(c.target, s);
     if (!acc) return;
@@ -586,6 +646,7 @@ void Lower::compute(Out& w, const Stmt& s) {
     r.cols = cols;
     r.dtype = c.target_dtype.value_or(tl::DType::F32);
     r.wm = rx.wm;  // the first operand's layout
+    r.layout = rx.layout;
     regs_[c.target] = r;
     if (!like.empty()) w.line("Tensor " + r.var + " = make_fragment_like<float>(" + like + ");");
     return &regs_[c.target];
@@ -598,6 +659,7 @@ void Lower::compute(Out& w, const Stmt& s) {
     r.cols = rx.cols;
     r.dtype = dt;
     r.wm = rx.wm;
+    r.layout = rx.layout;
     regs_[c.target] = r;
     w.line("Tensor " + r.var + " = qattn::convert<" + (dt == tl::DType::F32 ? std::string("float") : std::string("Element")) + ">(" +
            rx.var + ");");
@@ -605,6 +667,11 @@ void Lower::compute(Out& w, const Stmt& s) {
   }
   if (c.op == "RowSum" || c.op == "RowMax") {
     const bool accumulate = c.result == tl::ComputeStmt::Result::Accumulate;
+    if (!rx.layout.empty()) {
+      fail("XL0301", s.loc, "a row reduction of '" + x + "', whose warpgroups hold halves of its columns, is not lowered",
+           "reduce a tile that a GEMM split along its rows made");
+      return;
+    }
     RegBuf* z;
     if (accumulate) {
       z = rg(c.target, s);
@@ -631,6 +698,21 @@ void Lower::compute(Out& w, const Stmt& s) {
       return;
     }
     row_scratch_bytes_ = std::max<int64_t>(row_scratch_bytes_, (int64_t(warps_n(rx.rows, rx.wm)) * rx.rows * 4 + 127) / 128 * 128);
+    if (auto cu = col_use_.find(c.target); cu != col_use_.end() && !row_use_.count(c.target) && cu->second.second == rx.rows) {
+      // read only by column (`Z^T`) of a (CR, rows) tile: the partials meet straight in its columns
+      const auto [cr, cc] = cu->second;
+      const std::string part = z->var + "_part";
+      w.line("Tensor " + part + " = make_fragment_like(" + z->var + ");  // each warp's partial");
+      w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + "false>(" + rx.var + ", " + part + ");");
+      z->var += "_cols";
+      z->col_rows = cr, z->col_cols = cc;
+      w.line("Tensor " + z->var + " = qattn::cols_for<" + std::to_string(cr) + ", " + std::to_string(cc) + ">(" + mma(cr) + ");  // " +
+             c.target + " by column of a (" + std::to_string(cr) + ", " + std::to_string(cc) + ") tile");
+      w.line("qattn::rows_across_warps_to_cols<" + std::to_string(rx.rows) + ", " + std::to_string(warps_m(rx.rows, rx.wm)) + ", " +
+             std::to_string(warps_n(rx.rows, rx.wm)) + ", " + (c.op == "RowMax" ? "true" : "false") + ", " + std::to_string(cr) + ">(" +
+             mma(rx.rows, rx.wm) + ", " + part + ", " + mma(cr) + ", " + z->var + ", reinterpret_cast<float*>(smem + kSmemRowScratch), tid);");
+      return;
+    }
     w.line(std::string("qattn::") + (c.op == "RowSum" ? "row_sum<" : "row_max<") + "false>(" + rx.var + ", " + z->var + ");");
     w.line("qattn::rows_across_warps<" + std::to_string(rx.rows) + ", " + std::to_string(warps_m(rx.rows, rx.wm)) + ", " +
            std::to_string(warps_n(rx.rows, rx.wm)) + ", " + (c.op == "RowMax" ? "true" : "false") + ">(" + mma(rx.rows, rx.wm) + ", " +
@@ -672,6 +754,29 @@ void Lower::compute(Out& w, const Stmt& s) {
   const RegBuf* ryp = rg(y.expr.name, s);
   if (!ryp) return;
   const RegBuf& ry = *ryp;
+  if (y.transposed) {  // `X op Y^T`: Y by column, one value per column of X
+    if (!same_rows(rx, *z, s)) return;
+    if (mma_of(rx) != mma(rx.rows)) {
+      fail("XL0202", s.loc, "'" + x + "' is not laid out with its warps along the rows: a column vector of it is not lowered", "");
+      return;
+    }
+    std::string cv = ry.var;
+    if (!ry.col_rows) {  // a row vector of another tile (D from RowSum): into this tile's columns, through shared memory
+      cv = ry.var + "_cols";
+      row_scratch_bytes_ = std::max<int64_t>(row_scratch_bytes_, (int64_t(ry.rows) * 4 + 127) / 128 * 128);
+      w.line("Tensor " + cv + " = qattn::cols_for<" + std::to_string(rx.rows) + ", " + std::to_string(rx.cols) + ">(" + mma(rx.rows) + ");");
+      w.line("qattn::rows_to_cols<" + std::to_string(ry.rows) + ", " + std::to_string(rx.rows) + ">(" + mma(ry.rows, ry.wm) + ", " + ry.var +
+             ", " + mma(rx.rows) + ", " + cv + ", reinterpret_cast<float*>(smem + kSmemRowScratch), tid);  // " + y.expr.name +
+             " by row -> by column");
+    } else if (ry.col_rows != rx.rows || ry.col_cols != rx.cols) {
+      fail("XL0202", s.loc, "'" + y.expr.name + "^T' is read by column of a (" + std::to_string(ry.col_rows) + ", " +
+                                std::to_string(ry.col_cols) + ") tile elsewhere; '" + x + "' is (" + std::to_string(rx.rows) + ", " +
+                                std::to_string(rx.cols) + ")", "");
+      return;
+    }
+    w.line("qattn::ew_cols<" + op + ">(" + rx.var + ", " + cv + ", " + z->var + ");");
+    return;
+  }
   if (!same_rows(rx, ry, s) || !same_rows(rx, *z, s)) return;
   if (ry.cols == 0 && rx.cols > 0) w.line("qattn::ew_rows<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
   else w.line("qattn::ew<" + op + ">(" + rx.var + ", " + ry.var + ", " + z->var + ");");
@@ -690,6 +795,15 @@ void Lower::reshape(Out& w, const Stmt& s) {
     return;
   }
   r.from_shared = false;
+  if (wg_) {  // the converted accumulator is this warpgroup's wgmma A fragment as it is
+    if (!r.layout.empty()) {
+      fail("XL0202", s.loc, "Reshape of " + s.reshape.name + ": its warpgroups hold halves of its columns, not whole rows", "");
+      return;
+    }
+    r.a_view = r.var;
+    w.line("// (the wgmma A fragment is the converted accumulator itself: no data moves)");
+    return;
+  }
   r.a_view = r.var + "_a";
   w.line("Tensor " + r.a_view + " = make_tensor(" + r.var + ".data(), " + arch_.reshape_fn + "(" + r.var +
          ".layout()));  // (MMA, MMA_M, MMA_K): the A-operand view, no data moves");

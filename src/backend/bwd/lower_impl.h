@@ -58,6 +58,8 @@ struct RegBuf {
   std::string a_view;       // after `Reshape`: the A-operand fragment view
   bool from_shared = false; // after `Copy X from shared to register` of a GEMM-only tile: the GEMM reads shared
   int wm = 0;               // `{warps_m: N}` (or inherited from the operand): warps along the rows; 0: the default
+  std::string layout;       // wgmma mode: the layout type of an N-split tile (`MmaCols<R, C, WGN>{}`); empty: Mma<R, WM>
+  int col_rows = 0, col_cols = 0;  // a vector read as `X^T` of an (col_rows, col_cols) tile, held by column (wgmma mode)
 };
 
 class Lower {
@@ -82,7 +84,7 @@ class Lower {
   bool header();
 
   // ---- tensors: shared plan, register facts ------------------------------------------------------
-  void walk(const std::vector<Stmt>& body, const std::function<void(const Stmt&)>& fn);
+  void walk(const std::vector<Stmt>& body, const std::function<void(const Stmt&)>& fn) const;
 
   bool tensors();
 
@@ -135,6 +137,37 @@ class Lower {
   // along M (the tile's `{warps_m: WM}`, by default min(WARPS, rows / 16)), the rest along N. mma()
   // names it (and records it for the kernel IR); layout_ok() raises XL0202 when a (rows, cols) tile
   // cannot be split that way; same_rows() when two tiles combined row by row are laid out differently.
+  // The register layout type of a tile (mma() or its N-split wgmma layout).
+  std::string mma_of(const RegBuf& r) { return r.layout.empty() ? mma(r.rows, r.wm) : r.layout; }
+
+  // ---- wgmma mode (Hopper): the GEMMs on warpgroup MMA (wgmma.cc) ---------------------------------
+  // Chosen for an sm90 target when every GEMM of the program has a wgmma form (wgmma_plan's rules);
+  // otherwise the kernel is lowered with mma.sync and wg_reason_ says why.
+  bool wgmma_plan();
+  // The GEMM's shape and operand forms in wgmma mode; nullopt (and the reason) when it has none.
+  struct WgGemm {
+    bool rs = false;               // A from registers
+    bool a_mn = false, b_mn = false;
+    int m = 0, n = 0, k = 0;       // the product (m, n) and the depth
+    int a_rows = 0, b_rows = 0;    // rows of the shared tiles the operands are read from
+    bool split_n = false;          // the warpgroups side by side along N (else along M)
+  };
+  std::optional<WgGemm> wg_form(const Stmt& s, std::string& why) const;
+  void wg_gemm(Out& w, const Stmt& s, RegBuf& acc, const WgGemm& g);
+  std::string wg_atom(const WgGemm& g) const;
+  // The wgmma groups issued and not yet waited for (oldest first): the accumulator, the register A
+  // operand and the shared tiles each reads. wait_before() waits (wgmma_wait<N>, N the groups issued
+  // after the last one in conflict) before a statement that touches an accumulator, rewrites a
+  // register A operand or writes a shared tile of a pending group; nullptr: every group.
+  struct WgPending {
+    std::string acc, a;
+    std::set<std::string> smem;
+  };
+  std::vector<WgPending> wg_pending_;
+  void wait_before(Out& w, const Stmt* s);
+  void wait_for_smem(Out& w, const std::string& name);
+  void wait_upto(Out& w, long idx);
+
   int warps_m(int rows, int wm = 0) const { return wm > 0 ? wm : std::max(1, std::min(warps_, rows / 16)); }
   int warps_n(int rows, int wm = 0) const { return warps_ / warps_m(rows, wm); }
   std::string mma(int rows, int wm = 0);
@@ -215,6 +248,12 @@ class Lower {
   std::string reversed_extent_;           // ... and its extent (gridDim.x / y / z)
   std::set<std::pair<int, int>> mma_rows_; // (register tile rows, warps along M) of the Mma<R, WM> used
   int64_t row_scratch_bytes_ = 0;         // shared scratch of row reductions across warps (after the buffers)
+  bool wg_ = false;                       // wgmma mode (sm90): the GEMMs on warpgroup MMA
+  std::string wg_reason_;                 // ... or why an sm90 kernel keeps mma.sync
+  std::map<std::string, std::pair<int, int>> col_vecs_;  // vectors used only as `X^T` of a (rows, cols) tile, filled from shared
+  std::map<std::string, std::pair<int, int>> col_use_;   // every vector used as `X^T`: the tile it is read by column of
+  std::set<std::string> row_use_;                        // vectors also read by row (a second operand without ^T)
+  std::map<std::string, std::pair<int, int>> reg_shapes_; // register tiles' (rows, cols) (cols 0: a vector), in TL order
 };
 
 }  // namespace qattn::backend::bwd::detail

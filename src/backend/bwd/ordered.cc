@@ -166,7 +166,7 @@ bool Lower::ordered_add(Out& w, const Stmt& s, const RegBuf& r) {
     }
   }
   w.line("qattn::turn_wait(" + slab + ", " + before + ", tid);");
-  w.line("qattn::add_acc_global_ordered<" + R + ", " + std::to_string(r.cols) + ">(" + mma(r.rows, r.wm) + ", " + r.var + ", m" +
+  w.line("qattn::add_acc_global_ordered<" + R + ", " + std::to_string(r.cols) + ">(" + mma_of(r) + ", " + r.var + ", m" +
          id(c.name) + ", " + cint(c.coord[0]) + ", tid);  // plain fp32 adds, in turn");
   w.line("qattn::turn_pass(" + slab + ", tid);");
   return true;

@@ -9,6 +9,8 @@ namespace qattn::backend::bwd::detail {
 using tl::Stmt;
 
 void Lower::barrier(Out& w, const std::string& why) {
+  if (wg_ && !(written_async_.empty() && written_sync_.empty()))
+    w.line("qattn::sm90::fence_async_smem();  // the threads' shared stores, visible to wgmma (the async proxy)");
   w.line("__syncthreads();  // " + why);
   read_since_barrier_.clear();
   written_sync_.clear();  // (a barrier also publishes the block's stores so far)
@@ -156,6 +158,7 @@ void Lower::loop(Out& w, const Stmt& s) {
     w.close();
     for (const Stmt* c : it->second) written_async_.insert(c->copy.name);
   }
+  if (wg_) wait_before(w, nullptr);  // no wgmma group runs into the next iteration
   if (!ring_pending_.empty()) {  // no read waited for this iteration's tiles: the other slots may still be read
     barrier(w, "every warp is past the reads of the previous iteration's ring slots");
     issue_ring(w);
@@ -200,7 +203,9 @@ bool Lower::skip_lambdas(Out& w, const Stmt& loop) {
              name + "`, and the Mask an `empty when` clause");
     return false;
   }
-  const std::string lv = id(loop.loop.var), M = std::to_string(A->rows), N = std::to_string(B->rows);
+  // `Mask St^T` of `GEMM K, Q^T and get St`: the (queries, keys) pair is (B's rows, A's rows)
+  const bool t = mask->compute.operands[0].transposed;
+  const std::string lv = id(loop.loop.var), M = std::to_string(t ? B->rows : A->rows), N = std::to_string(t ? A->rows : B->rows);
   w.line("// TL " + std::to_string(loop.loc.line) + ": {skip: " + name + "}: tiles whose `empty when` clause holds are not visited");
   w.line("auto visible_" + lv + " = [&](int " + lv + ") -> bool { const int row0 = (" + cint(mask->compute.at[0]) + ") * " + M +
          ", col0 = (" + cint(mask->compute.at[1]) + ") * " + N + "; return !empty_" + name + "(row0, row0 + " + M +
@@ -242,6 +247,7 @@ void Lower::issue_ring(Out& w) {
 
 void Lower::emit_g2s(Out& w, const Stmt& st) {
   const auto& c = st.copy;
+  if (wg_) wait_for_smem(w, c.name);  // a wgmma still reading the tile
   const SharedBuf* b = sh(c.name, st);
   if (!b) return;
   if (b->stages > 1 && !loop_var_.empty()) {  // the slot of the iteration being filled (loop_var_ rebound to it)

@@ -1,0 +1,84 @@
+// qattn device runtime, Hopper (sm90a): the moves of a backward program (TL `Kernel NAME backward`)
+// lowered to warpgroup MMA (src/backend/bwd, wgmma mode). Each warpgroup (4 warps, 128 threads)
+// issues its share of a GEMM:
+//   wg_gemm_ss   both operands from shared tiles of the lowering's swizzled layout (64-element
+//                column blocks, 128-byte swizzle: qattn::smem_layout); an operand stored with its
+//                K dimension along the rows (a transposed A, a plain B) is MN-major for the wgmma
+//   wg_gemm_rs   A from this warpgroup's registers (a converted accumulator: the TL Reshape), B
+//                from a shared tile stored (K, N)
+// The accumulators are register tiles of the lowering's Mma<R> (warps along M, 16 rows each) or
+// MmaCols<R, C, WGN> (warpgroups side by side along N): for both the CuTe fragment of a thread is
+// exactly the wgmma accumulator of its warpgroup, so every element-wise helper of backward.cuh works
+// on them unchanged.
+#pragma once
+#include <cute/tensor.hpp>
+
+#include "qattn/backward.cuh"
+#include "qattn/sm90/wgmma.cuh"
+
+namespace qattn::sm90 {
+using namespace cute;
+
+// The dynamic shared memory a wgmma reads was written by threads (st.shared, cp.async): make those
+// writes visible to the async proxy (before the barrier that publishes them).
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// The dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle of a wgmma
+// operand repeats every 1024 bytes; the launch asks for 1024 bytes more).
+__device__ __forceinline__ char* smem_aligned() {
+  extern __shared__ __align__(128) char smem_raw[];
+  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+}
+
+// The register array of an owning CuTe register tensor (the wgmma operand / accumulator registers).
+template <class T, class Engine, class Layout>
+__device__ __forceinline__ auto& regs(Tensor<Engine, Layout>& t) {
+  constexpr int kBytes = int(cosize_v<Layout>) * int(sizeof(typename Engine::value_type));
+  static_assert(kBytes % int(sizeof(T)) == 0, "register tile does not split into T");
+  return *reinterpret_cast<T(*)[kBytes / sizeof(T)]>(raw_pointer_cast(t.data()));
+}
+
+// Descriptor of the k16 step `k` of an operand in a (ROWS, cols) shared tile of 64-column blocks.
+//   K-major (the operand's K runs along the tile's columns): its rows start at row `off`.
+//   MN-major (K runs along the tile's rows): its M / N starts at column `off` (a multiple of 64).
+template <bool MN, int ROWS, class Element>
+__device__ __forceinline__ uint64_t operand_desc(const Element* base, int off, int k) {
+  if constexpr (MN) return smem_desc(base + k * 16 * 64 + (off / 64) * ROWS * 64, ROWS * 128, 1024);
+  else return smem_desc(base + (k / 4) * ROWS * 64 + off * 64 + (k % 4) * 16, 16, 1024);
+}
+
+// acc (+)= A B over K_DIM for this warpgroup: A = rows/columns from a_off of the tile `a` (A_ROWS
+// rows), B likewise from b_off of `b` (B_ROWS rows). Issued and committed as one group, not waited
+// for: the lowering places `wgmma_wait<N>` (and `fence_regs` on the accumulator) before the first
+// statement that touches the accumulator or rewrites an operand (wait_before).
+template <class Atom, bool A_MN, bool B_MN, int A_ROWS, int B_ROWS, int K_DIM, bool ACCUMULATE, class Element, int NACC>
+__device__ __forceinline__ void wg_gemm_ss(const Element* a, int a_off, const Element* b, int b_off, float (&acc)[NACC]) {
+  fence_regs(acc);
+  wgmma_fence();
+  CUTE_UNROLL
+  for (int k = 0; k < K_DIM / 16; ++k) {
+    const uint64_t da = operand_desc<A_MN, A_ROWS>(a, a_off, k), db = operand_desc<B_MN, B_ROWS>(b, b_off, k);
+    ss_call<Atom>(da, db, acc, (ACCUMULATE || k > 0) ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero,
+                  std::make_index_sequence<NACC>{});
+  }
+  wgmma_commit();
+}
+
+// acc += A B: A this warpgroup's (64, K_DIM) register fragment (4 registers of bf16/fp16 pairs per k16
+// step, the converted accumulator), B a (K_DIM, N) tile stored (K rows, N columns): MN-major. Issued
+// and committed, not waited for (the A registers stay live until the wait: fence_regs after it).
+template <class Atom, int K_DIM, class Element, int NA, int NACC>
+__device__ __forceinline__ void wg_gemm_rs(uint32_t (&a)[NA], const Element* b, float (&acc)[NACC]) {
+  static_assert(NA == K_DIM / 4, "A fragment: 4 registers per k16 step");
+  fence_regs(a);
+  fence_regs(acc);
+  wgmma_fence();
+  CUTE_UNROLL
+  for (int k = 0; k < K_DIM / 16; ++k) {
+    const uint64_t db = operand_desc<true, K_DIM>(b, 0, k);
+    rs_call<Atom>(&a[4 * k], db, acc, std::make_index_sequence<NACC>{});
+  }
+  wgmma_commit();
+}
+
+}  // namespace qattn::sm90
