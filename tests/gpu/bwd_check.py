@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=0,
                     help="launch each library RUNS times on the same inputs: a deterministic one must give the same bits")
     ap.add_argument("--repeat-shape", default="2,8,2,1030,2049")
+    ap.add_argument("--shapes", help="instead of the fixed shapes: 'b,hq,hkv,sq,sk;...' (e.g. one small shape under "
+                                     "compute-sanitizer)")
     args = ap.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     bad = 0
@@ -44,7 +46,8 @@ def main():
         lib = _abi.BwdLibrary(path)
         name = os.path.basename(path)
         fails = 0
-        shapes = SHAPES + random_shapes(0 if planted else args.random, 1000 + total, gqa=lib.info["dk_dtype"] == "fp32")
+        fixed = [tuple(int(x) for x in sp.split(",")) for sp in args.shapes.split(";")] if args.shapes else SHAPES
+        shapes = fixed + random_shapes(0 if planted else args.random, 1000 + total, gqa=lib.info["dk_dtype"] == "fp32")
         for i, shape in enumerate(shapes):
             window = WINDOWS[i % len(WINDOWS)] if lib.info["mask"] == "window" else (-1, -1)
             r = run_case(lib, shape, seed=100 + i, window=window)
@@ -60,7 +63,7 @@ def main():
         else:
             ok = fails == 0
         bad += not ok
-    print(f"numerics: {total} cases ({sum(1 for p in args.libs)} libraries x {len(SHAPES)} fixed + {args.random} random "
+    print(f"numerics: {total} cases ({sum(1 for p in args.libs)} libraries x {len(fixed)} fixed + {args.random} random "
           f"shapes, planted ones on the fixed shapes), {bad} libraries not as expected")
     if args.repeat:
         shape = tuple(int(x) for x in args.repeat_shape.split(","))

@@ -222,6 +222,9 @@ kir::Kernel* KirVerify::d64_ = nullptr;
 
 TEST_F(KirVerify, RealProgramsVerify) {
   for (const auto& n : golden_names()) {
+    // a backward program's IR is its lowering's own text (src/backend/bwd), golden-tested above; the
+    // kir::Kernel verifier covers the forward families
+    if (n.find("_bwd_") != std::string::npos) continue;
     support::DiagSink d;
     if (n.rfind("sm90_", 0) == 0) EXPECT_TRUE(kir::verify(lower(n), d)) << n << "\n" << d.render();
     else EXPECT_TRUE(kir::verify(lower_mma(n)->k, d)) << n << "\n" << d.render();

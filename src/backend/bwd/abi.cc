@@ -259,10 +259,11 @@ void Lower::abi(Out& w) {
 
 std::string Lower::kir_text() const {
   std::ostringstream o;
-  o << "kernel " << kernel_name_ << " (backward, " << arch_.name << ", " << target_.name << ")\n";
+  o << "kernel " << kernel_name_ << " (backward, " << arch_.name << ", " << target_.name << ")  family " << (wg_ ? "wgmma" : "mma") << "\n";
   o << "  tl " << kernel_stmt_->kernel.name << "  tl_hash " << support::sha256_hex(tl::print(prog_)).substr(0, 16) << "\n";
   o << "  launch threads " << threads_ << " smem " << smem_bytes_ << " bytes\n";
-  o << "  mma " << arch_.mma_instr << " warps " << warps_ << ":";
+  if (wg_) o << "  register tiles (the wgmma accumulators' layout) warps " << warps_ << ":";
+  else o << "  mma " << arch_.mma_instr << " warps " << warps_ << ":";
   for (const auto& [rows, wm] : mma_rows_) o << " " << rows << " rows " << wm << "x" << warps_ / wm;
   o << " (along M x N)\n";
   if (wg_) o << "  gemm wgmma.mma_async m64nNk16 (sm_90a): " << warps_ / 4 << " warpgroups, 64 rows of each product per warpgroup\n";
