@@ -16,7 +16,7 @@
 //                time per tile, in a fixed order (deterministic sums)
 //   load_cols / ew_cols  TL `X^T` of a vector (`Compute Subtract St, LSE^T`): one value per column
 //   rows_to_cols   a row vector of one tile into the column layout of another (through shared)
-//   apply_*_t      the mask / score helpers on a score tile held transposed (keys along its rows)
+//   (the mask / score helpers take T = true for a score tile held transposed: keys along its rows)
 // Every helper takes the tiled MMA and the thread index: the element a thread owns is where
 // partition_C of an identity tensor says.
 #pragma once
@@ -208,21 +208,25 @@ __device__ __forceinline__ void add_acc_global_ordered(TiledMma const& mma, Tens
 }
 
 // TL `Compute Derivative dS, S0 at [r, c] with NAME`: dS *= d(q, k, S0) element by element over the
-// (M, N) score tile at element origin (row0, col0), d the Score's derivative in score; elements whose
-// gradient is 0 (masked keys) stay 0 whatever the derivative is there.
-template <int M, int N, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F>
+// (M, N) score tile whose first query is q0 and first key k0, d the Score's derivative in score;
+// elements whose gradient is 0 (masked keys) stay 0 whatever the derivative is there. T: the tiles
+// hold the keys along their rows (`Compute Derivative dSt^T, St0^T ...`).
+template <int M, int N, bool T = false, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F>
 __device__ __forceinline__ void apply_derivative(TiledMma const& mma, Tensor<GEngine, GLayout>& ds,
-                                                 Tensor<SEngine, SLayout> const& s0, int row0, int col0, F&& d, int tid) {
-  auto gr = rows_view(ds);
+                                                 Tensor<SEngine, SLayout> const& s0, int q0, int k0, F&& d, int tid) {
   auto sr = rows_view(s0);
+  auto gr = rows_view(ds);
   Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
   auto cr = rows_view(c);
   CUTE_UNROLL
   for (int i = 0; i < size<0>(gr); ++i) {
-    const int q = row0 + get<0>(cr(i, 0));
+    const int r = get<0>(cr(i, 0));
     CUTE_UNROLL
-    for (int k = 0; k < size<1>(gr); ++k)
-      if (gr(i, k) != 0.f) gr(i, k) *= d(sr(i, k), q, col0 + get<1>(cr(i, k)));
+    for (int j = 0; j < size<1>(gr); ++j) {
+      if (gr(i, j) == 0.f) continue;
+      const int cc = get<1>(cr(i, j));
+      gr(i, j) *= T ? d(sr(i, j), q0 + cc, k0 + r) : d(sr(i, j), q0 + r, k0 + cc);
+    }
   }
 }
 
@@ -303,64 +307,6 @@ __device__ __forceinline__ void rows_across_warps_to_cols(RMma const& rmma, Tens
     c(k) = v;
   }
   __syncthreads();
-}
-
-// The score helpers on a tile held transposed (`Compute Mask St^T at [r, c]`): element (i, j) of the
-// (M, N) tile St is the score of query q0 + j and key k0 + i.
-template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
-__device__ __forceinline__ void for_each_score_t(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int q0, int k0, int tid, F&& f) {
-  auto sr = rows_view(s);
-  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  auto cr = rows_view(c);
-  CUTE_UNROLL
-  for (int i = 0; i < size<0>(sr); ++i) {
-    const int k = k0 + get<0>(cr(i, 0));
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(sr); ++j) f(sr(i, j), q0 + get<1>(cr(i, j)), k);
-  }
-}
-
-// TL `Compute Mask St^T at [r, c] with causal | window | bounds` (St (M keys, N queries)).
-template <MaskKind K, int M, int N, class TiledMma, class SEngine, class SLayout>
-__device__ __forceinline__ void apply_mask_t(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int q0, int k0, MaskArgs const& a,
-                                             int tid) {
-  if (!tile_needs_mask<K>(q0, k0, N, M, a)) return;
-  for_each_score_t<M, N>(mma, s, q0, k0, tid, [&](float& x, int q, int k) {
-    if (!key_visible<K>(q, k, a)) x = -INFINITY;
-  });
-}
-
-// TL `Compute Mask St^T at [r, c] with NAME` (a declared Mask; `full` by its clause).
-template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
-__device__ __forceinline__ void apply_keep_t(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int q0, int k0, int seqlen_k, bool full,
-                                             F&& keep, int tid) {
-  if (full && k0 + M <= seqlen_k) return;
-  for_each_score_t<M, N>(mma, s, q0, k0, tid, [&](float& x, int q, int k) {
-    if (k >= seqlen_k || (!full && !keep(q, k))) x = -INFINITY;
-  });
-}
-
-// TL `Compute Modify St^T at [r, c] with NAME`.
-template <int M, int N, class TiledMma, class SEngine, class SLayout, class F>
-__device__ __forceinline__ void apply_score_t(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int q0, int k0, F&& f, int tid) {
-  for_each_score_t<M, N>(mma, s, q0, k0, tid, [&](float& x, int q, int k) { x = f(x, q, k); });
-}
-
-// TL `Compute Derivative dSt^T, St0^T at [r, c] with NAME`: element by element as apply_derivative.
-template <int M, int N, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F>
-__device__ __forceinline__ void apply_derivative_t(TiledMma const& mma, Tensor<GEngine, GLayout>& ds, Tensor<SEngine, SLayout> const& s0,
-                                                   int q0, int k0, F&& d, int tid) {
-  auto sr = rows_view(s0);
-  auto gr = rows_view(ds);
-  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  auto cr = rows_view(c);
-  CUTE_UNROLL
-  for (int i = 0; i < size<0>(gr); ++i) {
-    const int k = k0 + get<0>(cr(i, 0));
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(gr); ++j)
-      if (gr(i, j) != 0.f) gr(i, j) *= d(sr(i, j), q0 + get<1>(cr(i, j)), k);
-  }
 }
 
 }  // namespace qattn

@@ -58,14 +58,26 @@ __device__ __forceinline__ bool tile_needs_mask(int row0, int col0, int rows, in
 }
 
 // Masks the (M, N) accumulator tile `s` (MMA, MMA_M, MMA_N) at element origin (row0, col0); `tid`
-// picks this thread's coordinates through the TiledMMA.
-template <MaskKind K, int M, int N, class TiledMma, class SEngine, class SLayout>
+// picks this thread's coordinates through the TiledMMA. T: the tile holds the keys along its rows
+// (TL `Compute Mask St^T at [r, c]`): row0 is then its first query and col0 its first key, and each
+// element is tested on its own.
+template <MaskKind K, int M, int N, bool T = false, class TiledMma, class SEngine, class SLayout>
 __device__ __forceinline__ void apply_mask(TiledMma const& mma, Tensor<SEngine, SLayout>& s, int row0, int col0,
                                            MaskArgs const& a, int tid) {
   auto sr = rows_view(s);
   Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
   auto cr = rows_view(c);
-  if (!tile_needs_mask<K>(row0, col0, M, N, a)) return;
+  if (!tile_needs_mask<K>(row0, col0, T ? N : M, T ? M : N, a)) return;
+  if constexpr (T) {
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(sr); ++i) {
+      const int k = col0 + get<0>(cr(i, 0));
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(sr); ++j)
+        if (!key_visible<K>(row0 + get<1>(cr(i, j)), k, a)) sr(i, j) = -INFINITY;
+    }
+    return;
+  }
   CUTE_UNROLL
   for (int i = 0; i < size<0>(sr); ++i) {
     const int q = row0 + get<0>(cr(i, 0));

@@ -268,6 +268,24 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   if (w.code()) w.comment(" D = rowsum(dO * O), first: dO and O are dead before the scores are live");
   w.line("Compute Multiply dO, O and get dOO");
   w.line("Compute RowSum dOO and get Di");
+  // The scores' scale, each Score (its input kept for the derivative: the chain rule) and the masks,
+  // on the score tile `x` (`^T`: held transposed, keys along its rows)
+  auto score_and_mask = [&](const std::string& x, const std::string& t) {
+    const std::string at = w.code() ? " at [i, n_block]" : "";
+    if (scores.empty()) {
+      w.line("Compute Multiply " + x + ", softmax_scale * log2e");
+    } else {
+      w.line("Compute Multiply " + x + ", softmax_scale");
+      for (size_t k = 0; k < scores.size(); ++k) {
+        w.line("Compute Convert " + x + " and get " + x + std::to_string(k) + " fp32");
+        w.line("Compute Modify " + x + t + at + " with " + scores[k]);
+      }
+      w.line("Compute Multiply " + x + ", log2e");
+    }
+    w.line("Compute Mask " + x + t + at + " with " + (p.mask == tl::MaskSpec::Kind::None ? std::string("bounds") : bwd_mask_name(p)));
+    for (const auto& name : spec::mask_order(var)) w.line("Compute Mask " + x + t + at + " with " + name);
+    if (!scores.empty()) w.line("Compute Mask " + x + t + at + " with query_rows");
+  };
   if (tr) {
     // the transposed form: St = S^T (keys along the rows); the Mask, Modify and Derivative read it as
     // the (queries, keys) tile `St^T`, LSE and D broadcast down its columns (`LSE^T`)
@@ -275,19 +293,7 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.line("Compute GEMM K, Q^T and get St");
     // dP^T next: on wgmma both products run while P^T is computed (the lowering waits for St only)
     w.line("Compute GEMM V, dO^T and get dPt");
-    if (scores.empty()) {
-      w.line("Compute Multiply St, softmax_scale * log2e");
-    } else {
-      w.line("Compute Multiply St, softmax_scale");
-      for (size_t k = 0; k < scores.size(); ++k) {
-        w.line("Compute Convert St and get St" + std::to_string(k) + " fp32");
-        w.line("Compute Modify St^T" + att + " with " + scores[k]);
-      }
-      w.line("Compute Multiply St, log2e");
-    }
-    w.line("Compute Mask St^T" + att + " with " + (p.mask == tl::MaskSpec::Kind::None ? std::string("bounds") : bwd_mask_name(p)));
-    for (const auto& name : spec::mask_order(var)) w.line("Compute Mask St^T" + att + " with " + name);
-    if (!scores.empty()) w.line("Compute Mask St^T" + att + " with query_rows");
+    score_and_mask("St", "^T");
     if (w.code()) w.comment(" P^T recomputed from the forward's LSE (one value per column), in the exp2 domain");
     w.line("Compute Multiply LSE, log2e");
     w.line("Compute Subtract St, LSE^T and get Pt");
@@ -308,20 +314,7 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   } else {
     w.line("Compute GEMM Q, K^T and get S" + wq);
     const std::string at = w.code() ? " at [i, n_block]" : "";
-    if (scores.empty()) {
-      w.line("Compute Multiply S, softmax_scale * log2e");
-    } else {
-      // each Score sees the natural-log score; its input is kept for the derivative (the chain rule)
-      w.line("Compute Multiply S, softmax_scale");
-      for (size_t k = 0; k < scores.size(); ++k) {
-        w.line("Compute Convert S and get S" + std::to_string(k) + " fp32");
-        w.line("Compute Modify S" + at + " with " + scores[k]);
-      }
-      w.line("Compute Multiply S, log2e");
-    }
-    w.line("Compute Mask S" + at + " with " + (p.mask == tl::MaskSpec::Kind::None ? std::string("bounds") : bwd_mask_name(p)));
-    for (const auto& name : spec::mask_order(var)) w.line("Compute Mask S" + at + " with " + name);
-    if (!scores.empty()) w.line("Compute Mask S" + at + " with query_rows");
+    score_and_mask("S", "");
     if (w.code()) w.comment(" P recomputed from the forward's LSE, in the exp2 domain");
     w.line("Compute Multiply LSE, log2e");
     w.line("Compute Subtract S, LSE and get P");

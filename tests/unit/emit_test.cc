@@ -440,7 +440,7 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
     EXPECT_NE(cu.find(wait), std::string::npos) << wait;
   // dQ's additions: two neighbouring columns per vector reduction on sm90
   EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
-  EXPECT_NE(cu.find("qattn::apply_mask_t<qattn::MaskKind::Causal, 128, 64>(Mma<128>{}, rSt, (i) * 64, (n_block) * 128,"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::apply_mask<qattn::MaskKind::Causal, 128, 64, true>(Mma<128>{}, rSt, (i) * 64, (n_block) * 128,"), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::fence_async_smem();"), std::string::npos);
   EXPECT_NE(t->kir.find("gemm wgmma.mma_async m64nNk16 (sm_90a): 2 warpgroups"), std::string::npos) << t->kir;
   // d64: BM = 128, so dQ splits along its rows like every other product

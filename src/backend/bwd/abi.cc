@@ -83,8 +83,8 @@ void Lower::mask(Out& w, const Stmt& s) {
       w.open("{");
       w.line("const int q0 = (" + cint(c.at[0]) + ") * " + N + ", k0 = (" + cint(c.at[1]) + ") * " + M + ";");
       w.line("const bool full = full_" + m.name + "(q0, q0 + " + N + " - 1, k0, k0 + " + M + " - 1);");
-      w.line("qattn::apply_keep_t<" + M + ", " + N + ">(" + mma_of(*rp) + ", " + rp->var + ", q0, k0, p.seqlen_k, full, mask_" + m.name +
-             ", tid);");
+      w.line("qattn::apply_keep<" + M + ", " + N + ", true>(" + mma_of(*rp) + ", " + rp->var + ", q0, k0, p.seqlen_k, full, mask_" + m.name +
+             ", tid);  // the tile holds keys along its rows");
       w.close();
       return;
     }
@@ -108,7 +108,7 @@ void Lower::mask(Out& w, const Stmt& s) {
   if (m.kind == K::Window) args += ", " + cint(m.left) + ", " + cint(m.right);
   args += "}";
   if (t) {
-    w.line("qattn::apply_mask_t<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma_of(r) +
+    w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ", true>(" + mma_of(r) +
            ", " + r.var + ", (" + cint(c.at[0]) + ") * " + std::to_string(r.cols) + ", (" + cint(c.at[1]) + ") * " + std::to_string(r.rows) +
            ", " + args + ", tid);  // the tile holds keys along its rows");
     return;
@@ -160,12 +160,13 @@ void Lower::score_op(Out& w, const Stmt& s) {
   if (c.operands[0].transposed) {  // keys along the tile's rows: q0 from its columns, k0 from its rows
     const std::string q0 = "(" + cint(c.at[0]) + ") * " + N, k0 = "(" + cint(c.at[1]) + ") * " + M;
     if (c.op == "Modify") {
-      w.line("qattn::apply_score_t<" + M + ", " + N + ">(" + mma_of(*x) + ", " + x->var + ", " + q0 + ", " + k0 + ", score_" + c.mask.name + ", tid);");
+      w.line("qattn::apply_score<" + M + ", " + N + ", true>(" + mma_of(*x) + ", " + x->var + ", " + q0 + ", " + k0 + ", score_" + c.mask.name +
+             ", tid);");
       return;
     }
     const RegBuf* y = c.operands.size() > 1 ? rg(c.operands[1].expr.name, s) : nullptr;
     if (!y || !same_rows(*x, *y, s)) return;
-    w.line("qattn::apply_derivative_t<" + M + ", " + N + ">(" + mma_of(*x) + ", " + x->var + ", " + y->var + ", " + q0 + ", " + k0 + ", dscore_" +
+    w.line("qattn::apply_derivative<" + M + ", " + N + ", true>(" + mma_of(*x) + ", " + x->var + ", " + y->var + ", " + q0 + ", " + k0 + ", dscore_" +
            c.mask.name + ", tid);");
     return;
   }
