@@ -1,7 +1,9 @@
 // Stage 2 for backward programs (`Kernel NAME backward`, docs/tl.md "The backward pass") on
-// mma.sync (sm80 form: Ampere, Ada, and Hopper running the sm80 lowering): the TL statements lowered
-// one by one, in TL order, to the device runtime's primitives (device/qattn/*.cuh, backward.cuh),
-// each block under its `// TL n:` comment; the C ABI is qattn_bwd (include/qattn/qattn.h).
+// mma.sync (sm80 form: Ampere, Ada, and Hopper running the sm80 lowering) or, for an sm90 target
+// whose every GEMM has a wgmma form, on warpgroup MMA (wgmma.cc, docs/translation.md "The backward
+// on Hopper"): the TL statements lowered one by one, in TL order, to the device runtime's primitives
+// (device/qattn/*.cuh, backward.cuh, sm90/backward.cuh), each block under its `// TL n:` comment;
+// the C ABI is qattn_bwd (include/qattn/qattn.h).
 //
 // What the TL does not state and is chosen here: the tiled MMA (m16n8k16, WARPS warps along M: every
 // 2-D register tile is an accumulator of it, so a tile's rows must be a multiple of 16 * WARPS), the

@@ -1,6 +1,8 @@
-// Internals of the backward lowering (lower.h), shared by lower.cc (the header facts, tensors and
-// statements), schedule.cc (barriers and the loop's copy/compute overlap) and abi.cc (the preamble,
-// the declarations of variants, the C ABI and the kernel info). Not part of the public API.
+// Internals of the backward lowering (lower.h), shared by lower.cc (the header facts, tensors, copies
+// and mma.sync GEMMs), compute.cc (element-wise, row and conversion Computes, Reshape), wgmma.cc (the
+// GEMMs on Hopper's warpgroup MMA and their waits), schedule.cc (barriers and the loop's copy/compute
+// overlap), ordered.cc (`{ordered}` additions) and abi.cc (the preamble, the declarations of
+// variants, the C ABI and the kernel info). Not part of the public API.
 #pragma once
 #include <algorithm>
 #include <functional>
