@@ -55,6 +55,12 @@ expect "the combine interprets to the merge" 0 "^PASS" -- $Q tl run "$T/comb/cod
 expect "the combine without splits is a run error" 1 "TL0904" -- $Q tl run "$T/comb/code.tl" --dims batch=2,heads_q=3,seqlen_q=5
 expect "--backward with --combine refused" 1 "CLI0005" -- $Q plan --preset llama3-8b --gpu h100 --combine --backward --out "$T/both"
 [ ! -e "$T/both" ] && ok "--backward with --combine wrote nothing" || bad "--backward with --combine left files"
+expect "--bwd-form transposed is the sm90 default" 0 "Compute GEMM K, Q\^T and get St" -- $Q plan --preset llama3-8b --gpu h100 --backward --print
+expect "--bwd-form natural plans S = Q K^T" 0 "Compute GEMM Q, K\^T and get S" -- $Q plan --preset llama3-8b --gpu h100 --backward --bwd-form natural --print
+expect "--bwd-form with a hostile value refused" 1 "CLI0005" -- $Q plan --preset llama3-8b --gpu h100 --backward --bwd-form 'natural; rm -rf /' --out "$T/form"
+[ ! -e "$T/form" ] && ok "a refused --bwd-form wrote nothing" || bad "a refused --bwd-form left files"
+expect "--bwd-form without --backward refused" 1 "CLI0005" -- $Q plan --preset llama3-8b --gpu h100 --bwd-form natural --out "$T/form2"
+[ ! -e "$T/form2" ] && ok "--bwd-form without --backward wrote nothing" || bad "--bwd-form without --backward left files"
 expect "--combine on the LLM stages refused" 1 "GEN0105" -- $Q generate --preset llama3-8b --gpu h100 --combine --mode llm --llm-url http://127.0.0.1:9/v1 --llm-model m --no-gpu --out "$T/combllm"
 [ ! -e "$T/combllm" ] && ok "--combine --mode llm wrote nothing" || bad "--combine --mode llm left files"
 expect "no subcommand is a usage error" 2 "" -- $Q
