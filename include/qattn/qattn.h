@@ -111,9 +111,11 @@ typedef struct qattn_bwd_params {
   const void* aux[4];    /* the auxiliary inputs of Score / Mask declarations (kernel info "aux" order) */
   int32_t window_left, window_right;  /* as in qattn_fwd_params */
   float softcap;
-  /* ABI 6: the turn counters of a deterministic kernel (its TL adds into dQ, dK or dV `{ordered}`;
-   * qattn_kernel_info()'s "deterministic": true): at least qattn_bwd_workspace_bytes(params) bytes,
-   * 4-byte aligned; the launch zeroes them on `stream`. NULL / 0 for other kernels. */
+  /* ABI 6: scratch of the kernel: the fp32 workspaces of its TL's Phases (e.g. D = rowsum(dO * O),
+   * one value per query row), then the turn counters of a deterministic kernel (its TL adds into dQ,
+   * dK or dV `{ordered}`; qattn_kernel_info()'s "deterministic": true): at least
+   * qattn_bwd_workspace_bytes(params) bytes, 4-byte aligned; the launch zeroes the counters on
+   * `stream` and writes the workspaces before reading them. NULL / 0 when that function returns 0. */
   int32_t* workspace;
   int64_t workspace_bytes;
 } qattn_bwd_params;
@@ -121,8 +123,8 @@ typedef struct qattn_bwd_params {
 /* Launches the backward kernel on `stream`. */
 int qattn_bwd(const qattn_bwd_params* params, void* stream);
 
-/* ABI 6: the workspace bytes qattn_bwd needs for these sizes (0 for a kernel without `{ordered}`
- * additions; -1 when params is NULL). Exported by every backward library. */
+/* ABI 6: the workspace bytes qattn_bwd needs for these sizes (0 for a kernel without Phases and
+ * `{ordered}` additions; -1 when params is NULL). Exported by every backward library. */
 int64_t qattn_bwd_workspace_bytes(const qattn_bwd_params* params);
 
 /* The combine step of split-key attention (a library generated from a `Kernel NAME combine` TL

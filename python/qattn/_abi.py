@@ -128,8 +128,9 @@ def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None, 
 
 
 def bwd_workspace(torch, lib, p, device):
-    """The int32 workspace a deterministic backward kernel's turn counters take (ABI 6), set into p;
-    None for a kernel without `{ordered}` additions (the launch zeroes it: no memset here)."""
+    """The workspace a backward kernel takes (ABI 6: its Phases' fp32 rows, e.g. D = rowsum(dO * O),
+    and a deterministic kernel's turn counters), set into p; None when it needs none (the launch
+    writes or zeroes what it reads: no memset here)."""
     n = lib.workspace_bytes(p)
     if n < 0:
         raise ValueError(f"{lib.path}: qattn_bwd_workspace_bytes returned {n}")

@@ -50,7 +50,7 @@ TileConfig backward_rule(const Problem& p, const Target& t) {
   two.stages = 2;
   if (c.warps == 8 && std::max(p.d_qk, p.d_v) <= 128 && backward_smem(p, two) <= t.smem_per_block) {
     c.stages = 2;
-    c.reason += "; Q, dO, O and LSE in rings of 2 slots (`{stages: 2}`): query tile i + 1 loads during all of tile i, with no "
+    c.reason += "; the query tile's inputs in rings of 2 slots (`{stages: 2}`): query tile i + 1 loads during all of tile i, with no "
                 "barrier before each load (H200 bf16: 1.01-1.03x one slot at d64 / d128; not measured for larger head dims, which "
                 "keep one slot)";
   }
@@ -62,7 +62,8 @@ TileConfig backward_rule(const Problem& p, const Target& t) {
 // goes through shared memory (for dQ = dS K) — FlashAttention-3's orientation. On sm90 every GEMM of
 // it is a wgmma (src/backend/bwd/wgmma.cc): 64 key rows per warpgroup, BN = 128 on two warpgroups;
 // BM = 64 at d128 (dQ split along d, 64 columns per warpgroup) and 128 at d64 (dQ split along its
-// rows). Other head dims (MLA 192/128, d256) keep the natural form on mma.sync.
+// rows); D = rowsum(dO * O) by a Phase (a row-wise kernel launched first) read like LSE. Other head dims
+// (MLA 192/128, d256) keep the natural form on mma.sync, with D in the loop.
 bool backward_transposed(const Problem& p, const Target& t) {
   return t.sm == 90 && p.d_qk == p.d_v && (p.d_qk == 64 || p.d_qk == 128);
 }
@@ -72,8 +73,9 @@ TileConfig backward_tiles_t(const Problem& p) {
   c.warps = 8, c.bn = 128, c.bm = p.d_qk == 64 ? 128 : 64, c.stages = 2;
   c.reason = "backward d" + std::to_string(p.d_qk) + " on sm90, transposed form (S^T = K Q^T, FlashAttention-3's orientation): " +
              "BN=128 keys on two warpgroups (64 rows of every product each), BM=" + std::to_string(c.bm) +
-             " queries; every GEMM a wgmma (P^T and dS^T from registers), dS^T staged in shared memory for dQ; Q, dO, O and LSE in "
-             "rings of 2 slots";
+             " queries; every GEMM a wgmma (P^T and dS^T from registers), dS^T staged in shared memory for dQ; D = rowsum(dO * O) by "
+             "a Phase before the main kernel (H200 bf16: 1.20-1.26x D in the loop at d128, 0.98-1.06x at d64; "
+             "bench/results/2026-11-27-h200-bwd-phase); Q, dO, LSE and D in rings of 2 slots";
   return c;
 }
 
@@ -90,16 +92,16 @@ TileConfig backward_tiles(const Problem& p, const Target& t) {
   c.bm = 64;
   if (d <= 192 && backward_smem(p, c) <= t.smem_per_block) {
     c.reason = "backward d" + std::to_string(d) + ": BM=64, BN=128 over 8 warps (FlashAttention-2's sm80 shape): dK and dV (128 x d) "
-               "4 x 2 warps, the (64, 128) scores and (64, d) tiles 2 x 4 (`{warps_m: N}`; D's row sum meets in shared memory, dS is "
-               "read back from shared for dQ); twice the keys per block of 64 x 64 halve dQ's atomic adds and the Q/dO/O loads "
+               "4 x 2 warps, the (64, 128) scores and (64, d) tiles 2 x 4 (`{warps_m: N}`; dS is read back from shared for dQ)"
+               "; twice the keys per block of 64 x 64 halve dQ's atomic adds and the Q/dO/O loads "
                "(H200 bf16: 1.23-1.27x the 64 x 64 tiles of 4 warps at d128, MLA 192/128 1.61-1.65x; "
                "bench/results/2026-11-27-h200-bwd-warps)";
     return c;
   }
   c.bn = 64;
   if (d > 128 && backward_smem(p, c) <= t.smem_per_block) {
-    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 8 warps, every tile 4 x 2 warps (D's row sum meets in shared "
-               "memory, dS is read back from shared for dQ): dK and dV (64 x d) fit the registers without spills at d256 (H200 bf16: "
+    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 8 warps, every tile 4 x 2 warps (dS is read back from "
+               "shared for dQ): dK and dV (64 x d) fit the registers without spills at d256 (H200 bf16: "
                "1.57x 4 warps at d256, 1.08x at MLA 192/128; bench/results/2026-11-27-h200-bwd-warps)";
     return c;
   }
@@ -160,7 +162,7 @@ std::string query_hi(const Problem& p) {
 }
 
 // One statement list for both stages: the sketch (no tiles) and the code.
-std::string backward_text(const Problem& p, const Target& t, const TileConfig* tiles, bool tr) {
+std::string backward_text(const Problem& p, const Target& t, const TileConfig* tiles, bool tr, bool phase_d) {
   BwdWriter w(tiles != nullptr);
   const bool same_d = p.d_qk == p.d_v;
   const std::string dqk = same_d ? "d" : "d_qk", dv = same_d ? "d" : "d_v";
@@ -188,15 +190,41 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   // A score modification can make the rows past seqlen_q (zero-filled queries, LSE 0) overflow: P of
   // such a row is exp(modified score) and meets dO's zero rows as inf * 0. Those rows are hidden.
   if (!scores.empty()) decls.push_back("Mask query_rows = q_idx < seqlen_q");
-  if (!w.code() && !decls.empty()) {
-    w.comment(" variants: " + spec::describe(var));
-    for (const auto& d : decls) w.line(d);
-  }
   if (w.code()) {
     w.line("Dim batch, heads_q, heads_kv, seqlen_q, seqlen_k, " +
            (same_d ? "d = " + std::to_string(p.d_qk) : "d_qk = " + std::to_string(p.d_qk) + ", d_v = " + std::to_string(p.d_v)));
     w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) + ", WARPS = " + std::to_string(tiles->warps));
     if (var.relative_bias) w.line("Const NB = " + std::to_string(*var.relative_bias));
+    if (phase_d) w.blank();
+  }
+  if (phase_d) {
+    auto copy = [&](const std::string& name, const std::string& tile, const char* from, const char* to) {
+      w.line("Copy " + name + (w.code() ? " " + tile : "") + " from " + from + " to " + to);
+    };
+    if (w.code()) w.comment(" D = rowsum(dO * O) once per query row: a kernel of its own over the query tiles, launched first");
+    w.line("Phase dot_do_o");
+    w.indent();
+    if (w.code()) {
+      w.line("Grid m = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch");
+      w.line("Allocate O in global (seqlen_q, " + dv + ") " + st + " with offset [b, head]");
+      w.line("Allocate dO in global (seqlen_q, " + dv + ") " + st + " with offset [b, head]");
+      w.line("Allocate D in global (seqlen_q) fp32 with offset [b, head]");
+      w.line("Allocate O in register (BM, " + dv + ") fp32");
+      w.line("Allocate dO in register (BM, " + dv + ") fp32");
+    }
+    copy("O", "(BM, " + dv + ") in coordinate [m, 0]", "global", "register");
+    copy("dO", "(BM, " + dv + ") in coordinate [m, 0]", "global", "register");
+    w.line("Compute Multiply dO, O and get dOO");
+    w.line("Compute RowSum dOO and get D");
+    copy("D", "(BM) in coordinate [m]", "register", "global");
+    w.dedent();
+    w.line("end");
+  }
+  if (!w.code() && !decls.empty()) {
+    w.comment(" variants: " + spec::describe(var));
+    for (const auto& d : decls) w.line(d);
+  }
+  if (w.code()) {
     w.comment(" one block per key tile and query head; the loop walks the query tiles that see the key tile");
     w.line("Grid n_block = 0: cdiv(seqlen_k, BN), head = 0: heads_q, b = 0: batch");
     w.line("Let kv_head = head / (heads_q / heads_kv)");
@@ -207,6 +235,7 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.line("Allocate O in global (seqlen_q, " + dv + ") " + st + " with offset [b, head]");
     w.line("Allocate dO in global (seqlen_q, " + dv + ") " + st + " with offset [b, head]");
     w.line("Allocate LSE in global (seqlen_q) fp32 with offset [b, head]");
+    if (phase_d) w.line("Allocate D in global (seqlen_q) fp32 with offset [b, head]");
     w.comment(" dQ: every key block adds its share (fp32, zero at launch)");
     w.line("Allocate dQ in global (seqlen_q, " + dqk + ") fp32 with offset [b, head]");
     if (accumulate_kv)
@@ -231,11 +260,15 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     if (tiles->stages > 1) w.comment(" the query tile's inputs: rings of " + std::to_string(tiles->stages) + " slots, filled one tile ahead");
     w.line("Allocate Q in shared (BM, " + dqk + ") " + st + ring);
     w.line("Allocate dO in shared (BM, " + dv + ") " + st + ring);
-    w.line("Allocate O in shared (BM, " + dv + ") " + st + ring);
+    if (!phase_d) w.line("Allocate O in shared (BM, " + dv + ") " + st + ring);
     w.line("Allocate LSE in shared (BM) fp32" + ring);
-    w.line("Allocate dO in register (BM, " + dv + ") " + st + wq);
-    w.line("Allocate O in register (BM, " + dv + ") " + st + wq);
+    if (phase_d) w.line("Allocate D in shared (BM) fp32" + ring);
+    if (!phase_d) {
+      w.line("Allocate dO in register (BM, " + dv + ") " + st + wq);
+      w.line("Allocate O in register (BM, " + dv + ") " + st + wq);
+    }
     w.line("Allocate LSE in register (BM) fp32" + wq);
+    if (phase_d) w.line("Allocate D in register (BM) fp32" + wq);
     if (tr) {
       w.comment(" dS^T is read transposed by dQ = dS K: staged in shared memory");
       w.line("Allocate dStc in shared (BN, BM) " + st);
@@ -260,14 +293,20 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   w.indent();
   copy("Q", "(BM, " + dqk + ") in coordinate [i, 0]", "global", "shared");
   copy("dO", "(BM, " + dv + ") in coordinate [i, 0]", "global", "shared");
-  copy("O", "(BM, " + dv + ") in coordinate [i, 0]", "global", "shared");
-  copy("LSE", "(BM) in coordinate [i]", "global", "shared");
-  copy("dO", "", "shared", "register");
-  copy("O", "", "shared", "register");
-  copy("LSE", "", "shared", "register");
-  if (w.code()) w.comment(" D = rowsum(dO * O), first: dO and O are dead before the scores are live");
-  w.line("Compute Multiply dO, O and get dOO");
-  w.line("Compute RowSum dOO and get Di");
+  if (phase_d) {
+    copy("LSE", "(BM) in coordinate [i]", "global", "shared");
+    copy("D", "(BM) in coordinate [i]", "global", "shared");
+    copy("LSE", "", "shared", "register");
+  } else {
+    copy("O", "(BM, " + dv + ") in coordinate [i, 0]", "global", "shared");
+    copy("LSE", "(BM) in coordinate [i]", "global", "shared");
+    copy("dO", "", "shared", "register");
+    copy("O", "", "shared", "register");
+    copy("LSE", "", "shared", "register");
+    if (w.code()) w.comment(" D = rowsum(dO * O), first: dO and O are dead before the scores are live");
+    w.line("Compute Multiply dO, O and get dOO");
+    w.line("Compute RowSum dOO and get Di");
+  }
   // The scores' scale, each Score (its input kept for the derivative: the chain rule) and the masks,
   // on the score tile `x` (`^T`: held transposed, keys along its rows)
   auto score_and_mask = [&](const std::string& x, const std::string& t) {
@@ -301,7 +340,11 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.line("Compute Convert Pt and get Ptc " + st);
     if (w.code()) w.line("Reshape Ptc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
     w.line("Compute GEMM Ptc, dO and accumulate dV");
-    w.line("Compute Subtract dPt, Di^T and get dSt");
+    if (phase_d) {
+      if (w.code()) w.comment(" D into registers where it is used: its columns are not live across the products");
+      copy("D", "", "shared", "register");
+    }
+    w.line("Compute Subtract dPt, D^T and get dSt");
     w.line("Compute Multiply dSt, Pt");
     for (size_t k = scores.size(); k-- > 0;)
       w.line("Compute Derivative dSt^T, St" + std::to_string(k) + "^T" + att + " with " + scores[k]);
@@ -323,7 +366,13 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     copy("Pc", "", "register", "shared");
     w.line("Compute GEMM Pc^T, dO and accumulate dV");
     w.line("Compute GEMM dO, V^T and get dP" + wq);
-    w.line("Compute Subtract dP, Di and get dS");
+    if (phase_d) {
+      if (w.code()) w.comment(" D into registers where it is used");
+      copy("D", "", "shared", "register");
+      w.line("Compute Subtract dP, D and get dS");
+    } else {
+      w.line("Compute Subtract dP, Di and get dS");
+    }
     w.line("Compute Multiply dS, P");
     for (size_t k = scores.size(); k-- > 0;)
       w.line("Compute Derivative dS, S" + std::to_string(k) + at + " with " + scores[k]);
@@ -413,8 +462,16 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
   }
   plan.tiles = tiles;
   plan.budget = b;
-  plan.sketch = backward_text(p, t, nullptr, tr);
-  plan.code = backward_text(p, t, &tiles, tr);
+  // D = rowsum(dO * O) by a Phase (a row-wise kernel of its own, once per query row, launched first)
+  // where its (BM, d_v) tile fits the row-wise lowering (at most 64 values a thread); else in the loop
+  const bool phase_d = p.d_v % 32 == 0 && tiles.bm <= 128 && tiles.bm % tiles.warps == 0 &&
+                       (tiles.bm / tiles.warps) * (p.d_v / 32) <= 64;
+  if (phase_d && !tr && !(opts.bm || opts.bn || opts.warps || opts.stages))
+    tiles.reason += "; D = rowsum(dO * O) by a Phase before the main kernel (H200 bf16: 1.07-1.11x D in the loop for MLA "
+                    "192/128, d256 and this form at d128; bench/results/2026-11-27-h200-bwd-phase)";
+  plan.tiles = tiles;
+  plan.sketch = backward_text(p, t, nullptr, tr, phase_d);
+  plan.code = backward_text(p, t, &tiles, tr, phase_d);
   support::DiagSink inner("code.tl");
   if (!check_written(plan.sketch, plan.code, inner)) {
     for (const auto& d : inner.all()) diags.add(d);

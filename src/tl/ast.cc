@@ -136,6 +136,10 @@ bool stmt_reads(const Stmt& s, const std::string& n) {
         if (expr_reads(o.expr, n)) return true;
       return any(s.compute.at) || mask(s.compute.mask);
     case Stmt::Kind::Variant: return expr_reads(s.variant.expr, n) || opt(s.variant.empty_when) || opt(s.variant.full_when);
+    case Stmt::Kind::Phase:
+      for (const auto& b : s.loop.body)
+        if (stmt_reads(b, n)) return true;
+      return false;
     case Stmt::Kind::For:
       if (expr_reads(s.loop.lo, n) || expr_reads(s.loop.hi, n)) return true;
       for (const auto& b : s.loop.body)

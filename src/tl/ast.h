@@ -160,7 +160,10 @@ struct ReshapeStmt {
   std::string name;
   std::vector<std::string> from, to;  // layout tuples as written
 };
-struct ForStmt {  // for VAR = LO: HI  ... end
+// for VAR = LO: HI  ... end
+// Phase NAME ... end (a backward program's kernel that runs before the main one over its own Grid,
+// e.g. D = rowsum(dO * O): docs/tl.md, "Phases"): stored as a ForStmt with var = NAME, no bounds.
+struct ForStmt {
   std::string var;
   Expr lo, hi;
   std::vector<Stmt> body;
@@ -187,7 +190,7 @@ struct CommentStmt {  // a whole-line comment, text without the leading '#'
 struct BlankStmt {};  // one or more blank lines (kept for readable printing)
 
 struct Stmt {
-  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank, Variant, Role };
+  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank, Variant, Role, Phase };
   Kind kind = Kind::Blank;
   SrcLoc loc;                     // location of the statement's first token
   std::vector<Attr> attrs;        // schedule attributes `{...}`
@@ -202,7 +205,7 @@ struct Stmt {
   CopyStmt copy;
   ComputeStmt compute;
   ReshapeStmt reshape;
-  ForStmt loop;
+  ForStmt loop;                   // For, and Phase (loop.var = its name, loop.body)
   CommentStmt comment;
   VariantStmt variant;
   RoleStmt role;

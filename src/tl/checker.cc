@@ -504,7 +504,10 @@ void Walker::stmt(const Stmt& s) {
     case Stmt::Kind::For: for_stmt(s); break;
     case Stmt::Kind::Variant: variant_stmt(s); break;
     case Stmt::Kind::Role: role_stmt(s); break;
+    case Stmt::Kind::Phase: phase_stmt(s); break;
   }
+  if (loops_.empty() && (s.kind == Stmt::Kind::Kernel || s.kind == Stmt::Kind::Dim || s.kind == Stmt::Kind::Const))
+    header_.push_back(&s);
   if (s.kind != Stmt::Kind::Kernel) {
     if (!kernel_ && !seen_non_header_) {
       rep_.error("TL0307", s.loc, "the program does not start with a Kernel header",
@@ -549,6 +552,14 @@ void Walker::finish() {
   }
   bool needs_mask = km.kind == MaskSpec::Kind::Causal || km.kind == MaskSpec::Kind::CausalTopLeft ||
                     km.kind == MaskSpec::Kind::Window;
+  if (phase_) {  // a phase: its workspaces written; the attention's masks and gradients are the main kernel's
+    for (const auto& w : info_.workspaces)
+      if (!stored_to_global_.count(w) && !plain_to_global_.count(w))
+        rep_.error("TL0419", global_alloc_.count(w) ? global_alloc_.at(w) : top,
+                   "Phase " + info_.phase_name + " never writes its workspace " + w,
+                   "store it: `Copy " + w + " (BM) in coordinate [m, 0] from register to global`");
+    return;
+  }
   if (kernel_ && needs_mask && !applied) {
     rep_.error("TL0409", top,
                "the Kernel declares mask " + std::string(to_string(km.kind)) + " but no Compute Mask applies it",
@@ -636,6 +647,50 @@ void Walker::finish() {
     same_head("K", "dK");
     same_head("V", "dV");
   }
+}
+
+// `Phase NAME ... end` (docs/tl.md, "Phases"): in a backward program, at the top, before the main
+// Grid; its body is a kernel of its own (its Grid, globals, registers), checked by a second walker
+// over the main program's Kernel / Dim / Const lines and the body. The fp32 globals it writes
+// (workspaces) become inputs of the main program, carrying their data flow (TL0413's D term).
+void Walker::phase_stmt(const Stmt& s) {
+  const std::string& name = s.loop.var;
+  if (!backward() || phase_) {
+    error(s, "TL0419", s.loc, "Phase " + name + " outside a backward program",
+          phase_ ? "phases do not nest: write each at the top of the program"
+                 : "phases precede the main kernel of a `Kernel NAME backward` program (e.g. D = rowsum(dO * O))");
+    return;
+  }
+  if (!loops_.empty() || !info_.grid_vars.empty()) {
+    error(s, "TL0419", s.loc, "Phase " + name + (loops_.empty() ? " after the Grid line" : " inside a loop"),
+          "write the phases after the Kernel, Dim and Const lines, before the main program's Grid");
+    return;
+  }
+  for (const auto& ph : info_.phases)
+    if (ph.phase_name == name) {
+      error(s, "TL0419", s.loc, "a second Phase named " + name, "give each phase its own name");
+      return;
+    }
+  Program sub;
+  sub.file = prog_.file;
+  for (const Stmt* h : header_) sub.stmts.push_back(*h);
+  for (const auto& b : s.loop.body) sub.stmts.push_back(b);
+  CheckInfo pinfo;
+  Walker w(sub, rep_, pinfo);
+  w.set_phase(name);
+  for (const auto& [ws, decl] : workspace_decl_) w.workspace_decl_[ws] = decl;
+  w.run();
+  bool grid = false;
+  for (const auto& b : s.loop.body) grid = grid || b.kind == Stmt::Kind::Grid;
+  if (!grid)
+    error(s, "TL0419", s.loc, "Phase " + name + " has no Grid", "a phase is a kernel: give it a Grid (`Grid m = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`)");
+  for (const auto& ws : pinfo.workspaces) {
+    info_.workspace_deps[ws] = pinfo.workspace_deps[ws];
+    for (const auto& b : s.loop.body)
+      if (b.kind == Stmt::Kind::Allocate && b.alloc.space == Space::Global && b.alloc.name == ws) workspace_decl_[ws] = &b;
+  }
+  pinfo.phases.clear();
+  info_.phases.push_back(std::move(pinfo));
 }
 
 void Walker::run() {

@@ -73,6 +73,13 @@ struct CheckInfo {
   // row r of sequence b is row T[b] + r of a packed (total, heads, d) tensor.
   std::string q_lengths, q_ragged, kv_ragged;
   bool q_lengths_diff = false, kv_lengths_diff = false;
+  // Phases (docs/tl.md, "Phases"): a backward program's `Phase NAME ... end` blocks, each checked as a
+  // kernel of its own (its CheckInfo: phase_name set, `workspaces` the fp32 globals it writes). In
+  // the main program's info, `workspaces` are the globals it reads that a phase wrote.
+  std::string phase_name;
+  std::vector<std::string> workspaces;
+  std::map<std::string, unsigned> workspace_deps;  // (the checker's data flow of each workspace)
+  std::vector<CheckInfo> phases;
 };
 
 bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts = {});  // true when no errors

@@ -106,6 +106,9 @@ struct LoopCtx {
 class Walker {
  public:
   Walker(const Program& p, Reporter& r, CheckInfo& info) : prog_(p), rep_(r), info_(info) {}
+  // A Phase's walker: the program is the main one's header plus the phase's body; `workspaces` are
+  // the data flow of the workspaces earlier phases wrote (docs/tl.md, "Phases").
+  void set_phase(const std::string& name) { phase_ = true, info_.phase_name = name; }
   void run();
   std::set<const Stmt*> poisoned;  // statements with structural errors; the range pass skips them
 
@@ -152,6 +155,8 @@ class Walker {
   void check_skip(const Stmt& s, const Attr& a);
   void check_pack(const Stmt& s, const Attr& a);  // `{pack: G}` on a global Q / O / LSE (checker_memory.cc)
   void finish_pack();
+  void phase_stmt(const Stmt& s);  // `Phase NAME ... end` (TL0419): checked by a walker of its own
+  bool workspace_alloc(const Stmt& s);  // a phase's / the main program's global Allocate of a workspace
   // ---- checker_kvcache.cc: a KV cache's per-sequence key counts and pages (TL0416) ----
   bool kv_length_let(const Stmt& s);  // `Let seqlen_k = T[b]`; true when the Let is one (checked here)
   void check_paged(const Stmt& s, const Attr& a);  // `{paged: T}` on the global K / V
@@ -218,6 +223,9 @@ class Walker {
   std::map<std::string, const Attr*> paged_;     // `{paged: T}` per global K / V that carries one
   std::map<std::string, const Attr*> ragged_;    // `{ragged: T}` per global view that carries one
   int walks_ = 0;                                // loop-body walks (bounded)
+  bool phase_ = false;                           // this walker checks a Phase's body
+  std::vector<const Stmt*> header_;              // the Kernel, Dim and Const statements (a phase's header)
+  std::map<std::string, const Stmt*> workspace_decl_;  // the global Allocate of each workspace a phase wrote
 };
 
 // ---- checker_schedule.cc ----

@@ -2,6 +2,8 @@
 // TL0302, TL0403, TL0405, TL0406) and Copy (levels, tiles against buffers and global layouts, global
 // inputs/outputs, data flow: TL0303, TL0305, TL0402-TL0404, TL0406). Input: one statement plus the
 // walker's state; output: diagnostics and the updated buffers.
+#include <algorithm>
+
 #include "tl/checker_internal.h"
 
 namespace qattn::tl::detail {
@@ -32,8 +34,49 @@ unsigned grad_input_bit(const std::string& n) {
 
 }  // namespace
 
+// A workspace (docs/tl.md, "Phases"): an fp32 global (seqlen_q) or (seqlen_q, X) per [batch, head]
+// that a Phase writes and the main program (or a later phase) reads. True when `s` declares one (its
+// rules checked here, TL0419); false for the kernel's arguments and auxiliary inputs.
+bool Walker::workspace_alloc(const Stmt& s) {
+  const AllocateStmt& a = s.alloc;
+  if (!backward()) return false;
+  bool argument = is_backward_name(a.name);
+  for (const char* g : kGlobalNames) argument = argument || a.name == g;
+  auto earlier = workspace_decl_.find(a.name);
+  if (argument || (!phase_ && earlier == workspace_decl_.end())) {
+    if (phase_ && (a.name == "dQ" || a.name == "dK" || a.name == "dV"))
+      error(s, "TL0419", s.loc, "Phase " + info_.phase_name + " allocates the gradient " + a.name,
+            "a phase reads the kernel's inputs and writes workspaces; the gradients are the main program's");
+    return false;
+  }
+  const std::string text = fmt_shape(a.shape) + " " + (a.dtype ? to_string(*a.dtype) : "fp16");
+  const bool shape_ok = (a.shape.size() == 1 || a.shape.size() == 2) && a.shape[0].kind == Expr::Kind::Name &&
+                        a.shape[0].name == "seqlen_q";
+  if (!shape_ok || !a.dtype || *a.dtype != DType::F32 || a.offset.size() != 2) {
+    error(s, "TL0419", s.loc, "workspace " + a.name + " is " + text + (a.offset.size() != 2 ? " without a [batch, head] offset" : ""),
+          "a workspace holds fp32 values per query row: `Allocate " + a.name + " in global (seqlen_q) fp32 with offset [b, head]`");
+  } else if (!loops_.empty()) {
+    error(s, "TL0406", s.loc, "global tensor allocated inside a loop", "allocate global views at the top of the program");
+  } else if (earlier != workspace_decl_.end()) {
+    const AllocateStmt& e = earlier->second->alloc;
+    const std::string etext = fmt_shape(e.shape) + " " + (e.dtype ? to_string(*e.dtype) : "fp16");
+    if (etext != text || !(e.offset == a.offset))
+      error(s, "TL0419", s.loc,
+            "workspace " + a.name + " is " + text + " here but " + etext + " in the phase that writes it (line " +
+                line_of(earlier->second->loc) + ")",
+            "declare it as the phase does");
+  }
+  if (phase_ && earlier == workspace_decl_.end() &&
+      std::find(info_.workspaces.begin(), info_.workspaces.end(), a.name) == info_.workspaces.end())
+    info_.workspaces.push_back(a.name);
+  if (!phase_ && std::find(info_.workspaces.begin(), info_.workspaces.end(), a.name) == info_.workspaces.end())
+    info_.workspaces.push_back(a.name);
+  return true;
+}
+
 bool Walker::is_input(const std::string& n) const {
   if (combine()) return n == "O_part" || n == "LSE_part";
+  if (backward() && workspace_decl_.count(n)) return true;  // written by an earlier phase
   return n == "Q" || n == "K" || n == "V" || is_aux(n) || (backward() && (n == "O" || n == "dO" || n == "LSE"));
 }
 
@@ -102,7 +145,9 @@ void Walker::allocate_stmt(const Stmt& s) {
                           (a.dtype ? std::string(" ") + to_string(*a.dtype) : std::string()) +
                           (a.init ? " init " + fmt_expr(*a.init) : std::string());
 
-  if (a.space == Space::Global) {
+  if (a.space == Space::Global && workspace_alloc(s)) {
+    for (const auto& e : a.offset) check_expr(e, Ctx::Index, s);
+  } else if (a.space == Space::Global) {
     const bool part = a.name == "O_part" || a.name == "LSE_part";  // a combine program's inputs
     bool known = combine() ? part || a.name == "O" || a.name == "LSE" : backward() && is_backward_name(a.name);
     if (!combine())
@@ -231,7 +276,7 @@ void Walker::copy_stmt(const Stmt& s) {
           "Copy moves data between levels: global->shared, shared->register, register->shared, register/shared->global");
     return;
   }
-  if (c.from == Space::Global && c.to == Space::Register && !combine()) {
+  if (c.from == Space::Global && c.to == Space::Register && !combine() && !phase_) {  // (a combine program and a Phase are row-wise kernels)
     error(s, "TL0403", s.loc, "Copy from global to register is not supported: register tiles are loaded from shared memory",
           "stage it through shared: `Copy " + c.name + " (...) in coordinate [...] from global to shared`, then `Copy " +
               c.name + " from shared to register`");
@@ -360,7 +405,12 @@ void Walker::copy_stmt(const Stmt& s) {
   }
   if (!(c.from == Space::Global)) read(c.name, c.from, s.loc, s);
   if (backward()) {
-    if (c.from == Space::Global) deps_[c.name] |= grad_input_bit(c.name);
+    if (c.from == Space::Global) {
+      deps_[c.name] |= grad_input_bit(c.name);
+      if (auto w = info_.workspace_deps.find(c.name); w != info_.workspace_deps.end() && workspace_decl_.count(c.name))
+        deps_[c.name] |= w->second;  // a workspace derives from what its phase read
+    }
+    if (phase_ && c.to == Space::Global) info_.workspace_deps[c.name] = deps_.count(c.name) ? deps_[c.name] : 0;
     if (c.to == Space::Global && (c.name == "dQ" || c.name == "dK" || c.name == "dV")) check_gradient_flow(s);
   }
   write_full(c.name, c.to);

@@ -367,6 +367,7 @@ class RangeWalker {
         case Stmt::Kind::Reshape:
         case Stmt::Kind::Variant:
         case Stmt::Kind::Role:
+        case Stmt::Kind::Phase:  // its own kernel (the phase's walker checks it)
         case Stmt::Kind::Comment:
         case Stmt::Kind::Blank: break;
       }

@@ -183,6 +183,35 @@ bool Machine::setup_header(const Program& p) {
   return true;
 }
 
+// A Phase's workspaces: the globals it allocates that are not kernel arguments (docs/tl.md, "Phases"),
+// one (rows[, cols]) matrix per (batch, query head), poisoned until a phase writes them.
+bool Machine::setup_workspaces(const Program& p) {
+  for (const auto& ph : p.stmts) {
+    if (ph.kind != Stmt::Kind::Phase) continue;
+    for (const auto& s : ph.loop.body) {
+      if (s.kind != Stmt::Kind::Allocate || s.alloc.space != Space::Global) continue;
+      const auto& a = s.alloc;
+      if (is_global_name(a.name, backward_) || globals_.count(a.name)) continue;
+      Global g;
+      g.name = a.name;
+      g.loc = s.loc;
+      g.workspace = true;
+      g.dtype = a.dtype.value_or(DType::F32);
+      if (a.shape.empty() || a.shape.size() > 2)
+        return error("TL0901", s.loc, "workspace " + a.name + " must have 1 or 2 dimensions");
+      for (const auto& e : a.shape) {
+        auto v = eval_int(e, header_env_, &diags_);
+        if (!v) return false;
+        if (*v < 1 || *v > (int64_t(1) << 30))
+          return error("TL0901", e.loc, "workspace " + a.name + " has a dimension of size " + std::to_string(*v));
+        g.view.push_back(*v);
+      }
+      globals_[a.name] = std::move(g);
+    }
+  }
+  return true;
+}
+
 bool Machine::setup_globals(const Program& p) {
   if (combine_) return setup_globals_combine(p);
   for (const auto& s : p.stmts) {
@@ -218,6 +247,7 @@ bool Machine::setup_globals(const Program& p) {
     }
     globals_[a.name] = std::move(g);
   }
+  if (!setup_workspaces(p)) return false;
   for (const char* n : {"Q", "K", "V", "O"})
     if (!globals_.count(n))
       return error("TL0901", kernel_loc_, std::string("the program does not allocate ") + n + " in global",
@@ -324,6 +354,11 @@ void Machine::make_inputs(const Program& p) {
     for (double& x : lse.data) x = rnd(lse.dtype, x);
   }
   for (auto& [name, g] : globals_) {
+    if (g.workspace) {  // poison: a row no phase wrote reads NaN
+      size_t n = size_t(prob_.batch * g.heads * g.view_elems());
+      g.data.assign(n, std::numeric_limits<double>::quiet_NaN());
+      g.written.assign(n, 0);
+    }
     if (!g.output) continue;
     size_t n = size_t(prob_.batch * g.heads * g.view_elems());
     // poison, except what `and accumulate` adds to: zero at launch (the C ABI's contract)
@@ -344,8 +379,30 @@ bool Machine::setup(const Program& p) {
 }
 
 bool Machine::run_grid(const Program& p) {
-  std::vector<int64_t> idx(grid_.size(), 0);
-  for (const auto& g : grid_)
+  // The Phases first, each over its own Grid (a kernel launched before the main one).
+  for (const auto& s : p.stmts) {
+    if (s.kind != Stmt::Kind::Phase) continue;
+    std::vector<GridVar> grid;
+    for (const auto& b : s.loop.body) {
+      if (b.kind != Stmt::Kind::Grid) continue;
+      for (const auto& it : b.grid.items) {
+        auto v = eval_int(it.extent, header_env_, &diags_);
+        if (!v) return false;
+        if (*v < 0) return error("TL0901", it.loc, "Grid " + it.var + " has a negative extent " + std::to_string(*v));
+        grid.push_back({it.var, *v});
+      }
+    }
+    in_phase_ = true;
+    const bool ok = run_blocks(s.loop.body, grid);
+    in_phase_ = false;
+    if (!ok) return false;
+  }
+  return run_blocks(p.stmts, grid_);
+}
+
+bool Machine::run_blocks(const std::vector<Stmt>& body, const std::vector<GridVar>& grid) {
+  std::vector<int64_t> idx(grid.size(), 0);
+  for (const auto& g : grid)
     if (g.extent == 0) return true;  // an empty grid launches nothing
   Env base = header_env_;
   base.scalars = env_.scalars;
@@ -353,13 +410,13 @@ bool Machine::run_grid(const Program& p) {
     slots_.clear();
     frames_.clear();
     env_ = base;
-    for (size_t i = 0; i < grid_.size(); ++i) env_.ints[grid_[i].name] = idx[i];
+    for (size_t i = 0; i < grid.size(); ++i) env_.ints[grid[i].name] = idx[i];
     if (!count(kStmtCost, kernel_loc_)) return false;
-    if (!exec_block(p.stmts, true)) return false;
+    if (!exec_block(body, true)) return false;
     ++blocks_;
     size_t d = 0;
     for (; d < idx.size(); ++d) {
-      if (++idx[d] < grid_[d].extent) break;
+      if (++idx[d] < grid[d].extent) break;
       idx[d] = 0;
     }
     if (d == idx.size()) return true;

@@ -109,6 +109,7 @@ bool Machine::exec_block(const std::vector<Stmt>& body, bool top) {
       case Stmt::Kind::Comment:
       case Stmt::Kind::Variant:
       case Stmt::Kind::Role:  // warp roles do not change what is computed
+      case Stmt::Kind::Phase:  // run before the grid (run_grid)
       case Stmt::Kind::Blank: break;
       case Stmt::Kind::Let: {
         const bool reads = s.let.value.kind == Expr::Kind::Index ||
@@ -318,7 +319,7 @@ bool Machine::copy_values(const Stmt& s, Buffer* into) {
   };
   Side src, dst;
   if (!side(c.from, src) || !side(c.to, dst)) return false;
-  if (dst.view && !dst.view->g->output)
+  if (dst.view && !dst.view->g->output && !(dst.view->g->workspace && in_phase_))
     return error("TL0901", s.loc, "Copy to the global input '" + c.name + "'",
                  backward_ ? "a backward kernel writes only dQ, dK and dV" : "a kernel writes only O and LSE");
   if (c.accumulate && !(dst.view && dst.view->g->accumulated && c.from == Space::Register))

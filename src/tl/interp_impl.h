@@ -93,6 +93,7 @@ struct Global {
   DType dtype = DType::F32;
   bool output = false;
   bool accumulated = false;         // a backward output that `Copy ... and accumulate` adds to: zero at launch
+  bool workspace = false;           // written by a Phase, read by the main program (poisoned at launch)
   int64_t heads = 1;                // heads_q or heads_kv
   int64_t parts = 0;                // a combine program's O_part / LSE_part: `splits` (offset [b, s, head]); else 0
   std::vector<int64_t> view;        // one (batch, head) matrix: (rows, cols) or (rows)
@@ -160,14 +161,16 @@ class Machine {
  public:
   Machine(const RunConfig& cfg, support::DiagSink& diags) : cfg_(cfg), diags_(diags) {}
   bool setup(const Program& p);          // header, problem, global tensors, inputs
-  bool run_grid(const Program& p);       // every grid point
+  bool run_grid(const Program& p);       // every grid point of each Phase (in order), then of the program
   RunResult verdict(const Program& p);   // compare with the reference
 
  private:
   // ---- interp.cc ----
   bool setup_header(const Program& p);
   bool setup_globals(const Program& p);
+  bool setup_workspaces(const Program& p);  // the fp32 globals the Phases write (docs/tl.md, "Phases")
   void make_inputs(const Program& p);
+  bool in_phase_ = false;
   // ---- interp_exec.cc ----
   bool exec_block(const std::vector<Stmt>& body, bool top);
   bool exec_let(const Stmt& s);
@@ -231,6 +234,7 @@ class Machine {
   spec::AttentionProblem prob_;
   struct GridVar { std::string name; int64_t extent; };
   std::vector<GridVar> grid_;
+  bool run_blocks(const std::vector<Stmt>& body, const std::vector<GridVar>& grid);
   std::map<std::string, Global> globals_;
   int64_t pack_ = 1;          // GQA packing of Q's view: a score row r is query r / pack_
   std::map<std::string, Slot> slots_;

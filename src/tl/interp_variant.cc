@@ -30,6 +30,7 @@ bool Machine::setup_variants(const Program& p) {
       continue;
     }
     if (s.kind != Stmt::Kind::Allocate || s.alloc.space != Space::Global || is_kernel_arg(s.alloc.name)) continue;
+    if (auto w = globals_.find(s.alloc.name); w != globals_.end() && w->second.workspace) continue;  // a Phase's output
     const auto& a = s.alloc;
     const bool is_int = a.dtype && *a.dtype == DType::I32;
     if (!a.dtype || (!is_int && *a.dtype != DType::F32) || !a.offset.empty() || a.shape.empty() || a.shape.size() > 2)

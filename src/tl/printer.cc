@@ -191,6 +191,7 @@ std::string head(const Stmt& s) {
       return "Reshape " + s.reshape.name + " from (" + join(s.reshape.from) + ") to (" + join(s.reshape.to) + ")";
     case Stmt::Kind::For:
       return "for " + s.loop.var + " = " + print_expr(s.loop.lo) + ": " + print_expr(s.loop.hi);
+    case Stmt::Kind::Phase: return "Phase " + s.loop.var;
     case Stmt::Kind::Comment: return comment(s.comment.text);
     case Stmt::Kind::Blank: return "";
     case Stmt::Kind::Variant: {
@@ -245,7 +246,7 @@ std::string print_stmt(const Stmt& s, int indent) {
   std::string pad(indent > 0 ? static_cast<size_t>(indent) : 0, ' ');
   std::string out = pad + head(s) + attrs(s.attrs);
   if (s.kind != Stmt::Kind::Comment && !s.trailing_comment.empty()) out += "  " + comment(s.trailing_comment);
-  if (s.kind != Stmt::Kind::For) return out;
+  if (s.kind != Stmt::Kind::For && s.kind != Stmt::Kind::Phase) return out;
   out += '\n';
   print_body(s.loop.body, indent + 2, out);
   out += pad + "end";

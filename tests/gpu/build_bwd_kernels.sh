@@ -57,7 +57,8 @@ compile_cu() {
   # shellcheck disable=SC2086
   "$NVCC" $flags_nvcc -I"$ROOT/include" -I"$device" -I"$CUTLASS" -shared -Xcompiler -fPIC -Xptxas -v \
     -o "$so" "$cu" >> "$log" 2>&1 || { echo "$(basename "$so" .so): nvcc failed (see $log)"; return 1; }
-  echo "$(basename "$so" .so): $(grep -o 'Used [0-9]* registers' "$log" | head -1), $(grep -o '[0-9]* bytes spill stores' "$log" | head -1)"
+  # the largest of the unit's kernels (a Phase's row-wise kernel comes first)
+  echo "$(basename "$so" .so): Used $(grep -o 'Used [0-9]* registers' "$log" | awk '$2 > m { m = $2 } END { print m + 0 }') registers, $(grep -o '[0-9]* bytes spill stores' "$log" | awk '$1 > m { m = $1 } END { print m + 0 }') bytes spill stores"
 }
 # --tl NAME=FILE.tl: translated here; --cu NAME=FILE.cu: built as it is, with the flags in FILE.flags
 # and the device runtime in FILE's folder's device/ when there is one (the baseline's own headers)

@@ -383,9 +383,24 @@ TEST(EmitBackward, EveryStatementLowersToItsBlockAndTheAbiIsQattnBwd) {
               std::string::npos);
     // dS is split over 4 warps along its columns: dQ = dS K reads it back from shared memory
     EXPECT_NE(cu.find("qattn::gemm_ss<SmemCopyAtom, SmemCopyAtomT>(Mma<64, 2>{}, rdQ, sdSc, "), std::string::npos);
-    // D's row sum meets across the 4 warps of a row in shared memory
-    EXPECT_NE(cu.find("qattn::rows_across_warps<64, 2, 4, false>(Mma<64, 2>{}, rDi, reinterpret_cast<float*>(smem + kSmemRowScratch), tid);"),
-              std::string::npos);
+    // D = rowsum(dO * O) by the Phase (its (64, 128) tile over 8 warps fits the row-wise kernel): the
+    // loop reads its rows where dP - D needs them, in dP's layout
+    EXPECT_NE(code.find("Phase dot_do_o"), std::string::npos) << code;
+    EXPECT_NE(cu.find("qattn::load_rows<64>(Mma<64, 2>{}, sD, rD, tid);"), std::string::npos);
+    EXPECT_EQ(cu.find("rows_across_warps<"), std::string::npos);
+    // a program that computes D in the loop (tests/tl/backward_warps.tl): its row sum meets across
+    // the 4 warps of a row in shared memory
+    {
+      std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/backward_warps.tl");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      support::DiagSink dw;
+      auto tw = xlate(ss.str(), "h100", dw);  // (its rings of 2 slots do not fit an A100)
+      ASSERT_TRUE(tw.has_value()) << dw.render();
+      EXPECT_NE(tw->cuda_source.find("qattn::rows_across_warps<64, 2, 4, false>(Mma<64, 2>{}, rDi, reinterpret_cast<float*>(smem + "
+                                     "kSmemRowScratch), tid);"),
+                std::string::npos);
+    }
     EXPECT_NE(t->kir.find("warps 8: 64 rows 2x4 128 rows 4x2 (along M x N)"), std::string::npos) << t->kir;
     // every statement of the TL is named by a `// TL n:` block
     support::DiagSink pd;
@@ -408,7 +423,8 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   const std::string code = plan_backward("llama3-8b", "h100");
   for (const char* line : {"Compute GEMM K, Q^T and get St", "Compute Mask St^T at [i, n_block] with causal",
                            "Compute Subtract St, LSE^T and get Pt", "Compute GEMM Ptc, dO and accumulate dV",
-                           "Compute Subtract dPt, Di^T and get dSt", "Compute GEMM dStc^T, K and get dQ"})
+                           "Phase dot_do_o", "Compute RowSum dOO and get D", "Copy D (BM) in coordinate [m] from register to global",
+                           "Compute Subtract dPt, D^T and get dSt", "Compute GEMM dStc^T, K and get dQ"})
     EXPECT_NE(code.find(line), std::string::npos) << line << "\n" << code;
   support::DiagSink d;
   auto t = xlate(code, "h100", d);
@@ -429,10 +445,26 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
                     "false>(raw_pointer_cast(sdStc.data()), 0, raw_pointer_cast(sK.data()), 64 * wg, qattn::sm90::regs<float>(rdQ));"),
             std::string::npos);
   EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
-  // LSE loaded by column; D (a row sum of the (BM, d) tile) moved into St's columns; the mask transposed
+  // LSE and D loaded by column; the mask transposed
   EXPECT_NE(cu.find("qattn::load_cols<128, 64>(Mma<128>{}, sLSE, rLSE, tid);"), std::string::npos);
-  EXPECT_NE(cu.find("qattn::rows_across_warps_to_cols<64, 4, 2, false, 128>(Mma<64>{}, rDi_part, Mma<128>{}, rDi_cols,"), std::string::npos);
-  EXPECT_NE(cu.find("qattn::ew_cols<qattn::op::Sub>(rdPt, rDi_cols, rdSt);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::load_cols<128, 64>(Mma<128>{}, sD, rD, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::ew_cols<qattn::op::Sub>(rdPt, rD, rdSt);"), std::string::npos);
+  EXPECT_EQ(cu.find("rows_across_warps_to_cols"), std::string::npos);  // no D reduction in the loop
+  // D = rowsum(dO * O) by the Phase: a row-wise kernel of its own into the workspace, launched first
+  const size_t phase = cu.find("__global__ void __launch_bounds__(Tiling::kThreads) flash_bwd_llama3_8b_sm90_dot_do_o(");
+  ASSERT_NE(phase, std::string::npos);
+  EXPECT_LT(phase, cu.find("flash_bwd_llama3_8b_sm90(const __grid_constant__"));
+  EXPECT_NE(cu.find("qattn::rows::row_reduce_lanes<false, false>(r_dOO, r_D);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::rows::store_vec<Tiling>(r_D, g_D, 1, (m) * (BM), seqlen_q);"), std::string::npos);
+  EXPECT_NE(cu.find("float* g_D = reinterpret_cast<float*>(p.workspace) + (int64_t(b) * p.heads_q + (head)) * p.seqlen_q;"),
+            std::string::npos);
+  EXPECT_NE(cu.find("const float* gD = reinterpret_cast<float*>(p.workspace) + (int64_t(b) * p.heads_q + (head)) * p.seqlen_q;"),
+            std::string::npos);
+  const size_t launch_phase = cu.find("phase_dot_do_o::flash_bwd_llama3_8b_sm90_dot_do_o<<<");
+  ASSERT_NE(launch_phase, std::string::npos);
+  EXPECT_LT(launch_phase, cu.find("flash_bwd_llama3_8b_sm90<<<"));
+  EXPECT_NE(cu.find("return 4 * (1 * int64_t(p.batch) * p.heads_q * p.seqlen_q + 0);"), std::string::npos);
+  EXPECT_NE(t->kir.find("phase dot_do_o: rows 64 x 128 over 8 warps (row-wise), launched first"), std::string::npos) << t->kir;
   // the waits: St while dP^T's product still runs, dP^T while dV's does, dQ while dK's does; none
   // crosses an iteration
   for (const char* wait : {"qattn::sm90::wgmma_wait<1>();  // St ready", "qattn::sm90::wgmma_wait<1>();  // dPt ready",
@@ -532,18 +564,45 @@ TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand
   auto tp = xlate(plain, "h100", dp);
   ASSERT_TRUE(tp.has_value()) << dp.render();
   EXPECT_NE(tp->kir.find("warps 8: 64 rows 4x2 128 rows 8x1 (along M x N)"), std::string::npos) << tp->kir;
-  EXPECT_NE(tp->cuda_source.find("qattn::rows_across_warps<64, 4, 2, false>(Mma<64>{}, rDi"), std::string::npos);
+  EXPECT_NE(tp->cuda_source.find("qattn::load_rows<64>(Mma<64>{}, sD, rD, tid);"), std::string::npos);
   const std::string dp_gemm = "Compute GEMM dO, V^T and get dP {warps_m: 2}";
   expect_refused(code8, dp_gemm, "Compute GEMM dO, V^T and get dP {warps_m: 4}", "h100",
                  {"XL0202", "combined row by row but laid out over the warps differently"});
   expect_refused(code8, dp_gemm, "Compute GEMM dO, V^T and get dP {warps_m: 3}", "h100", {"`warps_m: 3` does not divide WARPS = 8"});
-  // 16 warps on BM = 32: 2 x 8, so a (32, x) tile splits by 128 columns; d 64 does not
+  // 16 warps on BM = 32: 2 x 8, so a (32, x) tile splits by 128 columns and no warp holds whole rows
+  // of dS for its Reshape to an A operand
   expect_refused(plan_backward("llama3.2-1b", "h100", {}, narrow), "Const BM = 64, BN = 64, WARPS = 4",
-                 "Const BM = 32, BN = 256, WARPS = 16", "h100", {"(32, 64) puts 8 warps along its columns: 64 is not a multiple of 128"});
+                 "Const BM = 32, BN = 256, WARPS = 16", "h100",
+                 {"Reshape of dSc (32 rows) to an A operand: its tile is split over 8 warps along the columns"});
+}
+
+TEST(EmitBackward, APhaseIsARowWiseKernelAndWhatItCannotLowerIsADiagnostic) {
+  // tests/tl/backward_phase.tl: the phase lowers statement by statement onto the row-wise primitives
+  // (the combine's, src/backend/rowwise.h); its tile (BM, d) over the program's WARPS
+  std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/backward_phase.tl");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string code = ss.str();
+  support::DiagSink d;
+  auto t = xlate(code, "h100", d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  EXPECT_NE(t->cuda_source.find("using Tiling = qattn::rows::RowTiling<64, 128, 8>;"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("qattn::rows::load_tile<Tiling>(r_dO, g_dO, p.do_row_stride, (m) * (BM), seqlen_q);"), std::string::npos);
+  EXPECT_NE(t->cuda_source.find("#include \"qattn/rowwise.cuh\""), std::string::npos);
+  // a 2-D workspace (read nowhere), a GEMM, a shared buffer in a phase: refused with the statement's line
+  expect_refused(code, "  Compute RowSum dOO and get D\n",
+                 "  Compute RowSum dOO and get D\n  Allocate E in global (seqlen_q, d) fp32 with offset [b, head]\n"
+                 "  Compute Multiply dO, O and get E\n  Copy E (BM, d) in coordinate [m, 0] from register to global\n",
+                 "h100", {"XL0301", "the 2-D workspace E is not lowered"});
+  expect_refused(code, "  Compute Multiply dO, O and get dOO\n", "  Compute GEMM dO, O^T and get dOO\n", "h100", {"error"});
+  expect_refused(code, "  Allocate O in register (BM, d) fp32\n", "  Allocate O in register (BM, d) fp32\n  Allocate dO in shared (BM, d) bf16\n",
+                 "h100", {"XL0301", "shared buffer dO in a phase program is not lowered"});
+  // rows over warps the row tiling cannot deal
+  expect_refused(code, "Const BM = 64, BN = 128, WARPS = 8", "Const BM = 64, BN = 128, WARPS = 6", "h100", {"XL0202"});
 }
 
 TEST(EmitBackward, RingsOfTwoSlotsLoadTheNextQueryTileAtTheTopOfTheIteration) {
-  // H100: Q, dO, O and LSE in rings of 2 slots; the A100's shared memory does not take them
+  // H100: Q, dO, LSE and D in rings of 2 slots; the A100's shared memory does not take them
   const std::string code = plan_backward("llama3-8b", "h100");
   for (const char* line : {"Allocate Q in shared (BM, d) bf16 {stages: 2}", "Allocate LSE in shared (BM) fp32 {stages: 2}"})
     EXPECT_NE(code.find(line), std::string::npos) << code;
@@ -557,7 +616,7 @@ TEST(EmitBackward, RingsOfTwoSlotsLoadTheNextQueryTileAtTheTopOfTheIteration) {
                     "// this iteration's slot of the ring"),
             std::string::npos);
   const size_t wait = cu.find("qattn::wait<0>();  // the cp.async copies into shared memory have landed", cu.find("for (int i = lo_i"));
-  const size_t fill = cu.find("// Q, dO, O, LSE of iteration i + 1 into the other slot of their rings");
+  const size_t fill = cu.find("// Q, dO, LSE, D of iteration i + 1 into the other slot of their rings");
   ASSERT_NE(wait, std::string::npos);
   ASSERT_NE(fill, std::string::npos);
   EXPECT_LT(wait, fill);
@@ -636,16 +695,25 @@ TEST(EmitBackward, OrderedAdditionsTakeTurnsInTheBlocksOrder) {
   // GQA: the query heads of a kv head add dK, dV in head order
   EXPECT_NE(cu.find("for (int other = 0; other < head; ++other) before_dK += "), std::string::npos);
   EXPECT_NE(cu.find("QATTN_EXPORT int64_t qattn_bwd_workspace_bytes(const qattn_bwd_params* params) {"), std::string::npos);
-  EXPECT_NE(cu.find("cudaMemsetAsync(p.workspace, 0, size_t(ws_bytes)"), std::string::npos);
+  // the counters follow the Phase's D rows in the workspace; only they are zeroed
+  EXPECT_NE(cu.find("cudaMemsetAsync(p.workspace + (1 * int64_t(p.batch) * p.heads_q * p.seqlen_q), 0, size_t(4 * (0 + "), std::string::npos);
   EXPECT_NE(t->info_json.find("\"deterministic\":true"), std::string::npos) << t->info_json;
   EXPECT_NE(t->kir.find("ordered additions (deterministic)"), std::string::npos) << t->kir;
-  // the TL decides: the atomic kernel has no turns, no reversed grid, a workspace of 0 bytes
+  // the TL decides: the atomic kernel has no turns, no reversed grid, a workspace of its Phase's D rows only
   support::DiagSink d2;
   auto a = xlate(plan_backward("llama3-8b", "h100"), "h100", d2);
   ASSERT_TRUE(a.has_value()) << d2.render();
   EXPECT_EQ(a->cuda_source.find("turn_wait"), std::string::npos);
   EXPECT_NE(a->cuda_source.find("const int n_block = blockIdx.x;"), std::string::npos);
-  EXPECT_NE(a->cuda_source.find("return 4 * (0);"), std::string::npos);
+  EXPECT_NE(a->cuda_source.find("return 4 * (1 * int64_t(p.batch) * p.heads_q * p.seqlen_q + 0);"), std::string::npos);
+  EXPECT_EQ(a->cuda_source.find("cudaMemsetAsync"), std::string::npos);  // D needs no zeroing
+  // the transposed form's deterministic kernel: the counters follow the phase's D rows; only they are zeroed
+  support::DiagSink d4;
+  auto td = xlate(plan_backward("llama3-8b", "h100", {{"deterministic", "true"}}), "h100", d4);
+  ASSERT_TRUE(td.has_value()) << d4.render();
+  EXPECT_NE(td->cuda_source.find("cudaMemsetAsync(p.workspace + (1 * int64_t(p.batch) * p.heads_q * p.seqlen_q), 0, size_t(4 * (0 + "),
+            std::string::npos);
+  EXPECT_NE(td->cuda_source.find("int* ws_dQ = p.workspace + (1 * int64_t(p.batch) * p.heads_q * p.seqlen_q) + "), std::string::npos);
   EXPECT_NE(a->info_json.find("\"deterministic\":false"), std::string::npos);
   // MHA stores dK, dV once: only dQ is ordered; with documents the turns count the visits {skip} allows
   const std::string mha = plan_backward("llama3.2-1b", "h100", {{"deterministic", "true"}, {"heads", "16,16"}, {"document", "true"}});

@@ -184,5 +184,28 @@ TEST(Backward, TransposedFormChecksItsTransposes) {
   }
 }
 
+TEST(Backward, APhaseRunsBeforeTheGridAndItsWorkspaceIsChecked) {
+  // tests/tl/backward_phase.tl: D = rowsum(dO * O) by `Phase dot_do_o` (its own Grid over the query
+  // tiles) into the fp32 workspace D, which the main program reads like LSE. The interpreter runs
+  // every block of the phase first; the workspace starts as NaN, so a row the phase does not write
+  // (a grid one tile short, a store one tile off) poisons the gradients, and a D without the O factor
+  // is wrong everywhere.
+  RunConfig c;
+  c.dims = {{"batch", 2}, {"heads_q", 2}, {"heads_kv", 1}, {"seqlen_q", 150}, {"seqlen_k", 77}};
+  for (Precision prec : {Precision::FP64, Precision::Storage}) {
+    c.precision = prec;
+    Outcome ok = run_text(slurp(kCorpus / "backward_phase.tl"), c);
+    EXPECT_TRUE(ok.r.passed) << ok.r.summary << ok.diags;
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"Grid m = 0: cdiv(seqlen_q, BM), head", "Grid m = 0: cdiv(seqlen_q, BM) - 1, head"},
+             {"Copy D (BM) in coordinate [m] from register", "Copy D (BM) in coordinate [m + 1] from register"},
+             {"Copy D (BM) in coordinate [i] from global to shared", "Copy D (BM) in coordinate [i + 1] from global to shared"}}) {
+      SCOPED_TRACE(to);
+      Outcome bad = run_text(testutil::corpus_with("backward_phase.tl", from, to), c);
+      EXPECT_FALSE(bad.r.passed) << bad.r.summary;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qattn::tl

@@ -19,6 +19,7 @@ void Lower::preamble(Out& w) {
   w.line("#include \"qattn/runtime.cuh\"");
   w.line("#include \"qattn/backward.cuh\"");
   if (wg_) w.line("#include \"qattn/sm90/backward.cuh\"");
+  if (!phases_.empty()) w.line("#include \"qattn/rowwise.cuh\"  // the phases' row-wise kernels");
   w.line();
   w.line("#pragma GCC visibility push(hidden)  // only the C ABI below is exported");
   w.line("namespace qattn_generated {");
@@ -211,8 +212,10 @@ void Lower::abi(Out& w) {
   info_json_ = j.str();
   abi_begin(w, info_json_);
   // ABI 6: the turn counters of the `{ordered}` additions (4 bytes per tile of each ordered output)
-  std::string ws = "0";
-  for (const auto& n : ws_counts_) ws += " + " + n;
+  // (after the phases' fp32 workspaces)
+  std::string counters = "0";
+  for (const auto& n : ws_counts_) counters += " + " + n;
+  const std::string ws = workspaces_.empty() ? counters : workspace_elems() + " + " + counters;
   w.open("QATTN_EXPORT int64_t qattn_bwd_workspace_bytes(const qattn_bwd_params* params) {");
   w.line("if (params == nullptr) return -1;");
   w.line("[[maybe_unused]] const qattn_bwd_params& p = *params;");
@@ -235,19 +238,29 @@ void Lower::abi(Out& w) {
     w.line("if (p.window_left < 0) p.window_left = p.seqlen_q + p.seqlen_k;  // unbounded: no key is that far");
     w.line("if (p.window_right < 0) p.window_right = p.seqlen_q + p.seqlen_k;");
   }
-  if (!ws_counts_.empty()) {
-    w.line("// {ordered}: the turn counters, zeroed on the stream before the launch (deterministic additions)");
+  if (!ws_counts_.empty() || !workspaces_.empty()) {
+    if (workspaces_.empty()) w.line("// {ordered}: the turn counters, zeroed on the stream before the launch (deterministic additions)");
+    else
+      w.line(std::string("// the workspace: the phases' fp32 rows") +
+             (ws_counts_.empty() ? "" : ", then the {ordered} turn counters (zeroed on the stream before the launch)"));
     w.line("const int64_t ws_bytes = qattn_bwd_workspace_bytes(params);");
     w.line("if (p.workspace == nullptr || p.workspace_bytes < ws_bytes || reinterpret_cast<uintptr_t>(p.workspace) % 4 != 0)");
-    w.line("  return qattn::host::fail(QATTN_ERR_SHAPE, \"this deterministic backward kernel needs a 4-byte aligned workspace of %lld "
+    w.line("  return qattn::host::fail(QATTN_ERR_SHAPE, \"this backward kernel needs a 4-byte aligned workspace of %lld "
            "bytes (qattn_bwd_workspace_bytes); got %lld\", (long long)ws_bytes, (long long)(p.workspace ? p.workspace_bytes : 0));");
-    w.line("if (cudaError_t e = cudaMemsetAsync(p.workspace, 0, size_t(ws_bytes), static_cast<cudaStream_t>(stream)); e != cudaSuccess)");
+  }
+  if (!ws_counts_.empty()) {
+    if (workspaces_.empty())
+      w.line("if (cudaError_t e = cudaMemsetAsync(p.workspace, 0, size_t(ws_bytes), static_cast<cudaStream_t>(stream)); e != cudaSuccess)");
+    else
+      w.line("if (cudaError_t e = cudaMemsetAsync(p.workspace + (" + workspace_elems() + "), 0, size_t(4 * (" + counters +
+             ")), static_cast<cudaStream_t>(stream)); e != cudaSuccess)");
     w.line("  return qattn::host::launch_status(e, \"cudaMemsetAsync(workspace)\");");
   }
   std::string dims;
   for (const auto& n : runtime_dims_) dims += (dims.empty() ? "" : ", ") + id(n) + " = p." + n;
   if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";");
   w.line("[[maybe_unused]] const int window_left = p.window_left, window_right = p.window_right;");
+  phase_launches(w);
   w.line(ref(*grid_stmt_));
   std::string ext[3] = {"1", "1", "1"};
   for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i) ext[i] = cint(grid_stmt_->grid.items[i].extent);
@@ -270,6 +283,12 @@ std::string Lower::kir_text() const {
   if (wg_) o << "  gemm wgmma.mma_async m64nNk16 (sm_90a): " << warps_ / 4 << " warpgroups, 64 rows of each product per warpgroup\n";
   else if (!wg_reason_.empty()) o << "  gemm mma.sync (no wgmma form: " << wg_reason_ << ")\n";
   if (!skip_.empty()) o << "  skip query tiles where empty_" << skip_ << "\n";
+  for (const auto& ph : phases_) o << "  " << ph.kir << ", launched first\n";
+  if (!workspaces_.empty()) {
+    o << "  workspace fp32 rows (seqlen_q) per (batch, head_q):";
+    for (const auto& n : workspaces_) o << " " << n;
+    o << "\n";
+  }
   if (!ws_counts_.empty()) {
     o << "  ordered additions (deterministic), workspace counters:";
     for (const auto& n : ws_counts_) o << " " << n << ";";

@@ -11,7 +11,7 @@ namespace qattn::backend::bwd::detail {
 using tl::Stmt;
 
 std::optional<Translation> Lower::run() {
-  if (!header() || !tensors()) return std::nullopt;
+  if (!header() || !collect_workspaces() || !tensors()) return std::nullopt;
   wgmma_plan();
   if (wg_) {
     arch_.name = "sm90";
@@ -19,8 +19,11 @@ std::optional<Translation> Lower::run() {
     kernel_name_ = kernel_stmt_->kernel.name + "_" + arch_.name;
     smem_bytes_ += 1024;  // the kernel aligns its shared memory to 1024 bytes (the swizzle's period)
   }
-  // The kernel first: it decides which Mma<R> and how much row-reduction scratch the preamble declares.
+  // The phases' kernels, then the main kernel: it decides which Mma<R> and how much row-reduction
+  // scratch the preamble declares.
   Out body;
+  phase_kernels(body);
+  if (failed_) return std::nullopt;
   kernel(body);
   if (failed_) return std::nullopt;
   smem_bytes_ += row_scratch_bytes_;
@@ -187,7 +190,7 @@ bool Lower::tensors() {
     if (!ok || s.kind != Stmt::Kind::Allocate) return;
     const auto& a = s.alloc;
     if (a.space == tl::Space::Global) {
-      if (find_arg(a.name)) return;
+      if (find_arg(a.name) || is_workspace(a.name)) return;  // (a workspace: written by a Phase)
       // an auxiliary input of the declarations: qattn_bwd_params::aux[slot], in the checker's order
       int slot = -1;
       for (size_t i = 0; i < info_.aux.size(); ++i)
@@ -362,6 +365,7 @@ void Lower::one(Out& w, const Stmt& s) {
       case Stmt::Kind::For: loop(w, s); break;
       case Stmt::Kind::Comment: w.line("// " + (s.comment.text.empty() || s.comment.text[0] != ' ' ? s.comment.text : s.comment.text.substr(1))); break;
       case Stmt::Kind::Variant: declaration(w, s); break;
+      case Stmt::Kind::Phase: w.line(ref(s) + ": kernel " + kernel_name_ + "_" + id(s.loop.var) + " above (launched first)"); break;
       default: break;
     }
   }
@@ -370,6 +374,10 @@ void Lower::one(Out& w, const Stmt& s) {
 void Lower::allocate(Out& w, const Stmt& s) {
   const auto& a = s.alloc;
   w.line(ref(s));
+  if (a.space == tl::Space::Global && is_workspace(a.name)) {
+    w.line("const float* g" + id(a.name) + " = " + workspace_ptr(a.name, a) + ";  // (seqlen_q), written by a Phase");
+    return;
+  }
   if (a.space == tl::Space::Global && !find_arg(a.name)) {
     const bool is_int = aux_int_[a.name];
     const std::string t = is_int ? "int" : "float";

@@ -206,6 +206,20 @@ class Lower {
 
   void reshape(Out& w, const Stmt& s);
 
+  // ---- Phases (phase.cc): kernels of their own, launched before the main one -----------------------
+  bool collect_workspaces();  // the fp32 globals the phases write (workspaces_), XL0301 for a 2-D one
+  bool is_workspace(const std::string& n) const;
+  std::string workspace_elems() const;  // C++ (over p): the fp32 elements of every workspace together
+  std::string workspace_ptr(const std::string& n, const tl::AllocateStmt& a) const;  // this block's (seqlen_q) of it
+  void phase_kernels(Out& w);   // each Phase's __global__ (before the main kernel's text)
+  void phase_launches(Out& w);  // their launches in qattn_bwd
+  struct Phase {
+    std::string kernel, threads, ref, kir;
+    std::string ext[3];
+  };
+  std::vector<Phase> phases_;
+  std::vector<std::string> workspaces_;  // in the order the phases declare them
+
   // ---- the C ABI -----------------------------------------------------------------------------------
   void abi(Out& w);
 

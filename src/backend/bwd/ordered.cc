@@ -76,7 +76,7 @@ bool Lower::ordered_add(Out& w, const Stmt& s, const RegBuf& r) {
   const std::string heads = rows_k ? "p.heads_kv" : "p.heads_q", seqlen = rows_k ? "p.seqlen_k" : "p.seqlen_q";
   const std::string R = std::to_string(r.rows);
   const std::string tiles = "((" + seqlen + " + " + R + " - 1) / " + R + ")";
-  std::string base = "0";
+  std::string base = workspace_elems();  // after the phases' workspaces
   for (const auto& n : ws_counts_) base += " + " + n;
   const std::string slab = "ws_" + id(c.name);
   ws_counts_.push_back("int64_t(p.batch) * " + heads + " * " + tiles);
