@@ -183,6 +183,16 @@ bool Machine::setup_header(const Program& p) {
   return true;
 }
 
+bool Machine::eval_view(const AllocateStmt& a, const std::string& what, std::vector<int64_t>& view) {
+  for (const auto& e : a.shape) {
+    auto v = eval_int(e, header_env_, &diags_);
+    if (!v) return false;
+    if (*v < 1 || *v > (int64_t(1) << 30)) return error("TL0901", e.loc, what + " has a dimension of size " + std::to_string(*v));
+    view.push_back(*v);
+  }
+  return true;
+}
+
 // A Phase's workspaces: the globals it allocates that are not kernel arguments (docs/tl.md, "Phases"),
 // one (rows[, cols]) matrix per (batch, query head), poisoned until a phase writes them.
 bool Machine::setup_workspaces(const Program& p) {
@@ -199,13 +209,7 @@ bool Machine::setup_workspaces(const Program& p) {
       g.dtype = a.dtype.value_or(DType::F32);
       if (a.shape.empty() || a.shape.size() > 2)
         return error("TL0901", s.loc, "workspace " + a.name + " must have 1 or 2 dimensions");
-      for (const auto& e : a.shape) {
-        auto v = eval_int(e, header_env_, &diags_);
-        if (!v) return false;
-        if (*v < 1 || *v > (int64_t(1) << 30))
-          return error("TL0901", e.loc, "workspace " + a.name + " has a dimension of size " + std::to_string(*v));
-        g.view.push_back(*v);
-      }
+      if (!eval_view(a, "workspace " + a.name, g.view)) return false;
       globals_[a.name] = std::move(g);
     }
   }
@@ -229,13 +233,7 @@ bool Machine::setup_globals(const Program& p) {
       return error("TL0901", s.loc,
                    "global " + a.name + " must have " + (rank == 1 ? "1 dimension (seqlen_q)" : "2 dimensions (rows, cols)") +
                        ", found " + std::to_string(a.shape.size()));
-    for (const auto& e : a.shape) {
-      auto v = eval_int(e, header_env_, &diags_);
-      if (!v) return false;
-      if (*v < 1 || *v > (int64_t(1) << 30))
-        return error("TL0901", e.loc, "global " + a.name + " has a dimension of size " + std::to_string(*v));
-      g.view.push_back(*v);
-    }
+    if (!eval_view(a, "global " + a.name, g.view)) return false;
     for (const auto& at : s.attrs) {  // `{pack: G}` (the checker allows it on Q, O, LSE)
       if (at.key != "pack" || !at.value) continue;
       auto v = eval_int(*at.value, header_env_, &diags_);

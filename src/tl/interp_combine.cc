@@ -84,13 +84,7 @@ bool Machine::setup_globals_combine(const Program& p) {
     g.loc = s.loc;
     g.output = true;
     g.dtype = a.dtype.value_or(a.name == "LSE" ? DType::F32 : DType::F16);
-    for (const auto& e : a.shape) {
-      auto v = eval_int(e, header_env_, &diags_);
-      if (!v) return false;
-      if (*v < 1 || *v > (int64_t(1) << 30))
-        return error("TL0901", e.loc, "global " + a.name + " has a dimension of size " + std::to_string(*v));
-      g.view.push_back(*v);
-    }
+    if (!eval_view(a, "global " + a.name, g.view)) return false;
     globals_[a.name] = std::move(g);
   }
   for (const char* n : {"O_part", "LSE_part", "O", "LSE"})

@@ -169,6 +169,8 @@ class Machine {
   bool setup_header(const Program& p);
   bool setup_globals(const Program& p);
   bool setup_workspaces(const Program& p);  // the fp32 globals the Phases write (docs/tl.md, "Phases")
+  // A global Allocate's shape at the header's values (each extent 1 .. 2^30; TL0901 names `what`).
+  bool eval_view(const AllocateStmt& a, const std::string& what, std::vector<int64_t>& view);
   void make_inputs(const Program& p);
   bool in_phase_ = false;
   // ---- interp_exec.cc ----
