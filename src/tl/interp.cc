@@ -154,16 +154,7 @@ bool Machine::setup_header(const Program& p) {
       header_env_.ints[it.name] = *v;
     }
   }
-  // Grid extents.
-  for (const auto& s : p.stmts) {
-    if (s.kind != Stmt::Kind::Grid) continue;
-    for (const auto& it : s.grid.items) {
-      auto v = eval_int(it.extent, header_env_, &diags_);
-      if (!v) return false;
-      if (*v < 0) return error("TL0901", it.loc, "Grid " + it.var + " has a negative extent " + std::to_string(*v));
-      grid_.push_back({it.var, *v});
-    }
-  }
+  if (!eval_grid(p.stmts, grid_)) return false;
   // The kernel's mask: the reference's contract (the bounds always apply, and a Named mask is not
   // a kernel mask: both are None to the reference).
   if (kernel) {
@@ -376,20 +367,26 @@ bool Machine::setup(const Program& p) {
   return true;
 }
 
+// The extents of the Grid lines among `stmts` (the program's, or a Phase's), at the header's values.
+bool Machine::eval_grid(const std::vector<Stmt>& stmts, std::vector<GridVar>& grid) {
+  for (const auto& s : stmts) {
+    if (s.kind != Stmt::Kind::Grid) continue;
+    for (const auto& it : s.grid.items) {
+      auto v = eval_int(it.extent, header_env_, &diags_);
+      if (!v) return false;
+      if (*v < 0) return error("TL0901", it.loc, "Grid " + it.var + " has a negative extent " + std::to_string(*v));
+      grid.push_back({it.var, *v});
+    }
+  }
+  return true;
+}
+
 bool Machine::run_grid(const Program& p) {
   // The Phases first, each over its own Grid (a kernel launched before the main one).
   for (const auto& s : p.stmts) {
     if (s.kind != Stmt::Kind::Phase) continue;
     std::vector<GridVar> grid;
-    for (const auto& b : s.loop.body) {
-      if (b.kind != Stmt::Kind::Grid) continue;
-      for (const auto& it : b.grid.items) {
-        auto v = eval_int(it.extent, header_env_, &diags_);
-        if (!v) return false;
-        if (*v < 0) return error("TL0901", it.loc, "Grid " + it.var + " has a negative extent " + std::to_string(*v));
-        grid.push_back({it.var, *v});
-      }
-    }
+    if (!eval_grid(s.loop.body, grid)) return false;
     in_phase_ = true;
     const bool ok = run_blocks(s.loop.body, grid);
     in_phase_ = false;

@@ -237,6 +237,7 @@ class Machine {
   struct GridVar { std::string name; int64_t extent; };
   std::vector<GridVar> grid_;
   bool run_blocks(const std::vector<Stmt>& body, const std::vector<GridVar>& grid);
+  bool eval_grid(const std::vector<Stmt>& stmts, std::vector<GridVar>& grid);
   std::map<std::string, Global> globals_;
   int64_t pack_ = 1;          // GQA packing of Q's view: a score row r is query r / pack_
   std::map<std::string, Slot> slots_;
