@@ -24,11 +24,19 @@ using namespace cute;
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // The dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle of a wgmma
-// operand repeats every 1024 bytes; the launch asks for 1024 bytes more).
+// operand repeats every 1024 bytes; the launch asks for 1024 bytes more). An offset from the
+// __shared__ array itself, not a round trip through an integer, so the compiler still knows the
+// pointer is shared memory: every access through it is an LDS / STS, not a generic LD / ST.
 __device__ __forceinline__ char* smem_aligned() {
   extern __shared__ __align__(128) char smem_raw[];
-  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  return smem_raw + ((1024u - (at & 1023u)) & 1023u);
 }
+
+// This thread's warpgroup (threadIdx.x / 128), taken from lane 0 so that the compiler knows it is the
+// same across the warp: what is computed from it (a warpgroup's rows of a wgmma operand, their
+// descriptors) stays in uniform registers.
+__device__ __forceinline__ int warpgroup() { return __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0); }
 
 // The register array of an owning CuTe register tensor (the wgmma operand / accumulator registers).
 template <class T, class Engine, class Layout>
@@ -38,13 +46,21 @@ __device__ __forceinline__ auto& regs(Tensor<Engine, Layout>& t) {
   return *reinterpret_cast<T(*)[kBytes / sizeof(T)]>(raw_pointer_cast(t.data()));
 }
 
-// Descriptor of the k16 step `k` of an operand in a (ROWS, cols) shared tile of 64-column blocks.
+// Descriptor of an operand in a (ROWS, cols) shared tile of 64-column blocks, at its first k16 step:
 //   K-major (the operand's K runs along the tile's columns): its rows start at row `off`.
 //   MN-major (K runs along the tile's rows): its M / N starts at column `off` (a multiple of 64).
 template <bool MN, int ROWS, class Element>
-__device__ __forceinline__ uint64_t operand_desc(const Element* base, int off, int k) {
-  if constexpr (MN) return smem_desc(base + k * 16 * 64 + (off / 64) * ROWS * 64, ROWS * 128, 1024);
-  else return smem_desc(base + (k / 4) * ROWS * 64 + off * 64 + (k % 4) * 16, 16, 1024);
+__device__ __forceinline__ uint64_t operand_desc(const Element* base, int off) {
+  if constexpr (MN) return smem_desc(base + (off / 64) * ROWS * 64, ROWS * 128, 1024);
+  else return smem_desc(base + off * 64, 16, 1024);
+}
+// ... and the step from there to k16 step `k`: a compile-time number of 16-byte units added to the
+// descriptor's start-address field (the tile lies inside shared memory, so the field never carries),
+// instead of a descriptor computed from an address per step.
+template <bool MN, int ROWS, class Element>
+__device__ __forceinline__ constexpr uint64_t operand_step(int k) {
+  if constexpr (MN) return uint64_t(k * 16 * 64 * int(sizeof(Element))) >> 4;
+  else return uint64_t(((k / 4) * ROWS * 64 + (k % 4) * 16) * int(sizeof(Element))) >> 4;
 }
 
 // acc (+)= A B over K_DIM for this warpgroup: A = rows/columns from a_off of the tile `a` (A_ROWS
@@ -55,9 +71,10 @@ template <class Atom, bool A_MN, bool B_MN, int A_ROWS, int B_ROWS, int K_DIM, b
 __device__ __forceinline__ void wg_gemm_ss(const Element* a, int a_off, const Element* b, int b_off, float (&acc)[NACC]) {
   fence_regs(acc);
   wgmma_fence();
+  const uint64_t da0 = operand_desc<A_MN, A_ROWS>(a, a_off), db0 = operand_desc<B_MN, B_ROWS>(b, b_off);
   CUTE_UNROLL
   for (int k = 0; k < K_DIM / 16; ++k) {
-    const uint64_t da = operand_desc<A_MN, A_ROWS>(a, a_off, k), db = operand_desc<B_MN, B_ROWS>(b, b_off, k);
+    const uint64_t da = da0 + operand_step<A_MN, A_ROWS, Element>(k), db = db0 + operand_step<B_MN, B_ROWS, Element>(k);
     ss_call<Atom>(da, db, acc, (ACCUMULATE || k > 0) ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero,
                   std::make_index_sequence<NACC>{});
   }
@@ -73,9 +90,10 @@ __device__ __forceinline__ void wg_gemm_rs(uint32_t (&a)[NA], const Element* b, 
   fence_regs(a);
   fence_regs(acc);
   wgmma_fence();
+  const uint64_t db0 = operand_desc<true, K_DIM>(b, 0);
   CUTE_UNROLL
   for (int k = 0; k < K_DIM / 16; ++k) {
-    const uint64_t db = operand_desc<true, K_DIM>(b, 0, k);
+    const uint64_t db = db0 + operand_step<true, K_DIM, Element>(k);
     rs_call<Atom>(&a[4 * k], db, acc, std::make_index_sequence<NACC>{});
   }
   wgmma_commit();

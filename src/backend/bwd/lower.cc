@@ -309,7 +309,7 @@ void Lower::kernel(Out& w) {
   if (wg_) {
     w.line("char* smem = qattn::sm90::smem_aligned();  // 1024-byte aligned for the wgmma operands");
     w.line("const int tid = threadIdx.x;");
-    w.line("[[maybe_unused]] const int wg = tid / 128;  // this thread's warpgroup: its share of each wgmma");
+    w.line("[[maybe_unused]] const int wg = qattn::sm90::warpgroup();  // this thread's warpgroup: its share of each wgmma");
   } else {
     w.line("extern __shared__ __align__(128) char smem[];");
     w.line("const int tid = threadIdx.x;");
