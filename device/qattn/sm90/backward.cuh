@@ -33,11 +33,6 @@ __device__ __forceinline__ char* smem_aligned() {
   return smem_raw + ((1024u - (at & 1023u)) & 1023u);
 }
 
-// This thread's warpgroup (threadIdx.x / 128), taken from lane 0 so that the compiler knows it is the
-// same across the warp: what is computed from it (a warpgroup's rows of a wgmma operand, their
-// descriptors) stays in uniform registers.
-__device__ __forceinline__ int warpgroup() { return __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0); }
-
 // The register array of an owning CuTe register tensor (the wgmma operand / accumulator registers).
 template <class T, class Engine, class Layout>
 __device__ __forceinline__ auto& regs(Tensor<Engine, Layout>& t) {

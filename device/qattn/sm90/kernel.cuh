@@ -27,10 +27,12 @@
 
 namespace qattn::sm90 {
 
-// The dynamic shared memory, 1024-byte aligned (the 128-byte swizzle repeats every 1024 bytes).
+// The dynamic shared memory, 1024-byte aligned (the 128-byte swizzle repeats every 1024 bytes): an
+// offset from the __shared__ array itself, so the compiler keeps its address space (LDS / STS).
 __device__ __forceinline__ unsigned char* smem_base() {
   extern __shared__ unsigned char smem_raw[];
-  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  return smem_raw + ((1024u - (at & 1023u)) & 1023u);
 }
 
 // TL `Role producer warpgroups 1 registers R` / `Role consumer ... registers R`: setmaxnreg (the

@@ -1,5 +1,8 @@
-// qattn device runtime, Hopper (sm90a): the TL GEMMs on warpgroup MMA (wgmma, HGMMA in SASS).
-//
+// qattn device runtime, Hopper (sm90a): the pieces every warpgroup-MMA (wgmma, HGMMA in SASS) GEMM
+// is built of: shared-memory matrix descriptors, the warpgroup index, register fences, the
+// fence / commit / wait of a group, and the expansion of a CuTe atom's register arrays. The GEMMs
+// themselves: the forward's gemm_ss / gemm_rs (tile.cuh), the backward's wg_gemm_ss / wg_gemm_rs
+// (backward.cuh), both
 //   TL `Compute GEMM Q, K^T and get S`       S(64 x BN) = Q(64 x d) K(BN x d)^T, both operands
 //       read from the swizzled shared tiles (CuTe atom MMA_64xBNx16_F32{F16,BF16}..._SS, K-major A/B)
 //   TL `Compute GEMM P, V and accumulate O`  O(64 x dv) += P(64 x BN) V(BN x dv), P from registers
@@ -35,6 +38,11 @@ __device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo_byt
   return d;
 }
 
+// This thread's warpgroup (threadIdx.x / 128), taken from lane 0 so that the compiler knows it is the
+// same across the warp: what is computed from it (a warpgroup's rows of a wgmma operand, their
+// descriptors) stays in uniform registers.
+__device__ __forceinline__ int warpgroup() { return __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0); }
+
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
@@ -61,32 +69,6 @@ __device__ __forceinline__ void ss_call(uint64_t da, uint64_t db, float (&acc)[N
 template <class Atom, int NACC, size_t... I>
 __device__ __forceinline__ void rs_call(const uint32_t* a, uint64_t db, float (&acc)[NACC], std::index_sequence<I...>) {
   Atom::fma(a[0], a[1], a[2], a[3], db, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
-
-// S = A B^T over K_DIM columns: A is a 64-row slice of a (A_ROWS, K_DIM) swizzled tile starting at
-// row a_row0; B a (B_ROWS, K_DIM) tile. Issues K_DIM/16 wgmmas (not committed).
-template <class Atom, int A_ROWS, int B_ROWS, int K_DIM, class Element, int NACC>
-__device__ __forceinline__ void gemm_ss(const Element* a, int a_row0, const Element* b, float (&acc)[NACC]) {
-#pragma unroll
-  for (int k = 0; k < K_DIM / 16; ++k) {
-    const int blk = k / 4, kk = (k % 4) * 16;  // 64-column block, column inside it
-    const uint64_t da = smem_desc(a + blk * A_ROWS * 64 + a_row0 * 64 + kk, 16, 1024);
-    const uint64_t db = smem_desc(b + blk * B_ROWS * 64 + kk, 16, 1024);
-    ss_call<Atom>(da, db, acc, k == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
-                  std::make_index_sequence<NACC>{});
-  }
-}
-
-// O += P V: P is this warpgroup's (64, B_ROWS) fragment (4 registers of two halves per k16 step),
-// V a (B_ROWS, N) MN-major swizzled tile. Issues B_ROWS/16 wgmmas (not committed).
-template <class Atom, int B_ROWS, class Element, int NP, int NACC>
-__device__ __forceinline__ void gemm_rs(const uint32_t (&p)[NP], const Element* v, float (&acc)[NACC]) {
-  static_assert(NP == B_ROWS / 4, "P fragment: 4 registers per k16 step");
-#pragma unroll
-  for (int k = 0; k < B_ROWS / 16; ++k) {
-    const uint64_t db = smem_desc(v + k * 16 * 64, B_ROWS * 128, 1024);
-    rs_call<Atom>(&p[4 * k], db, acc, std::make_index_sequence<NACC>{});
-  }
 }
 
 }  // namespace qattn::sm90

@@ -270,7 +270,7 @@ void Emitter::kernel() {
   w_.line("cutlass::arch::fence_barrier_init();");
   w_.close();
   w_.line("__syncthreads();");
-  w_.line("const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;");
+  w_.line("const int wg = warpgroup(), tid = threadIdx.x % 128;  // (wg from lane 0: warp-uniform, so uniform registers)");
   producer();
   (void)r;
   consumer();
