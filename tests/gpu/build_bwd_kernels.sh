@@ -87,12 +87,7 @@ build_one() {
   if [ -n "$script" ]; then sed -e "$script" "$dir/code.tl" > "$tl"; else cp "$dir/code.tl" "$tl"; fi
   cmp -s "$dir/code.tl" "$tl" && [ -n "$script" ] && { echo "$name: the sed script changed nothing"; return 1; }
   "$BIN/qattn_translate" "$tl" --gpu "$GPU" -o "$cu" >> "$log" 2>&1 || { echo "$name: translation failed (see $log)"; return 1; }
-  local flags_nvcc
-  flags_nvcc="$("$BIN/qattn_translate" "$tl" --gpu "$GPU" --flags)"
-  # shellcheck disable=SC2086
-  "$NVCC" $flags_nvcc -I"$ROOT/include" -I"$ROOT/device" -I"$CUTLASS" -shared -Xcompiler -fPIC -Xptxas -v \
-    -o "$so" "$cu" >> "$log" 2>&1 || { echo "$name: nvcc failed (see $log)"; return 1; }
-  echo "$name: $(grep -o 'Used [0-9]* registers' "$log" | head -1), $(grep -o '[0-9]* bytes spill stores' "$log" | head -1)"
+  compile_cu "$cu" "$so" "$log" "$("$BIN/qattn_translate" "$tl" --gpu "$GPU" --flags)"
 }
 pids=()
 for f in "${FILES[@]}"; do
