@@ -23,39 +23,12 @@ using namespace cute;
 // writes visible to the async proxy (before the barrier that publishes them).
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// The dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle of a wgmma
-// operand repeats every 1024 bytes; the launch asks for 1024 bytes more). An offset from the
-// __shared__ array itself, not a round trip through an integer, so the compiler still knows the
-// pointer is shared memory: every access through it is an LDS / STS, not a generic LD / ST.
-__device__ __forceinline__ char* smem_aligned() {
-  extern __shared__ __align__(128) char smem_raw[];
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  return smem_raw + ((1024u - (at & 1023u)) & 1023u);
-}
-
 // The register array of an owning CuTe register tensor (the wgmma operand / accumulator registers).
 template <class T, class Engine, class Layout>
 __device__ __forceinline__ auto& regs(Tensor<Engine, Layout>& t) {
   constexpr int kBytes = int(cosize_v<Layout>) * int(sizeof(typename Engine::value_type));
   static_assert(kBytes % int(sizeof(T)) == 0, "register tile does not split into T");
   return *reinterpret_cast<T(*)[kBytes / sizeof(T)]>(raw_pointer_cast(t.data()));
-}
-
-// Descriptor of an operand in a (ROWS, cols) shared tile of 64-column blocks, at its first k16 step:
-//   K-major (the operand's K runs along the tile's columns): its rows start at row `off`.
-//   MN-major (K runs along the tile's rows): its M / N starts at column `off` (a multiple of 64).
-template <bool MN, int ROWS, class Element>
-__device__ __forceinline__ uint64_t operand_desc(const Element* base, int off) {
-  if constexpr (MN) return smem_desc(base + (off / 64) * ROWS * 64, ROWS * 128, 1024);
-  else return smem_desc(base + off * 64, 16, 1024);
-}
-// ... and the step from there to k16 step `k`: a compile-time number of 16-byte units added to the
-// descriptor's start-address field (the tile lies inside shared memory, so the field never carries),
-// instead of a descriptor computed from an address per step.
-template <bool MN, int ROWS, class Element>
-__device__ __forceinline__ constexpr uint64_t operand_step(int k) {
-  if constexpr (MN) return uint64_t(k * 16 * 64 * int(sizeof(Element))) >> 4;
-  else return uint64_t(((k / 4) * ROWS * 64 + (k % 4) * 16) * int(sizeof(Element))) >> 4;
 }
 
 // acc (+)= A B over K_DIM for this warpgroup: A = rows/columns from a_off of the tile `a` (A_ROWS

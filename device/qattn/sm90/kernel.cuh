@@ -27,13 +27,9 @@
 
 namespace qattn::sm90 {
 
-// The dynamic shared memory, 1024-byte aligned (the 128-byte swizzle repeats every 1024 bytes): an
-// offset from the __shared__ array itself, so the compiler keeps its address space (LDS / STS).
-__device__ __forceinline__ unsigned char* smem_base() {
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  return smem_raw + ((1024u - (at & 1023u)) & 1023u);
-}
+// The dynamic shared memory, 1024-byte aligned (wgmma.cuh smem_aligned: the 128-byte swizzle repeats
+// every 1024 bytes, and accesses through it stay LDS / STS).
+__device__ __forceinline__ unsigned char* smem_base() { return reinterpret_cast<unsigned char*>(smem_aligned()); }
 
 // TL `Role producer warpgroups 1 registers R` / `Role consumer ... registers R`: setmaxnreg (the
 // kernel is __launch_bounds__(threads, 1), so the reallocation takes effect).

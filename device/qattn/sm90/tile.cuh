@@ -239,13 +239,11 @@ template <class Atom, int A_ROWS, int B_ROWS, int K_DIM, bool kAccumulate, class
 __device__ __forceinline__ void gemm_ss(const Element* a, int a_row0, const Element* b, float (&acc)[N]) {
   fence_regs(acc);
   wgmma_fence();
-  // the tiles' descriptors once; each k16 step adds its compile-time offset (16-byte units) to them
-  const uint64_t da0 = smem_desc(a + a_row0 * 64, 16, 1024), db0 = smem_desc(b, 16, 1024);
+  // the tiles' descriptors once; each k16 step adds its compile-time offset to them (wgmma.cuh)
+  const uint64_t da0 = operand_desc<false, A_ROWS>(a, a_row0), db0 = operand_desc<false, B_ROWS>(b, 0);
 #pragma unroll
   for (int k = 0; k < K_DIM / 16; ++k) {
-    const int blk = k / 4, kk = (k % 4) * 16;  // 64-column block, column inside it
-    const uint64_t da = da0 + (uint64_t((blk * A_ROWS * 64 + kk) * int(sizeof(Element))) >> 4);
-    const uint64_t db = db0 + (uint64_t((blk * B_ROWS * 64 + kk) * int(sizeof(Element))) >> 4);
+    const uint64_t da = da0 + operand_step<false, A_ROWS, Element>(k), db = db0 + operand_step<false, B_ROWS, Element>(k);
     ss_call<Atom>(da, db, acc,
                   (kAccumulate || k > 0) ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero,
                   std::make_index_sequence<N>{});
@@ -261,10 +259,10 @@ __device__ __forceinline__ void gemm_rs(uint32_t (&a)[NP], const Element* b, flo
   fence_regs(acc);
   fence_regs(a);
   wgmma_fence();
-  const uint64_t db0 = smem_desc(b, B_ROWS * 128, 1024);
+  const uint64_t db0 = operand_desc<true, B_ROWS>(b, 0);
 #pragma unroll
   for (int k = 0; k < B_ROWS / 16; ++k) {
-    const uint64_t db = db0 + (uint64_t(k * 16 * 64 * int(sizeof(Element))) >> 4);
+    const uint64_t db = db0 + operand_step<true, B_ROWS, Element>(k);
     rs_call<Atom>(&a[4 * k], db, acc, std::make_index_sequence<N>{});
   }
   wgmma_commit();

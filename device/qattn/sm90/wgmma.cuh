@@ -1,5 +1,6 @@
 // qattn device runtime, Hopper (sm90a): the pieces every warpgroup-MMA (wgmma, HGMMA in SASS) GEMM
-// is built of: shared-memory matrix descriptors, the warpgroup index, register fences, the
+// is built of: the aligned dynamic shared memory, shared-memory matrix descriptors (one per tile,
+// stepped by compile-time offsets), the warpgroup index, register fences, the
 // fence / commit / wait of a group, and the expansion of a CuTe atom's register arrays. The GEMMs
 // themselves: the forward's gemm_ss / gemm_rs (tile.cuh), the backward's wg_gemm_ss / wg_gemm_rs
 // (backward.cuh), both
@@ -36,6 +37,33 @@ __device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo_byt
   d |= uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32;
   d |= uint64_t(1) << 62;  // 128-byte swizzle
   return d;
+}
+
+// Descriptor of an operand in a (ROWS, cols) shared tile of 64-column blocks, at its first k16 step:
+//   K-major (the operand's K runs along the tile's columns): its rows start at row `off`.
+//   MN-major (K runs along the tile's rows): its M / N starts at column `off` (a multiple of 64).
+template <bool MN, int ROWS, class Element>
+__device__ __forceinline__ uint64_t operand_desc(const Element* base, int off) {
+  if constexpr (MN) return smem_desc(base + (off / 64) * ROWS * 64, ROWS * 128, 1024);
+  else return smem_desc(base + off * 64, 16, 1024);
+}
+// ... and the step from there to k16 step `k`: a compile-time number of 16-byte units added to the
+// descriptor's start-address field (the tile lies inside shared memory, so the field never carries),
+// instead of a descriptor computed from an address per step.
+template <bool MN, int ROWS, class Element>
+__device__ __forceinline__ constexpr uint64_t operand_step(int k) {
+  if constexpr (MN) return uint64_t(k * 16 * 64 * int(sizeof(Element))) >> 4;
+  else return uint64_t(((k / 4) * ROWS * 64 + (k % 4) * 16) * int(sizeof(Element))) >> 4;
+}
+
+// The dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle of a wgmma
+// operand repeats every 1024 bytes; the launch asks for 1024 bytes more). An offset from the
+// __shared__ array itself, not a round trip through an integer, so the compiler still knows the
+// pointer is shared memory: every access through it is an LDS / STS, not a generic LD / ST.
+__device__ __forceinline__ char* smem_aligned() {
+  extern __shared__ __align__(128) char smem_raw[];
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  return smem_raw + ((1024u - (at & 1023u)) & 1023u);
 }
 
 // This thread's warpgroup (threadIdx.x / 128), taken from lane 0 so that the compiler knows it is the
