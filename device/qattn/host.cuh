@@ -4,6 +4,7 @@
 // and an inline function's static locals would be one object shared by all of them
 // (STB_GNU_UNIQUE), e.g. the "shared-memory limit already raised" flag of another kernel.
 #pragma once
+#include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>

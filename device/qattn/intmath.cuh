@@ -1,6 +1,9 @@
 // qattn device runtime: TL integer arithmetic and builtin constants, shared by every architecture's
 // generated code (host and device): `/` and `%` floor, cdiv(a, b) = ceil(a / b), min, max.
 #pragma once
+#if !defined(__CUDACC__)
+#include <cuda_runtime.h>  // __host__ / __device__ for a host compiler (the split build's launch code)
+#endif
 
 namespace qattn {
 

@@ -8,40 +8,15 @@
 //                only gets the bounds (and nothing at all when it ends before seqlen_k)
 // Auxiliary tensors are read through aux_at, which clamps every index into its extent (TL's rule:
 // rows past seqlen_q and keys past seqlen_k read the last entry).
+// The scalar functions a declaration may call (aux_at, fast_tanh, ...): scalar.cuh.
 #pragma once
 #include <cute/tensor.hpp>
 
 #include "qattn/layout.cuh"
+#include "qattn/scalar.cuh"
 
 namespace qattn {
 using namespace cute;
-
-template <class T>
-__device__ __forceinline__ float aux_at(const T* __restrict__ p, int n0, int i0) {
-  i0 = i0 < 0 ? 0 : (i0 >= n0 ? n0 - 1 : i0);
-  return float(__ldg(p + i0));
-}
-template <class T>
-__device__ __forceinline__ float aux_at(const T* __restrict__ p, int n0, int n1, int i0, int i1) {
-  i0 = i0 < 0 ? 0 : (i0 >= n0 ? n0 - 1 : i0);
-  i1 = i1 < 0 ? 0 : (i1 >= n1 ? n1 - 1 : i1);
-  return float(__ldg(p + int64_t(i0) * n1 + i1));
-}
-
-// tanh with one MUFU instruction (sm75+): relative error ~2^-11, below bf16/fp16 resolution of P.
-__device__ __forceinline__ float fast_tanh(float x) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#else
-  return tanhf(x);
-#endif
-}
-
-CUTE_HOST_DEVICE int iclamp(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
-CUTE_HOST_DEVICE float fmodfloor(float a, float b) { return a - floorf(a / b) * b; }
-CUTE_HOST_DEVICE float fclamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
 
 // Calls f(x, q, k) for every element x (a reference) of this thread's part of the (M, N) score
 // tile whose first query is q0 and first key k0: q its query index, k its key index. T: the tile

@@ -10,8 +10,39 @@ const char* cute_type(tl::DType t) {
     case tl::DType::F8E4M3: return "cute::float_e4m3_t";
     case tl::DType::F8E5M2: return "cute::float_e5m2_t";
     case tl::DType::F32: return "float";
+    case tl::DType::I32: return "int";
   }
   return "float";
+}
+
+const char* cuda_type(tl::DType t) {
+  switch (t) {
+    case tl::DType::F16: return "__half";
+    case tl::DType::BF16: return "__nv_bfloat16";
+    case tl::DType::F8E4M3: return "__nv_fp8_e4m3";
+    case tl::DType::F8E5M2: return "__nv_fp8_e5m2";
+    case tl::DType::F32: return "float";
+    case tl::DType::I32: return "int";
+  }
+  return "float";
+}
+
+namespace {
+const char kWgmma[] = "qattn::sm90::Wgmma<";
+}
+
+std::string wgmma_atom(int n, tl::DType t, bool a_mn, bool b_mn) {
+  const std::string major = "qattn::sm90::Major::";
+  return kWgmma + std::to_string(n) + ", " + cuda_type(t) + ", " + major + (a_mn ? "MN" : "K") + ", " + major +
+         (b_mn ? "MN" : "K") + ">";
+}
+
+int wgmma_atom_n(const std::string& atom) {
+  if (atom.rfind(kWgmma, 0) != 0) return 0;
+  int n = 0;
+  for (size_t i = sizeof(kWgmma) - 1; i < atom.size() && atom[i] >= '0' && atom[i] <= '9' && n < 100000; ++i)
+    n = 10 * n + (atom[i] - '0');
+  return n;
 }
 
 int dtype_bytes(tl::DType t) {
@@ -20,7 +51,8 @@ int dtype_bytes(tl::DType t) {
     case tl::DType::BF16: return 2;
     case tl::DType::F8E4M3:
     case tl::DType::F8E5M2: return 1;
-    case tl::DType::F32: return 4;
+    case tl::DType::F32:
+    case tl::DType::I32: return 4;
   }
   return 4;
 }

@@ -35,6 +35,13 @@ std::optional<ArchSpec> choose_arch(const plan::Target& target, tl::DType dt, su
                                     support::SrcLoc where, bool wgmma = false);
 
 const char* cute_type(tl::DType t);  // "cute::half_t", "cute::bfloat16_t", "cute::float_e4m3_t", "float"
+const char* cuda_type(tl::DType t);  // the CUDA headers' types: "__half", "__nv_bfloat16", "__nv_fp8_e4m3", "float"
+
+// The Hopper warpgroup MMA of N columns over 16-bit operands of dtype `t` (device/qattn/sm90/wgmma_atoms.cuh):
+// "qattn::sm90::Wgmma<N, __nv_bfloat16, qattn::sm90::Major::K, qattn::sm90::Major::MN>"; a_mn / b_mn: the
+// operand is MN-major in shared memory. wgmma_atom_n: the N of such a spelling, 0 for anything else.
+std::string wgmma_atom(int n, tl::DType t, bool a_mn, bool b_mn);
+int wgmma_atom_n(const std::string& atom);
 int dtype_bytes(tl::DType t);
 
 }  // namespace qattn::backend

@@ -233,7 +233,7 @@ class Verifier {
           const Reg* c = reg(o.result);
           if (!c || c->kind != RegKind::Tile) return fail("`" + op_text(o) + "` accumulates into something that is not a tile");
           if (!hw::sm90::wgmma_n_ok(c->cols)) return fail("`" + op_text(o) + "`: no wgmma has N = " + std::to_string(c->cols));
-          if (o.atom.find("MMA_64x" + std::to_string(c->cols) + "x16") == std::string::npos) return fail("`" + op_text(o) + "`: the atom's N is not the accumulator's");
+          if (backend::wgmma_atom_n(o.atom) != c->cols) return fail("`" + op_text(o) + "`: the atom's N is not the accumulator's");
           const SharedBuf* bb = buf(o.b);
           if (!bb || !bb->ring) return fail("`" + op_text(o) + "`: B is not a ring");
           if (o.kind == Op::Kind::GemmSS) {

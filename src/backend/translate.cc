@@ -54,6 +54,7 @@ std::optional<Translation> translate(const tl::Program& code, const plan::Target
     t.threads = k->launch.threads;
     t.smem_bytes = int(k->launch.smem_bytes);
     t.kir = kir::print(*k);
+    t.split = true;
     return t;
   }
   // sm75 / sm80 / sm89: analysis -> the kernel IR (its plan) -> verified -> CUDA

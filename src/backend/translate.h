@@ -42,6 +42,10 @@ struct Translation {
   int smem_bytes = 0;                    // dynamic shared memory per block
   std::string info_json;                 // what qattn_kernel_info() returns
   std::string kir;                       // the kernel IR as text (kernel.kir; see kir.h)
+  // The source builds in two parts at the same time (src/build/nvcc.h, "split build"): the kernel
+  // alone by `nvcc -fatbin`, the launch code alone by the host compiler (-DQATTN_HOST_ONLY), the
+  // fatbin linked into the library. The sm90 forward emitter's sources (sm90/emit.cc).
+  bool split = false;
 };
 
 std::optional<Translation> translate(const tl::Program& code, const plan::Target& target, support::DiagSink& diags);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "support/io.h"
 #include "support/process.h"
@@ -61,6 +62,38 @@ std::string find_cutlass() {
   fs::path local = support::source_dir() / ".cutlass" / "include";
   if (ok(local)) return local.string();
   return {};
+}
+
+// The first of `names` found as an executable file in PATH ("" when none).
+std::string find_on_path(const std::vector<std::string>& names) {
+  const std::string path = env("PATH");
+  for (const auto& name : names) {
+    std::stringstream ss(path);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      std::error_code ec;
+      const fs::path p = fs::path(dir) / name;
+      if (!dir.empty() && fs::is_regular_file(p, ec)) return p.string();
+    }
+  }
+  return {};
+}
+
+// The split build's pieces beside nvcc: the host compiler, and the toolkit's include folder and
+// static runtime (the toolkit's root is nvcc's ../, the layout of /usr/local/cuda and of the
+// nvidia-cuda-nvcc wheels; targets/<arch>/ as the runfile installs it).
+void find_split_tools(Toolchain& tc) {
+  if (env("QATTN_SPLIT_BUILD") == "0") return;
+  if (auto v = env("QATTN_HOST_CXX"); !v.empty()) tc.host_cxx = fs::exists(v) ? v : std::string();
+  else tc.host_cxx = find_on_path({"g++", "c++", "clang++"});
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(fs::path(tc.nvcc), ec).parent_path().parent_path();
+  for (const fs::path& dir : {root, root / "targets" / "x86_64-linux", root / "targets" / "sbsa-linux"}) {
+    if (tc.cuda_include.empty() && fs::exists(dir / "include" / "cuda_runtime.h", ec)) tc.cuda_include = (dir / "include").string();
+    for (const char* lib : {"lib64", "lib"})
+      if (tc.cudart_static.empty() && fs::exists(dir / lib / "libcudart_static.a", ec))
+        tc.cudart_static = (dir / lib / "libcudart_static.a").string();
+  }
 }
 
 fs::path device_dir() {
@@ -222,6 +255,7 @@ std::optional<Toolchain> find_toolchain(support::DiagSink& diags) {
     return std::nullopt;
   }
   tc.include_dirs = {cutlass, dev.string(), (support::source_dir() / "include").string()};
+  find_split_tools(tc);
   return tc;
 }
 
@@ -239,6 +273,63 @@ std::vector<std::string> nvcc_command(const backend::Translation& t, const Toolc
   return cmd;
 }
 
+bool builds_split(const backend::Translation& t, const Toolchain& tc) {
+  return t.split && tc.split_ok() && env("QATTN_SPLIT_BUILD") != "0";
+}
+
+SplitCommands split_commands(const backend::Translation& t, const Toolchain& tc, int also_sm) {
+  SplitCommands c;
+  c.device = {tc.nvcc, "-fatbin", "-Xptxas", "-v"};
+  for (const auto& f : t.nvcc_flags) c.device.push_back(f);
+  const std::string target = t.arch.size() > 2 ? t.arch.substr(2) : t.arch;
+  if (also_sm > 0 && std::to_string(also_sm) != target)
+    c.device.push_back("-gencode=arch=compute_" + target + ",code=sm_" + std::to_string(also_sm));
+  for (const auto& d : tc.include_dirs) c.device.push_back("-I" + d);
+  for (const char* a : {"-o", "kernel.fatbin", "kernel.cu"}) c.device.push_back(a);
+  c.host = {tc.host_cxx, "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-DNDEBUG", "-DQATTN_HOST_ONLY"};
+  for (const auto& d : tc.include_dirs) c.host.push_back("-I" + d);
+  c.host.push_back("-I" + tc.cuda_include);
+  for (const char* a : {"-c", "kernel.cu", "-o", "launch.o"}) c.host.push_back(a);
+  // only the C ABI is exported (exports.map, written beside): the fatbin's symbols and the static
+  // runtime stay inside this library, and -Bsymbolic binds its references to its own definitions
+  c.link = {tc.host_cxx, "-shared", "-o", "libqattn_kernel.so", "launch.o", "-Wl,--format=binary", "-Wl,kernel.fatbin",
+            "-Wl,--format=default", "-Wl,-z,noexecstack", "-Wl,-Bsymbolic", "-Wl,--version-script=exports.map",
+            tc.cudart_static, "-ldl", "-lpthread", "-lrt"};
+  return c;
+}
+
+namespace {
+const char kExportsMap[] = "{\n  global: qattn_*;\n  local: *;\n};\n";
+
+// One compiler run in the build folder: its command line and output (for build.log) and outcome.
+struct Step {
+  std::string what;  // "nvcc", "nvcc -fatbin", "host compiler", "link"
+  std::vector<std::string> argv;
+  support::ProcessResult run;
+  double seconds = 0;
+  bool ok() const { return run.started && !run.timed_out && run.status == 0; }
+  std::string log() const {
+    std::string line;
+    for (const auto& a : argv) line += a + " ";
+    return line + "\n" + run.output + (run.started ? "" : run.error + "\n");
+  }
+};
+
+void run_step(Step& st, const fs::path& dir, const BuildOptions& opts) {
+  support::ProcessOptions po;
+  po.capture = true;
+  po.max_output = 4 << 20;
+  po.cwd = dir.string();
+  po.limits.timeout_s = opts.timeout_s;
+  po.limits.address_space = opts.memory_bytes;
+  po.limits.file_size = opts.file_size_bytes;
+  po.limits.no_core = true;
+  const auto start = std::chrono::steady_clock::now();
+  st.run = support::run_process(st.argv, po);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
 std::optional<BuildResult> build_library(const backend::Translation& t, const Toolchain& tc, support::DiagSink& diags,
                                          const BuildOptions& opts) {
   auto say = [&](const std::string& s) {
@@ -248,6 +339,8 @@ std::optional<BuildResult> build_library(const backend::Translation& t, const To
   std::string flags;
   for (const auto& f : t.nvcc_flags) flags += f + "\n";
   flags += "also_sm=" + std::to_string(opts.also_sm) + "\n";
+  const bool split = builds_split(t, tc);
+  if (split) flags += "split: " + tc.host_cxx + " " + tc.cudart_static + "\n";
   // The device runtime and include/ (qattn.h, and kinds.h that the runtime's mask.cuh includes) are
   // part of every kernel: include_dirs[1] and [2].
   std::string headers;
@@ -283,41 +376,50 @@ std::optional<BuildResult> build_library(const backend::Translation& t, const To
     return std::nullopt;
   }
   if (!support::write_file_atomic(tmp / "kernel.cu", t.cuda_source, diags)) return std::nullopt;
-  auto cmd = nvcc_command(t, tc, tmp / "kernel.cu", tmp / "libqattn_kernel.so", opts.also_sm);
-  std::string line;
-  for (const auto& a : cmd) line += a + " ";
-  say("nvcc " + t.arch + ": compiling " + t.kernel_name + " (this takes a minute)...");
-  auto start = std::chrono::steady_clock::now();
-  support::ProcessOptions po;
-  po.capture = true;
-  po.max_output = 4 << 20;
-  po.cwd = tmp.string();
-  po.limits.timeout_s = opts.timeout_s;
-  po.limits.address_space = opts.memory_bytes;
-  po.limits.file_size = opts.file_size_bytes;
-  po.limits.no_core = true;
-  const auto run = support::run_process(cmd, po);
-  r.log = run.output;
-  const int rc = run.started ? run.status : -1;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  support::write_file_atomic(tmp / "build.log", line + "\n\n" + r.log, diags);
-  if (run.timed_out) {
-    diags.error("BUILD0203", {}, "nvcc did not finish " + t.kernel_name + " within " +
-                std::to_string(static_cast<long>(opts.timeout_s)) + " s and was stopped",
-                "the full log is in " + (tmp / "build.log").string());
-    return std::nullopt;
+  std::vector<Step> steps;
+  if (split) {
+    if (!support::write_file_atomic(tmp / "exports.map", kExportsMap, diags)) return std::nullopt;
+    const SplitCommands c = split_commands(t, tc, opts.also_sm);
+    steps = {{"nvcc -fatbin", c.device, {}, 0}, {"the host compiler", c.host, {}, 0}, {"the link", c.link, {}, 0}};
+    say("nvcc " + t.arch + ": compiling " + t.kernel_name + " (the kernel and its launch code at once)...");
+  } else {
+    steps = {{"nvcc", nvcc_command(t, tc, tmp / "kernel.cu", tmp / "libqattn_kernel.so", opts.also_sm), {}, 0}};
+    say("nvcc " + t.arch + ": compiling " + t.kernel_name + " (this takes a minute)...");
   }
-  if (rc != 0) {
+  auto start = std::chrono::steady_clock::now();
+  if (split) {  // the kernel and the launch code at the same time, then the link
+    std::thread host([&] { run_step(steps[1], tmp, opts); });
+    run_step(steps[0], tmp, opts);
+    host.join();
+    if (steps[0].ok() && steps[1].ok()) run_step(steps[2], tmp, opts);
+  } else {
+    run_step(steps[0], tmp, opts);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const auto& st : steps)
+    if (!st.argv.empty() && (st.run.started || !st.run.error.empty())) r.log += (r.log.empty() ? "" : "\n") + st.log();
+  support::write_file_atomic(tmp / "build.log", r.log, diags);
+  for (const auto& st : steps) {
+    if (st.ok()) continue;
+    if (!st.run.started && st.run.error.empty()) continue;  // not run: an earlier step failed
+    if (st.run.timed_out) {
+      diags.error("BUILD0203", {}, st.what + " did not finish " + t.kernel_name + " within " +
+                  std::to_string(static_cast<long>(opts.timeout_s)) + " s and was stopped",
+                  "the full log is in " + (tmp / "build.log").string());
+      return std::nullopt;
+    }
     std::string first;
-    std::istringstream in(r.log);
+    std::istringstream in(st.run.output);
     std::string l;
     int n = 0;
     while (std::getline(in, l) && n < 8)
       if (l.find("error") != std::string::npos || l.find("memory") != std::string::npos) first += "\n    " + l, ++n;
-    if (!run.started) first += "\n    " + run.error;
-    diags.error("BUILD0201", {}, "nvcc failed for " + t.kernel_name + " (exit " + std::to_string(rc) + ")" + first,
-                "the full log is in " + (tmp / "build.log").string() + "; nvcc runs with a memory limit of " +
-                    std::to_string(opts.memory_bytes >> 30) + " GiB");
+    if (!st.run.started) first += "\n    " + st.run.error;
+    diags.error("BUILD0201", {}, st.what + " failed for " + t.kernel_name + " (exit " + std::to_string(st.run.started ? st.run.status : -1) +
+                ")" + first,
+                "the full log is in " + (tmp / "build.log").string() + "; the compilers run with a memory limit of " +
+                    std::to_string(opts.memory_bytes >> 30) + " GiB" +
+                    (split ? " (QATTN_SPLIT_BUILD=0 builds the same file with nvcc -shared alone)" : ""));
     return std::nullopt;
   }
   // the manifest, written last: the library's size and SHA-256, checked before every reuse

@@ -1,7 +1,7 @@
 // `qattn generate`: the whole pipeline for one spec on one GPU: the arguments of
 // pipeline::generate (src/pipeline/generate.h, which lists the stages), its progress on stderr.
 //   [1/4] stage 1 (rules or an LLM): sketch + TL code, checked and interpreted against the reference
-//   [2/4] stage 2: TL code -> kernel IR -> CUDA C++ on CuTe
+//   [2/4] stage 2: TL code -> kernel IR -> CUDA C++ (CuTe; on Hopper qattn's own PTX primitives)
 //   [3/4] nvcc -> shared library with the C ABI (content-addressed cache)
 //   [4/4] on a GPU of the target's architecture: numerics and TFLOPS (python -m qattn.verify, qattn.timing)
 // The artifacts folder (spec.json, sketch.tl, code.tl, plan.md, kernel.cu, kernel.kir,

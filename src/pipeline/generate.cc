@@ -2,7 +2,8 @@
 //   1. target     the spec's GPU (or the local one), its facts (hw/target.h)
 //   2. plan       stage 1a + 1b on the rules engine (plan::make_plan), or by an LLM (llm::run), which
 //                 is verified and repaired against the same checks
-//   3. check      the TL code interpreted against the fp64 reference (plan::verify)
+//   3. check      the TL code interpreted against the fp64 reference (plan::verify), on threads of
+//                 its own while steps 4 and 5 run: both must pass before anything is written
 //   4. translate  stage 2: TL -> kernel IR -> CUDA (backend::translate_text), or the LLM's CUDA
 //   5. build      nvcc -> shared library with the C ABI (build::build_library, content-addressed cache)
 //   6. write      the artifacts folder, whole: written beside it, renamed into place (OUT01xx)
@@ -12,6 +13,7 @@
 #include "pipeline/generate.h"
 
 #include <cstdlib>
+#include <future>
 
 #include "backend/translate.h"
 #include "build/nvcc.h"
@@ -39,17 +41,34 @@ class Run {
   Run(const spec::AttentionSpec& s, const Options& o, support::DiagSink& d) : s_(s), o_(o), d_(d) {}
 
   std::optional<Result> run() {
-    if (!target() || !plan() || !check() || !translate()) return std::nullopt;
+    if (!target() || !plan()) return std::nullopt;
+    // The interpreter checks the TL while it is translated and compiled (the slowest of the three
+    // decides the time to a kernel); its verdict is awaited before anything is written.
+    support::DiagSink check_diags(d_.file());
+    std::string check_line;
+    auto checked = std::async(std::launch::async, [&] { return check(check_diags, check_line); });
+    auto await_check = [&] {
+      const bool ok = checked.get();
+      for (const auto& x : check_diags.all()) d_.add(x);
+      if (!check_line.empty()) say(check_line);
+      if (!ok) fail("the TL code does not match the reference: nothing written");
+      return ok;
+    };
+    if (!translate()) {
+      await_check();
+      return std::nullopt;
+    }
     stage_sources();
     say("[3/4] build");
     if (!toolchain_) toolchain_ = build::find_toolchain(d_);
     if (!toolchain_) {  // the sources are written, and the pipeline stops
-      if (!write()) return std::nullopt;
+      if (!await_check() || !write()) return std::nullopt;
       say("stopped before compiling: wrote " + r_.out.string() + "/{spec.json,sketch.tl,code.tl,plan.md,kernel.cu,kernel.kir}");
       r_.stopped = "no CUDA toolchain";
       return r_;
     }
-    if (!build() || !write()) return std::nullopt;
+    const bool built = build();
+    if (!await_check() || !built || !write()) return std::nullopt;
     gpu();
     return r_;
   }
@@ -116,22 +135,22 @@ class Run {
     if (!by_llm_->ok) return fail("the LLM stages failed: nothing written");
     r_.unverified = by_llm_->unverified;  // the LLM's CUDA without a numerics check: never "succeeded"
     plan_ = by_llm_->plan;
+    vanilla_ = by_llm_->vanilla;
     return true;
   }
 
-  // 3. check: the TL code against the reference (the vanilla baseline has no TL)
-  bool check() {
-    vanilla_ = by_llm_ && by_llm_->vanilla;
+  // 3. check: the TL code against the reference (the vanilla baseline has no TL). Runs beside
+  // translate and build: reports into its own sink and returns its progress line.
+  bool check(support::DiagSink& diags, std::string& line) const {
     if (vanilla_) {
-      say("      vanilla baseline: no TL, the LLM wrote the CUDA directly");
+      line = "      vanilla baseline: no TL, the LLM wrote the CUDA directly";
       return true;
     }
-    const auto v = plan::verify(*plan_, d_);
-    say("      tiles BM=" + std::to_string(plan_->tiles.bm) + " BN=" + std::to_string(plan_->tiles.bn) +
-        " warps=" + std::to_string(plan_->tiles.warps) + " stages=" + std::to_string(plan_->tiles.stages) +
-        "; TL interpreted: " + (v.passed() ? "PASS" : "FAIL") + " at " + v.sizes());
-    if (!v.passed()) return fail("the TL code does not match the reference: nothing written");
-    return true;
+    const auto v = plan::verify(*plan_, diags);
+    line = "      tiles BM=" + std::to_string(plan_->tiles.bm) + " BN=" + std::to_string(plan_->tiles.bn) +
+           " warps=" + std::to_string(plan_->tiles.warps) + " stages=" + std::to_string(plan_->tiles.stages) +
+           "; TL interpreted: " + (v.passed() ? "PASS" : "FAIL") + " at " + v.sizes();
+    return v.passed();
   }
 
   // 4. translate: TL -> kernel IR -> CUDA, unless the LLM wrote (and compiled) the CUDA
@@ -140,7 +159,8 @@ class Run {
       say(std::string("[2/4] CUDA written by the LLM (") + (vanilla_ ? "vanilla" : "stage 2") + "), compiled above");
       tr_ = by_llm_->translation;
     } else {
-      say("[2/4] translate TL code -> kernel IR -> CUDA C++ on CuTe (sm" + std::to_string(plan_->target.sm) + ")");
+      say("[2/4] translate TL code -> kernel IR -> CUDA C++ (sm" + std::to_string(plan_->target.sm) +
+          (plan_->target.sm >= 90 ? ": qattn's Hopper primitives)" : ": CuTe)"));
       tr_ = backend::translate_text(plan_->code, plan_->target, d_, "code.tl");
     }
     if (!tr_) return fail("translation failed: nothing written");

@@ -85,14 +85,14 @@ std::optional<Plan> make_combine_plan(const spec::AttentionSpec& s, const hw::Gp
 struct VerifyCase {
   std::string what;                     // e.g. "3 query tiles, 6 key tiles (BM 128, BN 64)"
   std::map<std::string, int64_t> dims;  // batch, heads_q, heads_kv, seqlen_q, seqlen_k
-  bool ran = false;                     // false: not run (an earlier case failed)
+  bool ran = false;                     // false: not run
   tl::RunResult fp64, storage;
   bool passed() const { return ran && fp64.passed && storage.passed; }
 };
 std::vector<VerifyCase> verification_cases(const Plan& plan);
 
 struct Verification {
-  std::vector<VerifyCase> cases;        // every case, in the order run
+  std::vector<VerifyCase> cases;        // every case (all run at once, on threads of their own)
   // The deciding case: the first that failed, else the one with the least storage-precision margin.
   std::map<std::string, int64_t> dims;
   tl::RunResult fp64, storage;

@@ -280,7 +280,7 @@ ProcessResult run_plain(const std::vector<std::string>& argv, const std::vector<
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   int pipefd[2] = {-1, -1};
   if (capture) {
-    if (pipe(pipefd) != 0) {
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {  // not inherited by a program another thread starts meanwhile
       r.error = std::string("pipe: ") + std::strerror(errno);
       posix_spawn_file_actions_destroy(&fa);
       return r;

@@ -3,7 +3,7 @@
 # translates it, nvcc builds a shared library exporting the C ABI (include/qattn/qattn.h).
 #
 #   tests/gpu/build_kernels.sh OUT_DIR [--run-sm 90] [--bin BUILD_DIR] [--cutlass INCLUDE_DIR] [-j N] [--only REGEX]
-#                              [--device DIR]
+#                              [--device DIR] [--classic]
 #
 #   OUT_DIR/<name>.tl .cu .so .log   (the .log has nvcc's -Xptxas -v: registers and spills)
 #   OUT_DIR/ptxas.txt                one line per kernel: registers, spill bytes
@@ -14,9 +14,11 @@
 # -gencode (the planned GPU). CUTLASS headers: --cutlass, $CUTLASS_INCLUDE, <repo>/.cutlass/include,
 # or the nvidia-cutlass Python package. --device DIR compiles against another copy of the device
 # runtime (default <repo>/device; e.g. the previous commit's, for a same-process A/B of a kernel change).
+# sm90a kernels build as the library does (`qattn_translate --build`: the split build, src/build/nvcc.h)
+# when the translator has --build, else (or with --classic) with `nvcc -shared` like the others.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT=""; RUN_SM=""; BIN="$ROOT/build"; CUTLASS="${CUTLASS_INCLUDE:-}"; JOBS="$(nproc)"; ONLY=""; DEVICE="$ROOT/device"
+OUT=""; RUN_SM=""; CLASSIC=0; BIN="$ROOT/build"; CUTLASS="${CUTLASS_INCLUDE:-}"; JOBS="$(nproc)"; ONLY=""; DEVICE="$ROOT/device"
 NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,7 +28,8 @@ while [ $# -gt 0 ]; do
     -j) JOBS="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
     --device) DEVICE="$2"; shift 2 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    --classic) CLASSIC=1; shift ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) if [ -z "$OUT" ]; then OUT="$1"; shift; else echo "unexpected argument $1" >&2; exit 2; fi ;;
   esac
 done
@@ -39,6 +42,8 @@ fi
 QATTN="$BIN/qattn"; XLATE="$BIN/qattn_translate"
 [ -x "$QATTN" ] && [ -x "$XLATE" ] || { echo "build qattn and qattn_translate first (ninja -C $BIN qattn qattn_translate)" >&2; exit 1; }
 mkdir -p "$OUT"
+SPLIT=0
+if [ "$CLASSIC" = 0 ] && "$XLATE" --help | grep -q -- --build; then SPLIT=1; fi
 
 # name | planned GPU | qattn plan flags [| sed script applied to the TL]. Kernels named neg_* come
 # from deliberately broken TL; verify.py expects them to compute wrong answers.
@@ -150,8 +155,13 @@ build_one() {
     virt="$(echo "$gencode" | grep -o 'arch=compute_[0-9a-z]*' | head -1 | cut -d_ -f2)"
     gencode="$(echo "$gencode" | sed 's/-gencode=[^ ]*//g') -gencode=arch=compute_${virt},code=sm_${RUN_SM} -gencode=arch=compute_${virt},code=compute_${virt}"
   fi
+  if [ "$SPLIT" = 1 ] && echo "$gencode" | grep -q 'compute_90a'; then
+    if ! QATTN_DEVICE_DIR="$DEVICE" QATTN_CUTLASS_INCLUDE="$CUTLASS" QATTN_NVCC="$NVCC" QATTN_CACHE_DIR="$OUT/.cache" \
+         "$XLATE" "$tl" --gpu "$gpu" --build "$so" >> "$log" 2>&1; then
+      echo "$name: build failed (see $log)"; return 1
+    fi
   # shellcheck disable=SC2086
-  if ! "$NVCC" $gencode -Xptxas -v -Xcompiler -fPIC -shared -I"$DEVICE" -I"$ROOT/include" -I"$CUTLASS" \
+  elif ! "$NVCC" $gencode -Xptxas -v -Xcompiler -fPIC -shared -I"$DEVICE" -I"$ROOT/include" -I"$CUTLASS" \
        "$cu" -o "$so" >> "$log" 2>&1; then
     echo "$name: nvcc failed (see $log)"; return 1
   fi

@@ -14,6 +14,7 @@
 #           compute-sanitizer (memcheck, racecheck, synccheck) and 20 bit-identical repeats; the
 #           variant kernels (qattn generate) old and new, verified and timed against FlexAttention
 # Usage: tests/gpu/kir_suite.sh 1|sweep|all|2 OUT_DIR BIN_DIR OLD_DIR [PREBUILT_DIR]
+# ($QATTN_KIR_ONLY: a regex of the kernels part 1 builds with the new translator)
 # PREBUILT_DIR: kernels built elsewhere with the same translator, copied in before the numerics (the
 # mma.sync set builds on any machine with nvcc: build_kernels.sh DIR --run-sm 90 --only
 # '^(sm80|sm75|sm89|neg_sm80)'), so the GPU's time goes to the sm90 builds.
@@ -29,6 +30,7 @@ if [ "$PART" = 1 ] || [ "$PART" = all ]; then
   rm -rf "$K" "$K.old"
   echo "== 1. build: new translator (every kernel), and the parent commit's for the old kernels == ($SECONDS s)"
   only='^(sm|neg_)'; [ -n "$PREBUILT" ] && only='^(sm90|neg_sm90)'
+  only=${QATTN_KIR_ONLY:-$only}  # e.g. '^(sm90|neg_sm90)': the Hopper kernels alone
   bash "$ROOT/tests/gpu/build_kernels.sh" "$K" --run-sm 90 --bin "$BIN" --cutlass "$CUT" -j 12 --only "$only" > "$OUT/build_new.txt" 2>&1 || status=1 &
   bash "$ROOT/tests/gpu/build_kernels.sh" "$K.old" --run-sm 90 --bin "$OLD/bin" --device "$OLD/device" --cutlass "$CUT" -j 6 \
     --only '^sm90_(d64|d128|d256|mla)_(causal|none)(_lse)?$' > "$OUT/build_old.txt" 2>&1 || status=1 &

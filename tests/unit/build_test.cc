@@ -7,9 +7,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <dlfcn.h>
 #include <fstream>
 
 #include "build/nvcc.h"
+#include "hw/gpu.h"
+#include "plan/plan.h"
+#include "qattn/qattn.h"
+#include "spec/spec.h"
 #include "support/process.h"
 #include "support/sha256.h"
 
@@ -65,6 +70,90 @@ TEST(build, CacheBuildsOnceThenHits) {
   for (auto& shard : fs::directory_iterator(o.cache_dir))
     for (auto& e : fs::directory_iterator(shard)) entries += e.path().filename().string()[0] != '.';
   EXPECT_EQ(entries, 1);
+  fs::remove_all(o.cache_dir);
+}
+
+// The split build of an sm90 forward kernel (nvcc.h): the kernel by `nvcc -fatbin` and the launch
+// code by the host compiler at once, one library with the fatbin inside that exports the C ABI and
+// nothing else; its launch code runs without a GPU as far as the driver (the argument checks, then
+// a launch status, never a crash).
+TEST(build, Sm90KernelsBuildSplitIntoOneLibraryThatExportsTheAbiOnly) {
+  support::DiagSink d;
+  auto tc = find_toolchain(d);
+  if (!tc) GTEST_SKIP() << "no CUDA toolchain here: " << d.render();
+  if (!tc->split_ok()) GTEST_SKIP() << "no host compiler or static CUDA runtime beside nvcc: split builds fall back to nvcc -shared";
+  spec::AttentionSpec s = *spec::find_preset("llama3.2-1b");
+  ASSERT_TRUE(spec::apply_flags(s, {{"gpu", "h100"}, {"mask", "none"}}, d)) << d.render();
+  auto plan = plan::make_plan(s, *hw::find_gpu("h100"), d);
+  ASSERT_TRUE(plan.has_value()) << d.render();
+  auto t = backend::translate_text(plan->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(t.has_value()) << d.render();
+  EXPECT_TRUE(t->split);
+  EXPECT_TRUE(builds_split(*t, *tc));
+  ::setenv("QATTN_SPLIT_BUILD", "0", 1);  // the way back to nvcc -shared
+  EXPECT_FALSE(builds_split(*t, *tc));
+  ::unsetenv("QATTN_SPLIT_BUILD");
+  backend::Translation other = *t;
+  other.split = false;  // every other family (sm80, the backward, the combine, LLM-written CUDA)
+  EXPECT_FALSE(builds_split(other, *tc));
+
+  const SplitCommands c = split_commands(*t, *tc);
+  auto has = [](const std::vector<std::string>& v, const std::string& a) { return std::find(v.begin(), v.end(), a) != v.end(); };
+  EXPECT_TRUE(has(c.device, "-fatbin") && has(c.device, "-gencode=arch=compute_90a,code=sm_90a"));
+  EXPECT_TRUE(has(c.host, "-DQATTN_HOST_ONLY") && has(c.host, "-I" + tc->cuda_include));
+  EXPECT_TRUE(has(c.link, "-Wl,kernel.fatbin") && has(c.link, tc->cudart_static) && has(c.link, "-Wl,--version-script=exports.map"));
+
+  BuildOptions o;
+  o.cache_dir = fs::temp_directory_path() / ("qattn-split-test-" + std::to_string(::getpid()));
+  auto built = build_library(*t, *tc, d, o);
+  ASSERT_TRUE(built.has_value()) << d.render();
+  for (const char* step : {"-fatbin", "-DQATTN_HOST_ONLY", "-Wl,--format=binary"}) EXPECT_NE(built->log.find(step), std::string::npos) << step;
+  EXPECT_EQ(built->log.find("nvcc -shared"), std::string::npos);
+  EXPECT_NE(built->log.find("Used "), std::string::npos) << "ptxas's register report stays in the log";
+
+  // the launch code's (weak) reference to the fatbin is the symbol the link's binary input defines:
+  // a misnamed one links, loads and only fails at the first launch on a GPU
+  const auto nm_launch = support::run_process({"nm", (built->entry / "launch.o").string()}, {}, true);
+  const auto nm_lib = support::run_process({"nm", built->library.string()}, {}, true);
+  if (nm_launch.started && nm_launch.status == 0) {
+    for (const char* sym : {"_binary_kernel_fatbin_start", "_binary_kernel_fatbin_end"}) {
+      EXPECT_NE(nm_launch.output.find(std::string("w ") + sym), std::string::npos) << nm_launch.output;
+      EXPECT_TRUE(nm_lib.output.find(std::string("d ") + sym) != std::string::npos ||
+                  nm_lib.output.find(std::string("D ") + sym) != std::string::npos) << sym << " not defined in the library";
+    }
+  }
+  void* so = ::dlopen(built->library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(so, nullptr) << ::dlerror();
+  for (const char* sym : {"qattn_fwd", "qattn_kernel_info", "qattn_last_error"}) EXPECT_NE(::dlsym(so, sym), nullptr) << sym;
+  for (const char* sym : {"_binary_kernel_fatbin_start", "_binary_kernel_fatbin_end", "cudaLaunchKernel"})
+    EXPECT_EQ(::dlsym(so, sym), nullptr) << sym << " is exported";
+  auto info = reinterpret_cast<const char* (*)()>(::dlsym(so, "qattn_kernel_info"));
+  auto fwd = reinterpret_cast<int (*)(const qattn_fwd_params*, void*)>(::dlsym(so, "qattn_fwd"));
+  auto last = reinterpret_cast<const char* (*)()>(::dlsym(so, "qattn_last_error"));
+  ASSERT_TRUE(info && fwd && last);
+  EXPECT_NE(std::string(info()).find("\"kernel\":\"" + t->kernel_name + "\""), std::string::npos) << info();
+  EXPECT_EQ(fwd(nullptr, nullptr), QATTN_ERR_SHAPE);
+  EXPECT_STREQ(last(), "params is NULL");
+  // a well-formed call (fake, aligned device addresses): the checks pass and the launch code reaches
+  // the CUDA runtime, which answers with a status here (no driver) and a GPU on a GPU machine
+  alignas(16) static char fake[256];
+  qattn_fwd_params p{};
+  p.abi_version = QATTN_ABI_VERSION;
+  p.batch = 1, p.heads_q = 2, p.heads_kv = 1, p.seqlen_q = 100, p.seqlen_k = 100, p.d_qk = 64, p.d_v = 64;
+  p.q = p.k = p.v = p.o = fake;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = 64 * 2;
+  p.q_head_stride = p.o_head_stride = 64;
+  p.k_head_stride = p.v_head_stride = 64;
+  p.q_batch_stride = p.o_batch_stride = 100 * 2 * 64;
+  p.k_batch_stride = p.v_batch_stride = 100 * 64;
+  p.softmax_scale = 0.125f;
+  p.window_left = p.window_right = -1;
+  const int st = fwd(&p, nullptr);
+  if (!hw::detect_local_gpu(nullptr)) {
+    EXPECT_TRUE(st == QATTN_ERR_LAUNCH || st == QATTN_ERR_ARCH) << st << ": " << last();
+    EXPECT_STRNE(last(), "no error");
+  }
+  ::dlclose(so);
   fs::remove_all(o.cache_dir);
 }
 

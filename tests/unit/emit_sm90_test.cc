@@ -201,9 +201,10 @@ TEST(EmitSm90, PresetsLowerToTheWarpSpecialisedKernel) {
         << what << ": wgmma and setmaxnreg need sm_90a";
     const int bm = const_of(code, "BM"), bn = const_of(code, "BN");
     // the TL's tiles pick the wgmma atoms: N = BN for S = Q K^T, N = d_v for O += P V (P in registers)
-    const std::string g = "cute::SM90::GMMA::";
-    EXPECT_TRUE(contains(cu, "using MmaS = " + g + "MMA_64x" + std::to_string(bn) + "x16_F32" + c.ty + "_SS<" + g + "Major::K, " + g + "Major::K>;")) << what;
-    EXPECT_TRUE(contains(cu, "using MmaO = " + g + "MMA_64x" + std::to_string(c.d_v) + "x16_F32" + c.ty + "_RS<" + g + "Major::K, " + g + "Major::MN>;")) << what;
+    const std::string g = "qattn::sm90::Wgmma<", el = c.ty == std::string("BF16BF16") ? "__nv_bfloat16" : "__half",
+                      mj = "qattn::sm90::Major::";
+    EXPECT_TRUE(contains(cu, "using MmaS = " + g + std::to_string(bn) + ", " + el + ", " + mj + "K, " + mj + "K>;")) << what;
+    EXPECT_TRUE(contains(cu, "using MmaO = " + g + std::to_string(c.d_v) + ", " + el + ", " + mj + "K, " + mj + "MN>;")) << what;
     EXPECT_TRUE(contains(cu, "gemm_ss<MmaS, " + std::to_string(bm) + ", " + std::to_string(bn) + ", ")) << what;
     // roles: the TL's Role statements (one producer warpgroup, one consumer warpgroup per 64 rows)
     std::smatch pr, co;
@@ -543,7 +544,7 @@ TEST(EmitSm90, SoftcapLowersIntoTheScope) {
                            "float softcap;  // TL builtin, a launch argument", "softcap = p.softcap;",
                            "qattn::host::check_launch_args(p, false, true)",
                            "__device__ void modify_tile_softcap(float (&s)[N], const RowMap<P>& rows, int j, float xscale) const {",
-                           "x = score_softcap(x * xscale, q_idx, kv_idx);", "#include \"qattn/variant.cuh\"",
+                           "x = score_softcap(x * xscale, q_idx, kv_idx);", "#include \"qattn/scalar.cuh\"",
                            "kp.scalars[0] = p.softmax_scale;", "kp.scalars[1] = qattn::kLog2e;"})
     EXPECT_TRUE(contains(cu, want)) << want;
   expect_in_order(steady_block(cu), {"gemm_wait<1>(tSrS);", "v.modify_tile_softcap(tSrS, rows, j, scale_S);", "v.mask_tile_causal(tSrS, rows, j);",

@@ -432,16 +432,16 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   const std::string& cu = t->cuda_source;
   EXPECT_EQ(t->arch, "sm90");
   EXPECT_NE(std::find(t->nvcc_flags.begin(), t->nvcc_flags.end(), "-gencode=arch=compute_90a,code=sm_90a"), t->nvcc_flags.end());
-  EXPECT_NE(cu.find("qattn::sm90::wg_gemm_ss<SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<SM90::GMMA::Major::K, SM90::GMMA::Major::K>, false, "
+  EXPECT_NE(cu.find("qattn::sm90::wg_gemm_ss<qattn::sm90::Wgmma<64, __nv_bfloat16, qattn::sm90::Major::K, qattn::sm90::Major::K>, false, "
                     "false, 128, 64, 128, false>(raw_pointer_cast(sK.data()), 64 * wg, raw_pointer_cast(sQ.data()), 0, "
                     "qattn::sm90::regs<float>(rSt));"),
             std::string::npos);
-  EXPECT_NE(cu.find("qattn::sm90::wg_gemm_rs<SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<SM90::GMMA::Major::K, SM90::GMMA::Major::MN>, "
+  EXPECT_NE(cu.find("qattn::sm90::wg_gemm_rs<qattn::sm90::Wgmma<128, __nv_bfloat16, qattn::sm90::Major::K, qattn::sm90::Major::MN>, "
                     "64>(qattn::sm90::regs<uint32_t>(rPtc), raw_pointer_cast(sdO.data()), qattn::sm90::regs<float>(rdV));"),
             std::string::npos);
   // dQ = dS K: both operands MN-major from shared memory, the warpgroups side by side along d
   EXPECT_NE(cu.find("Tensor rdQ = partition_fragment_C(MmaCols<64, 128, 2>{}, Shape<Int<64>, Int<128>>{});"), std::string::npos);
-  EXPECT_NE(cu.find("SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>, true, true, 128, 128, 128, "
+  EXPECT_NE(cu.find("qattn::sm90::Wgmma<64, __nv_bfloat16, qattn::sm90::Major::MN, qattn::sm90::Major::MN>, true, true, 128, 128, 128, "
                     "false>(raw_pointer_cast(sdStc.data()), 0, raw_pointer_cast(sK.data()), 64 * wg, qattn::sm90::regs<float>(rdQ));"),
             std::string::npos);
   EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
@@ -549,7 +549,7 @@ TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand
   auto t4h = xlate(plan_backward("llama3-8b", "h100", {}, narrow), "h100", d4h);
   ASSERT_TRUE(t4h.has_value()) << d4h.render();
   EXPECT_NE(t4h->kir.find("gemm wgmma.mma_async m64nNk16 (sm_90a): 1 warpgroups"), std::string::npos) << t4h->kir;
-  EXPECT_NE(t4h->cuda_source.find("_SS<SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>, true, true, 64, 64, 64, true>(raw_pointer_cast(sPc.data())"),
+  EXPECT_NE(t4h->cuda_source.find("qattn::sm90::Major::MN, qattn::sm90::Major::MN>, true, true, 64, 64, 64, true>(raw_pointer_cast(sPc.data())"),
             std::string::npos);
   // 8 warps on BM = 64: dS is split along its columns; a Reshape of it to an A operand is refused,
   // with the way out (the round trip through shared memory the planner writes)

@@ -260,9 +260,9 @@ TEST_F(KirVerify, GemmAccumulatorWithNoWgmmaN) {
 TEST_F(KirVerify, GemmAtomDoesNotMatchTheAccumulator) {
   expect_rejected(*mla_, [](kir::Kernel& k) {
     auto it = find_op(k.sm90.loop.steady, Op::Kind::GemmSS);
-    const size_t at = it->atom.find("MMA_64x112x16");
+    const size_t at = it->atom.find("Wgmma<112,");
     ASSERT_NE(at, std::string::npos) << it->atom;
-    it->atom.replace(at, 13, "MMA_64x128x16");
+    it->atom.replace(at, 10, "Wgmma<128,");
   }, "the atom's N is not the accumulator's");
 }
 

@@ -43,8 +43,7 @@ __device__ __forceinline__ void wg_gemm_ss(const Element* a, int a_off, const El
   CUTE_UNROLL
   for (int k = 0; k < K_DIM / 16; ++k) {
     const uint64_t da = da0 + operand_step<A_MN, A_ROWS, Element>(k), db = db0 + operand_step<B_MN, B_ROWS, Element>(k);
-    ss_call<Atom>(da, db, acc, (ACCUMULATE || k > 0) ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero,
-                  std::make_index_sequence<NACC>{});
+    Atom::ss(da, db, acc, ACCUMULATE || k > 0);
   }
   wgmma_commit();
 }
@@ -62,7 +61,7 @@ __device__ __forceinline__ void wg_gemm_rs(uint32_t (&a)[NA], const Element* b, 
   CUTE_UNROLL
   for (int k = 0; k < K_DIM / 16; ++k) {
     const uint64_t db = db0 + operand_step<true, K_DIM, Element>(k);
-    rs_call<Atom>(&a[4 * k], db, acc, std::make_index_sequence<NACC>{});
+    Atom::rs(&a[4 * k], db, acc, true);
   }
   wgmma_commit();
 }

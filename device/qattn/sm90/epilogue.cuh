@@ -11,9 +11,7 @@
 #pragma once
 #include <cstdint>
 
-#include <cute/arch/copy_sm90_tma.hpp>
-#include <cutlass/arch/barrier.h>
-
+#include "qattn/sm90/ptx.cuh"
 #include "qattn/sm90/score.cuh"
 #include "qattn/sm90/sync.cuh"
 #include "qattn/sm90/tile.cuh"
@@ -26,8 +24,8 @@ namespace qattn::sm90 {
 template <int BM, int DV, bool kBf16, bool kPersistent, bool kDeferWait, int N, bool kPack, class Element>
 __device__ __forceinline__ void stage_o(const float (&o)[N], Element* sO, const RowMap<kPack>& rows, int tid) {
   if constexpr (kPersistent) {
-    if (kDeferWait && tid == 0) cute::tma_store_wait<0>();
-    cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
+    if (kDeferWait && tid == 0) ptx::tma_store_wait<0>();
+    ptx::bar_sync(kBarEpilogueBase + rows.wg, 128);
   }
   unsigned char* so = reinterpret_cast<unsigned char*>(sO);
 #pragma unroll
@@ -45,15 +43,15 @@ __device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const 
                                         const CUtensorMap* map, int head, int batch, int row_base = 0) {
   static_assert(N == DV / 2, "O: a (64, DV) accumulator");
   stage_o<BM, DV, kBf16, kPersistent, kDeferWait>(o, sO, rows, tid);
-  cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to the copy engine
-  cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
+  ptx::fence_async_shared();  // generic-proxy writes -> visible to the copy engine
+  ptx::bar_sync(kBarEpilogueBase + rows.wg, 128);
   if (tid == 0) {
     const int row0 = row_base + rows.tile_row0 + 64 * rows.wg;
     if constexpr (kPack)
       tma_store_packed<BM, DV>(map, sO, 64 * rows.wg, row0, head, batch, rows.pack);
     else
       tma_store_rows<BM, DV>(map, sO, 64 * rows.wg, row0, head, batch);
-    if constexpr (!kDeferWait) cute::tma_store_wait<0>();  // the copy engine has read the staged rows
+    if constexpr (!kDeferWait) ptx::tma_store_wait<0>();  // the copy engine has read the staged rows
   }
 }
 
@@ -72,7 +70,7 @@ __device__ __forceinline__ void store_o_ragged(const float (&o)[N], Element* sO,
     return store_o<BM, DV, kBf16, false, kPersistent, kDeferWait>(o, sO, rows, tid, map, head, 0, first);
   stage_o<BM, DV, kBf16, kPersistent, kDeferWait>(o, sO, rows, tid);
   const unsigned char* so = reinterpret_cast<const unsigned char*>(sO);
-  cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);
+  ptx::bar_sync(kBarEpilogueBase + rows.wg, 128);
   constexpr int kPieces = DV / 8;  // 16-byte pieces per row
 #pragma unroll
   for (int i = tid; i < 64 * kPieces; i += 128) {
@@ -82,7 +80,7 @@ __device__ __forceinline__ void store_o_ragged(const float (&o)[N], Element* sO,
       *reinterpret_cast<uint4*>(out + int64_t(q) * row_stride + 8 * c) =
           *reinterpret_cast<const uint4*>(so + swizzled_offset<BM>(r, 8 * c, 2));
   }
-  cutlass::arch::NamedBarrier::sync(128, kBarEpilogueBase + rows.wg);  // every piece read before the rows are reused
+  ptx::bar_sync(kBarEpilogueBase + rows.wg, 128);  // every piece read before the rows are reused
 }
 
 // A row vector of a ragged LSE: out[base + query] for the thread's two rows below `valid`.
@@ -98,7 +96,7 @@ __device__ __forceinline__ void store_rows_at(float* out, const float (&x)[2], c
 // Before the block exits: the last deferred store has read shared memory.
 template <bool kDeferWait>
 __device__ __forceinline__ void finish_stores(int tid) {
-  if (kDeferWait && tid == 0) cute::tma_store_wait<0>();
+  if (kDeferWait && tid == 0) ptx::tma_store_wait<0>();
 }
 
 // A row vector to global: out[(batch, head_of(row), query(row))] for the thread's two rows.

@@ -2,22 +2,22 @@
 // composes a warp-specialised kernel from, one TL statement at a time. The shape is FlashAttention-3's
 // and ThunderKittens': a producer warpgroup that loads (TMA into mbarrier rings), consumer warpgroups
 // that compute (wgmma + the softmax in registers) and store, a tile scheduler.
+//   ptx.cuh        the PTX instructions, each wrapped once (mbarrier, named barriers, fences,
+//                  setmaxnreg, TMA); no CuTe / CUTLASS anywhere in a Hopper forward kernel
 //   sync.cuh       rings of shared buffers (Ring, RingPos), ping-pong, the persistent tile exchange
-//   tma.cuh        tensor maps (host) and tile copies (device)
-//   wgmma.cuh      shared-memory descriptors and the wgmma calls
+//   tma.cuh        tile copies (the tensor maps: tensor_map.h, host)
+//   wgmma.cuh      shared-memory descriptors, fences, commit / wait; the atoms: wgmma_atoms.cuh
 //   tile.cuh       the consumer's register tiles and row vectors: the TL element-wise, row and
 //                  conversion Computes, GEMM issue (gemm_ss, gemm_rs) and wait
 //   score.cuh      the score stage: which queries a thread's rows hold, Mask, Modify, key tile order
-//   scheduler.cuh  kernel parameters, work tiles, one block per tile or a persistent grid
+//   scheduler.cuh  work tiles, one block per tile or a persistent grid (the parameters: params.h)
 //   epilogue.cuh   O through shared memory and TMA, row vectors (LSE)
 #pragma once
 #include <cstdint>
 #include <initializer_list>
 
-#include <cute/arch/copy_sm90_desc.hpp>
-#include <cutlass/arch/reg_reconfig.h>
-
 #include "qattn/sm90/epilogue.cuh"
+#include "qattn/sm90/ptx.cuh"
 #include "qattn/sm90/scheduler.cuh"
 #include "qattn/sm90/score.cuh"
 #include "qattn/sm90/sync.cuh"
@@ -35,16 +35,16 @@ __device__ __forceinline__ unsigned char* smem_base() { return reinterpret_cast<
 // kernel is __launch_bounds__(threads, 1), so the reallocation takes effect).
 template <int R>
 __device__ __forceinline__ void producer_registers() {
-  cutlass::arch::warpgroup_reg_dealloc<R>();
+  ptx::regs_dealloc<R>();
 }
 template <int R>
 __device__ __forceinline__ void consumer_registers() {
-  cutlass::arch::warpgroup_reg_alloc<R>();
+  ptx::regs_alloc<R>();
 }
 
 // The producer's tensor maps, fetched ahead of their first copy.
 __device__ __forceinline__ void prefetch_maps(std::initializer_list<const CUtensorMap*> maps) {
-  for (const CUtensorMap* m : maps) cute::prefetch_tma_descriptor(m);
+  for (const CUtensorMap* m : maps) ptx::tma_prefetch_map(m);
 }
 
 // TL `Copy X (ROWS, COLS) in coordinate [r, 0] from global to shared {async}` (the producer warp):
@@ -94,8 +94,8 @@ __device__ __forceinline__ void zero_rows_from(Element* tile, int first, int tid
   const int per_block = (ROWS - first) * 8;  // 16-byte chunks: 8 per 128-byte line
   for (int i = tid; i < kBlocks * per_block; i += 128)
     chunks[(i / per_block) * ROWS * 8 + first * 8 + i % per_block] = make_uint4(0u, 0u, 0u, 0u);
-  cutlass::arch::fence_view_async_shared();
-  cutlass::arch::NamedBarrier::sync(128, kBarTailBase + wg);
+  ptx::fence_async_shared();
+  ptx::bar_sync(kBarTailBase + wg, 128);
 }
 
 // The same through a packed (TL {pack}) 5-D map: row0 counts packed rows, `head` is the head group.

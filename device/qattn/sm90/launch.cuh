@@ -1,16 +1,20 @@
 // qattn device runtime, Hopper (sm90a), host side: the Params of one launch of a generated kernel
 // (tensor maps over the C ABI's strided tensors, sizes, the TL Grid's tile count, the persistent
-// grid's counter) and the launch itself. Internal linkage, like qattn/host.cuh.
+// grid's counter) and the launch itself. Internal linkage, like qattn/host.cuh. Plain C++ over the
+// CUDA runtime: the split build (docs/translation.md, "Building") compiles a kernel's launch code
+// with the host compiler alone, and the kernel comes from the fatbin embedded in its library.
 #pragma once
 #include <climits>
+#include <cstring>
+#include <mutex>
 
 #include <cuda_runtime.h>
 
 #include "qattn/host.cuh"
 #include "qattn/intmath.cuh"
 #include "qattn/qattn.h"
-#include "qattn/sm90/scheduler.cuh"
-#include "qattn/sm90/tma.cuh"
+#include "qattn/sm90/params.h"
+#include "qattn/sm90/tensor_map.h"
 
 namespace qattn::sm90 {
 
@@ -100,6 +104,7 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   return qattn::host::ok();
 }
 
+#if defined(__CUDACC__)
 // Launches `kernel` on `blocks` blocks with its dynamic shared memory (raising the 48 KB limit once).
 template <class Kernel>
 static inline int launch(Kernel kernel, const Params& kp, int blocks, int threads, int smem_bytes, void* stream,
@@ -108,6 +113,62 @@ static inline int launch(Kernel kernel, const Params& kp, int blocks, int thread
   if (e != cudaSuccess) return qattn::host::launch_status(e, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   kernel<<<dim3(unsigned(blocks)), threads, smem_bytes, static_cast<cudaStream_t>(stream)>>>(kp);
   return qattn::host::launch_status(cudaGetLastError(), name);
+}
+#endif
+
+// The split build: the kernel's fatbin is linked into the library as binary data (`ld --format=binary
+// kernel.fatbin`, which names these symbols) and loaded on the first launch as a context-independent
+// CUDA library (every device, every context); the kernel handle then launches like a __global__
+// function (cudaFuncSetAttribute / cudaLaunchKernel take a cudaKernel_t cast to a pointer).
+extern "C" {
+extern const unsigned char _binary_kernel_fatbin_start[] __attribute__((weak, visibility("hidden")));
+extern const unsigned char _binary_kernel_fatbin_end[] __attribute__((weak, visibility("hidden")));
+}
+
+// The kernel `name` of the embedded fatbin, or nullptr with the reason in *why and the runtime's
+// error in *err (cudaSuccess when no fatbin is linked in); the runtime refuses it with a driver too
+// old for its code or without an sm90 device.
+static inline const void* fatbin_kernel(const char* name, const char** why, cudaError_t* err) {
+  static std::once_flag once;
+  static cudaKernel_t kernel = nullptr;
+  static cudaError_t error = cudaSuccess;
+  static char reason[256] = "";
+  std::call_once(once, [&] {
+    if (!_binary_kernel_fatbin_start || !_binary_kernel_fatbin_end || _binary_kernel_fatbin_end <= _binary_kernel_fatbin_start) {
+      std::snprintf(reason, sizeof reason, "the library holds no kernel image (kernel.fatbin was not linked in)");
+      return;
+    }
+    // the image as the loader reads it: 8-byte aligned (the linked data is byte-aligned), kept for the process
+    const size_t n = size_t(_binary_kernel_fatbin_end - _binary_kernel_fatbin_start);
+    uint64_t* image = new uint64_t[(n + 7) / 8]();
+    std::memcpy(image, _binary_kernel_fatbin_start, n);
+    cudaLibrary_t lib = nullptr;
+    cudaError_t e = cudaLibraryLoadData(&lib, image, nullptr, nullptr, 0, nullptr, nullptr, 0);
+    if (e == cudaSuccess) e = cudaLibraryGetKernel(&kernel, lib, name);
+    if (e != cudaSuccess) {
+      kernel = nullptr;
+      error = e;
+      std::snprintf(reason, sizeof reason, "loading the kernel %s from the library's fatbin", name);
+    }
+  });
+  *why = reason;
+  *err = error;
+  return reinterpret_cast<const void*>(kernel);
+}
+
+// Launches the embedded fatbin's kernel `name` (the split build's form of `launch`).
+static inline int launch_fatbin(const char* name, const Params& kp, int blocks, int threads, int smem_bytes, void* stream,
+                               const char* what) {
+  const char* why = "";
+  cudaError_t err = cudaSuccess;
+  const void* kernel = fatbin_kernel(name, &why, &err);
+  if (!kernel) return err == cudaSuccess ? qattn::host::fail(QATTN_ERR_LAUNCH, "%s", why) : qattn::host::launch_status(err, why);
+  cudaError_t e = qattn::host::allow_smem(kernel, smem_bytes);
+  if (e != cudaSuccess) return qattn::host::launch_status(e, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  void* args[] = {const_cast<Params*>(&kp)};
+  e = cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(unsigned(threads)), args, size_t(smem_bytes),
+                       static_cast<cudaStream_t>(stream));
+  return qattn::host::launch_status(e, what);
 }
 
 }  // namespace qattn::sm90

@@ -7,17 +7,13 @@
 //   never wait.
 //   TL `Role consumer ... pingpong` lowers to two named barriers that hand the tensor cores from
 //   one consumer warpgroup to the other (see `Pingpong`).
-// The mbarrier and named-barrier instructions are CUTLASS's wrappers (cutlass/arch/barrier.h).
+// The mbarrier and named-barrier instructions: ptx.cuh.
 #pragma once
 #include <cstdint>
 
-#include <cutlass/arch/barrier.h>
-#include <cutlass/arch/reg_reconfig.h>
+#include "qattn/sm90/ptx.cuh"
 
 namespace qattn::sm90 {
-
-using FullBarrier = cutlass::arch::ClusterTransactionBarrier;  // TMA completion: arrive + tx bytes
-using EmptyBarrier = cutlass::arch::ClusterBarrier;            // consumer release
 
 // One ring of N slots: slot and parity of the k-th use.
 struct RingPos {
@@ -34,7 +30,7 @@ struct RingPos {
 // Waits for phase `phase` of an mbarrier: one try first (the common case: the phase is complete),
 // the retry loop only when it is not, so the fast path is one instruction and a branch.
 __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t phase) {
-  if (!EmptyBarrier::try_wait(bar, phase)) EmptyBarrier::wait(bar, phase);
+  if (!ptx::mbar_try_wait(bar, phase)) ptx::mbar_wait(bar, phase);
 }
 
 // A TL ring: `Allocate X in shared (ROWS, COLS) {stages: S}` filled by `{async}` Copies. Slot s holds
@@ -49,8 +45,8 @@ struct Ring {
   __device__ __forceinline__ uint64_t* empty(int s) const { return bar + kStages + s; }
   __device__ __forceinline__ void init(int consumers) const {
     for (int s = 0; s < kStages; ++s) {
-      FullBarrier::init(full(s), 1);
-      EmptyBarrier::init(empty(s), consumers);
+      ptx::mbar_init(full(s), 1);
+      ptx::mbar_init(empty(s), consumers);
     }
   }
   template <class Element>
@@ -61,14 +57,14 @@ struct Ring {
   // is free, then the leader expects `bytes` on its full barrier; returns that barrier for the copy.
   __device__ __forceinline__ uint64_t* acquire(RingPos pos, int bytes, bool leader) const {
     wait_phase(empty(pos.slot), pos.phase ^ 1u);  // a fresh barrier counts as released
-    if (leader) FullBarrier::arrive_and_expect_tx(full(pos.slot), bytes);
+    if (leader) ptx::mbar_arrive_expect_tx(full(pos.slot), bytes);
     return full(pos.slot);
   }
   // Consumer, TL `{wait: X}`: the copy into slot pos has landed.
   __device__ __forceinline__ void wait(RingPos pos) const { wait_phase(full(pos.slot), pos.phase); }
   // Consumer, TL `{release: X}`: the warpgroup is done with slot pos (its leader arrives); pos moves on.
   __device__ __forceinline__ void release(RingPos& pos, bool leader) const {
-    if (leader) EmptyBarrier::arrive(empty(pos.slot));
+    if (leader) ptx::mbar_arrive(empty(pos.slot));
     pos.advance(kStages);
   }
 };
@@ -90,23 +86,23 @@ struct TileExchange {
   __device__ __forceinline__ static uint64_t* bar(int* slots) { return reinterpret_cast<uint64_t*>(slots + 2); }
   __device__ __forceinline__ static void init(int* slots) {
     for (int i = 0; i < 2; ++i) {
-      EmptyBarrier::init(&bar(slots)[i], 1);                       // full: the producer's leader
-      EmptyBarrier::init(&bar(slots)[2 + i], 128 * kConsumers);    // empty: every consumer thread
+      ptx::mbar_init(&bar(slots)[i], 1);                       // full: the producer's leader
+      ptx::mbar_init(&bar(slots)[2 + i], 128 * kConsumers);    // empty: every consumer thread
     }
   }
   __device__ __forceinline__ static void publish(int* slots, int k, int tile, bool leader) {
     const int i = k & 1;
-    EmptyBarrier::wait(&bar(slots)[2 + i], uint32_t((k >> 1) & 1) ^ 1u);  // a fresh slot counts as read
+    ptx::mbar_wait(&bar(slots)[2 + i], uint32_t((k >> 1) & 1) ^ 1u);  // a fresh slot counts as read
     if (leader) {
       *reinterpret_cast<volatile int*>(&slots[i]) = tile;
-      EmptyBarrier::arrive(&bar(slots)[i]);
+      ptx::mbar_arrive(&bar(slots)[i]);
     }
   }
   __device__ __forceinline__ static int receive(int* slots, int k) {
     const int i = k & 1;
-    EmptyBarrier::wait(&bar(slots)[i], uint32_t((k >> 1) & 1));
+    ptx::mbar_wait(&bar(slots)[i], uint32_t((k >> 1) & 1));
     const int tile = *reinterpret_cast<volatile int*>(&slots[i]);
-    EmptyBarrier::arrive(&bar(slots)[2 + i]);
+    ptx::mbar_arrive(&bar(slots)[2 + i]);
     return tile;
   }
 };
@@ -119,20 +115,20 @@ struct Pingpong {
   static constexpr bool active = kEnabled && kConsumers == 2;
   __device__ __forceinline__ static void start(int wg) {
     if constexpr (active) {
-      if (wg == 1) cutlass::arch::NamedBarrier::arrive(256, kBarPingpongBase + 0);
+      if (wg == 1) ptx::bar_arrive(kBarPingpongBase + 0, 256);
     }
   }
   __device__ __forceinline__ static void wait_turn(int wg) {
-    if constexpr (active) cutlass::arch::NamedBarrier::sync(256, kBarPingpongBase + wg);
+    if constexpr (active) ptx::bar_sync(kBarPingpongBase + wg, 256);
   }
   __device__ __forceinline__ static void pass_turn(int wg) {
-    if constexpr (active) cutlass::arch::NamedBarrier::arrive(256, kBarPingpongBase + (1 - wg));
+    if constexpr (active) ptx::bar_arrive(kBarPingpongBase + (1 - wg), 256);
   }
   // The last pass of warpgroup 1 is never consumed by warpgroup 0: drain it so both barriers end
   // the block balanced.
   __device__ __forceinline__ static void finish(int wg) {
     if constexpr (active) {
-      if (wg == 0) cutlass::arch::NamedBarrier::sync(256, kBarPingpongBase + 0);
+      if (wg == 0) ptx::bar_sync(kBarPingpongBase + 0, 256);
     }
   }
 };

@@ -244,9 +244,7 @@ __device__ __forceinline__ void gemm_ss(const Element* a, int a_row0, const Elem
 #pragma unroll
   for (int k = 0; k < K_DIM / 16; ++k) {
     const uint64_t da = da0 + operand_step<false, A_ROWS, Element>(k), db = db0 + operand_step<false, B_ROWS, Element>(k);
-    ss_call<Atom>(da, db, acc,
-                  (kAccumulate || k > 0) ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero,
-                  std::make_index_sequence<N>{});
+    Atom::ss(da, db, acc, kAccumulate || k > 0);
   }
   wgmma_commit();
 }
@@ -263,7 +261,7 @@ __device__ __forceinline__ void gemm_rs(uint32_t (&a)[NP], const Element* b, flo
 #pragma unroll
   for (int k = 0; k < B_ROWS / 16; ++k) {
     const uint64_t db = db0 + operand_step<true, B_ROWS, Element>(k);
-    rs_call<Atom>(&a[4 * k], db, acc, std::make_index_sequence<N>{});
+    Atom::rs(&a[4 * k], db, acc, true);
   }
   wgmma_commit();
 }

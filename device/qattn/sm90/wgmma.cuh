@@ -1,16 +1,16 @@
 // qattn device runtime, Hopper (sm90a): the pieces every warpgroup-MMA (wgmma, HGMMA in SASS) GEMM
 // is built of: the aligned dynamic shared memory, shared-memory matrix descriptors (one per tile,
 // stepped by compile-time offsets), the warpgroup index, register fences, the
-// fence / commit / wait of a group, and the expansion of a CuTe atom's register arrays. The GEMMs
+// fence / commit / wait of a group; the instruction itself is an atom of wgmma_atoms.cuh. The GEMMs
 // themselves: the forward's gemm_ss / gemm_rs (tile.cuh), the backward's wg_gemm_ss / wg_gemm_rs
 // (backward.cuh), both
 //   TL `Compute GEMM Q, K^T and get S`       S(64 x BN) = Q(64 x d) K(BN x d)^T, both operands
-//       read from the swizzled shared tiles (CuTe atom MMA_64xBNx16_F32{F16,BF16}..._SS, K-major A/B)
+//       read from the swizzled shared tiles (Wgmma<BN, Element, Major::K, Major::K>::ss)
 //   TL `Compute GEMM P, V and accumulate O`  O(64 x dv) += P(64 x BN) V(BN x dv), P from registers
 //       (the accumulator of the first GEMM converted in place: the TL Reshape), V read from shared
-//       memory as an MN-major B operand (..._RS<K, MN>).
+//       memory as an MN-major B operand (Wgmma<dv, Element, Major::K, Major::MN>::rs).
 // One consumer warpgroup owns 64 query rows. The atom is chosen by the translator (its N is the
-// tile's BN or dv) and passed in as a type; these helpers expand its register arrays.
+// tile's BN or dv) and passed in as a type.
 //
 // Accumulator layout (per n8 column chunk i, per thread t of the warpgroup): registers 4i..4i+3 hold
 // (r, 8i + 2c), (r, 8i + 2c + 1), (r + 8, 8i + 2c), (r + 8, 8i + 2c + 1) with
@@ -19,9 +19,7 @@
 #include <cstdint>
 #include <utility>
 
-#include <cute/arch/mma_sm90_desc.hpp>
-#include <cute/arch/mma_sm90_gmma.hpp>
-#include <cute/arch/mma_sm90_gmma_ext.hpp>
+#include "qattn/sm90/wgmma_atoms.cuh"
 
 namespace qattn::sm90 {
 
@@ -87,16 +85,6 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-template <class Atom, int NACC, size_t... I>
-__device__ __forceinline__ void ss_call(uint64_t da, uint64_t db, float (&acc)[NACC], cute::SM90::GMMA::ScaleOut sc,
-                                        std::index_sequence<I...>) {
-  Atom::fma(da, db, acc[I]..., sc);
-}
-template <class Atom, int NACC, size_t... I>
-__device__ __forceinline__ void rs_call(const uint32_t* a, uint64_t db, float (&acc)[NACC], std::index_sequence<I...>) {
-  Atom::fma(a[0], a[1], a[2], a[3], db, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
 
 }  // namespace qattn::sm90

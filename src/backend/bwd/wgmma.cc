@@ -128,11 +128,7 @@ bool Lower::wgmma_plan() {
 }
 
 std::string Lower::wg_atom(const WgGemm& g) const {
-  const std::string gm = "SM90::GMMA::";
-  const std::string ty = elem_ == tl::DType::BF16 ? "BF16BF16" : "F16F16";
-  const int n = g.split_n ? g.n / 2 : g.n;
-  return gm + "MMA_64x" + std::to_string(n) + "x16_F32" + ty + (g.rs ? "_RS<" : "_SS<") + gm + (g.a_mn ? "Major::MN, " : "Major::K, ") + gm +
-         (g.b_mn ? "Major::MN>" : "Major::K>");
+  return wgmma_atom(g.split_n ? g.n / 2 : g.n, elem_, g.a_mn, g.b_mn);
 }
 
 void Lower::wg_gemm(Out& w, const Stmt& s, RegBuf& acc, const WgGemm& g) {

@@ -236,10 +236,8 @@ bool Lower::lower_smem() {
                  "the tiles need " + std::to_string(k_.launch.smem_bytes / 1024) + " KB of shared memory; " + target_.name + " has " +
                      std::to_string(target_.smem_per_block / 1024) + " KB per block",
                  "lower BN or the stages");
-  const std::string ty = k_.elem == tl::DType::BF16 ? "BF16BF16" : "F16F16";
-  const std::string g = "cute::SM90::GMMA::";
-  k_.sm90.mma_qk = g + "MMA_64x" + std::to_string(k_.sm90.bn) + "x16_F32" + ty + "_SS<" + g + "Major::K, " + g + "Major::K>";
-  k_.sm90.mma_pv = g + "MMA_64x" + std::to_string(k_.d_v) + "x16_F32" + ty + "_RS<" + g + "Major::K, " + g + "Major::MN>";
+  k_.sm90.mma_qk = wgmma_atom(k_.sm90.bn, k_.elem, false, false);
+  k_.sm90.mma_pv = wgmma_atom(k_.d_v, k_.elem, false, true);
   // GQA packing
   if (info_.pack) {
     const std::string gx = tl::print_expr(*info_.pack);

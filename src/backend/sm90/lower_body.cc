@@ -503,8 +503,6 @@ bool Lower::lower_gemm(const tl::Stmt& s, BodyStmt& out) {
   op.result = t;
   op.accumulate = c.result == tl::ComputeStmt::Result::Accumulate;
   op.group = groups_++;
-  const std::string ty = k_.elem == tl::DType::BF16 ? "BF16BF16" : "F16F16";
-  const std::string g = "cute::SM90::GMMA::";
   int n = 0;
   if (const kir::SharedBuf* ab = buf(a)) {
     // A from shared memory: S = Q K^T (both K-major)
@@ -518,7 +516,7 @@ bool Lower::lower_gemm(const tl::Stmt& s, BodyStmt& out) {
     op.a_rows = ab->rows;
     op.b_rows = bb->rows;
     op.k_dim = ab->cols_padded;
-    op.atom = g + "MMA_64x" + std::to_string(n) + "x16_F32" + ty + "_SS<" + g + "Major::K, " + g + "Major::K>";
+    op.atom = wgmma_atom(n, k_.elem, false, false);
   } else if (kir::Reg* ra = reg(a); ra && ra->kind == kir::RegKind::OperandA) {
     if (c.operands[1].transposed)
       return error("XL0303", c.operands[1].loc, "a register x shared GEMM with B transposed is not lowered", "`Compute GEMM Pc, V and accumulate O`");
@@ -528,7 +526,7 @@ bool Lower::lower_gemm(const tl::Stmt& s, BodyStmt& out) {
     n = bb->cols;
     op.kind = kir::Op::Kind::GemmRS;
     op.b_rows = bb->rows;
-    op.atom = g + "MMA_64x" + std::to_string(n) + "x16_F32" + ty + "_RS<" + g + "Major::K, " + g + "Major::MN>";
+    op.atom = wgmma_atom(n, k_.elem, false, true);
     out.reads.insert(a);
   } else {
     return error("XL0303", c.operands[0].loc, "A operand " + a + " is neither a shared buffer nor a converted register tile",

@@ -1,0 +1,82 @@
+// qattn device runtime, Hopper (sm90a), host side: the TMA tensor maps of a launch (the device side
+// of the copies: tma.cuh). Plain C++ over the CUDA runtime and driver headers, so that the split
+// build compiles the launch code with the host compiler alone.
+//
+// Every global tensor of the C ABI is a 4-D view (cols, rows, heads, batch) with the columns
+// contiguous; its tensor map cuts boxes of 64 columns x `box_rows` rows (one 128-byte swizzle atom
+// wide), which land in shared memory as the swizzled (rows, 64) column blocks tma.cuh describes.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+namespace qattn::sm90 {
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver the runtime already loaded (no -lcuda at link time).
+static inline EncodeTiledFn encode_tiled_fn() {
+  static EncodeTiledFn fn = nullptr;
+  if (fn) return fn;
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    return nullptr;
+  fn = reinterpret_cast<EncodeTiledFn>(p);
+  return fn;
+}
+
+// The 4-D view (cols, rows, heads, batch) of a strided (batch, rows, heads, cols) tensor; strides in
+// elements; returns 0, or (leaving `map` unspecified) the driver's CUresult when it refuses the
+// tensor, -1 when the driver has no cuTensorMapEncodeTiled, -2 for a pack that does not divide.
+// pack >= 1 (a kernel with TL `{pack: G}`, GQA packing; G = 1 when called with heads_q == heads_kv):
+// the 5-D view (cols, G, rows, heads / G, batch), whose boxes of (64 columns, G heads, box_rows / G
+// rows) land in shared memory as box_rows rows in the packed order (row r = query r / G of head
+// r % G within the group), so the swizzled tile is the same. pack 0: not packed, the 4-D view.
+static inline int encode_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
+                                   int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                                   int box_rows, int pack) {
+  EncodeTiledFn fn = encode_tiled_fn();
+  if (!fn) return -1;
+  if (pack < 0 || (pack > 0 && (heads % pack != 0 || box_rows % pack != 0))) return -2;
+  std::memset(map, 0, sizeof(CUtensorMap));
+  const cuuint64_t rows_ = cuuint64_t(rows > 0 ? rows : 1);
+  const cuuint32_t elem_strides[5] = {1u, 1u, 1u, 1u, 1u};
+  const auto dtype = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (pack > 0) {
+    const cuuint64_t dims[5] = {cuuint64_t(cols), cuuint64_t(pack), rows_, cuuint64_t(heads / pack), cuuint64_t(batch)};
+    const cuuint64_t strides[4] = {cuuint64_t(head_stride) * 2, cuuint64_t(row_stride) * 2,
+                                   cuuint64_t(head_stride) * 2 * cuuint64_t(pack), cuuint64_t(batch_stride) * 2};
+    const cuuint32_t box[5] = {64u, cuuint32_t(pack), cuuint32_t(box_rows / pack), 1u, 1u};
+    return int(fn(map, dtype, 5, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  }
+  const cuuint64_t dims[4] = {cuuint64_t(cols), rows_, cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
+  const cuuint32_t box[4] = {64u, cuuint32_t(box_rows), 1u, 1u};
+  return int(fn(map, dtype, 4, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
+// The driver encodes only in a thread with a current context. A thread whose first CUDA call is this
+// launch (a Python thread pool: torch's device guard skips cudaSetDevice when the device number
+// already matches) has none: then the runtime's device is made current (its primary context) and
+// the map encoded again. Seen on an H200: CUresult 201 from 8 threads launching at once.
+static inline int make_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
+                                 int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                                 int box_rows, int pack = 0) {
+  int r = encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack);
+  if (r == int(CUDA_ERROR_INVALID_CONTEXT)) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess)
+      r = encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack);
+  }
+  return r;
+}
+
+}  // namespace qattn::sm90
