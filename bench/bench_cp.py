@@ -16,7 +16,9 @@ fwd+bwd is torch.autograd.grad of the output for a random upstream gradient, of 
 single_gpu_tflops = qattn.attention on one GPU at the per-GPU length (seqlen / N, same mask), run
 on every GPU at once in the same rounds. ratio = tflops_per_gpu / single_gpu_tflops.
 qattn-ring merges the partial outputs with the TL combine kernel (one launch at the end);
-qattn-ring-torch-merge (--impls) with merge_partial's fp32 torch operations after every launch.
+qattn-ring-torch-merge (--impls) with merge_partial's fp32 torch operations after every launch;
+qattn-ring-mN (--impls, e.g. qattn-ring-m8) the ring with sm_margin=N (a step's kernel leaves N SMs to
+the transfer in flight; qattn-ring uses the default, qattn.distributed.RING_SM_MARGIN).
 torch-cp: torch.distributed.tensor.experimental.context_parallel (its default rotate method,
 allgather; its head-tail load balancing for causal, none otherwise, which it refuses) around F.scaled_dot_product_attention with only the
 cuDNN backend enabled. A cp result is checked against the others (same inputs) before timing:
@@ -26,6 +28,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -108,8 +111,8 @@ def main():
             qs, ks, vs, dos = (t[:, :m].contiguous() for t in (q, k, v, dout))
             ql, kl, vl, dol = (qcp.shard(t) for t in (q, k, v, dout))
 
-            def ring(qq, kk, vv):
-                return qcp.attention(qq, kk, vv, causal=causal, mode="ring", seqlen=n)
+            def ring(qq, kk, vv, sm_margin=None):
+                return qcp.attention(qq, kk, vv, causal=causal, mode="ring", seqlen=n, sm_margin=sm_margin)
 
             def ulysses(qq, kk, vv):
                 return qcp.attention(qq, kk, vv, causal=causal, mode="ulysses", seqlen=n)
@@ -121,6 +124,9 @@ def main():
             fns["single"] = run(single, (qs, ks, vs), dos)
             if "qattn-ring" in impls:
                 fns["qattn-ring"] = run(ring, (ql, kl, vl), dol)
+            for name in impls:
+                if re.fullmatch(r"qattn-ring-m\d+", name):
+                    fns[name] = run(lambda qq, kk, vv, m_=int(name[12:]): ring(qq, kk, vv, m_), (ql, kl, vl), dol)
             if "qattn-ring-torch-merge" in impls:
                 fns["qattn-ring-torch-merge"] = with_env("QATTN_COMBINE", "torch", run(ring, (ql, kl, vl), dol))
             if "qattn-ulysses" in impls and h % world == 0:

@@ -96,6 +96,7 @@ static inline int check_fwd_params(const qattn_fwd_params* params, int d_qk, int
   const qattn_fwd_params& p = *params;
   if (p.abi_version != QATTN_ABI_VERSION)
     return fail(QATTN_ERR_ABI, "abi_version %d; this library was built for %d", p.abi_version, QATTN_ABI_VERSION);
+  if (p.sm_margin < 0) return fail(QATTN_ERR_ARG, "sm_margin %d: the SMs to leave free cannot be negative", p.sm_margin);
   if (p.d_qk != d_qk || p.d_v != d_v)
     return fail(QATTN_ERR_SHAPE, "head dims (%d, %d); this kernel was generated for (%d, %d)", p.d_qk, p.d_v, d_qk, d_v);
   if (p.batch <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.seqlen_q < 0 || p.seqlen_k < 0)

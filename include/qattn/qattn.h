@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define QATTN_ABI_VERSION 6
+#define QATTN_ABI_VERSION 7
 
 typedef struct qattn_fwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
@@ -62,6 +62,10 @@ typedef struct qattn_fwd_params {
    * seqlen_q / seqlen_k are the longest ones (max_seqlen_q / max_seqlen_k); lse is (heads_q, total_q).
    * Ignored by other kernels. */
   int32_t total_q, total_k;
+  /* ABI 7: SMs a persistent kernel (TL `Grid ... {persistent}`) leaves free, so that a kernel on
+   * another stream runs beside it (ring attention's transfers: their NCCL kernels find no free SM
+   * under a persistent grid that holds all of them); 0: every SM. Ignored by other kernels. */
+  int32_t sm_margin;
 } qattn_fwd_params;
 
 typedef enum qattn_status {

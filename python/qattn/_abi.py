@@ -9,7 +9,7 @@ import ctypes
 import json
 
 # Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
-QATTN_ABI_VERSION = 6
+QATTN_ABI_VERSION = 7
 
 STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX",
           7: "ERR_ARG"}
@@ -38,14 +38,15 @@ class Params(ctypes.Structure):
         ("softcap", ctypes.c_float),
         ("page_size", ctypes.c_int32), ("pages", ctypes.c_int32), ("num_pages", ctypes.c_int32),  # ABI 4: a paged KV cache
         ("total_q", ctypes.c_int32), ("total_k", ctypes.c_int32),  # ABI 5: packed ragged batches
+        ("sm_margin", ctypes.c_int32),  # ABI 7: SMs a persistent kernel leaves free
     ]
 
 
-def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window=None, softcap=None):
+def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window=None, softcap=None, sm_margin=0):
     """Params for (batch, seqlen, heads, dim) views q, k, v, o; lse (batch, heads_q, seqlen_q) or None;
     aux: up to 4 contiguous device tensors (or None) in the order of the kernel info's "aux" list;
     window (left, right) (-1: unbounded) and softcap: the launch arguments of kernels whose info
-    lists them in "args" (ignored by the others)."""
+    lists them in "args" (ignored by the others); sm_margin: SMs a persistent kernel leaves free."""
     p = Params()
     p.abi_version = QATTN_ABI_VERSION
     p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
@@ -67,6 +68,7 @@ def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window
         p.window_left, p.window_right = (int(x) for x in window)
     if softcap is not None:
         p.softcap = float(softcap)
+    p.sm_margin = int(sm_margin)
     return p
 
 

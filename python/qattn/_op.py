@@ -4,7 +4,7 @@ breaking the graph at the ctypes launch, CUDA graphs capture it, and torch.libra
 
     torch.ops.qattn.attention(q, k, v, causal, window, scale, softcap, return_lse, layout,
                               score_mod, mask_mod, prefix_lm, alibi_slopes, seg_q, seg_k,
-                              relative_bias) -> (o, lse)
+                              relative_bias, sm_margin=0) -> (o, lse)
 
 causal is a string ('none', 'bottom_right', 'top_left'); window a list [left, right] or None; lse
 is (batch, heads_q, seqlen_q) fp32 when return_lse, else an empty fp32 tensor. The real
@@ -58,7 +58,7 @@ def register(torch):
                      softcap: Optional[float], return_lse: bool, layout: str, score_mod: Optional[str],
                      mask_mod: Optional[str], prefix_lm: Optional[int], alibi_slopes: Optional[Tensor],
                      seg_q: Optional[Tensor], seg_k: Optional[Tensor],
-                     relative_bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                     relative_bias: Optional[Tensor], sm_margin: int = 0) -> Tuple[Tensor, Tensor]:
         from ._attention import eager_attention
         torch_ = torch
         with torch_.no_grad():  # the operator's forward; its gradient is the autograd formula below
@@ -66,14 +66,14 @@ def register(torch):
                                   softcap, return_lse, layout=layout, score_mod=score_mod, mask_mod=mask_mod,
                                   prefix_lm=prefix_lm, alibi_slopes=alibi_slopes,
                                   segment_ids=(seg_q, seg_k) if seg_q is not None else None,
-                                  relative_bias=relative_bias)
+                                  relative_bias=relative_bias, sm_margin=sm_margin)
         if return_lse:
             return out
         return out, q.new_empty((0,), dtype=torch.float32)
 
     @attention_op.register_fake
     def _(q, k, v, causal, window, scale, softcap, return_lse, layout, score_mod, mask_mod, prefix_lm, alibi_slopes,
-          seg_q, seg_k, relative_bias):
+          seg_q, seg_k, relative_bias, sm_margin=0):
         if layout == "bshd":
             b, sq, hq = q.shape[0], q.shape[1], q.shape[2]
             o = q.new_empty((b, sq, hq, v.shape[3]))
@@ -103,7 +103,7 @@ def register(torch):
         o, lse = output
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.args = (causal, window, scale, layout)
-        ctx.variants = softcap is not None or any(x is not None for x in inputs[9:])
+        ctx.variants = softcap is not None or any(x is not None for x in inputs[9:16])  # (inputs[16]: sm_margin)
         ctx.has_lse = return_lse
 
     def backward(ctx, do, _dlse):
@@ -115,7 +115,7 @@ def register(torch):
         q, k, v, o, lse = ctx.saved_tensors
         causal, window, scale, layout = ctx.args
         dq, dk, dv = torch.ops.qattn.attention_backward(q, k, v, o, lse, do, causal, window, scale, layout)
-        return (dq, dk, dv) + (None,) * 13
+        return (dq, dk, dv) + (None,) * 14
 
     attention_op.register_autograd(backward, setup_context=setup_context)
     OP = torch.ops.qattn.attention

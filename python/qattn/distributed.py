@@ -294,6 +294,10 @@ def _global_len(dist, group, world, rank, local, given, sharding, what):
     return n
 
 
+# The SMs a ring step's kernel leaves to the NCCL transfer of the next step's K/V (ring_attention's
+# sm_margin default; bench/results/2026-11-28-h200x4-cp).
+RING_SM_MARGIN = 0
+
 _RING_REFUSED = ("window", "score_mod", "mask_mod", "prefix_lm", "alibi_slopes", "segment_ids", "relative_bias")
 _RING_TAKES = ("window", "segment_ids", "prefix_lm")  # of those, what the ring runs too (a window per block; ids per launch)
 
@@ -310,7 +314,8 @@ def _check_local(torch, q, k, v):
 
 
 def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=False, *, group=None, seqlen=None,
-                   seqlen_k=None, sharding="zigzag", layout="bshd", window=None, segment_ids=None, prefix_lm=None):
+                   seqlen_k=None, sharding="zigzag", layout="bshd", window=None, segment_ids=None, prefix_lm=None,
+                   sm_margin=None):
     """Ring attention over `group` (default: the world): q, k, v are this rank's shards (see
     module doc). Returns this rank's rows of o (and of lse, (batch, heads_q, rows) fp32). seqlen /
     seqlen_k: the global lengths (k's defaults to q's sharding); without them one all_gather_object
@@ -321,8 +326,12 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
     the global document ids, (batch, seqlen_q) and (batch, seqlen_k), nondecreasing per row (checked
     once): each launch gets the ids of its rows and keys (a document mask reads no position).
     prefix_lm: P, the global prefix (keys k <= q + seqlen_k - seqlen_q or k < P visible; no causal or
-    window with it), as ring_schedule launches it."""
+    window with it), as ring_schedule launches it. sm_margin: the SMs a step's attention kernel leaves
+    free while the next step's K/V shard travels (qattn.attention's sm_margin: NCCL's kernels need SMs
+    of their own beside the Hopper kernel's persistent grid); None: RING_SM_MARGIN."""
     _check_sharding(sharding)
+    from ._attention import _sm_margin
+    sm_margin = _sm_margin(RING_SM_MARGIN if sm_margin is None else sm_margin)
     if window is not None:
         if not isinstance(window, (tuple, list)) or len(window) != 2 or \
                 not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window):
@@ -354,14 +363,16 @@ def ring_attention(q, k, v, causal=False, scale=None, softcap=None, return_lse=F
         s = _scale(scale, dqk)
 
         def run(qd, kd, vd):
-            return _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, scale, softcap, seg)
+            return _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, scale, softcap, seg,
+                                 sm_margin)
 
         def back(qd, kd, vd, od, ld, do):
             return _ring_backward(torch, dist, group, world, rank, steps, sharding, n_k, qd, kd, vd, od, ld, do, s, seg)
         from . import _backward
         o, lse = _backward.function(torch).apply(qv, kv, vv, run, back)  # the autograd Function attention() uses
         return _result(o, lse, return_lse, layout)
-    o, lse = _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg)
+    o, lse = _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg,
+                           sm_margin)
     return _result(o, lse, return_lse, layout)
 
 
@@ -402,9 +413,11 @@ def _tl_merge(torch, q):
     return q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16) and _combine.mode() != "torch"
 
 
-def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg=None):
+def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg=None,
+                   sm_margin=0):
     """The ring's forward launches, in order: yields (call, o_blk, l_blk) for every RingCall of every
-    step, the K/V shard of the next step travelling (NCCL point-to-point) while a step computes."""
+    step, the K/V shard of the next step travelling (NCCL point-to-point) while a step computes (its
+    kernels leave sm_margin SMs to the transfer)."""
     from . import _attention
     b = int(qv.shape[0])
     hkv, dqk, dv = int(kv.shape[2]), int(kv.shape[3]), int(vv.shape[3])
@@ -421,7 +434,8 @@ def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv
         for c in calls:
             o_blk, l_blk = _attention.attention(qv[:, c.q[0]:c.q[1]], cur_k[:, c.kv[0]:c.kv[1]], cur_v[:, c.kv[0]:c.kv[1]],
                                                 causal="top_left" if c.causal else False, window=c.window, scale=scale,
-                                                softcap=softcap, return_lse=True, **_call_segments(seg, src, c))
+                                                softcap=softcap, return_lse=True, sm_margin=sm_margin if reqs else 0,
+                                                **_call_segments(seg, src, c))
             yield c, o_blk, l_blk
         for r in reqs:
             r.wait()
@@ -429,7 +443,8 @@ def _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv
             cur_k, cur_v = nk, nv
 
 
-def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg=None):
+def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg=None,
+                  sm_margin=0):
     """The ring's forward on BSHD views: (o in q's dtype, lse fp32) of this rank's rows. On a GPU
     every launch writes its partial result into a slot of one parts buffer (rows it does not cover
     stay empty: O 0, LSE -inf) and one launch of the TL combine kernel (qattn._combine, the split-KV
@@ -437,7 +452,8 @@ def _ring_forward(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv,
     from . import _combine
     b, sq, hq, _ = (int(x) for x in qv.shape)
     dv = int(vv.shape[3])
-    launches = _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg)
+    launches = _ring_launches(torch, dist, group, world, rank, steps, sharding, n_k, qv, kv, vv, scale, softcap, seg,
+                              sm_margin)
     if _tl_merge(torch, qv):
         slots = sum(len(calls) for _, calls in steps)
         if slots == 0:  # no key for any row here
@@ -649,12 +665,12 @@ def _ulysses_heads_ok(hq, hkv, world):
 
 
 def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, *, mode="auto",
-              group=None, seqlen=None, seqlen_k=None, sharding="zigzag", layout="bshd", **variants):
+              group=None, seqlen=None, seqlen_k=None, sharding="zigzag", layout="bshd", sm_margin=None, **variants):
     """Context-parallel qattn.attention on this rank's shards: mode='ring' (ring_attention),
     'ulysses' (ulysses_attention) or 'auto' (the default: the ring, unless the call reads positions
     (window, prefix_lm, alibi_slopes, segment_ids, relative_bias, score_mod / mask_mod): then Ulysses
     where the heads allow it, else the ring for a window, which it runs too). Returns this rank's rows
-    of o (and lse)."""
+    of o (and lse). sm_margin: the ring's (ring_attention)."""
     if mode not in MODES + ("auto",):
         raise SpecError(f"mode={mode!r}: expected 'auto', 'ring' or 'ulysses'", code="PY0801")
     unknown = [n for n in variants if n not in _RING_REFUSED]
@@ -692,7 +708,7 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
                         hint="mode='ulysses' (or 'auto') runs every mask and variant (each rank holds whole sequences)")
     return ring_attention(q, k, v, causal, scale, softcap, return_lse, group=group, seqlen=seqlen, seqlen_k=seqlen_k,
                           sharding=sharding, layout=layout, window=window, segment_ids=variants.get("segment_ids"),
-                          prefix_lm=variants.get("prefix_lm"))
+                          prefix_lm=variants.get("prefix_lm"), sm_margin=sm_margin)
 
 
 def flops(batch, heads_q, seqlen_q, seqlen_k, d_qk, d_v, causal):

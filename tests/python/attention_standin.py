@@ -19,8 +19,9 @@ def _positions(sq, sk, causal, window, device):
 
 
 def standin(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, segment_ids=None,
-            alibi_slopes=None, prefix_lm=None, **kw):
+            alibi_slopes=None, prefix_lm=None, sm_margin=0, **kw):
     assert not kw, kw
+    assert isinstance(sm_margin, int) and sm_margin >= 0, sm_margin  # a scheduling hint: no effect on values
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     qf = q.float().transpose(1, 2)

@@ -270,6 +270,25 @@ for case, (n, hq, hkv, causal, mode, sharding, layout, softcap) in enumerate([
     if not err < 1e-4:
         fails += 1
         print(f"rank {r}: {n} {hq}/{hkv} causal={causal} {mode} {sharding} {layout}: error {err}", flush=True)
+# sm_margin: a ring step's launches leave the SMs to the transfer of the next step's K/V while it is
+# in flight (every step but the last), and only then; a bad value is refused before any collective
+margins = []
+_attention.attention = lambda *a, **kw: margins.append(kw.get("sm_margin", 0)) or ref(*a, **kw)
+q = torch.randn(2, 37, 4, 16, generator=g); k = torch.randn(2, 37, 2, 16, generator=g); v = torch.randn(2, 37, 2, 16, generator=g)
+ql, kl, vl = (qcp.shard(t, seq_dim=1, sharding="zigzag") for t in (q, k, v))
+qcp.attention(ql, kl, vl, causal=True, mode="ring", seqlen=37, sm_margin=5)
+_attention.attention = ref
+want_margins = [5 if t + 1 < w else 0 for t, (_, calls) in enumerate(qcp.ring_schedule(37, 37, w, r, True, "zigzag"))
+                for _ in calls]
+if margins != want_margins:
+    fails += 1
+    print(f"rank {r}: the ring's launches got sm_margin {margins}, expected {want_margins}", flush=True)
+try:
+    qcp.attention(ql, kl, vl, causal=True, mode="ring", seqlen=37, sm_margin=-1)
+    fails += 1
+    print(f"rank {r}: sm_margin=-1 was taken", flush=True)
+except qcp.SpecError as e:
+    fails += e.code != "PY0112"
 # training through Ulysses (the all-to-alls are differentiable): the gradients of every rank's shards
 # equal the rows of the whole attention's gradients; mode='auto' takes Ulysses for inputs that require
 # grad; the ring refuses them (PY0804)

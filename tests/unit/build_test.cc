@@ -148,6 +148,9 @@ TEST(build, Sm90KernelsBuildSplitIntoOneLibraryThatExportsTheAbiOnly) {
   p.k_batch_stride = p.v_batch_stride = 100 * 64;
   p.softmax_scale = 0.125f;
   p.window_left = p.window_right = -1;
+  p.sm_margin = -1;  // ABI 7: the SMs to leave free cannot be negative
+  EXPECT_EQ(fwd(&p, nullptr), QATTN_ERR_ARG) << last();
+  p.sm_margin = 8;
   const int st = fwd(&p, nullptr);
   if (!hw::detect_local_gpu(nullptr)) {
     EXPECT_TRUE(st == QATTN_ERR_LAUNCH || st == QATTN_ERR_ARCH) << st << ": " << last();

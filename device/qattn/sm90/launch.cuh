@@ -94,7 +94,9 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   *blocks = kp->num_tiles;
   kp->tile_counter = nullptr;
   if (k.persistent) {
-    const int sms = qattn::host::sm_count();
+    // one block per SM, but the sm_margin SMs the caller leaves free for another stream's kernels
+    const int all = qattn::host::sm_count();
+    const int sms = all > 0 ? (p.sm_margin < all ? all - p.sm_margin : 1) : 0;
     if (sms > 0 && sms < kp->num_tiles) *blocks = sms;
     kp->tile_counter = qattn::host::tile_counter();
     if (!kp->tile_counter)
