@@ -667,37 +667,28 @@ def _ulysses_heads_ok(hq, hkv, world):
 def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, return_lse=False, *, mode="auto",
               group=None, seqlen=None, seqlen_k=None, sharding="zigzag", layout="bshd", sm_margin=None, **variants):
     """Context-parallel qattn.attention on this rank's shards: mode='ring' (ring_attention),
-    'ulysses' (ulysses_attention) or 'auto' (the default: the ring, unless the call reads positions
-    (window, prefix_lm, alibi_slopes, segment_ids, relative_bias, score_mod / mask_mod): then Ulysses
-    where the heads allow it, else the ring for a window, which it runs too). Returns this rank's rows
-    of o (and lse). sm_margin: the ring's (ring_attention)."""
+    'ulysses' (ulysses_attention) or 'auto' (the default: Ulysses where the heads split over the
+    ranks, else the ring, which takes any head count and, of the calls that read positions, windows,
+    documents and prefix-LM; the others are PY0802). sm_margin: the ring's (ring_attention). Returns
+    this rank's rows of o (and lse)."""
     if mode not in MODES + ("auto",):
         raise SpecError(f"mode={mode!r}: expected 'auto', 'ring' or 'ulysses'", code="PY0801")
     unknown = [n for n in variants if n not in _RING_REFUSED]
     if unknown:
         raise SpecError(f"unexpected keyword {unknown[0]!r}", code="PY0107")
     given = [n for n in _RING_REFUSED if (window if n == "window" else variants.get(n)) is not None]
-    torch_ = __import__("torch") if any(getattr(t, "requires_grad", False) for t in (q, k, v)) else None
-    grad = torch_ is not None and torch_.is_grad_enabled()
-    if mode == "auto":
-        mode = "ring"
-        if grad and not given:  # training: Ulysses (differentiable end to end) where the heads split
-            _, _, world, _ = _dist(group)
-            hq, hkv = (int(q.shape[2]), int(k.shape[2])) if layout == "bshd" else (int(q.shape[1]), int(k.shape[1]))
-            if _ulysses_heads_ok(hq, hkv, world):
-                mode = "ulysses"
-        if given:
-            _, _, world, _ = _dist(group)
-            hq, hkv = (int(q.shape[2]), int(k.shape[2])) if layout == "bshd" else (int(q.shape[1]), int(k.shape[1]))
-            if not _ulysses_heads_ok(hq, hkv, world) and set(given) <= set(_RING_TAKES):
-                mode = "ring"  # the ring runs windows and documents over any head count
-            elif not _ulysses_heads_ok(hq, hkv, world):
-                raise SpecError(f"{given[0]} reads global positions, which only mode='ulysses' runs, and heads "
-                                f"{hq}/{hkv} do not split over {world} ranks", code="PY0802",
-                                hint="Ulysses needs heads_q a multiple of the world size and heads_kv a multiple or "
-                                     "a divisor of it")
-            else:
-                mode = "ulysses"
+    if mode == "auto":  # Ulysses where the heads split over the ranks (measured faster: docs/python.md), else the ring
+        _, _, world, _ = _dist(group)
+        hq, hkv = (int(q.shape[2]), int(k.shape[2])) if layout == "bshd" else (int(q.shape[1]), int(k.shape[1]))
+        if _ulysses_heads_ok(hq, hkv, world):
+            mode = "ulysses"
+        elif given and not set(given) <= set(_RING_TAKES):
+            raise SpecError(f"{given[0]} reads global positions, which only mode='ulysses' runs, and heads "
+                            f"{hq}/{hkv} do not split over {world} ranks", code="PY0802",
+                            hint="Ulysses needs heads_q a multiple of the world size and heads_kv a multiple or "
+                                 "a divisor of it")
+        else:
+            mode = "ring"  # any head count; windows, documents and prefix-LM too
     if mode == "ulysses":
         return ulysses_attention(q, k, v, causal, window, scale, softcap, return_lse, group=group, seqlen=seqlen,
                                  seqlen_k=seqlen_k, sharding=sharding, layout=layout, **variants)
