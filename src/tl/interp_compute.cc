@@ -182,16 +182,45 @@ bool Machine::compute_gemm(const Stmt& s) {
   const double* ad = a->data.data();
   const double* bd = b->data.data();
   int64_t ac = a->cols(), bc = b->cols();
+  if (tb) {
+    // B^T (Q K^T): each element a dot product of two contiguous rows, summed over t in order, as
+    // the loop below sums it (the same roundings, so the same values), without a strided walk
+    std::vector<double> acol(ta ? size_t(ka) : 0);
+    for (int64_t i = 0; i < m; ++i) {
+      const double* arow = ad + i * ac;
+      if (ta) {
+        for (int64_t t = 0; t < ka; ++t) acol[size_t(t)] = ad[t * ac + i];
+        arow = acol.data();
+      }
+      double* row = vals.data() + i * n;
+      int64_t j = 0;
+      for (; j + 4 <= n; j += 4) {  // four independent sums at once (one sum alone waits on each add)
+        const double *b0 = bd + j * bc, *b1 = b0 + bc, *b2 = b1 + bc, *b3 = b2 + bc;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int64_t t = 0; t < ka; ++t) {
+          const double x = arow[t];
+          s0 += x * b0[t];
+          s1 += x * b1[t];
+          s2 += x * b2[t];
+          s3 += x * b3[t];
+        }
+        row[j] = s0, row[j + 1] = s1, row[j + 2] = s2, row[j + 3] = s3;
+      }
+      for (; j < n; ++j) {
+        const double* brow = bd + j * bc;
+        double acc = 0;
+        for (int64_t t = 0; t < ka; ++t) acc += arow[t] * brow[t];
+        row[j] = acc;
+      }
+    }
+    return store_result(s, nullptr, {m, n}, std::move(vals), plus);
+  }
   for (int64_t i = 0; i < m; ++i)
     for (int64_t t = 0; t < ka; ++t) {
       double av = ta ? ad[t * ac + i] : ad[i * ac + t];
       double* row = vals.data() + i * n;
-      if (tb) {
-        for (int64_t j = 0; j < n; ++j) row[j] += av * bd[j * bc + t];
-      } else {
-        const double* brow = bd + t * bc;
-        for (int64_t j = 0; j < n; ++j) row[j] += av * brow[j];
-      }
+      const double* brow = bd + t * bc;
+      for (int64_t j = 0; j < n; ++j) row[j] += av * brow[j];
     }
   return store_result(s, nullptr, {m, n}, std::move(vals), plus);
 }

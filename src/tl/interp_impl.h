@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -204,7 +205,10 @@ class Machine {
   bool shared_read_ok(const std::string& name, const Buffer* b, SrcLoc loc);  // TL0905 for pending / released
   // ---- interp_variant.cc ----
   bool setup_variants(const Program& p);
-  std::optional<double> aux_read(const std::string& name, const std::vector<int64_t>& idx) const;
+  std::optional<double> aux_read(const std::string& name, const int64_t* idx, size_t n) const;
+  std::optional<double> aux_read(const std::string& name, std::initializer_list<int64_t> idx) const {
+    return aux_read(name, idx.begin(), idx.size());
+  }
   std::optional<double> eval_decl(const Expr& e, const Env& env, const VLocals& locals);
   std::optional<int> tile_class(const VariantStmt& m, int64_t q_lo, int64_t q_hi, int64_t kv_lo, int64_t kv_hi);
   Buffer* score_tile(const Stmt& s, int64_t& q0, int64_t& k0);
@@ -250,6 +254,8 @@ class Machine {
   std::vector<const VariantStmt*> decls_;                 // in program order
   std::map<std::string, Expr> derivatives_;               // Score name -> d / d score (derive_score)
   std::map<std::pair<int64_t, int64_t>, Env> ref_envs_;   // reference: names per (batch, head)
+  // reference: each declaration with the names of a (batch, head) bound (bind_names), per declaration
+  std::map<std::tuple<const VariantStmt*, int64_t, int64_t>, Expr> ref_exprs_;
   std::shared_ptr<bool> ref_failed_ = std::make_shared<bool>(false);
   std::string kernel_name_ = "kernel";
   bool backward_ = false;     // `Kernel NAME backward`: the gradients dQ, dK, dV (docs/tl.md, "The backward pass")

@@ -55,10 +55,10 @@ bool Machine::setup_variants(const Program& p) {
   return true;
 }
 
-std::optional<double> Machine::aux_read(const std::string& name, const std::vector<int64_t>& idx) const {
+std::optional<double> Machine::aux_read(const std::string& name, const int64_t* idx, size_t n) const {
   auto it = aux_.find(name);
-  if (it == aux_.end() || it->second.shape.size() != idx.size()) return std::nullopt;
-  if (idx.size() == 1) return it->second.at({idx[0]});
+  if (it == aux_.end() || it->second.shape.size() != n || n < 1 || n > 2) return std::nullopt;
+  if (n == 1) return it->second.at({idx[0]});
   return it->second.at({idx[0], idx[1]});
 }
 
@@ -66,7 +66,7 @@ std::optional<double> Machine::eval_decl(const Expr& e, const Env& env, const VL
   VariantEnv ve;
   ve.env = &env;
   ve.locals = locals;
-  ve.aux = [this](const std::string& n, const std::vector<int64_t>& i) { return aux_read(n, i); };
+  ve.aux = [this](const std::string& n, const int64_t* i, size_t k) { return aux_read(n, i, k); };
   auto v = evaluate(e, ve, &diags_);
   if (!v) return std::nullopt;
   return v->v;
@@ -119,10 +119,11 @@ bool Machine::compute_modify(const Stmt& s) {
   if (!count(double(x->data.size()) * 10, s.loc)) return false;
   std::vector<double> vals(x->data);
   const int64_t rows = x->rows(), cols = x->cols();
+  const Expr bound = bind_names(it->second->expr, env_);  // the tile's names, once (not per element)
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       double& v = vals[size_t(i * cols + j)];
-      auto r = eval_decl(it->second->expr, env_,
+      auto r = eval_decl(bound, env_,
                          {{"score", {v, false}}, {"q_idx", {double(q0 + i), true}}, {"kv_idx", {double(k0 + j), true}}});
       if (!r) return false;
       v = *r;
@@ -156,11 +157,12 @@ bool Machine::compute_derivative(const Stmt& s) {
   if (!count(double(x->data.size()) * 10, s.loc)) return false;
   std::vector<double> vals(x->data);
   const int64_t rows = x->rows(), cols = x->cols();
+  const Expr bound = bind_names(dit->second, env_);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       const size_t e = size_t(i * cols + j);
       if (vals[e] == 0) continue;  // no gradient here (a masked key): 0 whatever the derivative is
-      auto r = eval_decl(dit->second, env_,
+      auto r = eval_decl(bound, env_,
                          {{"score", {y->data[e], false}}, {"q_idx", {double(q0 + i), true}}, {"kv_idx", {double(k0 + j), true}}});
       if (!r) return false;
       vals[e] *= *r;
@@ -181,12 +183,13 @@ bool Machine::compute_named_mask(const Stmt& s) {
   if (!cls) return false;
   if (!count(double(x->data.size()) * (*cls == 2 ? 1 : 10), s.loc)) return false;
   std::vector<double> vals(x->data);
+  const Expr bound = *cls == 2 ? Expr() : bind_names(it->second->expr, env_);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       const int64_t kk = k0 + j;
       bool keep = kk >= 0 && kk < block_seqlen_k();
       if (keep && *cls != 2) {
-        auto r = eval_decl(it->second->expr, env_, {{"q_idx", {double(q0 + i), true}}, {"kv_idx", {double(kk), true}}});
+        auto r = eval_decl(bound, env_, {{"q_idx", {double(q0 + i), true}}, {"kv_idx", {double(kk), true}}});
         if (!r) return false;
         keep = *r != 0;
       }
@@ -267,13 +270,20 @@ spec::ScoreVariant Machine::declared_variant(const Program& p) {
         if (auto x = eval_int(s.let.value, e)) e.ints[s.let.name] = *x;
     return ref_envs_.emplace(key, std::move(e)).first->second;
   };
+  // each declaration with the (batch, head)'s names bound once (bind_names), not looked up per element
+  auto expr_for = [this, env_for](const VariantStmt* d, int64_t b, int64_t h) -> const Expr& {
+    auto key = std::make_tuple(d, b, h);
+    auto it = ref_exprs_.find(key);
+    if (it != ref_exprs_.end()) return it->second;
+    return ref_exprs_.emplace(key, bind_names(d->expr, env_for(b, h))).first->second;
+  };
   std::vector<const VariantStmt*> scores, masks;
   for (const auto* d : decls_) (d->is_mask ? masks : scores).push_back(d);
   auto failed = ref_failed_;
   if (!scores.empty())
-    v.score = [this, scores, env_for, failed](int64_t b, int64_t h, int64_t q, int64_t k, double s) {
+    v.score = [this, scores, env_for, expr_for, failed](int64_t b, int64_t h, int64_t q, int64_t k, double s) {
       for (const auto* d : scores) {
-        auto r = eval_decl(d->expr, env_for(b, h), {{"score", {s, false}}, {"q_idx", {double(q), true}}, {"kv_idx", {double(k), true}}});
+        auto r = eval_decl(expr_for(d, b, h), env_for(b, h), {{"score", {s, false}}, {"q_idx", {double(q), true}}, {"kv_idx", {double(k), true}}});
         if (!r) {
           *failed = true;
           return std::numeric_limits<double>::quiet_NaN();
@@ -283,9 +293,9 @@ spec::ScoreVariant Machine::declared_variant(const Program& p) {
       return s;
     };
   if (!masks.empty())
-    v.keep = [this, masks, env_for, failed](int64_t b, int64_t h, int64_t q, int64_t k) {
+    v.keep = [this, masks, env_for, expr_for, failed](int64_t b, int64_t h, int64_t q, int64_t k) {
       for (const auto* d : masks) {
-        auto r = eval_decl(d->expr, env_for(b, h), {{"q_idx", {double(q), true}}, {"kv_idx", {double(k), true}}});
+        auto r = eval_decl(expr_for(d, b, h), env_for(b, h), {{"q_idx", {double(q), true}}, {"kv_idx", {double(k), true}}});
         if (!r) {
           *failed = true;
           return false;

@@ -87,8 +87,9 @@ std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::Di
       const std::string& op = e.op;
       const char c0 = op.empty() ? '\0' : op[0];
       const bool two = op.size() == 2;
-      if (op.size() == 3 && op == "and") return VValue{(a->v != 0 && b->v != 0) ? 1.0 : 0.0, true};
-      if (two && op == "or") return VValue{(a->v != 0 || b->v != 0) ? 1.0 : 0.0, true};
+      // (characters, not string compares: this runs per score element)
+      if (op.size() == 3 && c0 == 'a' && op[1] == 'n' && op[2] == 'd') return VValue{(a->v != 0 && b->v != 0) ? 1.0 : 0.0, true};
+      if (two && c0 == 'o' && op[1] == 'r') return VValue{(a->v != 0 || b->v != 0) ? 1.0 : 0.0, true};
       if (is_comparison(op)) {
         const bool eq = two;  // <=, >=, ==, !=
         bool r = c0 == '<' ? (eq ? a->v <= b->v : a->v < b->v)
@@ -155,7 +156,12 @@ std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::Di
       return std::nullopt;
     }
     case Expr::Kind::Index: {
-      std::vector<int64_t> idx;
+      int64_t idx[4];  // auxiliary tensors are 1-D or 2-D: no allocation per element
+      if (e.args.size() > 4) {
+        fail(diags, e, "'" + e.name + "' is not an auxiliary tensor with " + std::to_string(e.args.size()) + " indices",
+             "auxiliary tensors have one or two indices");
+        return std::nullopt;
+      }
       for (size_t i = 0; i < e.args.size(); ++i) {
         auto a = sub(i);
         if (!a) return std::nullopt;
@@ -163,11 +169,11 @@ std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::Di
           fail(diags, e.args[i], "an index of '" + e.name + "' is not an integer", "index auxiliary tensors with integer expressions");
           return std::nullopt;
         }
-        idx.push_back(int64_t(a->v));
+        idx[i] = int64_t(a->v);
       }
-      std::optional<double> r = env.aux ? env.aux(e.name, idx) : std::nullopt;
+      std::optional<double> r = env.aux ? env.aux(e.name, idx, e.args.size()) : std::nullopt;
       if (!r) {
-        fail(diags, e, "'" + e.name + "' is not an auxiliary tensor with " + std::to_string(idx.size()) + " indices",
+        fail(diags, e, "'" + e.name + "' is not an auxiliary tensor with " + std::to_string(e.args.size()) + " indices",
              "declare it with `Allocate " + e.name + " in global (...) fp32` (or int32) before the declaration");
         return std::nullopt;
       }
@@ -175,6 +181,31 @@ std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::Di
     }
   }
   return std::nullopt;
+}
+
+Expr bind_names(const Expr& e, const Env& env) {
+  if (e.kind == Expr::Kind::Name) {
+    for (const char* n : {"score", "q_idx", "kv_idx", "q_lo", "q_hi", "kv_lo", "kv_hi"})
+      if (e.name == n) return e;
+    Expr v = e;  // keeps the location (diagnostics) of the name it replaces
+    if (auto it = env.ints.find(e.name); it != env.ints.end()) {
+      v.kind = Expr::Kind::Number;
+      v.value = double(it->second);
+      v.is_int = true;
+    } else if (auto sc = env.scalars.find(e.name); sc != env.scalars.end()) {
+      v.kind = Expr::Kind::Number;
+      v.value = sc->second;
+      v.is_int = false;
+    } else if (auto b = builtin_scalars().find(e.name); b != builtin_scalars().end()) {
+      v.kind = Expr::Kind::Number;
+      v.value = b->second;
+      v.is_int = false;
+    }
+    return v;
+  }
+  Expr out = e;
+  for (auto& a : out.args) a = bind_names(a, env);
+  return out;
 }
 
 // ---- clause derivation -------------------------------------------------------------------------

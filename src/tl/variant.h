@@ -74,13 +74,19 @@ class VLocals {
 struct VariantEnv {
   const Env* env = nullptr;                      // integer names and scalars
   VLocals locals;                                // score, q_idx, kv_idx, q_lo, ...
-  // An auxiliary tensor element at the given (already clamped by the callee) indices; nullopt when
-  // the tensor is unknown or the index count is wrong.
-  std::function<std::optional<double>(const std::string&, const std::vector<int64_t>&)> aux;
+  // An auxiliary tensor element at the given (already clamped by the callee) indices (n of them);
+  // nullopt when the tensor is unknown or the index count is wrong.
+  std::function<std::optional<double>(const std::string&, const int64_t* idx, size_t n)> aux;
 };
 
 // Booleans evaluate to 1 / 0 (is_int = true).
 std::optional<VValue> evaluate(const Expr& e, const VariantEnv& env, support::DiagSink* diags = nullptr);
+
+// `e` with every name that `env` (or the builtin scalars) gives a value replaced by that value, but
+// the element names (score, q_idx, kv_idx, q_lo, q_hi, kv_lo, kv_hi), which stay: what evaluate()
+// gives for it with any locals and this env, without a lookup of the env's names per element (the
+// interpreter specialises a declaration once per tile and evaluates it per element).
+Expr bind_names(const Expr& e, const Env& env);
 
 struct Clauses {
   Expr empty_when, full_when;

@@ -2,6 +2,7 @@
 // overflow, fp8 saturation; fp16 and bf16 cross-checked against bit-level conversions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -101,6 +102,43 @@ TEST(Numerics, Bf16MatchesBitLevelRounding) {
     float f = float(xs[i] * std::ldexp(1.0, int(i % 200) - 100));
     ASSERT_EQ(round_to(DType::BF16, f), bf16_bits(f)) << f;
   }
+}
+
+// round_to rounds the target's normal range on the double's bits: the same values as the exact
+// scaling (scale the quantum to 1, round half to even, scale back) on doubles of every exponent,
+// halfway cases and carries into the next binade included, for every storage format.
+TEST(Numerics, BitRoundingEqualsExactScaling) {
+  struct F {
+    DType t;
+    int mant, emin;
+    double max;
+    bool sat;
+  };
+  const F fs[] = {{DType::F16, 10, -14, 65504.0, false}, {DType::BF16, 7, -126, std::ldexp(255.0, 120), false},
+                  {DType::F8E4M3, 3, -6, 448.0, true}, {DType::F8E5M2, 2, -14, 57344.0, false}};
+  auto scaled = [](const F& f, double x) {
+    const double a = std::fabs(x);
+    int e = 0;
+    std::frexp(a, &e);
+    const int q = std::max(e - 1, f.emin) - f.mant;
+    const double y = std::ldexp(a, -q), fl = std::floor(y), d = y - fl;
+    double r = std::ldexp(d > 0.5 || (d == 0.5 && std::fmod(fl, 2.0) != 0) ? fl + 1 : fl, q);
+    if (r > f.max) r = f.sat ? f.max : kInf;
+    return std::copysign(r, x);
+  };
+  auto xs = spec::random_normal(40000, 3);
+  for (const F& f : fs)
+    for (size_t i = 0; i < xs.size(); ++i) {
+      double x = xs[i] * std::ldexp(1.0, int(i % 90) - 45);
+      if (i % 3 == 0) {  // a halfway case: a representable value plus half its quantum (odd or even below)
+        double a = scaled(f, x);
+        if (a == 0 || std::isinf(a) || std::fabs(a) >= f.max) continue;
+        int e = 0;
+        std::frexp(std::fabs(a), &e);
+        x = a + std::copysign(std::ldexp(0.5, std::max(e - 1, f.emin) - f.mant), a);
+      }
+      ASSERT_EQ(round_to(f.t, x), scaled(f, x)) << "dtype " << int(f.t) << ", x = " << x;
+    }
 }
 
 #if defined(__FLT16_MAX__)

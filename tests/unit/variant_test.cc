@@ -37,8 +37,8 @@ double eval(const std::string& text, std::map<std::string, VValue> locals) {
   ints.ints["NB"] = 32;
   env.env = &ints;
   env.locals = std::move(locals);
-  env.aux = [](const std::string& n, const std::vector<int64_t>& i) -> std::optional<double> {
-    if (n != "t" || i.size() != 1) return std::nullopt;
+  env.aux = [](const std::string& n, const int64_t* i, size_t k) -> std::optional<double> {
+    if (n != "t" || k != 1) return std::nullopt;
     return double(10 * std::clamp<int64_t>(i[0], 0, 3));  // t = [0, 10, 20, 30], clamped reads
   };
   support::DiagSink d;
