@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, then generate a kernel for a preset on the built-in
-# rules engine: sketch -> TL code (checked, interpreted against the fp64 reference) -> CUDA C++ on
-# CuTe -> nvcc shared library; on a machine with a GPU it is verified there and timed next to
+# rules engine: sketch -> TL code (checked, interpreted against the fp64 reference) -> CUDA C++ (on
+# Hopper qattn's own PTX primitives, else CuTe) -> nvcc shared library; on a machine with a GPU it is verified there and timed next to
 # torch's FlashAttention-2 and cuDNN backends. Without a GPU it stops after compiling and says so.
 #   scripts/run.sh [PRESET] [GPU]      defaults: llama3-8b; the local GPU when nvidia-smi sees one
 #                                      (qattn matches it to its GPU table), else h100 (the Hopper
