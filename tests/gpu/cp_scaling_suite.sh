@@ -12,13 +12,8 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="$1"; PYBIN="$(cd "$2" && pwd)"; MARGINS="${3:-4,8,16}"
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export QATTN_BIN="$PYBIN/qattn" QATTN_HOME="$ROOT" QATTN_CUTLASS_INCLUDE="${QATTN_CUTLASS_INCLUDE:-$ROOT/.cutlass/include}" \
-  LD_LIBRARY_PATH="$PYBIN/lib" QATTN_CACHE_DIR="${QATTN_CACHE_DIR:-/tmp/qattn-cache}" PYTHON=python3 \
-  PYTHONPATH="$ROOT/python" QATTN_VERBOSE=0 OMP_NUM_THREADS=4
-NGPU=$(nvidia-smi -L | wc -l)
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+# shellcheck source=tests/gpu/cp_env.sh
+source "$ROOT/tests/gpu/cp_env.sh"
 rc=0
 (cd "$ROOT/tests/python" && timeout 200 python3 -m pytest test_distributed.py -q -p no:cacheprovider -rs) 2>&1 \
   | tail -4 | tee "$OUT/pytest_distributed.txt"

@@ -22,13 +22,8 @@ BENCH=""; CHECKS=1; TRAIN=""
 if [ "${1:-}" = "--bench" ]; then BENCH="$2"; fi
 if [ "${1:-}" = "--bench-only" ]; then BENCH="$2"; CHECKS=0; fi
 if [ "${1:-}" = "--train" ]; then TRAIN="$2"; CHECKS=0; fi
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export QATTN_BIN="$PYBIN/qattn" QATTN_HOME="$ROOT" QATTN_CUTLASS_INCLUDE="${QATTN_CUTLASS_INCLUDE:-$ROOT/.cutlass/include}" \
-  LD_LIBRARY_PATH="$PYBIN/lib" QATTN_CACHE_DIR="${QATTN_CACHE_DIR:-/tmp/qattn-cache}" PYTHON=python3 \
-  PYTHONPATH="$ROOT/python" QATTN_VERBOSE=0 OMP_NUM_THREADS=4
-NGPU=$(nvidia-smi -L | wc -l)
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+# shellcheck source=tests/gpu/cp_env.sh
+source "$ROOT/tests/gpu/cp_env.sh"
 nvidia-smi topo -m > "$OUT/topology.txt" 2>&1 || true
 rc=0
 if [ "$CHECKS" = 1 ]; then
