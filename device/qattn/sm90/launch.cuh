@@ -44,6 +44,7 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
     const void* base;
     int cols, rows, heads, box, pack, batch;
     long long rs, hs, bs;
+    CUtensorMapL2promotion l2;
   };
   // a paged cache: K and V are (num_pages, page_size, heads_kv, d), one box per page (or per tile)
   // packed ragged batches: one "batch" of total rows (a sequence's tiles start at its first row)
@@ -53,13 +54,18 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   const long long qbs = k.ragged_q ? q_rows * p.q_row_stride : p.q_batch_stride, obs = k.ragged_q ? q_rows * p.o_row_stride : p.o_batch_stride;
   const long long kbs = k.ragged_k ? kv_rows * p.k_row_stride : p.k_batch_stride, vbs = k.ragged_k ? kv_rows * p.v_row_stride : p.v_batch_stride;
   const int kv_box = k.paged && p.page_size < k.bn ? p.page_size : k.bn;
+  // One query tile per (batch, head): one block streams each head's keys alone (tensor_map.h)
+  const long long q_tile_rows = (long long)p.seqlen_q * (k.pack ? kp->pack : 1);
+  const CUtensorMapL2promotion kv_l2 =
+      !k.ragged_q && q_tile_rows <= k.bm ? QATTN_SM90_L2_STREAM : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  const CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   const Map maps[4] = {
-      {&kp->tma_q, "q", p.q, k.d_qk, q_rows, p.heads_q, k.bm, pk, q_batch, p.q_row_stride, p.q_head_stride, qbs},
-      {&kp->tma_k, "k", p.k, k.d_qk, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.k_row_stride, p.k_head_stride, kbs},
-      {&kp->tma_v, "v", p.v, k.d_v, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.v_row_stride, p.v_head_stride, vbs},
-      {&kp->tma_o, "o", p.o, k.d_v, q_rows, p.heads_q, 64, pk, q_batch, p.o_row_stride, p.o_head_stride, obs}};
+      {&kp->tma_q, "q", p.q, k.d_qk, q_rows, p.heads_q, k.bm, pk, q_batch, p.q_row_stride, p.q_head_stride, qbs, l2},
+      {&kp->tma_k, "k", p.k, k.d_qk, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.k_row_stride, p.k_head_stride, kbs, kv_l2},
+      {&kp->tma_v, "v", p.v, k.d_v, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.v_row_stride, p.v_head_stride, vbs, kv_l2},
+      {&kp->tma_o, "o", p.o, k.d_v, q_rows, p.heads_q, 64, pk, q_batch, p.o_row_stride, p.o_head_stride, obs, l2}};
   for (const Map& m : maps) {
-    const int r = make_tile_map(m.map, m.base, k.bf16, m.cols, m.rows, m.heads, m.batch, m.rs, m.hs, m.bs, m.box, m.pack);
+    const int r = make_tile_map(m.map, m.base, k.bf16, m.cols, m.rows, m.heads, m.batch, m.rs, m.hs, m.bs, m.box, m.pack, m.l2);
     if (r != 0)
       return fail(QATTN_ERR_LAUNCH,
                   "cuTensorMapEncodeTiled refused %s (%s %d): base %p, (batch %d, rows %d, heads %d, cols %d), strides "

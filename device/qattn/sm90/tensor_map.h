@@ -12,6 +12,18 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+// The L2 promotion of a launch's K and V loads when one block streams each (batch, kv head)'s keys
+// alone (one query tile per head: decoding, short queries; make_params): 128 bytes, a box row's
+// width, read the decoding rows of an H200 11-13% faster than 256 bytes (K / V rows of one head 128
+// bytes wide per box, 2 KB apart with 8 kv heads); every other load keeps 256 bytes, which the
+// prefill sweep prefers (-0.3% geomean, -2..-3% on short MHA rows with 128 bytes everywhere; the
+// query tiles of a head re-read its keys from L2). bench/results/2026-11-28-h200-l2-promotion. An A/B
+// knob: -DQATTN_SM90_L2_STREAM=CU_TENSOR_MAP_L2_PROMOTION_L2_256B builds the previous launch code
+// (bench/decode_tiles.sh, tests/gpu/l2_promotion_ab.sh).
+#ifndef QATTN_SM90_L2_STREAM
+#define QATTN_SM90_L2_STREAM CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+#endif
+
 namespace qattn::sm90 {
 
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -40,7 +52,7 @@ static inline EncodeTiledFn encode_tiled_fn() {
 // r % G within the group), so the swizzled tile is the same. pack 0: not packed, the 4-D view.
 static inline int encode_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
                                    int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
-                                   int box_rows, int pack) {
+                                   int box_rows, int pack, CUtensorMapL2promotion l2) {
   EncodeTiledFn fn = encode_tiled_fn();
   if (!fn) return -1;
   if (pack < 0 || (pack > 0 && (heads % pack != 0 || box_rows % pack != 0))) return -2;
@@ -54,13 +66,13 @@ static inline int encode_tile_map(CUtensorMap* map, const void* base, bool bf16,
                                    cuuint64_t(head_stride) * 2 * cuuint64_t(pack), cuuint64_t(batch_stride) * 2};
     const cuuint32_t box[5] = {64u, cuuint32_t(pack), cuuint32_t(box_rows / pack), 1u, 1u};
     return int(fn(map, dtype, 5, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+                  CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   }
   const cuuint64_t dims[4] = {cuuint64_t(cols), rows_, cuuint64_t(heads), cuuint64_t(batch)};
   const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
   const cuuint32_t box[4] = {64u, cuuint32_t(box_rows), 1u, 1u};
   return int(fn(map, dtype, 4, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+                CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
 // The driver encodes only in a thread with a current context. A thread whose first CUDA call is this
@@ -69,12 +81,13 @@ static inline int encode_tile_map(CUtensorMap* map, const void* base, bool bf16,
 // the map encoded again. Seen on an H200: CUresult 201 from 8 threads launching at once.
 static inline int make_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
                                  int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
-                                 int box_rows, int pack = 0) {
-  int r = encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack);
+                                 int box_rows, int pack = 0,
+                                 CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+  int r = encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack, l2);
   if (r == int(CUDA_ERROR_INVALID_CONTEXT)) {
     int dev = 0;
     if (cudaGetDevice(&dev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess)
-      r = encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack);
+      r = encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack, l2);
   }
   return r;
 }
