@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (the CPU CI installs none)")
 
 import qattn  # noqa: E402
-from conftest import c_layout, gpu_skip_reason  # noqa: E402
+from conftest import gpu_skip_reason  # noqa: E402
 
 GPU = gpu_skip_reason() is None
 gpu = pytest.mark.skipif(not GPU, reason=gpu_skip_reason() or "")
@@ -146,18 +146,6 @@ def test_kvcache_argument_checks():
         with pytest.raises(qattn.QattnError) as e:
             qattn.attention_with_kvcache(**kw)
         assert e.value.code == code, (kw.keys(), e.value)
-
-
-def test_fwd_params_offsets_match_a_c_compiler(tmp_path):
-    """offsetof / sizeof of qattn_fwd_params (ABI 4: the page fields, ABI 5: the packed row counts at
-    the end) by the C compiler = ctypes' layout (qattn._abi.Params)."""
-    import ctypes
-
-    from qattn import _abi
-    names = [f[0] for f in _abi.Params._fields_]
-    want = [getattr(_abi.Params, n).offset for n in names] + [ctypes.sizeof(_abi.Params)]
-    assert c_layout(tmp_path, "qattn_fwd_params", names) == want
-    assert names[-5:] == ["page_size", "pages", "num_pages", "total_q", "total_k"]
 
 
 @gpu
