@@ -4,7 +4,7 @@ paged caches (pages of 16, 64 and 256 rows in random order over a pool), against
 cuDNN (SDPA's cuDNN backend, enable_gqa) on the same keys as a plain (batch, seqlen_k, heads_kv, d)
 tensor, and the copy bandwidth of the same run. One process, CUDA graphs.
 
-    python3 bench/bench_kvcache.py OUT.csv [--rounds 7] [--calls 20]
+    python3 bench/bench_kvcache.py OUT.csv [--rounds 7] [--calls 20] [--also NAME=DEVICE_DIR ...]
 
 Rows: one query token per sequence, bf16, d 128, every sequence holding seqlen_k keys (so the three
 compute the same thing; the outputs are compared first, max |diff| < 2e-2). Fresh torch.randn inputs.
@@ -14,10 +14,17 @@ device-to-device copy of a K-sized tensor (read + write bytes / time), timed the
 serving issue's): impl (qattn-kvcache, qattn, cudnn), batch, hq, hkv, d_qk, d_v, seqlen_q, seqlen_k,
 page_size (0 = contiguous), ms, gbs (K and V bytes read / time), copy_gbs, frac_copy (gbs / copy_gbs),
 vs_cudnn (cudnn time / this), vs_contiguous (the contiguous cache's time / this), gpu.
+
+--also NAME=DEVICE_DIR (repeatable): the same qattn calls with kernels built against another copy of the
+device runtime (e.g. the parent commit's device/), a cache folder of their own, captured into their
+own CUDA graphs and timed in the same rounds (impl qattn@NAME / qattn-kvcache@NAME): a same-process A/B
+of a runtime change. vs_contiguous compares each with the contiguous cache of its own runtime.
 """
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
 from bench_util import graphed, replay_rounds, write_csv  # noqa: E402
+from qattn import _build  # noqa: E402
 
 # name: (batch, hq, hkv, seqlen_k)
 ROWS = {
@@ -44,11 +52,47 @@ PAGES = (0, 16, 64, 256)
 
 
 
-def paged(k, v, page, gen):
-    """k, v (b, sk, hkv, d) -> pools (num_pages, page, hkv, d) with the pages shuffled, and the table."""
+RUNTIMES = {}  # NAME: (device dir, its own kernel cache folder, its own in-process build table)
+
+
+@contextlib.contextmanager
+def runtime(name):
+    """Builds and launches inside use runtime `name`'s kernels (None: this tree's)."""
+    if name is None:
+        yield
+        return
+    device, cache, fast = RUNTIMES[name]
+    saved = (dict(_build.FAST), os.environ.get("QATTN_DEVICE_DIR"), os.environ.get("QATTN_CACHE_DIR"))
+    _build.FAST.clear()
+    _build.FAST.update(fast)
+    os.environ["QATTN_DEVICE_DIR"], os.environ["QATTN_CACHE_DIR"] = device, cache
+    try:
+        yield
+    finally:
+        fast.clear()
+        fast.update(_build.FAST)
+        _build.FAST.clear()
+        _build.FAST.update(saved[0])
+        for var, old in (("QATTN_DEVICE_DIR", saved[1]), ("QATTN_CACHE_DIR", saved[2])):
+            if old is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = old
+
+
+def in_runtime(name, fn):
+    def run():
+        with runtime(name):
+            return fn()
+    return run
+
+
+def paged(k, v, page, gen, ordered=False):
+    """k, v (b, sk, hkv, d) -> pools (num_pages, page, hkv, d) with the pages shuffled (ordered: each
+    sequence's pages in order, one after the other: the contiguous cache's addresses), and the table."""
     b, sk, hkv, d = k.shape
     pages = sk // page
-    perm = torch.randperm(b * pages, generator=gen).cuda()
+    perm = (torch.arange(b * pages) if ordered else torch.randperm(b * pages, generator=gen)).cuda()
     kp = torch.empty(b * pages, page, hkv, d, device="cuda", dtype=k.dtype)
     vp = torch.empty(b * pages, page, hkv, v.shape[3], device="cuda", dtype=v.dtype)
     kp[perm] = k.reshape(b * pages, page, hkv, d)
@@ -62,7 +106,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR")
+    ap.add_argument("--ordered-pages", action="store_true",
+                    help="each sequence's pages in order in the pool (what the addresses cost, against the shuffled pool)")
     a = ap.parse_args()
+    for spec in a.also:
+        name, _, device = spec.partition("=")
+        if not name or not os.path.isdir(os.path.join(device, "qattn")):
+            ap.error(f"--also wants NAME=DEVICE_DIR (a folder holding qattn/*.cuh), got {spec!r}")
+        RUNTIMES[name] = (os.path.abspath(device), tempfile.mkdtemp(prefix=f"qattn_{name}_cache_"), {})
     gpu = torch.cuda.get_device_name()
     d = 128
     gen = torch.Generator().manual_seed(0)
@@ -77,16 +129,16 @@ def main():
         lens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
         dst = torch.empty_like(k)
-        fns = {"qattn": lambda: qattn.attention(q, k, v), "cudnn": lambda: _cudnn(qt, kt, vt),
-               "copy": lambda: dst.copy_(k)}
+        fns = {"cudnn": lambda: _cudnn(qt, kt, vt), "copy": lambda: dst.copy_(k)}
         caches = {}
         for page in PAGES:
-            if page == 0:
-                caches[page] = (k, v, None)
-            else:
-                caches[page] = paged(k, v, page, gen)
-            kc, vc, tb = caches[page]
-            fns[f"kv{page}"] = (lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
+            caches[page] = (k, v, None) if page == 0 else paged(k, v, page, gen, a.ordered_pages)
+        for rt in [None] + list(RUNTIMES):
+            tag = f"@{rt}" if rt else ""
+            fns["qattn" + tag] = in_runtime(rt, lambda: qattn.attention(q, k, v))
+            for page in PAGES:
+                kc, vc, tb = caches[page]
+                fns[f"kv{page}{tag}"] = in_runtime(rt, lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
         outs = {n: f() for n, f in fns.items() if n != "copy"}
         outs["cudnn"] = outs["cudnn"].transpose(1, 2)
         for n in outs:
@@ -97,16 +149,21 @@ def main():
         kv_bytes = 2 * b * sk * hkv * d * 2
         copy_gbs = 2 * (kv_bytes / 2) / (med["copy"] * 1e-6) / 1e9
         for n in [x for x in med if x != "copy"]:
-            page = int(n[2:]) if n.startswith("kv") else 0
-            impl = "qattn-kvcache" if n.startswith("kv") else n
+            base, _, rt = n.partition("@")
+            page = int(base[2:]) if base.startswith("kv") else 0
+            impl = ("qattn-kvcache" if base.startswith("kv") else base) + (f"@{rt}" if rt else "")
+            contiguous = "kv0" + (f"@{rt}" if rt else "")
             gbs = kv_bytes / (med[n] * 1e-6) / 1e9
             lines.append(dict(impl=impl, config=name, batch=b, hq=hq, hkv=hkv, d_qk=d, d_v=d, seqlen_q=1, seqlen_k=sk,
                               page_size=page, ms=round(med[n] / 1e3, 5), gbs=round(gbs, 1), copy_gbs=round(copy_gbs, 1),
                               frac_copy=round(gbs / copy_gbs, 3), vs_cudnn=round(med["cudnn"] / med[n], 3),
-                              vs_contiguous=round(med["kv0"] / med[n], 3) if n.startswith("kv") else "", gpu=gpu))
+                              vs_contiguous=round(med[contiguous] / med[n], 3) if base.startswith("kv") else "", gpu=gpu))
         print(f"{name:18s} copy {copy_gbs:6.0f} GB/s | cudnn {med['cudnn']:7.1f} us | qattn {med['qattn']:7.1f} us | "
               + " | ".join(f"kv page {p} {med[f'kv{p}']:7.1f} us ({kv_bytes / med[f'kv{p}'] / 1e3:5.0f} GB/s, "
                            f"{med['cudnn'] / med[f'kv{p}']:.2f}x cudnn)" for p in PAGES), flush=True)
+        for rt in RUNTIMES:
+            print(f"{'':18s} this runtime / {rt}: qattn {med[f'qattn@{rt}'] / med['qattn']:.3f}x | " +
+                  " | ".join(f"kv page {p} {med[f'kv{p}@{rt}'] / med[f'kv{p}']:.3f}x" for p in PAGES), flush=True)
         del graphs, outs, caches, q, k, v, dst
         torch.cuda.empty_cache()
     cols = ["impl", "config", "batch", "hq", "hkv", "d_qk", "d_v", "seqlen_q", "seqlen_k", "page_size", "ms", "gbs",
