@@ -142,6 +142,28 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
   fs::remove_all(dir, ec);
 }
 
+// The Hopper launch code's L2 promotion rule (tests/emit/launch_rule_check.cc), on the host with the
+// CUDA headers: 128 bytes for K and V exactly in one-query-tile launches (decoding).
+TEST(EmitCompile, LaunchL2PromotionRuleOnTheHost) {
+  const std::string nvcc = find_nvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "nvcc (the CUDA headers) not found: launch rule check skipped";
+  const fs::path cuda_include = fs::path(nvcc).parent_path().parent_path() / "include";
+  const fs::path dir = fs::temp_directory_path() / ("qattn_launch_rule_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string exe = (dir / "launch_rule_check").string();
+  int rc = 0;
+  std::string log = run({"c++", "-std=c++17", "-O1", "-I" + cuda_include.string(),
+                         "-I" + (fs::path(QATTN_SOURCE_DIR) / "device").string(),
+                         (fs::path(QATTN_SOURCE_DIR) / "tests" / "emit" / "launch_rule_check.cc").string(), "-o", exe},
+                        &rc);
+  ASSERT_EQ(rc, 0) << log;
+  log = run({exe}, &rc);
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("11 of 11 cases as expected"), std::string::npos) << log;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 // The layout algebra of the device runtime (tests/emit/host_layout_check.cc), on the host.
 TEST(EmitCompile, DeviceRuntimeLayoutsOnTheHost) {
   const std::string nvcc = find_nvcc();

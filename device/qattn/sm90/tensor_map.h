@@ -26,6 +26,13 @@
 
 namespace qattn::sm90 {
 
+// The L2 promotion of a launch's K and V maps (above): QATTN_SM90_L2_STREAM when the launch has one
+// query tile per (batch, head) — seqlen_q queries (x the GQA pack of a packed kernel) fit BM rows,
+// and the queries are not packed ragged sequences — else 256 bytes. (tests/emit/launch_rule_check.cc)
+static inline CUtensorMapL2promotion kv_l2_promotion(long long seqlen_q, int pack, int bm, bool ragged_q) {
+  return !ragged_q && seqlen_q * (pack > 0 ? pack : 1) <= bm ? QATTN_SM90_L2_STREAM : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
+
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
