@@ -271,6 +271,30 @@ def available(spec, local_tag="", use_cache=True, combine=False):
     return os.path.isfile(os.path.join(cache_dir(), "python", name, "libqattn_kernel.so"))
 
 
+def nvcc_path():
+    """The nvcc that `qattn generate` would run (src/build/nvcc.cc's order: $QATTN_NVCC, PATH,
+    /usr/local/cuda/bin/nvcc), or None."""
+    v = os.environ.get("QATTN_NVCC")
+    if v:
+        return v if os.path.isfile(v) else None
+    import shutil
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    return "/usr/local/cuda/bin/nvcc" if os.path.isfile("/usr/local/cuda/bin/nvcc") else None
+
+
+def can_compile():
+    """True when this machine can build a kernel: the `qattn` executable and nvcc are found. (A
+    deployment that ships a kernel pack without the toolchain cannot: then calls use what is ready
+    and never start a build they did not need; _attention._compiles_only_for_split.)"""
+    try:
+        _cli.find_executable()
+    except Exception:  # ToolchainError: no qattn executable
+        return False
+    return nvcc_path() is not None
+
+
 def clear_memory_cache():
     """Forget the kernels built in this process (the disk cache stays; loaded libraries stay loaded)."""
     with _LOCK:

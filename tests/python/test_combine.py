@@ -259,11 +259,18 @@ class FakeBuild:
 
 def test_which_merge(monkeypatch):
     """The TL kernel, unless QATTN_COMBINE=torch, the parts are not CUDA tensors (a stand-in), or
-    the forward came ready-made (pack / cache) while the combine library would need a compile."""
+    the forward came ready-made (pack / cache) while the combine library would need a compile that
+    this machine cannot do (no qattn executable or no nvcc)."""
     torch = _torch()
     from qattn import _attention as A
+    from qattn import _build
     ready = []
     monkeypatch.setattr(_combine, "available", lambda torch_, dt, dv, dev: (dt, dv) in ready)
+    monkeypatch.setattr(_build, "can_compile", lambda: True)
+    parts = FakeParts(torch)
+    monkeypatch.delenv("QATTN_COMBINE", raising=False)
+    assert A._merge_with_torch(torch, FakeBuild(True), parts) is False    # from the cache, a compiler here: build it
+    monkeypatch.setattr(_build, "can_compile", lambda: False)  # a deployment: a pack, no toolchain
     monkeypatch.delenv("QATTN_COMBINE", raising=False)
     parts = FakeParts(torch)
     assert A._merge_with_torch(torch, FakeBuild(False), parts) is False   # compiled now: compile the combine too

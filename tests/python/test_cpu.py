@@ -674,3 +674,27 @@ def test_layers_import_without_torch_and_say_what_they_need():
                     "try:\n    import qattn.integrations.transformers\nexcept qattn.QattnError as e:\n    print(e.code)\n")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["PY0204", "PY0904"], r.stdout
+
+
+# ---- can this machine compile (the split's twin kernels, the combine) ---------------------------------
+
+def test_can_compile_needs_the_executable_and_nvcc(monkeypatch, tmp_path):
+    """_build.can_compile: True with a qattn executable and an nvcc (QATTN_NVCC, PATH or
+    /usr/local/cuda/bin/nvcc: the C++ side's order); False without either, so that a deployment with
+    a kernel pack and no toolchain never starts a build a call did not need."""
+    exe = tmp_path / "qattn"
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    fake_nvcc = tmp_path / "nvcc"
+    fake_nvcc.write_text("#!/bin/sh\nexit 0\n")
+    fake_nvcc.chmod(0o755)
+    monkeypatch.setenv("QATTN_BIN", str(exe))
+    monkeypatch.setenv("QATTN_NVCC", str(fake_nvcc))
+    assert _build.nvcc_path() == str(fake_nvcc)
+    assert _build.can_compile() is True
+    monkeypatch.setenv("QATTN_NVCC", str(tmp_path / "no-nvcc-here"))
+    assert _build.nvcc_path() is None
+    assert _build.can_compile() is False
+    monkeypatch.setenv("QATTN_NVCC", str(fake_nvcc))
+    monkeypatch.setenv("QATTN_BIN", str(tmp_path / "no-qattn-here"))
+    assert _build.can_compile() is False

@@ -65,9 +65,10 @@ def test_fold_and_merge_equal_one_call(monkeypatch, b, sq, hq, hkv, sk, splits, 
 
 
 def test_no_compile_only_for_a_split(monkeypatch, tmp_path):
-    """A call whose own kernel is ready (pack / cache) but whose LSE twin is not runs unsplit (a
-    deployment with a kernel pack and no compiler must not start building); `available` looks in
-    this process's builds, the packs and the disk cache."""
+    """A call whose own kernel is ready (pack / cache) but whose LSE twin is not runs unsplit where
+    no compiler is (a deployment with a kernel pack and no toolchain must not start building), and
+    splits (building the twin) where one is; `available` looks in this process's builds, the packs
+    and the disk cache."""
     from qattn import _build
     monkeypatch.setattr(A, "_device_target", lambda torch_, dev: ("h100", "test", "sm90"))
     ready = set()
@@ -75,6 +76,11 @@ def test_no_compile_only_for_a_split(monkeypatch, tmp_path):
     q, k = torch.empty(32, 1, 32, 128, device="meta"), torch.empty(32, 8192, 1, 128, device="meta")
     f, _ = fields()
     run = lambda: A._compiles_only_for_split(torch, "bf16", q, k, f, torch.device("cuda", 0), (32, 1, 1))  # noqa: E731
+    monkeypatch.setattr(_build, "can_compile", lambda: True)
+    ready.add(False)
+    assert run() is False          # the plain kernel cached, a compiler here: split (the twin is built)
+    ready.clear()
+    monkeypatch.setattr(_build, "can_compile", lambda: False)
     assert run() is False          # nothing ready: the first call compiles anyway (the twin)
     ready.add(False)
     assert run() is True           # the plain kernel is packed, the twin not: no split
