@@ -445,15 +445,13 @@ def _compiles_only_for_split(torch, dt, qv, vv, fields, device, shape):
     the unsplit call would not. Where a compiler is, the twin is built (once, then cached): a call
     after another process had built only the plain kernel ran unsplit before, 2.1x slower (MQA 32/1,
     batch 32, 8k keys on an H200: 93.9 against 45.2 us)."""
-    if _build.can_compile():
-        return False
     target, _, tag = _device_target(torch, device)
     short = _build.short_queries(target, *shape, fields)
     dqk, dv = int(qv.shape[3]), int(vv.shape[3])
 
     def spec(lse):
         return _build.kernel_spec(dt, dqk, dv, fields, lse, target, short=short)
-    return _build.available(spec(False), tag) and not _build.available(spec(True), tag)
+    return _build.available(spec(False), tag) and not _build.available(spec(True), tag) and not _build.can_compile()
 
 
 def _merge_with_torch(torch, b, o_parts):
@@ -469,9 +467,10 @@ def _merge_with_torch(torch, b, o_parts):
     m = _combine.mode()
     if m == "torch" or o_parts.device.type != "cuda":
         return True
-    if m == "tl" or not getattr(b, "cache_hit", False) or _build.can_compile():
+    if m == "tl" or not getattr(b, "cache_hit", False):
         return False
-    return not _combine.available(torch, _dtype_name(torch, o_parts.dtype), int(o_parts.shape[-1]), o_parts.device)
+    return not _combine.available(torch, _dtype_name(torch, o_parts.dtype), int(o_parts.shape[-1]), o_parts.device) \
+        and not _build.can_compile()
 
 
 def _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=None):

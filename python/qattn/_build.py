@@ -29,6 +29,7 @@ import threading
 import time
 
 from . import _cli, _pack
+from .errors import ToolchainError
 from ._abi import BwdLibrary, Library
 from ._variants import fields_of_spec, variant_tag
 from .errors import BuildError, QattnError, SpecError
@@ -284,15 +285,24 @@ def nvcc_path():
     return "/usr/local/cuda/bin/nvcc" if os.path.isfile("/usr/local/cuda/bin/nvcc") else None
 
 
+_CAN_COMPILE = {}  # (QATTN_BIN, QATTN_NVCC, PATH) -> bool: the answer of can_compile()
+
+
 def can_compile():
     """True when this machine can build a kernel: the `qattn` executable and nvcc are found. (A
     deployment that ships a kernel pack without the toolchain cannot: then calls use what is ready
-    and never start a build they did not need; _attention._compiles_only_for_split.)"""
-    try:
-        _cli.find_executable()
-    except Exception:  # ToolchainError: no qattn executable
-        return False
-    return nvcc_path() is not None
+    and never start a build they did not need; _attention._compiles_only_for_split.) Asked on the
+    decoding path, so the answer is kept per environment (no file lookups per call)."""
+    key = tuple(os.environ.get(v) for v in ("QATTN_BIN", "QATTN_NVCC", "PATH"))
+    hit = _CAN_COMPILE.get(key)
+    if hit is None:
+        try:
+            _cli.find_executable()
+            hit = nvcc_path() is not None
+        except ToolchainError:
+            hit = False
+        _CAN_COMPILE[key] = hit
+    return hit
 
 
 def clear_memory_cache():

@@ -27,8 +27,8 @@ def have_executable():
 
 
 def have_nvcc():
-    nv = os.environ.get("QATTN_NVCC")
-    return bool(nv and os.path.exists(nv)) or bool(shutil.which("nvcc")) or os.path.exists("/usr/local/cuda/bin/nvcc")
+    from qattn import _build
+    return _build.nvcc_path() is not None
 
 
 def gpu_skip_reason():

@@ -1,12 +1,7 @@
 """The C ABI's parameter struct as a C compiler lays it out (include/qattn/qattn.h) against the ctypes
 mirror the binding fills (qattn._abi.Params). No torch and no GPU: it runs in the CPU CI (it ran only
 with the GPU tests before, inside test_kvcache.py, and went stale there when ABI 7 added sm_margin)."""
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-
-from conftest import c_layout  # noqa: E402
+from conftest import c_layout
 
 
 def test_fwd_params_offsets_match_a_c_compiler(tmp_path):

@@ -271,8 +271,6 @@ def test_which_merge(monkeypatch):
     monkeypatch.delenv("QATTN_COMBINE", raising=False)
     assert A._merge_with_torch(torch, FakeBuild(True), parts) is False    # from the cache, a compiler here: build it
     monkeypatch.setattr(_build, "can_compile", lambda: False)  # a deployment: a pack, no toolchain
-    monkeypatch.delenv("QATTN_COMBINE", raising=False)
-    parts = FakeParts(torch)
     assert A._merge_with_torch(torch, FakeBuild(False), parts) is False   # compiled now: compile the combine too
     assert A._merge_with_torch(torch, None, parts) is False
     assert A._merge_with_torch(torch, FakeBuild(True), parts) is True     # from a pack / the cache, no combine
