@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
-# Runs every test of qattn: installs dependencies, builds, runs the unit/golden/must-fail suites,
-# runs them again under AddressSanitizer + UndefinedBehaviorSanitizer (the hostile-input corpus,
-# tests/hostile/, runs in both as ctest hostile.*), and runs the three fuzz targets (TL parser +
-# checker, spec reader, LLM reply extraction + TL verifiers) in parallel for QATTN_FUZZ_SECONDS
-# (default 60) each. QATTN_QUICK=1 skips the sanitizer and fuzz stages.
+# Runs every test of qattn once: installs dependencies; builds the compiler (Release) and runs there
+# the tests that drive nvcc or sweep every preset / variant (RELEASE_ONLY below: too slow, or
+# impossible, under the sanitizers), the Python binding's CPU tests and `pip install .`; then builds
+# under AddressSanitizer + UndefinedBehaviorSanitizer and runs every other test there (unit, golden
+# TL, must-fail TL, the CLI, the hostile-input corpus tests/hostile/); then runs the three fuzz
+# targets (TL parser + checker, spec reader, LLM reply extraction + TL verifiers) in parallel for
+# QATTN_FUZZ_SECONDS (default 60) each. QATTN_QUICK=1 runs the whole ctest suite in the Release build
+# instead and skips the sanitizer and fuzz stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
-echo "== build + tests (Release) == (${SECONDS} s)"
-bash scripts/build.sh
-ctest --test-dir build --output-on-failure -j2 | tee build/ctest.log
+# The tests that run in the Release build only: emit_compile_test and llm_nvcc_test (nvcc on generated /
+# LLM-written code: the sanitizer build does not even compile them, tests/CMakeLists.txt); the four
+# sweeps that interpret the TL of every preset x GPU, every variant x architecture and every preset's
+# backward (planMatrix.EveryPresetEveryGpu..., planVariants.EveryVariantOnSm75Sm80Sm90...,
+# planVariants.TheSpecFormulasAreTheReference, planBackward.PresetsPlanCheckAndInterpret) and
+# verifyTolerance.LseBoundScalesWithTheLse (one more variant plan): 15 minutes under ASan for code
+# paths that the single-case plan, variant, backward, interpreter and CLI tests run under the
+# sanitizers below; the examples (the CLI tests cover the same commands) and parser.RandomMutations
+# (the fuzz stage mutates TL under ASan + UBSan for a minute). Everything else runs once, under the
+# sanitizers (it ran in both builds before: 600 CPU-s of CI for no extra finding).
+RELEASE_ONLY='emit_compile|llm_nvcc|EveryPresetEveryGpu|EveryVariantOnSm75Sm80Sm90|TheSpecFormulasAreTheReference|planBackward\.PresetsPlanCheckAndInterpret|LseBoundScalesWithTheLse|^examples\.|RandomMutations'
+# ... and the test programs that hold them (the others would be built for nothing here)
+RELEASE_TARGETS='qattn qattn_translate emit_compile_test llm_nvcc_test parser_test plan_test plan_variants_test verify_test'
+if [ "${QATTN_QUICK:-0}" = "1" ]; then RELEASE_ONLY=.; RELEASE_TARGETS=""; fi
+
+echo "== build + tests (Release${RELEASE_TARGETS:+: the nvcc tests, the sweeps, the examples}) == (${SECONDS} s)"
+QATTN_TARGETS="$RELEASE_TARGETS" bash scripts/build.sh
+ctest --test-dir build --output-on-failure -j2 -R "$RELEASE_ONLY" | tee build/ctest.log
 # The plain closing line CI reads, from ctest's "N% tests passed, F tests failed out of T".
 summary() { sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+)/\2 \1/p' "$1" | tail -1 |
             awk '{ printf "%d passed, %d failed\n", $1 - $2, $2 }'; }
@@ -40,23 +58,13 @@ install_summary="installed with pip install . and used from outside the reposito
 
 if [ "${QATTN_QUICK:-0}" = "1" ]; then echo "python binding: $(pytest_summary)"; echo "$install_summary"; summary build/ctest.log; exit 0; fi
 
-echo "== tests under ASan + UBSan == (${SECONDS} s)"
+echo "== tests under ASan + UBSan (every test but the Release-only ones) == (${SECONDS} s)"
 # -O0 with line tables only (-g1): the reports keep file:line, the build is 11% faster than with -g;
 # the interpreter and the reference (src/tl, src/spec) at -O1 (CMakeLists.txt), where the suite spends its
 # time: 328 s on 2 cores (with the interpreter of 07f6fbe; all -O0 before it: 879 s), a 453 s build
 # (-O1 everywhere: 864 s, for a 325 s suite)
 QATTN_BUILD_DIR=build-asan QATTN_BUILD_TYPE=Debug bash scripts/build.sh -DQATTN_SANITIZE=ON -DCMAKE_CXX_FLAGS_DEBUG=-g1
-# Skipped here (they ran above): emit_compile_test and llm_nvcc_test (nvcc on generated / LLM-written
-# code: the sanitizer build does not even compile them, tests/CMakeLists.txt); the four sweeps that
-# interpret the TL of every preset x GPU, every variant x architecture and every preset's backward
-# (planMatrix.EveryPresetEveryGpu..., planVariants.EveryVariantOnSm75Sm80Sm90...,
-# planVariants.TheSpecFormulasAreTheReference, planBackward.PresetsPlanCheckAndInterpret: 80 s here)
-# and verifyTolerance.LseBoundScalesWithTheLse (one more variant plan): 15 minutes under ASan for
-# code paths that the single-case plan, variant, backward, interpreter and CLI tests below already
-# run under the sanitizers; the examples (the CLI tests cover the same commands) and
-# parser.RandomMutations (the fuzz stage below mutates TL under ASan + UBSan for a minute).
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2 \
-  -E 'emit_compile|llm_nvcc|EveryPresetEveryGpu|EveryVariantOnSm75Sm80Sm90|TheSpecFormulasAreTheReference|planBackward\.PresetsPlanCheckAndInterpret|LseBoundScalesWithTheLse|^examples\.|RandomMutations' |
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2 -E "$RELEASE_ONLY" |
   tee build-asan/ctest.log
 
 FUZZ_SECONDS=${QATTN_FUZZ_SECONDS:-60}
@@ -92,5 +100,9 @@ echo "fuzz: no crash in ${FUZZ_SECONDS} s (fuzz_tl, fuzz_spec, fuzz_reply)"
 echo "== summary == (${SECONDS} s in all)"
 echo "python binding: $(pytest_summary)"
 echo "$install_summary"
+echo -n "release-only tests: "; summary build/ctest.log
 echo -n "sanitizers: "; summary build-asan/ctest.log
-summary build/ctest.log
+# the closing line: every ctest test, each run once in one of the two builds
+sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+)/\2 \1/p' build/ctest.log build-asan/ctest.log |
+  awk '{ t += $1; f += $2 } END { printf "%d passed, %d failed\n", t - f, f }'
+
