@@ -104,8 +104,13 @@ bool Lowering::analyze_header() {
       case tl::Stmt::Kind::Grid:
         grid_stmt_ = &s;
         if (s.grid.items.size() > 3) {
+          const auto& last = s.grid.items.back().extent;
+          const bool split = s.grid.items.size() == 4 && last.kind == tl::Expr::Kind::Name && last.name == "splits";
           diags_.error("XL0203", s.loc, "a Grid of " + std::to_string(s.grid.items.size()) + " axes cannot be launched",
-                       "CUDA grids have 3 axes: `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
+                       split ? "a program that splits the keys (`s = 0: splits`, O and LSE at [b, s, head]) is checked and "
+                               "interpreted but not lowered yet; the Python package splits decoding by folding the keys into "
+                               "the batch (docs/tl.md, \"Splitting the keys\")"
+                             : "CUDA grids have 3 axes: `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
           return false;
         }
         for (const auto& it : s.grid.items) {

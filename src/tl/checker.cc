@@ -568,6 +568,7 @@ void Walker::finish() {
   }
   finish_pack();
   finish_kv_cache();
+  finish_split();
   // Kernel arguments.
   const std::vector<const char*> required =
       backward()  ? std::vector<const char*>{"Q", "K", "V", "O", "dO", "LSE", "dQ", "dK", "dV"}

@@ -80,6 +80,11 @@ struct CheckInfo {
   std::vector<std::string> workspaces;
   std::map<std::string, unsigned> workspace_deps;  // (the checker's data flow of each workspace)
   std::vector<CheckInfo> phases;
+  // Split keys (docs/tl.md, "Splitting the keys"): a forward program whose O and LSE views carry the
+  // offset [b, s, head]: each block writes the partial result of its part s of the keys (the Dim
+  // `splits` parts), merged by a combine program; split_var is the offset's middle index.
+  bool split = false;
+  std::optional<Expr> split_var;
 };
 
 bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts = {});  // true when no errors

@@ -155,6 +155,7 @@ class Walker {
   void check_skip(const Stmt& s, const Attr& a);
   void check_pack(const Stmt& s, const Attr& a);  // `{pack: G}` on a global Q / O / LSE (checker_memory.cc)
   void finish_pack();
+  void finish_split();  // forward O / LSE at [batch, split, head] (checker_memory.cc)
   void phase_stmt(const Stmt& s);  // `Phase NAME ... end` (TL0419): checked by a walker of its own
   bool workspace_alloc(const Stmt& s);  // a phase's / the main program's global Allocate of a workspace
   // ---- checker_kvcache.cc: a KV cache's per-sequence key counts and pages (TL0416) ----
@@ -222,6 +223,7 @@ class Walker {
   std::map<std::string, const Attr*> pack_;      // `{pack: G}` per global view that carries one
   std::map<std::string, const Attr*> paged_;     // `{paged: T}` per global K / V that carries one
   std::map<std::string, const Attr*> ragged_;    // `{ragged: T}` per global view that carries one
+  std::set<std::string> split_outputs_;          // forward O / LSE written at [batch, split, head]
   int walks_ = 0;                                // loop-body walks (bounded)
   bool phase_ = false;                           // this walker checks a Phase's body
   std::vector<const Stmt*> header_;              // the Kernel, Dim and Const statements (a phase's header)

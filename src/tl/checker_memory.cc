@@ -149,6 +149,10 @@ void Walker::allocate_stmt(const Stmt& s) {
     for (const auto& e : a.offset) check_expr(e, Ctx::Index, s);
   } else if (a.space == Space::Global) {
     const bool part = a.name == "O_part" || a.name == "LSE_part";  // a combine program's inputs
+    // a forward program that splits the keys writes its part's O and LSE at [batch, split, head]
+    // (docs/tl.md, "Splitting the keys"); finish() checks both do and that `splits` is a Dim
+    const bool split_out = !combine() && !backward() && (a.name == "O" || a.name == "LSE") && a.offset.size() == 3;
+    if (split_out) split_outputs_.insert(a.name);
     bool known = combine() ? part || a.name == "O" || a.name == "LSE" : backward() && is_backward_name(a.name);
     if (!combine())
       for (const char* g : kGlobalNames) known = known || a.name == g;
@@ -201,7 +205,7 @@ void Walker::allocate_stmt(const Stmt& s) {
               "write `" + example_global("dQ") + "` and store it with `Copy dQ (BM, d) in coordinate [i, 0] from register "
               "to global and accumulate`");
       }
-      if (a.offset.size() != (part ? 3u : 2u)) {
+      if (a.offset.size() != (part || split_out ? 3u : 2u)) {
         error(s, "TL0406", s.loc,
               "global " + a.name + " needs an offset of " + (part ? "3 indices [batch, split, head]" : "2 indices [batch, head]") +
                   ", found " + std::to_string(a.offset.size()),
@@ -475,6 +479,37 @@ void Walker::finish_pack() {
     break;
   }
   info_.pack = *ref->value;
+}
+
+// A forward program that splits the keys (docs/tl.md, "Splitting the keys"): O and LSE both at
+// [batch, split, head] (the combine merges a part's O by its LSE), and `splits` a Dim (the number
+// of parts, a launch value). TL0406.
+void Walker::finish_split() {
+  if (split_outputs_.empty()) return;
+  const SrcLoc at = global_alloc_.count("O") ? global_alloc_.at("O") : global_alloc_.at(*split_outputs_.begin());
+  for (const char* n : {"O", "LSE"}) {
+    if (split_outputs_.count(n)) continue;
+    const bool have = global_alloc_.count(n) > 0;
+    rep_.error("TL0406", have ? global_alloc_.at(n) : at,
+               std::string("global ") + (split_outputs_.count("O") ? "O" : "LSE") + " is a part's result ([batch, split, head]) but " +
+                   n + (have ? " is not" : " is never allocated"),
+               std::string("the parts are merged by their LSE: write `") + (std::string(n) == "O"
+                   ? "Allocate O in global (seqlen_q, d) bf16 with offset [b, s, head]"
+                   : "Allocate LSE in global (seqlen_q) fp32 with offset [b, s, head]") + "` and store it");
+    return;
+  }
+  auto dim = syms_.find("splits");
+  if (dim == syms_.end() || dim->second.kind != SymKind::Dim) {
+    rep_.error("TL0406", at, "O and LSE are written per part of the keys ([batch, split, head]) but the program has no Dim splits",
+               "declare the number of parts: `Dim ..., splits` and the Grid axis over them: `Grid ..., s = 0: splits`");
+    return;
+  }
+  info_.split = true;
+  for (const auto& st : prog_.stmts)
+    if (st.kind == Stmt::Kind::Allocate && st.alloc.space == Space::Global && st.alloc.name == "O" && st.alloc.offset.size() == 3) {
+      info_.split_var = st.alloc.offset[1];
+      break;
+    }
 }
 
 }  // namespace qattn::tl::detail

@@ -169,7 +169,9 @@ class RangeWalker {
       }
     }
     views[a.name] = v;
-    if (a.offset.size() != 2) return;
+    // [b, head], or a split output's [b, s, head] (a combine's parts: the interpreter checks them)
+    const size_t n = a.offset.size();
+    if (n != 2 && !(n == 3 && (a.name == "O" || a.name == "LSE"))) return;
     // Undeclared batch / heads_q are 1 and an undeclared heads_kv is heads_q (as the interpreter
     // binds them).
     bool kv = a.name == "K" || a.name == "V";
@@ -178,18 +180,20 @@ class RangeWalker {
       return it == env.ints.end() ? dflt : it->second;
     };
     int64_t hq = dim("heads_q", 1);
-    const char* bounds[2] = {"batch", kv ? "heads_kv" : pack != 1 ? "heads_q / pack" : "heads_q"};
-    int64_t limits[2] = {dim("batch", 1), kv ? dim("heads_kv", hq) : hq / pack};
-    for (int i = 0; i < 2; ++i) {
-      auto x = ev(a.offset[i], env);
-      if (!x || (*x >= 0 && *x < limits[i])) continue;
+    const char* bounds[3] = {"batch", "splits", kv ? "heads_kv" : pack != 1 ? "heads_q / pack" : "heads_q"};
+    int64_t limits[3] = {dim("batch", 1), dim("splits", -1), kv ? dim("heads_kv", hq) : hq / pack};
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = n == 2 && k == 1 ? 2 : k;  // the bound this index has
+      auto x = ev(a.offset[k], env);
+      if (!x || limits[i] < 0 || (*x >= 0 && *x < limits[i])) continue;  // no Dim splits: finish_split says so
       std::string hint =
           i == 0 ? "the first offset index is the batch index (`b` of `Grid b = 0: batch`)"
+          : i == 1 ? "the middle index of a part's O / LSE is the part (`s` of `Grid s = 0: splits`)"
           : kv   ? "K and V are indexed by the kv head: `with offset [b, kv_head]` and `Let kv_head = head / (heads_q / heads_kv)`"
           : pack != 1 ? "packed Q, O and LSE are indexed by the head group: `with offset [b, kv_head]` with `Grid kv_head = 0: heads_kv`"
                  : "Q, O and LSE are indexed by the query head: `with offset [b, head]` with `Grid head = 0: heads_q`";
-      report("TL0601", pick(a.offset[i].loc, s.loc),
-                 "offset index " + fmt_expr(a.offset[i]) + " = " + std::to_string(*x) + " of global " + a.name +
+      report("TL0601", pick(a.offset[k].loc, s.loc),
+                 "offset index " + fmt_expr(a.offset[k]) + " = " + std::to_string(*x) + " of global " + a.name +
                      " is outside [0, " + bounds[i] + " = " + std::to_string(limits[i]) + ") (at " + where(env) + ")",
                  hint);
       return;
@@ -412,6 +416,7 @@ std::vector<std::map<std::string, int64_t>> default_samples(const Program& p) {
       else if (d == "heads_kv") m[d] = t.hkv;
       else if (d == "seqlen_q") m[d] = t.sq;
       else if (d == "seqlen_k") m[d] = t.sk;
+      else if (d == "splits") m[d] = 1 + (t.sk + t.sq) % 5;  // the parts of split keys: 1 to 5, some empty
       else m[d] = t.hd;  // head dims and any other free dimension
     }
     // as the C ABI passes an unbounded side: seqlen_q + seqlen_k

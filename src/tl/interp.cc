@@ -225,6 +225,15 @@ bool Machine::setup_globals(const Program& p) {
                    "global " + a.name + " must have " + (rank == 1 ? "1 dimension (seqlen_q)" : "2 dimensions (rows, cols)") +
                        ", found " + std::to_string(a.shape.size()));
     if (!eval_view(a, "global " + a.name, g.view)) return false;
+    if (g.output && !backward_ && a.offset.size() == 3) {  // a part's O / LSE of split keys: [b, s, head]
+      auto it = header_env_.ints.find("splits");
+      if (it == header_env_.ints.end() || it->second < 1 || it->second > (int64_t(1) << 16))
+        return error("TL0904", s.loc,
+                     "global " + a.name + " holds the parts of split keys but splits is " +
+                         (it == header_env_.ints.end() ? std::string("not given") : std::to_string(it->second)),
+                     "give the number of parts with the other Dims: --dims ...,splits=3");
+      g.parts = it->second;
+    }
     for (const auto& at : s.attrs) {  // `{pack: G}` (the checker allows it on Q, O, LSE)
       if (at.key != "pack" || !at.value) continue;
       auto v = eval_int(*at.value, header_env_, &diags_);
@@ -295,7 +304,7 @@ bool Machine::setup_globals(const Program& p) {
                        std::to_string(g.heads),
                    "pack the query heads that share a kv head: `{pack: heads_q / heads_kv}`");
     pack_ = std::max(pack_, g.pack);
-    total += double(prob_.batch) * double(g.heads) * double(g.view_elems());
+    total += double(prob_.batch) * double(g.all_parts()) * double(g.heads) * double(g.view_elems());
   }
   if (total > double(kMaxGlobalElems))
     return error("TL0902", kernel_loc_, "problem too large for the interpreter: " + fmt(total) + " tensor elements",
@@ -304,7 +313,7 @@ bool Machine::setup_globals(const Program& p) {
   // verdict, the reference's and the naive attention's values and the two compared copies.
   double bytes = 0;
   for (const auto& [name, g] : globals_)
-    bytes += double(prob_.batch) * double(g.heads) * double(g.view_elems()) * (g.output ? 8 + 1 + 4 * 8 : 8);
+    bytes += double(prob_.batch) * double(g.all_parts()) * double(g.heads) * double(g.view_elems()) * (g.output ? 8 + 1 + 4 * 8 : 8);
   if (!fits(bytes, kernel_loc_, "the global tensors with the reference's copies")) return false;
   globals_charge_ = Charge(&live_bytes_, int64_t(bytes));
   env_.scalars["softmax_scale"] = prob_.softmax_scale;
@@ -349,7 +358,7 @@ void Machine::make_inputs(const Program& p) {
       g.written.assign(n, 0);
     }
     if (!g.output) continue;
-    size_t n = size_t(prob_.batch * g.heads * g.view_elems());
+    size_t n = size_t(prob_.batch * g.all_parts() * g.heads * g.view_elems());
     // poison, except what `and accumulate` adds to: zero at launch (the C ABI's contract)
     g.data.assign(n, g.accumulated ? 0.0 : std::numeric_limits<double>::quiet_NaN());
     g.written.assign(n, 0);
@@ -424,10 +433,22 @@ RunResult Machine::verdict(const Program& p) {
   RunResult r;
   r.ran = true;
   r.blocks = blocks_;
-  const Global& q = globals_["Q"];
   const Global& v = globals_["V"];
-  const Global& o = globals_["O"];
+  const Global* op = &globals_["O"];
   const Global* lse = globals_.count("LSE") ? &globals_["LSE"] : nullptr;
+  Global merged_o, merged_lse;  // split keys: the parts merged by their LSE (docs/tl.md, "Splitting the keys")
+  if (op->parts > 0) {
+    if (!lse || lse->parts != op->parts || op->view.size() != 2) {
+      error("TL0901", op->loc, "O holds the parts of split keys but LSE does not", "give LSE the offset [b, s, head] too");
+      r.ran = false;
+      r.summary = "not verified: split parts without their LSE";
+      return r;
+    }
+    merge_parts(*op, *lse, prob_.batch, merged_o, merged_lse);
+    op = &merged_o;
+    lse = &merged_lse;
+  }
+  const Global& o = *op;
   const spec::ScoreVariant variant = cfg_.reference_variant ? cfg_.reference_variant(aux_) : declared_variant(p);
   const spec::ScoreVariant* vp = variant.empty() ? nullptr : &variant;
   const spec::ScoreVariant kv_variant = ref_variant(variant);  // a KV cache: each sequence's keys
@@ -456,6 +477,7 @@ RunResult Machine::verdict(const Program& p) {
   sum << kernel_name_ << ": batch=" << prob_.batch << " heads_q=" << prob_.heads_q << " heads_kv=" << prob_.heads_kv
       << " seqlen_q=" << prob_.seqlen_q << " seqlen_k=" << prob_.seqlen_k << " d_qk=" << prob_.d_qk << " d_v=" << prob_.d_v
       << " mask=" << spec::to_string(prob_.mask);
+  if (globals_["O"].parts > 0) sum << " splits=" << globals_["O"].parts << " (merged by their LSE)";
   if (prob_.mask == spec::MaskKind::Window) sum << "(" << prob_.window_left << ", " << prob_.window_right << ")";
   sum << " scale=" << prob_.softmax_scale << " seed=" << cfg_.seed << " blocks=" << blocks_ << "\n";
   bool ok_o, ok_lse = true;

@@ -16,31 +16,41 @@ namespace {
 constexpr double kEmptyLse = -std::numeric_limits<double>::infinity();
 
 
-// The merge of one row: LSE = log sum_s exp(lse_s), O = sum_s exp(lse_s - LSE) O_s; every part
-// empty: O = 0, LSE = -inf. `r` rounds each intermediate (identity in fp64, fp32 for the naive
-// merge).
-template <class Round>
-void merge_row(const std::vector<const double*>& o, const std::vector<double>& lse, int64_t d, Round r, double* out,
-               double& lse_out) {
-  double m = kEmptyLse;
-  for (double x : lse) m = std::max(m, x);
-  if (m == kEmptyLse) {
-    for (int64_t c = 0; c < d; ++c) out[c] = 0;
-    lse_out = kEmptyLse;
-    return;
-  }
-  double l = 0;
-  std::vector<double> w(lse.size());
-  for (size_t s = 0; s < lse.size(); ++s) l = r(l + (w[s] = r(std::exp(r(lse[s] - m)))));
-  for (int64_t c = 0; c < d; ++c) {
-    double acc = 0;
-    for (size_t s = 0; s < lse.size(); ++s) acc = r(acc + r(w[s] * o[s][c]));
-    out[c] = r(acc / l);
-  }
-  lse_out = r(m + r(std::log(l)));
-}
-
 }  // namespace
+
+void merge_parts(const Global& o, const Global& lse, int64_t batch, Global& mo, Global& mlse) {
+  const int64_t parts = o.parts, heads = o.heads, rows = o.view[0], d = o.view[1];
+  mo = o;
+  mlse = lse;
+  mo.parts = mlse.parts = 0;
+  mo.data.assign(size_t(batch * heads * rows * d), 0.0);
+  mo.written.assign(mo.data.size(), 0);
+  mlse.data.assign(size_t(batch * heads * rows), 0.0);
+  mlse.written.assign(mlse.data.size(), 0);
+  std::vector<const double*> po(static_cast<size_t>(parts), nullptr);
+  std::vector<double> pl(static_cast<size_t>(parts), 0.0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t r = 0; r < rows; ++r) {
+        bool lse_written = true;
+        for (int64_t s = 0; s < parts; ++s) {
+          const size_t mat = size_t((b * parts + s) * heads + h);
+          po[size_t(s)] = &o.data[(mat * size_t(rows) + size_t(r)) * size_t(d)];
+          const size_t li = mat * size_t(rows) + size_t(r);
+          pl[size_t(s)] = lse.data[li];
+          lse_written = lse_written && lse.written[li];
+        }
+        const size_t out = size_t(b * heads + h) * size_t(rows) + size_t(r);
+        merge_row(po, pl, d, [](double x) { return x; }, &mo.data[out * size_t(d)], mlse.data[out]);
+        mlse.written[out] = lse_written;
+        for (int64_t c = 0; c < d; ++c) {  // a part's row counts with its LSE: without it the merge is unknown
+          bool w = lse_written;
+          for (int64_t s = 0; s < parts && w; ++s)
+            w = o.written[(size_t((b * parts + s) * heads + h) * size_t(rows) + size_t(r)) * size_t(d) + size_t(c)];
+          mo.written[out * size_t(d) + size_t(c)] = w;
+        }
+      }
+}
 
 bool Machine::setup_globals_combine(const Program& p) {
   auto get = [&](const char* n, int64_t dflt) {

@@ -161,8 +161,8 @@ bool Machine::exec_allocate(const Stmt& s) {
   const auto& a = s.alloc;
   if (a.space == Space::Global) {
     auto git = globals_.find(a.name);
-    const bool parted = git != globals_.end() && git->second.parts > 0;  // a combine program's O_part / LSE_part
-    if (!frames_.empty() && !parted)
+    const bool parted = git != globals_.end() && git->second.parts > 0;  // offset [b, s, head]
+    if (!frames_.empty() && !(parted && combine_))
       return error("TL0903", s.loc, "a global Allocate inside a loop is not supported",
                    "allocate the kernel's arguments at the top of the program");
     if (aux_.count(a.name)) return true;  // an auxiliary input: read by declarations only
@@ -179,13 +179,15 @@ bool Machine::exec_allocate(const Stmt& s) {
         if (!v) return false;
         ix[size_t(i)] = *v;
       }
-      if (ix[0] < 0 || ix[0] >= prob_.batch || ix[1] < 0 || ix[1] >= g.parts || ix[2] < 0 || ix[2] >= g.heads)
+      // a packed view (`{pack: G}`) is indexed by its head group
+      if (ix[0] < 0 || ix[0] >= prob_.batch || ix[1] < 0 || ix[1] >= g.parts || ix[2] < 0 || (ix[2] + 1) * g.pack > g.heads)
         return error("TL0901", s.loc,
                      "offset [" + std::to_string(ix[0]) + ", " + std::to_string(ix[1]) + ", " + std::to_string(ix[2]) +
-                         "] of global " + a.name + " is outside (batch, splits, heads) = (" + std::to_string(prob_.batch) +
-                         ", " + std::to_string(g.parts) + ", " + std::to_string(g.heads) + ")",
-                     "loop over the parts with `for s = 0: splits`");
-      slots_[a.name].global = View{&g, ((ix[0] * g.parts + ix[1]) * g.heads + ix[2]) * g.view_elems()};
+                         "] of global " + a.name + " is outside (batch, splits, heads" + (g.pack > 1 ? " / pack" : "") +
+                         ") = (" + std::to_string(prob_.batch) + ", " + std::to_string(g.parts) + ", " +
+                         std::to_string(g.heads / g.pack) + ")",
+                     combine_ ? "loop over the parts with `for s = 0: splits`" : "the part is the Grid axis `s = 0: splits`");
+      slots_[a.name].global = View{&g, ((ix[0] * g.parts + ix[1]) * g.heads + ix[2] * g.pack) * g.view_elems()};
       return true;
     }
     int64_t b = 0, h = 0;

@@ -3,7 +3,9 @@
 // interp_exec.cc (Allocate, Copy, Let, for), interp_compute.cc (Compute), interp_variant.cc
 // (Score / Mask declarations, skip) and interp_schedule.cc (the Hopper schedule attributes).
 #pragma once
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -96,7 +98,8 @@ struct Global {
   bool accumulated = false;         // a backward output that `Copy ... and accumulate` adds to: zero at launch
   bool workspace = false;           // written by a Phase, read by the main program (poisoned at launch)
   int64_t heads = 1;                // heads_q or heads_kv
-  int64_t parts = 0;                // a combine program's O_part / LSE_part: `splits` (offset [b, s, head]); else 0
+  int64_t parts = 0;                // `splits` for a view with the offset [b, s, head] (a combine program's O_part /
+                                    // LSE_part, a split forward's O / LSE: data (batch, parts, heads, view)); else 0
   std::vector<int64_t> view;        // one (batch, head) matrix: (rows, cols) or (rows)
   int64_t pack = 1;                 // `{pack: G}`: a block's view interleaves G heads (docs/tl.md, GQA packing)
   std::vector<double> data;         // (batch, heads, view...)
@@ -112,7 +115,36 @@ struct Global {
   int64_t total = 0;
   std::vector<int32_t> writer;
   int64_t view_elems() const { return view.size() == 2 ? view[0] * view[1] : view[0]; }
+  int64_t all_parts() const { return parts > 0 ? parts : 1; }
 };
+
+// The merge of one row: LSE = log sum_s exp(lse_s), O = sum_s exp(lse_s - LSE) O_s; every part
+// empty: O = 0, LSE = -inf. `r` rounds each intermediate (identity in fp64, fp32 for the naive
+// merge).
+template <class Round>
+void merge_row(const std::vector<const double*>& o, const std::vector<double>& lse, int64_t d, Round r, double* out,
+               double& lse_out) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (double x : lse) m = std::max(m, x);
+  if (m == -std::numeric_limits<double>::infinity()) {
+    for (int64_t c = 0; c < d; ++c) out[c] = 0;
+    lse_out = -std::numeric_limits<double>::infinity();
+    return;
+  }
+  double l = 0;
+  std::vector<double> w(lse.size());
+  for (size_t s = 0; s < lse.size(); ++s) l = r(l + (w[s] = r(std::exp(r(lse[s] - m)))));
+  for (int64_t c = 0; c < d; ++c) {
+    double acc = 0;
+    for (size_t s = 0; s < lse.size(); ++s) acc = r(acc + r(w[s] * o[s][c]));
+    out[c] = r(acc / l);
+  }
+  lse_out = r(m + r(std::log(l)));
+}
+
+// Split keys: O / LSE with `parts` > 0 merged into (batch, heads, view) Globals by their LSE, as the
+// combine does, in fp64; an element is written when every part's is (and the parts' LSE rows).
+void merge_parts(const Global& o, const Global& lse, int64_t batch, Global& mo, Global& mlse);
 
 // The written elements of an output (got) with the reference's values there (want); returns how many
 // elements were never written (the verdicts of interp.cc and interp_combine.cc).

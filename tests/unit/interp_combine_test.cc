@@ -3,6 +3,9 @@
 // planted edit of its merge (a missing rescale, the wrong weight, the LSE without its max, the
 // running max never updated, an unwritten row) fails with TL0801; runtime errors for malformed
 // offsets are diagnostics, not crashes. The golden expect-run lines are interp_test.cc's corpus.
+// The forward that writes the parts (docs/tl.md, "Splitting the keys"): tests/tl/split_kv.tl passes
+// with 1 part, a few, and more parts than key tiles (empty parts), its merge checked against the
+// reference; planted edits of its key ranges or its part index fail.
 #include <gtest/gtest.h>
 
 #include "interp_test_util.h"
@@ -82,6 +85,56 @@ TEST(Combine, MissingDimsAreDiagnostics) {
   RunConfig c;
   c.dims = {{"batch", 1}, {"heads_q", 1}, {"seqlen_q", 4}};  // no splits
   Outcome o = run_text(slurp(kCorpus / "combine.tl"), c);
+  EXPECT_FALSE(o.r.ran);
+  EXPECT_TRUE(o.has("TL0904")) << o.diags;
+}
+
+std::string split_with(const std::string& from, const std::string& to) { return testutil::corpus_with("split_kv.tl", from, to); }
+
+RunConfig split_dims(Precision prec, int64_t sq, int64_t sk, int64_t page_size, int64_t splits, uint64_t seed = 11) {
+  RunConfig c;
+  c.dims = {{"batch", 3}, {"heads_q", 4}, {"heads_kv", 2}, {"seqlen_q", sq}, {"seqlen_k", sk}, {"d", 16},
+            {"page_size", page_size}, {"pages", (sk + page_size - 1) / page_size}, {"splits", splits}};
+  c.precision = prec;
+  c.seed = seed;
+  return c;
+}
+
+TEST(SplitKeys, UnmodifiedProgramPassesWithOneFewAndEmptyParts) {
+  struct Size { int64_t sq, sk, ps, splits; };
+  // 96 keys are 6 tiles of 16: 1 part, 4 (parts of 2 tiles, the last empty), 6, 9 (3 empty parts)
+  for (Precision prec : {Precision::FP64, Precision::Storage})
+    for (Size z : {Size{1, 96, 16, 1}, Size{1, 96, 16, 4}, Size{3, 96, 32, 6}, Size{1, 70, 8, 9}, Size{5, 33, 64, 2}}) {
+      SCOPED_TRACE("seqlen_q=" + std::to_string(z.sq) + " seqlen_k=" + std::to_string(z.sk) + " splits=" + std::to_string(z.splits));
+      Outcome o = run_text(slurp(kCorpus / "split_kv.tl"), split_dims(prec, z.sq, z.sk, z.ps, z.splits));
+      EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
+      EXPECT_TRUE(o.codes.empty()) << o.diags;
+    }
+}
+
+TEST(SplitKeys, PlantedKeyRangesAndPartIndicesFail) {
+  const Planted bugs[] = {
+      {"every part attends to every key (LSE off by log splits)", "for j = s * part: min((s + 1) * part, cdiv(seqlen_k, BN))",
+       "for j = 0: cdiv(seqlen_k, BN)"},
+      {"parts overlap by a tile", "min((s + 1) * part, cdiv(seqlen_k, BN))", "min((s + 1) * part + 1, cdiv(seqlen_k, BN))"},
+      {"each part skips its last tile", "min((s + 1) * part, cdiv(seqlen_k, BN))", "min((s + 1) * part - 1, cdiv(seqlen_k, BN))"},
+      {"the parts cut the capacity, not the sequence's keys, and stop at the first part",
+       "for j = s * part: min((s + 1) * part, cdiv(seqlen_k, BN))", "for j = s * part: min(part, cdiv(seqlen_k, BN))"},
+      {"every part writes part 0's result", "Allocate O in global (seqlen_q, d) bf16 with offset [b, s, kv_head]",
+       "Allocate O in global (seqlen_q, d) bf16 with offset [b, 0, kv_head]"},
+  };
+  for (const auto& b : bugs) {
+    SCOPED_TRACE(b.what);
+    Outcome o = run_text(split_with(b.from, b.to), split_dims(Precision::FP64, 1, 96, 16, 3));
+    EXPECT_FALSE(o.r.passed) << o.r.summary;
+    EXPECT_TRUE(o.has("TL0801")) << o.diags;
+  }
+}
+
+TEST(SplitKeys, MissingSplitsIsADiagnostic) {
+  RunConfig c = split_dims(Precision::FP64, 1, 96, 16, 3);
+  c.dims.erase("splits");
+  Outcome o = run_text(slurp(kCorpus / "split_kv.tl"), c);
   EXPECT_FALSE(o.r.ran);
   EXPECT_TRUE(o.has("TL0904")) << o.diags;
 }
