@@ -19,6 +19,10 @@ vs_cudnn (cudnn time / this), vs_contiguous (the contiguous cache's time / this)
 device runtime (e.g. the parent commit's device/), a cache folder of their own, captured into their
 own CUDA graphs and timed in the same rounds (impl qattn@NAME / qattn-kvcache@NAME): a same-process A/B
 of a runtime change. vs_contiguous compares each with the contiguous cache of its own runtime.
+
+--tl-split: the same calls with the kernel that splits the keys in its TL (QATTN_SPLIT_MODE=tl, Hopper:
+the queries read in place) as impl qattn@tl / qattn-kvcache@tl, against the default split (the parts
+folded into the batch, the queries copied per part), in the same rounds.
 """
 import argparse
 import contextlib
@@ -52,7 +56,7 @@ PAGES = (0, 16, 64, 256)
 
 
 
-RUNTIMES = {}  # NAME: (device dir, its own kernel cache folder, its own in-process build table)
+RUNTIMES = {}  # NAME: (environment {VAR: value}, its own in-process build table)
 
 
 @contextlib.contextmanager
@@ -61,11 +65,11 @@ def runtime(name):
     if name is None:
         yield
         return
-    device, cache, fast = RUNTIMES[name]
-    saved = (dict(_build.FAST), os.environ.get("QATTN_DEVICE_DIR"), os.environ.get("QATTN_CACHE_DIR"))
+    env, fast = RUNTIMES[name]
+    saved = (dict(_build.FAST), {var: os.environ.get(var) for var in env})
     _build.FAST.clear()
     _build.FAST.update(fast)
-    os.environ["QATTN_DEVICE_DIR"], os.environ["QATTN_CACHE_DIR"] = device, cache
+    os.environ.update(env)
     try:
         yield
     finally:
@@ -73,7 +77,7 @@ def runtime(name):
         fast.update(_build.FAST)
         _build.FAST.clear()
         _build.FAST.update(saved[0])
-        for var, old in (("QATTN_DEVICE_DIR", saved[1]), ("QATTN_CACHE_DIR", saved[2])):
+        for var, old in saved[1].items():
             if old is None:
                 os.environ.pop(var, None)
             else:
@@ -107,6 +111,8 @@ def main():
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR")
+    ap.add_argument("--tl-split", action="store_true",
+                    help="also the key split written in TL (QATTN_SPLIT_MODE=tl), as impl ...@tl")
     ap.add_argument("--ordered-pages", action="store_true",
                     help="each sequence's pages in order in the pool (what the addresses cost, against the shuffled pool)")
     a = ap.parse_args()
@@ -114,7 +120,10 @@ def main():
         name, _, device = spec.partition("=")
         if not name or not os.path.isdir(os.path.join(device, "qattn")):
             ap.error(f"--also wants NAME=DEVICE_DIR (a folder holding qattn/*.cuh), got {spec!r}")
-        RUNTIMES[name] = (os.path.abspath(device), tempfile.mkdtemp(prefix=f"qattn_{name}_cache_"), {})
+        RUNTIMES[name] = ({"QATTN_DEVICE_DIR": os.path.abspath(device),
+                           "QATTN_CACHE_DIR": tempfile.mkdtemp(prefix=f"qattn_{name}_cache_")}, {})
+    if a.tl_split:
+        RUNTIMES["tl"] = ({"QATTN_SPLIT_MODE": "tl"}, {})
     gpu = torch.cuda.get_device_name()
     d = 128
     gen = torch.Generator().manual_seed(0)

@@ -91,12 +91,17 @@ static inline int* tile_counter() {
 // head) matrix below 2^31 elements, a 4-byte aligned LSE, the auxiliary inputs the kernel reads
 // (bit i of aux_needed: aux[i]). QATTN_OK, or a status with the message in qattn_last_error().
 static inline int check_fwd_params(const qattn_fwd_params* params, int d_qk, int d_v, int elem_bytes, int out_bytes,
-                                   bool lse, unsigned aux_needed) {
+                                   bool lse, unsigned aux_needed, bool split = false) {
   if (params == nullptr) return fail(QATTN_ERR_SHAPE, "params is NULL");
   const qattn_fwd_params& p = *params;
   if (p.abi_version != QATTN_ABI_VERSION)
     return fail(QATTN_ERR_ABI, "abi_version %d; this library was built for %d", p.abi_version, QATTN_ABI_VERSION);
   if (p.sm_margin < 0) return fail(QATTN_ERR_ARG, "sm_margin %d: the SMs to leave free cannot be negative", p.sm_margin);
+  if (p.splits < 0 || p.splits > 65535 || (!split && p.splits > 1))
+    return fail(QATTN_ERR_ARG, "splits %d: %s", p.splits,
+                split ? "the parts of split keys are 0 or 1 (one part) to 65535"
+                      : "this kernel does not split the keys (its TL has no `s = 0: splits` axis); pass 0 or 1");
+  if (split && lse && p.lse == nullptr) return fail(QATTN_ERR_SHAPE, "a kernel that splits the keys writes each part's LSE: lse must not be NULL");
   if (p.d_qk != d_qk || p.d_v != d_v)
     return fail(QATTN_ERR_SHAPE, "head dims (%d, %d); this kernel was generated for (%d, %d)", p.d_qk, p.d_v, d_qk, d_v);
   if (p.batch <= 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.seqlen_q < 0 || p.seqlen_k < 0)

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define QATTN_ABI_VERSION 7
+#define QATTN_ABI_VERSION 8
 
 typedef struct qattn_fwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
@@ -66,6 +66,14 @@ typedef struct qattn_fwd_params {
    * another stream runs beside it (ring attention's transfers: their NCCL kernels find no free SM
    * under a persistent grid that holds all of them); 0: every SM. Ignored by other kernels. */
   int32_t sm_margin;
+  /* ABI 8: split keys (FlashDecoding's first kernel), for kernels whose TL writes O and LSE per part of
+   * the keys (a Grid axis `s = 0: splits`, O and LSE at [b, s, head]; docs/tl.md "Splitting the keys";
+   * qattn_kernel_info()'s "splits" is true): each sequence's keys are cut into `splits` parts and o /
+   * lse receive the parts' results, o (batch * splits, seqlen_q, heads_q, d_v) with o_batch_stride
+   * from one part to the next (part s of sequence b at b * splits + s) and lse (batch * splits,
+   * heads_q, seqlen_q); a combine kernel (qattn_combine) merges them. 0 or 1: one part. Must be 0 or
+   * 1 for other kernels. */
+  int32_t splits;
 } qattn_fwd_params;
 
 typedef enum qattn_status {

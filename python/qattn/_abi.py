@@ -9,7 +9,7 @@ import ctypes
 import json
 
 # Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
-QATTN_ABI_VERSION = 7
+QATTN_ABI_VERSION = 8
 
 STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX",
           7: "ERR_ARG"}
@@ -39,14 +39,18 @@ class Params(ctypes.Structure):
         ("page_size", ctypes.c_int32), ("pages", ctypes.c_int32), ("num_pages", ctypes.c_int32),  # ABI 4: a paged KV cache
         ("total_q", ctypes.c_int32), ("total_k", ctypes.c_int32),  # ABI 5: packed ragged batches
         ("sm_margin", ctypes.c_int32),  # ABI 7: SMs a persistent kernel leaves free
+        ("splits", ctypes.c_int32),  # ABI 8: split keys (o, lse hold batch * splits parts)
     ]
 
 
-def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window=None, softcap=None, sm_margin=0):
+def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window=None, softcap=None, sm_margin=0,
+                splits=1):
     """Params for (batch, seqlen, heads, dim) views q, k, v, o; lse (batch, heads_q, seqlen_q) or None;
     aux: up to 4 contiguous device tensors (or None) in the order of the kernel info's "aux" list;
     window (left, right) (-1: unbounded) and softcap: the launch arguments of kernels whose info
-    lists them in "args" (ignored by the others); sm_margin: SMs a persistent kernel leaves free."""
+    lists them in "args" (ignored by the others); sm_margin: SMs a persistent kernel leaves free;
+    splits: the parts of split keys (kernels whose info says "splits"): then o and lse hold batch * splits
+    parts, part s of sequence b at b * splits + s, and batch is q's."""
     p = Params()
     p.abi_version = QATTN_ABI_VERSION
     p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
@@ -69,6 +73,7 @@ def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window
     if softcap is not None:
         p.softcap = float(softcap)
     p.sm_margin = int(sm_margin)
+    p.splits = int(splits)
     return p
 
 

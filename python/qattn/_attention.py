@@ -222,21 +222,24 @@ def run_fwd(torch, b, p, device):
                           hint=f"kernel {b.spec['name']} ({b.library_path})")
 
 
-def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None, kv_cache=None, varlen=False):
+def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None, kv_cache=None, varlen=False,
+               split=False):
     """The Build for this compile-time tuple on `device`; shape (heads_q, heads_kv, seqlen_q) picks
     the packed kernel for short GQA/MQA queries on Hopper (_build.short_queries); kv_cache: "lengths"
-    or "paged" (qattn._kvcache); varlen: packed ragged batches (qattn._varlen)."""
+    or "paged" (qattn._kvcache); varlen: packed ragged batches (qattn._varlen); split: the kernel that
+    writes the parts of split keys (tl_split)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
     target, reason, tag = _device_target(torch, device)
     short = shape is not None and _build.short_queries(target, *shape, fields)
     key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx, short,
-           kv_cache, bool(varlen))
+           kv_cache, bool(varlen), bool(split))
     hit = _build.FAST.get(key)
     if hit is not None:
         if isinstance(hit, Exception):
             raise hit
         return hit
-    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse, target, short=short, kv_cache=kv_cache, varlen=varlen)
+    spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse or split, target, short=short, kv_cache=kv_cache,
+                              varlen=varlen, split=split)
     try:
         b = _build.build(spec, target, reason, local_tag=tag, verbose=verbose)
     except SpecError as e:  # deterministic: do not run the pipeline again for the same request
@@ -333,8 +336,11 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     if splits > 1 and _combine.first_split(dt, int(vv.shape[3]), q.device) and \
             not _split_kernel_ready(torch, dt, qv, vv, fields, q.device, (hq, hkv, sq)):
         _combine.prefetch(torch, dt, int(vv.shape[3]), q.device)  # compiled beside the forward kernel below
-    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse or splits > 1, q.device,
-                   shape=(hq, hkv, sq))
+    in_tl = splits > 1 and tl_split(torch, q.device)
+    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), split_fields(fields) if in_tl else fields,
+                   return_lse or splits > 1, q.device, shape=(hq, hkv, sq), split=in_tl)
+    if in_tl:
+        return _launch_tl_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args)
     if splits > 1:
         return _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args)
     return _launch(torch, b, q, k, v, layout, scale, return_lse, aux, args)
@@ -430,11 +436,33 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
     return 1
 
 
+def tl_split(torch, device):
+    """True when a key split on `device` launches the kernel that splits in its TL (the spec's
+    split_keys: the parts a Grid axis, O and LSE written per part, the queries read in place; docs/tl.md
+    "Splitting the keys"): with QATTN_SPLIT_MODE=tl on Hopper (the sm90 lowering). Otherwise, the
+    default until it is measured against it, the keys are folded into the batch (_launch_split: a copy
+    of the queries per part)."""
+    if os.environ.get("QATTN_SPLIT_MODE", "fold") != "tl":
+        return False
+    target, _, _ = _device_target(torch, device)
+    return target in ("h100", "h200")
+
+
+def split_fields(fields):
+    """The variant fields of the kernel that splits in its TL: split_keys splits only unmasked calls
+    and bottom-right causal ones with one query, which sees every key, so the split kernel is the
+    unmasked one (the causal split kernel is not lowered yet: it hung on an H200, docs/tl.md,
+    "Splitting the keys")."""
+    return {k: v for k, v in fields.items() if k != "mask"} | {"mask": {"kind": "none"}}
+
+
 def _split_kernel_ready(torch, dt, qv, vv, fields, device, shape):
     """True when the kernel (with LSE) that the key split launches is ready (built, packed or cached)."""
     target, _, tag = _device_target(torch, device)
     short = _build.short_queries(target, *shape, fields)
-    spec = _build.kernel_spec(dt, int(qv.shape[3]), int(vv.shape[3]), fields, True, target, short=short)
+    split = tl_split(torch, device)
+    spec = _build.kernel_spec(dt, int(qv.shape[3]), int(vv.shape[3]), split_fields(fields) if split else fields, True,
+                              target, short=short, split=split)
     return _build.available(spec, tag)
 
 
@@ -450,7 +478,9 @@ def _compiles_only_for_split(torch, dt, qv, vv, fields, device, shape):
     dqk, dv = int(qv.shape[3]), int(vv.shape[3])
 
     def spec(lse):
-        return _build.kernel_spec(dt, dqk, dv, fields, lse, target, short=short)
+        split = lse and tl_split(torch, device)
+        return _build.kernel_spec(dt, dqk, dv, split_fields(fields) if split else fields, lse, target, short=short,
+                                  split=split)
     return _build.available(spec(False), tag) and not _build.available(spec(True), tag) and not _build.can_compile()
 
 
@@ -495,8 +525,15 @@ def _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=
         o_t, l_t = _launch(torch, b, qv, kc[:, main:], vc[:, main:], "bshd", scale, True, args=args)
         o_parts = torch.cat([o_parts, o_t[:, None]], 1)
         l_parts = torch.cat([l_parts, l_t[:, None]], 1)
+    return _merge_parts(torch, b, qv, o_parts, l_parts, layout, return_lse)
+
+
+def _merge_parts(torch, b, qv, o_parts, l_parts, layout, return_lse):
+    """The LSE merge of o_parts (bsz, splits, sq, hq, dv) / l_parts (bsz, splits, hq, sq): the combine
+    kernel written in TL (qattn._combine: one launch, o in the caller's layout, the LSE only when asked
+    for), or torch operations where _merge_with_torch says so."""
+    bsz, _, sq, hq, dv = o_parts.shape
     if _merge_with_torch(torch, b, o_parts):
-        # every part has keys (>= MIN_KEYS_PER_SPLIT, no mask that empties a part): finite LSEs
         o, lse = _combine.merge_torch(torch, o_parts, l_parts, return_lse, qv.dtype)
         if layout == "bhsd":
             o = o.transpose(1, 2).contiguous()
@@ -506,6 +543,31 @@ def _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=
     else:
         o, lse = _combine.combine(torch, o_parts, l_parts, return_lse, qv.device)
     return (o, lse) if return_lse else o
+
+
+def _launch_tl_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args=None):
+    """One launch of a kernel that splits the keys in its TL (tl_split; Build b from a split_keys
+    spec): q, k, v read in place (no copy per part), each sequence's key tiles cut into `splits`
+    parts by the kernel, the parts' O and LSE written to (batch * splits) entries, then merged
+    (_merge_parts). A part without keys stores O = 0 and LSE = -inf, which the merge ignores."""
+    bsz, sq, hq, _ = (int(x) for x in qv.shape)
+    dv = int(vv.shape[3])
+    views = []
+    for tv in (qv, kv, vv):  # e.g. a slice with an odd offset: one copy
+        if not _aligned(tv):
+            tv = tv.contiguous()
+            if not _aligned(tv):
+                tv = tv.clone()
+        views.append(tv)
+    o_parts = torch.empty((bsz * splits, sq, hq, dv), device=qv.device, dtype=qv.dtype)
+    l_parts = torch.empty((bsz * splits, hq, sq), device=qv.device, dtype=torch.float32)
+    args = args or {}
+    p = fill_params(views[0], views[1], views[2], o_parts, l_parts, _scale(scale, int(qv.shape[3])),
+                    window=args.get("window"), softcap=args.get("softcap"), sm_margin=args.get("sm_margin", 0),
+                    splits=splits)
+    run_fwd(torch, b, p, qv.device)
+    return _merge_parts(torch, b, qv, o_parts.view(bsz, splits, sq, hq, dv), l_parts.view(bsz, splits, hq, sq), layout,
+                        return_lse)
 
 
 # ---- ahead-of-time builds and explanations -------------------------------------------------------

@@ -67,15 +67,16 @@ def short_queries(target, heads_q, heads_kv, seqlen_q, fields):
     return 64 % (heads_q // heads_kv) == 0 and 0 < seqlen_q <= SHORT_QUERIES and "variants" not in fields
 
 
-def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_cache=None, varlen=False):
+def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_cache=None, varlen=False, split=False):
     """The canonical spec of the kernel for one compile-time tuple (see the module comment);
     fields: the variant fields ({"mask": ...}, qattn._variants). short: the kernel for short query
     sequences (short_queries): the spec states seqlen_q = SHORT_QUERIES, so the planner packs heads.
     kv_cache: "lengths" or "paged" for a kernel that reads a KV cache (qattn._kvcache); varlen: a
-    kernel over packed ragged batches (qattn._varlen)."""
+    kernel over packed ragged batches (qattn._varlen); split: the kernel that writes the parts of split
+    keys (the spec's split_keys, Hopper: docs/tl.md "Splitting the keys"; with the LSE)."""
     name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \
         ("_lse" if return_lse else "") + ("_short" if short else "") + (f"_kv{kv_cache}" if kv_cache else "") + \
-        ("_varlen" if varlen else "")
+        ("_varlen" if varlen else "") + ("_split" if split else "")
     name = name[:128]  # a spec name is at most 128 characters (SPEC0217); the cache key is the whole spec
     spec = {"name": name, "heads_q": 2, "heads_kv": 1, "head_dim_qk": int(d_qk), "head_dim_v": int(d_v),
             "dtype": dtype, "layout": "bshd", "return_lse": bool(return_lse), "gpu": target}
@@ -86,6 +87,8 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_ca
         spec["kv_cache"] = kv_cache
     if varlen:
         spec["varlen"] = True
+    if split:
+        spec["split_keys"] = True
     return spec
 
 

@@ -6,10 +6,13 @@ FlashAttention use. One kernel launch reads the cache where it lies: its TL says
 gather, no padding, no host synchronisation (a CUDA graph captures the call).
 
 Decoding (a few queries over a long cache, few blocks) splits the keys as qattn.attention does
-(_attention.split_keys): the cache's capacity is cut into S parts folded into the batch (the block
-table's rows reshaped, each part's key count clamped from cache_seqlens on the device), and the
-partial results merged by the TL combine kernel (qattn._combine), which handles the empty parts of
-short sequences.
+(_attention.split_keys). By default the cache's capacity is cut into S parts folded into the batch
+(the block table's rows reshaped, each part's key count clamped from cache_seqlens on the device, the
+queries copied per part). With QATTN_SPLIT_MODE=tl on Hopper the kernel splits in its TL instead
+(spec split_keys; docs/tl.md, "Splitting the keys"): one launch over q, the cache and its counts as
+they are, each sequence's key tiles cut into S parts by a Grid axis, the parts' O and LSE written per
+part (opt-in until it is measured against the fold). Either way the partial results are merged by the TL combine kernel
+(qattn._combine), which handles the empty parts of short sequences.
 """
 from . import _attention, _backward, _combine
 from ._abi import fill_params
@@ -94,12 +97,13 @@ def _on_cuda(q):
         raise DeviceError(f"q is on {q.device}: qattn kernels run on CUDA devices", code="PY0103")
 
 
-def _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq):
-    """S parts of the capacity (1: none): _attention.split_keys on the capacity, with S dividing the
-    capacity (contiguous) or the block table's width (paged), so every part is a view."""
+def _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl=False):
+    """S parts of the capacity (1: none): _attention.split_keys on the capacity; folded into the batch
+    (not in_tl), S divides the capacity (contiguous) or the block table's width (paged), so every part
+    is a view. A kernel that splits in its TL (in_tl) cuts each sequence's own key tiles: any S."""
     kv_shape = torch.empty((1, capacity, hkv, 1), device="meta")  # split_keys reads shapes only
     s = _attention.split_keys(torch, q.device, q, kv_shape, fields, args, None)
-    while s > 1 and ((pages and pages % s) or (not pages and capacity % s)):
+    while s > 1 and not in_tl and ((pages and pages % s) or (not pages and capacity % s)):
         s -= 1
     return s
 
@@ -140,13 +144,22 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     if o.numel() == 0:
         return (o, lse) if return_lse else o
     table = block_table.to(torch.int32).contiguous() if block_table is not None else None
-    splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq)
-    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse or splits > 1, q.device, shape=(hq, hkv, sq),
-                              kv_cache=kv)
+    in_tl = _attention.tl_split(torch, q.device)
+    splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl)
+    in_tl = in_tl and splits > 1
+    b = _attention._build_for(torch, dt, dqk, dv, _attention.split_fields(fields) if in_tl else fields,
+                              return_lse or splits > 1, q.device, shape=(hq, hkv, sq), kv_cache=kv, split=in_tl)
     s = _attention._scale(scale, dqk)
     if splits <= 1:
         _launch(torch, b, q, k_cache, v_cache, o, lse, lens, table, capacity, page_size, pages, s, args)
         return (o, lse) if return_lse else o
+    if in_tl:  # the kernel cuts each sequence's key tiles into the parts: q, the cache and its counts as they are
+        o_parts = q.new_empty((bsz * splits, sq, hq, dv))
+        l_parts = torch.empty((bsz * splits, hq, sq), device=q.device, dtype=torch.float32)
+        _launch(torch, b, q, k_cache, v_cache, o_parts, l_parts, lens, table, capacity, page_size, pages, s, args, splits)
+        _, lse_out = _combine.combine(torch, o_parts.view(bsz, splits, sq, hq, dv), l_parts.view(bsz, splits, hq, sq),
+                                      return_lse, q.device, out=o)
+        return (o, lse_out) if return_lse else o
     # keys folded into the batch: part p of sequence i is batch entry i * S + p
     part = capacity // splits
     key = (q.device, splits, part)
@@ -172,8 +185,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     return (o, lse_out) if return_lse else o
 
 
-def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, scale, args):
-    """One qattn_fwd of Build b over the cache (capacity rows per sequence; pages of page_size)."""
+def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, scale, args, splits=1):
+    """One qattn_fwd of Build b over the cache (capacity rows per sequence; pages of page_size); splits:
+    the parts of a kernel that splits the keys (o, lse hold batch * splits entries)."""
     names = [a["name"] for a in b.library.info.get("aux", [])]
     roles = b.library.info.get("kv_cache", {})
     given = {roles.get("lengths"): lens, roles.get("block_table"): table}
@@ -181,7 +195,7 @@ def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, 
         raise SpecError(f"kernel {b.spec['name']} reads {names}, a KV cache kernel reads its key counts and block table",
                         code="PY0110")
     p = fill_params(q, k, v, o, lse, scale, aux=[given[n] for n in names], window=args.get("window"),
-                    softcap=args.get("softcap"))
+                    softcap=args.get("softcap"), splits=splits)
     p.seqlen_k = capacity
     if table is not None:
         p.page_size, p.pages, p.num_pages = page_size, pages, int(k.shape[0])

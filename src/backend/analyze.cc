@@ -53,6 +53,13 @@ bool Lowering::analyze_front() {
 }
 
 bool Lowering::analyze_mma() {
+  if (grid_.size() > 3) {
+    diags_.error("XL0203", grid_stmt_ ? grid_stmt_->loc : support::SrcLoc{},
+                 "split keys (a Grid axis over splits) are lowered for Hopper's wgmma kernels only",
+                 "translate for an sm90 GPU (--gpu h100) a program whose GEMMs read Q and K from shared memory; on other "
+                 "GPUs the Python package splits by folding the parts into the batch");
+    return false;
+  }
   if (!analyze_gemms()) return false;
   if (tile_m_ % (16 * warps_) != 0) {
     diags_.error("XL0202", const_stmt_ ? const_stmt_->loc : support::SrcLoc{},
@@ -104,14 +111,19 @@ bool Lowering::analyze_header() {
       case tl::Stmt::Kind::Grid:
         grid_stmt_ = &s;
         if (s.grid.items.size() > 3) {
-          const auto& last = s.grid.items.back().extent;
-          const bool split = s.grid.items.size() == 4 && last.kind == tl::Expr::Kind::Name && last.name == "splits";
-          diags_.error("XL0203", s.loc, "a Grid of " + std::to_string(s.grid.items.size()) + " axes cannot be launched",
-                       split ? "a program that splits the keys (`s = 0: splits`, O and LSE at [b, s, head]) is checked and "
-                               "interpreted but not lowered yet; the Python package splits decoding by folding the keys into "
-                               "the batch (docs/tl.md, \"Splitting the keys\")"
-                             : "CUDA grids have 3 axes: `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
-          return false;
+          // split keys (docs/tl.md, "Splitting the keys"): a fourth axis over the Dim splits, the part
+          // index of O's and LSE's offsets; the launch folds it into the batch axis (b * splits + s)
+          const auto& last = s.grid.items.back();
+          const bool split = s.grid.items.size() == 4 && last.extent.kind == tl::Expr::Kind::Name &&
+                             last.extent.name == "splits" && info_.split && info_.split_var &&
+                             info_.split_var->kind == tl::Expr::Kind::Name && info_.split_var->name == last.var;
+          if (!split) {
+            diags_.error("XL0203", s.loc, "a Grid of " + std::to_string(s.grid.items.size()) + " axes cannot be launched",
+                         info_.split ? "a program that splits the keys has the part as its fourth and last axis, `s = 0: splits`, "
+                                       "and indexes O and LSE with it: `with offset [b, s, head]`"
+                                     : "CUDA grids have 3 axes: `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
+            return false;
+          }
         }
         for (const auto& it : s.grid.items) {
           grid_.push_back({it.var, it.extent});
@@ -220,7 +232,7 @@ bool Lowering::analyze_tensors() {
     return false;
   for (auto& [name, field] : runtime_dims_) {
     if (!field.empty()) continue;
-    if (name == "batch" || name == "heads_q" || name == "heads_kv" ||
+    if (name == "batch" || name == "heads_q" || name == "heads_kv" || (info_.split && name == "splits") ||  // ABI 8: split keys
         (!info_.paged.empty() && (name == "page_size" || name == "pages"))) {  // ABI 4: a paged KV cache
       field = name;
     } else {

@@ -91,7 +91,8 @@ void Lowering::describe_scope(kir::Kernel& k, CppNames& names) const {
     sc.grid.push_back({var, names.ident(var), "", {}});
     sc.grid_extents_cpp.push_back(names.int_expr(ext));
   }
-  for (const auto& [name, fld] : runtime_dims_) sc.runtime_dims.push_back({name, names.ident(name), "p." + fld, {}});
+  for (const auto& [name, fld] : runtime_dims_)  // ABI 8: splits 0 is one part
+    sc.runtime_dims.push_back({name, names.ident(name), fld == "splits" ? "(p.splits > 1 ? p.splits : 1)" : "p." + fld, {}});
   for (const auto& [n, v] : fixed_dims_) sc.fixed.push_back({n, names.ident(n), std::to_string(v), {}});
   for (const auto& [n, v] : consts_) sc.fixed.push_back({n, names.ident(n), std::to_string(v), {}});
   // the C ABI's tensors, and the auxiliary globals (ABI slots in TL order; the declarations read them)

@@ -219,6 +219,7 @@ struct Launch {
   bool persistent = false;         // TL Grid {persistent}
   bool reverse_m = false;          // causal: the longest query rows first
   bool defer_store_wait = false;   // persistent with O in its own tile: wait for a store before the next
+  bool split = false;              // split keys: the Grid's fourth axis `s = 0: splits`, folded into the batch axis
   TlRef grid_tl;
 };
 

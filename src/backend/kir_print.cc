@@ -83,7 +83,8 @@ std::string print(const Kernel& k) {
   for (size_t i = 0; i < sc.grid.size() && i < sc.grid_extents_cpp.size(); ++i)
     g += (g.empty() ? "" : ", ") + sc.grid[i].tl + " < " + sc.grid_extents_cpp[i];
   line("  grid (" + g + ")" + (k.launch.persistent ? " persistent" : " one block per tile") +
-       (k.launch.reverse_m ? ", longest rows first" : "") + at(k.launch.grid_tl));
+       (k.launch.reverse_m ? ", longest rows first" : "") + (k.launch.split ? ", split keys: the parts folded into the batch axis" : "") +
+       at(k.launch.grid_tl));
   line("  threads " + std::to_string(k.launch.threads) + "  smem " + std::to_string(k.launch.smem_bytes) + " B (limit " +
        std::to_string(k.smem_limit) + ")");
   if (k.family == "wgmma") {
@@ -261,6 +262,7 @@ std::string info_json(const Kernel& k) {
   } else {
     j["pipelined"] = true;
     j["persistent"] = k.launch.persistent;
+    if (k.launch.split) j["splits"] = true;  // ABI 8: o / lse receive batch * splits parts
     j["roles"] = {{"producer_registers", k.roles.producer_regs}, {"consumers", k.roles.consumer_wg},
                   {"consumer_registers", k.roles.consumer_regs}, {"pingpong", k.roles.pingpong}};
   }

@@ -51,6 +51,11 @@ bool validate_for_gpu(const spec::AttentionSpec& s, const GpuFacts& gpu, DiagSin
                   "choose a dtype from: " + gpu.dtypes_supported());
     }
   }
+  if (s.split_keys && gpu.sm < 90)
+    diags.error("SPEC0233", where ? where->at("/split_keys") : support::SrcLoc{},
+                "split_keys on " + gpu.name + " (" + gpu.arch + "): the split is lowered for Hopper's kernels (sm90) only",
+                "target an H100 / H200 (--gpu h100), or leave split_keys out (qattn.attention_with_kvcache splits on other "
+                "GPUs by folding the parts into the batch)");
   return diags.error_count() == before;
 }
 

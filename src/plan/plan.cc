@@ -2,6 +2,7 @@
 
 #include "plan/budget.h"
 
+#include <array>
 #include <algorithm>
 #include <atomic>
 #include <sstream>
@@ -45,6 +46,8 @@ Problem make_problem(const spec::AttentionSpec& s) {
   p.return_lse = s.return_lse;
   p.kv_cache = s.kv_cache;
   p.varlen = s.varlen;
+  p.split_keys = s.split_keys;
+  p.return_lse = s.return_lse || s.split_keys;  // the parts are merged by their LSE
   p.deterministic = s.deterministic;
   p.variants = s.variants;
   if (s.problem) p.seqlen_q = s.problem->seqlen_q;
@@ -325,6 +328,15 @@ std::vector<VerifyCase> verification_cases(const Plan& plan) {
       out[i].dims["batch"] = n;
       out[i].what += ", " + std::to_string(n) + " ragged sequences";
     }
+  bool split = false;  // split keys: 3 parts (some empty on the small sizes), 1, 4 and 7 in turn
+  for (const auto& s : prog.stmts)
+    if (s.kind == tl::Stmt::Kind::Dim)
+      for (const auto& it : s.dim.items) split = split || (it.name == "splits" && !it.value);
+  for (size_t i = 0; split && i < out.size(); ++i) {
+    const int64_t n = std::array<int64_t, 4>{3, 1, 4, 7}[i % 4];
+    out[i].dims["splits"] = n;
+    out[i].what += ", " + std::to_string(n) + " part" + (n == 1 ? "" : "s") + " of the keys";
+  }
   for (auto& c : out) c.what += " (BM " + std::to_string(bm) + ", BN " + std::to_string(bn) + ")";
   return out;
 }

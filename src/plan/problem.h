@@ -22,6 +22,7 @@ struct Problem {
   bool deterministic = false;  // the backward's additions `{ordered}` (bit-identical gradients); the forward has none
   bool varlen = false;  // TL `Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]` and `{ragged: ...}` (docs/tl.md, "Ragged batches")
   spec::KvCache kv_cache = spec::KvCache::None;  // TL `Let seqlen_k = cache_seqlens[b]` (and `{paged: block_table}`)
+  bool split_keys = false;  // TL `s = 0: splits`, O and LSE at [b, s, head] (docs/tl.md, "Splitting the keys"); implies LSE
   spec::Variants variants;   // score modifications and extra masks (TL Score / Mask declarations)
   int64_t seqlen_q = 0;      // the spec's `problem.seqlen_q` when it states one (0: not stated; the kernel
                              // is generic in the lengths, this only informs choices such as GQA packing)

@@ -199,13 +199,17 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     dims += same_d ? "d = " + std::to_string(p.d_qk)
                    : "d_qk = " + std::to_string(p.d_qk) + ", d_v = " + std::to_string(p.d_v);
     if (paged) dims += ", page_size, pages";
+    if (p.split_keys) dims += ", splits";
     w.line(dims);
     w.line("Const BM = " + std::to_string(tiles->bm) + ", BN = " + std::to_string(tiles->bn) +
            ", WARPS = " + std::to_string(tiles->warps) + ", STAGES = " + std::to_string(tiles->stages));
     if (var.relative_bias) w.line("Const NB = " + std::to_string(*var.relative_bias));
-    const std::string grid_attr = persistent ? " {persistent}" : "";
+    const std::string grid_attr = std::string(p.split_keys ? ", split = 0: splits" : "") + (persistent ? " {persistent}" : "");
     const std::string kind = p.heads_kv == 1 ? "MQA" : "GQA";
     const std::string group = std::to_string(p.heads_q / std::max(p.heads_kv, 1));
+    if (p.split_keys)
+      w.comment(" split keys: each sequence's key tiles cut into `splits` parts (a launch value), part `split` attended by this"
+                " block; O and LSE receive the part's result, merged by a combine kernel (docs/tl.md, \"Splitting the keys\")");
     if (pack) {
       w.line("Grid m_block = 0: cdiv(seqlen_q * (heads_q / heads_kv), BM), kv_head = 0: heads_kv, b = 0: batch" + grid_attr);
       w.comment(" " + kind + " packing: a tile holds the " + group +
@@ -249,11 +253,15 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     }
     const std::string kv_attr = paged ? " {paged: block_table}" : p.varlen && !kv_cache ? " {ragged: cu_seqlens_k}" : "";
     const std::string q_attr = p.varlen ? " {ragged: cu_seqlens_q}" : "";
+    if (p.split_keys) w.line("Let tiles_per_split = cdiv(cdiv(seqlen_k, BN), splits)");
+    const std::string oview = !p.split_keys ? qview
+                              : pack        ? " with offset [b, split, kv_head] {pack: heads_q / heads_kv}"
+                                            : " with offset [b, split, head]";
     w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qview + q_attr);
     w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]" + kv_attr);
     w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]" + kv_attr);
-    w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + qview + q_attr);
-    if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32" + qview + q_attr);
+    w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + oview + q_attr);
+    if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32" + oview + q_attr);
     if (!decls.empty()) {
       w.comment(" variants: " + spec::describe(var) + " (docs/spec.md, Variants)");
       const size_t aux0 = (p.varlen ? (p.kv_cache == spec::KvCache::None ? 2 : 1) : 0) +
@@ -291,8 +299,12 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   std::string loop_attrs;
   if (!skip.empty()) loop_attrs = "skip: " + skip;
   if (schedule) loop_attrs += (loop_attrs.empty() ? "" : ", ") + std::string("overlap");
-  w.line(w.params() ? "for j = " + loop_lo(p, pack) + ": " + loop_hi(p, pack) + (loop_attrs.empty() ? "" : " {" + loop_attrs + "}")
-                    : "for j = 0: N");
+  std::string lo = loop_lo(p, pack), hi = loop_hi(p, pack);
+  if (p.split_keys) {  // the part's tiles within the mask's
+    lo = lo == "0" ? "split * tiles_per_split" : "max(" + lo + ", split * tiles_per_split)";
+    hi = "min(" + hi + ", (split + 1) * tiles_per_split)";
+  }
+  w.line(w.params() ? "for j = " + lo + ": " + hi + (loop_attrs.empty() ? "" : " {" + loop_attrs + "}") : "for j = 0: N");
   w.indent();
   copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared", sched("async"));
   if (!smem_operands) copy("K", "", "shared", "register");

@@ -13,4 +13,4 @@ def test_fwd_params_offsets_match_a_c_compiler(tmp_path):
     names = [f[0] for f in _abi.Params._fields_]
     want = [getattr(_abi.Params, n).offset for n in names] + [ctypes.sizeof(_abi.Params)]
     assert c_layout(tmp_path, "qattn_fwd_params", names) == want
-    assert names[-6:] == ["page_size", "pages", "num_pages", "total_q", "total_k", "sm_margin"]
+    assert names[-7:] == ["page_size", "pages", "num_pages", "total_q", "total_k", "sm_margin", "splits"]

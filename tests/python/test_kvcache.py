@@ -99,6 +99,44 @@ def test_kvcache_matches_reference(case, page):
 
 
 @gpu
+@pytest.mark.parametrize("page", [0, 16, 256])
+@pytest.mark.parametrize("splits", [2, 3, 7, 16])
+def test_split_in_tl_any_count_matches_reference_and_the_fold(page, splits, monkeypatch):
+    """The kernel that splits in its TL (Hopper, QATTN_SPLIT_MODE=tl; spec split_keys): any number of
+    parts, more parts than a short sequence has key tiles (empty parts: O 0, LSE -inf, ignored by the
+    merge), ragged key counts (0, 1, a partial page); against the fp64 reference, the unsplit call and
+    the fold (the default). MQA 8/1 and GQA 8/2 decoding, bf16 d128."""
+    from qattn import _attention
+    monkeypatch.setenv("QATTN_SPLIT_MODE", "tl")
+    if not _attention.tl_split(torch, torch.device("cuda")):
+        pytest.skip("the split in TL is lowered for Hopper (sm90) only")
+    monkeypatch.setattr(_attention, "split_keys", lambda *a, **k: splits)
+    for hkv in (1, 2):
+        g = torch.Generator().manual_seed(splits * 100 + page + hkv)
+        b, hq, d, cap = 5, 8, 128, 2048
+        lens = [cap, 0, 1, 300, cap - 1 - (page or 16) // 2]
+        k, v, kc, vc, table = make_cache(g, b, cap, hkv, d, torch.bfloat16, page, lens)
+        q = torch.randn(b, 1, hq, d, generator=g).to("cuda", torch.bfloat16)
+        seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        o, lse = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True, return_lse=True)
+        check(o, lse, q, k, v, lens, True, torch.bfloat16)
+        monkeypatch.setenv("QATTN_SPLIT_MODE", "fold")
+        of = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True)  # (S lowered to divide the pages)
+        assert (of.float() - o.float()).abs().max().item() < 2e-2
+        monkeypatch.setenv("QATTN_SPLIT_MODE", "tl")
+        monkeypatch.setenv("QATTN_SPLIT_KV", "0")
+        o1 = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True)
+        monkeypatch.delenv("QATTN_SPLIT_KV")
+        assert (o1.float() - o.float()).abs().max().item() < 2e-2
+        if page == 0:  # qattn.attention on the full sequences: the same kernel family without a cache
+            full = torch.full((b,), cap, dtype=torch.int32, device="cuda")
+            kf, vf = kc.nan_to_num(0.0), vc.nan_to_num(0.0)
+            oa = qattn.attention(q, kf, vf)
+            ok = qattn.attention_with_kvcache(q, kf, vf, full, None)
+            assert (oa.float() - ok.float()).abs().max().item() < 2e-2
+
+
+@gpu
 def test_kvcache_cuda_graph_replays_the_eager_result():
     g = torch.Generator().manual_seed(3)
     b, hq, hkv, d, cap = 4, 8, 1, 128, 2048

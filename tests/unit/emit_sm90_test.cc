@@ -615,6 +615,45 @@ TEST(EmitSm90, GqaPackingFromTheTl) {
   EXPECT_TRUE(contains(x->hint, "--gpu h100")) << x->hint;
 }
 
+// Split keys written in TL (docs/tl.md, "Splitting the keys"; spec split_keys): the planner's fourth Grid
+// axis and [b, split, kv_head] offsets lower to a tile scheduler that folds the part into the batch
+// axis, a key loop over the part's tiles, O and LSE stored at entry b * splits + split, the launch's
+// tile count times splits and the ABI 8 check; the same program under a causal mask, and the spec
+// with one, are refused (the lowered causal split kernel hung on an H200).
+TEST(EmitSm90, SplitKeysFromTheTl) {
+  const std::map<std::string, std::string> flags{{"mask", "none"}, {"seqlen", "16/4096"}, {"kv-cache", "paged"}, {"split-keys", "true"}};
+  const std::string code = plan_code("llama3-8b", flags);
+  for (const char* want : {", page_size, pages, splits", ", b = 0: batch, split = 0: splits", "Let tiles_per_split = cdiv(cdiv(seqlen_k, BN), splits)",
+                           "Allocate O in global (seqlen_q, d) bf16 with offset [b, split, kv_head] {pack: heads_q / heads_kv}",
+                           "Allocate LSE in global (seqlen_q) fp32 with offset [b, split, kv_head] {pack: heads_q / heads_kv}",
+                           "for j = split * tiles_per_split: min(cdiv(seqlen_k, BN), (split + 1) * tiles_per_split)"})
+    EXPECT_TRUE(contains(code, want)) << want << "\n" << code;
+  const Translation t = lower_ok(code, "split keys");
+  const std::string& cu = t.cuda_source;
+  for (const char* want : {"constexpr bool kSplit = true;", "m_block = t.m_block; kv_head = t.head; b = t.batch; split = t.split;",
+                           "tile_coord<128, kReverseM, kPack, kSplit>(tile, p)", "splits = (p.splits > 1 ? p.splits : 1);",
+                           "const int j_lo = qattn::imax(0, v.split * v.tiles_per_split), j_hi = qattn::imin(qattn::cdiv(v.seqlen_k, BN), (v.split + 1) * v.tiles_per_split);",
+                           "&p.tma_o, v.kv_head, v.b * v.splits + v.split);", "store_rows(p.lse, rLSE, rows, v.kv_head, v.b * v.splits + v.split, p.heads_q, p.seqlen_q);",
+                           "gz = batch * (splits);", "3u, true); st != QATTN_OK)", "\"splits\":true",
+                           "load_tile_packed<128, 128>(ringQ, posQ, &p.tma_q, sQ, v.m_block * BM, v.kv_head, v.b, leader, p.pack);"})
+    EXPECT_TRUE(contains(cu, want)) << want;
+  EXPECT_TRUE(contains(t.kir, "split keys: the parts folded into the batch axis")) << t.kir;
+  // the plain kernel: no split axis, the same scheduler call with kSplit false
+  const std::string plain = lower_ok(plan_code("llama3-8b", {{"mask", "none"}, {"seqlen", "16/4096"}, {"kv-cache", "paged"}}), "plain").cuda_source;
+  EXPECT_TRUE(contains(plain, "constexpr bool kSplit = false;"));
+  EXPECT_FALSE(contains(plain, "t.split"));
+  // under a causal mask: refused by the lowering (hand-written TL) and by the spec
+  std::string causal = code;
+  causal.replace(causal.find(" with mask none\n"), 15, " with mask causal\n");
+  causal.replace(causal.find("] with bounds"), 13, "] with causal");
+  expect_refused(causal, "split = 0: splits", "split = 0: splits", "XL0301");
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  support::DiagSink d;
+  ASSERT_TRUE(spec::apply_flags(s, {{"seqlen", "1/4096"}, {"split-keys", "true"}, {"gpu", "h100"}}, d)) << d.render();
+  EXPECT_FALSE(spec::validate(s, d));
+  EXPECT_TRUE(has(d, "SPEC0219")) << d.render();
+}
+
 // Translation::kir: the kernel IR the CUDA is emitted from, naming every statement of the loop.
 TEST(EmitSm90, TheKernelIrNamesTheLoop) {
   for (const auto& [preset, flags] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{

@@ -24,6 +24,7 @@ struct KernelShape {
   bool bf16, lse, pack, persistent;
   bool paged = false;  // TL {paged}: K and V are page pools (ABI 4)
   bool ragged_q = false, ragged_k = false;  // TL {ragged}: Q, O (K, V) are packed sequences (ABI 5)
+  bool split = false;  // TL `s = 0: splits`: O and LSE receive batch * splits parts (ABI 8)
 };
 
 // Fills kp for a call of `p` on `tiles` work tiles (the TL Grid's points); *blocks: how many blocks
@@ -32,6 +33,7 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
                               int window_right, int* blocks) {
   using qattn::host::fail;
   kp->pack = k.pack ? p.heads_q / p.heads_kv : 1;
+  kp->splits = k.split && p.splits > 1 ? p.splits : 1;
   if (k.pack && 64 % kp->pack != 0)
     return fail(QATTN_ERR_SHAPE,
                 "this kernel packs the heads_q / heads_kv = %d query heads of a kv head into its 64-row tiles: the group must "
@@ -61,7 +63,7 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
       {&kp->tma_q, "q", p.q, k.d_qk, q_rows, p.heads_q, k.bm, pk, q_batch, p.q_row_stride, p.q_head_stride, qbs, l2},
       {&kp->tma_k, "k", p.k, k.d_qk, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.k_row_stride, p.k_head_stride, kbs, kv_l2},
       {&kp->tma_v, "v", p.v, k.d_v, kv_rows, p.heads_kv, kv_box, 0, kv_batch, p.v_row_stride, p.v_head_stride, vbs, kv_l2},
-      {&kp->tma_o, "o", p.o, k.d_v, q_rows, p.heads_q, 64, pk, q_batch, p.o_row_stride, p.o_head_stride, obs, l2}};
+      {&kp->tma_o, "o", p.o, k.d_v, q_rows, p.heads_q, 64, pk, q_batch * kp->splits, p.o_row_stride, p.o_head_stride, obs, l2}};
   for (const Map& m : maps) {
     const int r = make_tile_map(m.map, m.base, k.bf16, m.cols, m.rows, m.heads, m.batch, m.rs, m.hs, m.bs, m.box, m.pack, m.l2);
     if (r != 0)

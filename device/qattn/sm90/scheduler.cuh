@@ -17,11 +17,13 @@ namespace qattn::sm90 {
 // A work tile: the TL Grid point (m_block, head or kv-head group, batch).
 struct TileCoord {
   int m_block, head, batch;
+  int split = 0;  // TL `s = 0: splits` (split keys): the part of the keys
 };
 
 // Tile t of the 1-D launch -> its Grid point: m_block fastest; kReverseM: the last m_block first.
-// TL {pack}: m_block counts packed rows (pack per query) and `head` is the head group.
-template <int BM, bool kReverseM, bool kPack>
+// TL {pack}: m_block counts packed rows (pack per query) and `head` is the head group. kSplit (TL
+// `s = 0: splits`): the parts of one sequence's keys are adjacent batch entries (b * splits + s).
+template <int BM, bool kReverseM, bool kPack, bool kSplit = false>
 __device__ __forceinline__ TileCoord tile_coord(int t, Params const& p) {
   const int pack = kPack ? p.pack : 1;
   const int m_blocks = (p.seqlen_q * pack + BM - 1) / BM, heads = p.heads_q / pack;
@@ -31,6 +33,10 @@ __device__ __forceinline__ TileCoord tile_coord(int t, Params const& p) {
   t /= m_blocks;
   c.head = t % heads;
   c.batch = t / heads;
+  if constexpr (kSplit) {
+    c.split = c.batch % p.splits;
+    c.batch /= p.splits;
+  }
   return c;
 }
 

@@ -113,6 +113,7 @@ void Emitter::preamble() {
           (k_.launch.persistent ? " {persistent}: one block per SM walks the tiles" : ": one block per tile"));
   w_.line("constexpr bool kReverseM = " + cpp_bool(k_.launch.reverse_m) + ";  // causal: the longest query rows start first");
   w_.line("constexpr bool kPack = " + cpp_bool(k_.sm90.pack) + ";  // TL {pack}: a tile holds the query heads of one kv head");
+  w_.line("constexpr bool kSplit = " + cpp_bool(k_.launch.split) + ";  // TL `s = 0: splits`: the part of split keys is a Grid axis");
   w_.line("constexpr bool kDeferStoreWait = " + cpp_bool(k_.launch.defer_store_wait) +
           ";  // O has its own tile: a store is waited for before the next one, not at once");
   w_.line();
@@ -172,7 +173,8 @@ void Emitter::scope() {
     w_.line("int start_q = 0, start_k = 0;  // TL " + std::to_string(sc.ragged_tl.line) + " {ragged}: the sequence's first rows in the packed tensors");
   w_.line("int sq_, sk_, wl_, wr_;  // the kernel's mask: seqlen_q, seqlen_k, window (left, right)");
   w_.open("__device__ Scope(const TileCoord& t, const Params& p) {");
-  w_.line(sc.grid[0].cpp + " = t.m_block; " + sc.grid[1].cpp + " = t.head; " + sc.grid[2].cpp + " = t.batch;");
+  w_.line(sc.grid[0].cpp + " = t.m_block; " + sc.grid[1].cpp + " = t.head; " + sc.grid[2].cpp + " = t.batch;" +
+          (sc.grid.size() > 3 ? " " + sc.grid[3].cpp + " = t.split;" : ""));
   for (const auto& n : sc.runtime_dims) w_.line(n.cpp + " = " + n.value_cpp + ";");
   w_.line("softmax_scale = p.softmax_scale;");
   for (const auto& a : sc.launch_args) w_.line(a + " = p." + (a == "softcap" ? a : "arg_" + a) + ";");
@@ -308,7 +310,7 @@ void Emitter::producer() {
     if (b.ring && b.name != "O") poss += (poss.empty() ? "" : ", ") + pos(b.name);
   w_.line("RingPos " + poss + ";");
   w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p), ++nth) {");
-  w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack>(tile, p), p);");
+  w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(tile, p), p);");
   w_.line("bool published = false;");
   if (!k_.scope.q_count_cpp.empty()) {
     w_.open("if (!v.live()) {  // past the sequence's queries: handed on, skipped by the consumers too");
@@ -391,7 +393,7 @@ void Emitter::consumer() {
   w_.open("for (int nth = 0;; ++nth) {");
   w_.line("const int tile = sched.receive(nth, p);");
   w_.line("if (tile >= p.num_tiles) break;");
-  w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack>(tile, p), p);");
+  w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(tile, p), p);");
   if (!k_.scope.q_count_cpp.empty()) w_.line("if (!v.live()) continue;  // past the sequence's queries");
   w_.line("const RowMap<kPack> rows(v." + k_.scope.grid[0].cpp + ", " + bm + ", cw, tid, p.pack);  // the queries of this thread's rows");
   for (size_t i = 0; i < k_.sm90.scalars.size(); ++i) {
@@ -619,7 +621,8 @@ void Emitter::abi(const std::string& info_json) {
   const int eb = dtype_bytes(k_.elem), ob = dtype_bytes(k_.out);
   for (const auto& g : sc.globals) w_.line("// TL " + std::to_string(g.line) + ": " + g.text + "  (a tensor of qattn_fwd_params)");
   w_.line("if (int st = qattn::host::check_fwd_params(params, " + std::to_string(k_.d_qk) + ", " + std::to_string(k_.d_v) + ", " +
-          std::to_string(eb) + ", " + std::to_string(ob) + ", " + cpp_bool(k_.lse) + ", " + std::to_string(aux) + "u); st != QATTN_OK)");
+          std::to_string(eb) + ", " + std::to_string(ob) + ", " + cpp_bool(k_.lse) + ", " + std::to_string(aux) + "u" +
+          (k_.launch.split ? ", true" : "") + "); st != QATTN_OK)");
   w_.line("  return st;");
   if (!sc.paged.empty())  // TL {paged}: whole pages of a multiple of 8 rows per TMA box
     w_.line("if (int st = qattn::host::check_paged(*params, 8, " + std::to_string(k_.sm90.bn) + "); st != QATTN_OK) return st;");
@@ -633,16 +636,19 @@ void Emitter::abi(const std::string& info_json) {
   for (const auto& n : sc.runtime_dims) dims += (dims.empty() ? "" : ", ") + n.cpp + " = " + n.value_cpp;
   if (!dims.empty()) w_.line("[[maybe_unused]] const int " + dims + ";");
   w_.line("// TL " + std::to_string(k_.launch.grid_tl.line) + ": " + k_.launch.grid_tl.text);
-  w_.line("const long long gx = " + sc.grid_extents_cpp[0] + ", gy = " + sc.grid_extents_cpp[1] + ", gz = " + sc.grid_extents_cpp[2] + ";");
+  // split keys: the parts (the fourth axis) are folded into the batch axis, b * splits + s
+  w_.line("const long long gx = " + sc.grid_extents_cpp[0] + ", gy = " + sc.grid_extents_cpp[1] + ", gz = " + sc.grid_extents_cpp[2] +
+          (sc.grid.size() > 3 ? " * (" + sc.grid_extents_cpp[3] + ")" : "") + ";");
   w_.line("bool empty = false;");
   w_.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
   w_.line("Params kp;");
   w_.line("int blocks = 0;");
   w_.line("const KernelShape shape{" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.sm90.bn) + ", " + std::to_string(k_.d_qk) +
           ", " + std::to_string(k_.d_v) + ", kBf16, " + cpp_bool(k_.lse) + ", kPack, kPersistent" +
-          (sc.q_start_cpp.empty() && sc.kv_start_cpp.empty()
+          (sc.q_start_cpp.empty() && sc.kv_start_cpp.empty() && !k_.launch.split
                ? (sc.paged.empty() ? "" : ", true")
-               : ", " + cpp_bool(!sc.paged.empty()) + ", " + cpp_bool(!sc.q_start_cpp.empty()) + ", " + cpp_bool(!sc.kv_start_cpp.empty())) +
+               : ", " + cpp_bool(!sc.paged.empty()) + ", " + cpp_bool(!sc.q_start_cpp.empty()) + ", " + cpp_bool(!sc.kv_start_cpp.empty()) +
+                     (k_.launch.split ? ", true" : "")) +
           "};");
   const std::string wl = sc.mask == kir::MaskKind::Window ? sc.window_left_cpp : "0";
   const std::string wr = sc.mask == kir::MaskKind::Window ? sc.window_right_cpp : "0";

@@ -601,6 +601,19 @@ bool Lower::lower_store(const tl::Stmt& s, BodyStmt& out) {
         st.alloc.offset.size() == 2) {
       op.batch_cpp = kernel_names_.int_expr(st.alloc.offset[0]);
       op.head_cpp = kernel_names_.int_expr(st.alloc.offset[1]);
+    } else if (st.kind == tl::Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == c.name &&
+               st.alloc.offset.size() == 3 && k_.launch.split) {
+      // split keys: part s of sequence b is entry b * splits + s of O's and LSE's batch (ABI 8)
+      tl::Expr splits, mul, add;
+      splits.kind = tl::Expr::Kind::Name;
+      splits.name = "splits";
+      mul.kind = add.kind = tl::Expr::Kind::Binary;
+      mul.op = "*";
+      mul.args = {st.alloc.offset[0], splits};
+      add.op = "+";
+      add.args = {mul, st.alloc.offset[1]};
+      op.batch_cpp = kernel_names_.int_expr(add);
+      op.head_cpp = kernel_names_.int_expr(st.alloc.offset[2]);
     }
   if (op.head_cpp.empty())
     return error("XL0301", s.loc, "the global " + c.name + " has no `with offset [batch, head]`", "");
