@@ -6,7 +6,9 @@ timeout runs).
 
     [SPLITS=2 CAUSAL=0 CAP=2048] python3 tests/gpu/split_probe.py CASE [DEADLINE]
     CASE: plain | kv_full | kv_empty | kv_paged | fold
-Prints the build and launch times and the largest difference from the unsplit call."""
+Prints the build and launch times and the largest difference from the unsplit call. CAUSAL=1 calls
+with causal=True, which now takes the unmasked split kernel (one query sees every key; the causal
+split kernel is refused since it hung: bench/results/2026-11-29-h200-split-tl)."""
 import faulthandler
 import os
 import sys
@@ -28,8 +30,7 @@ def log(*a):
 
 case = sys.argv[1]
 splits = int(os.environ.get("SPLITS", "2"))
-if case == "fold":
-    os.environ["QATTN_SPLIT_MODE"] = "fold"
+os.environ["QATTN_SPLIT_MODE"] = "fold" if case == "fold" else "tl"  # tl: the kernel that splits in its TL (Hopper)
 _attention.split_keys = lambda *a, **k: splits
 log(case, "splits", splits, "tl_split", _attention.tl_split(torch, torch.device("cuda")))
 g = torch.Generator(device="cuda").manual_seed(0)
