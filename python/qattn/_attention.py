@@ -408,8 +408,8 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
     packed GQA kernel): then the keys are cut into S equal parts, folded into the batch dimension
     (one launch of the same kernel over batch x S), and the S partial results are merged by their
     LSE. Only where every part computes the same function: no mask, or a bottom-right causal mask
-    with one query (it sees every key); no window, no score / mask variants (a softcap is per score
-    and splits); S divides seqlen_k (or batch is 1), each part >= MIN_KEYS_PER_SPLIT keys.
+    with one query (it sees every key); no window, no score / mask variants (the softcap is one);
+    S divides seqlen_k (or batch is 1), each part >= MIN_KEYS_PER_SPLIT keys.
     QATTN_SPLIT_KV=0 turns it off."""
     if os.environ.get("QATTN_SPLIT_KV", "1") in ("0", "false", "no"):
         return 1
@@ -452,8 +452,13 @@ def split_fields(fields):
     """The variant fields of the kernel that splits in its TL: split_keys splits only unmasked calls
     and bottom-right causal ones with one query, which sees every key, so the split kernel is the
     unmasked one (the causal split kernel is not lowered yet: it hung on an H200, docs/tl.md,
-    "Splitting the keys")."""
-    return {k: v for k, v in fields.items() if k != "mask"} | {"mask": {"kind": "none"}}
+    "Splitting the keys"). Any other mask is refused (PY0111): the unmasked kernel would be wrong."""
+    mask = fields.get("mask") or {"kind": "none"}
+    if set(fields) - {"mask"} or not (mask.get("kind") == "none" or
+                                      (mask.get("kind") == "causal" and mask.get("align", "bottom_right") == "bottom_right")):
+        raise SpecError(f"the key split in TL takes unmasked calls and bottom-right causal ones with one query, not {fields}",
+                        code="PY0111")
+    return {"mask": {"kind": "none"}}
 
 
 def _split_kernel_ready(torch, dt, qv, vv, fields, device, shape):

@@ -261,7 +261,8 @@ def combine(torch, o_parts, l_parts, return_lse, device=None, out=None):
 def merge_torch(torch, o_parts, l_parts, return_lse, dtype=None):
     """The same merge as torch element-wise operations (fp32): weights softmax(l_parts) over the parts,
     a weighted sum; the fallback of a kernel pack without a combine library, and QATTN_COMBINE=torch.
-    Every part must be non-empty (finite LSE), as in the key split. Returns (o, lse or None)."""
+    A row needs one non-empty part (finite LSE; empty parts weigh 0); a row with none gives NaN (the
+    TL kernel gives 0 / -inf). Returns (o, lse or None)."""
     w = torch.softmax(l_parts, dim=1).transpose(2, 3).unsqueeze(-1)  # (b, S, sq, hq, 1) fp32
     o = (o_parts * w).sum(dim=1).to(dtype or o_parts.dtype)  # the product is fp32 (type promotion)
     return o, (torch.logsumexp(l_parts, dim=1) if return_lse else None)

@@ -53,7 +53,7 @@ bool Lowering::analyze_front() {
 }
 
 bool Lowering::analyze_mma() {
-  if (grid_.size() > 3) {
+  if (grid_.size() > 3 || info_.split) {
     diags_.error("XL0203", grid_stmt_ ? grid_stmt_->loc : support::SrcLoc{},
                  "split keys (a Grid axis over splits) are lowered for Hopper's wgmma kernels only",
                  "translate for an sm90 GPU (--gpu h100) a program whose GEMMs read Q and K from shared memory; on other "
@@ -122,6 +122,19 @@ bool Lowering::analyze_header() {
                          info_.split ? "a program that splits the keys has the part as its fourth and last axis, `s = 0: splits`, "
                                        "and indexes O and LSE with it: `with offset [b, s, head]`"
                                      : "CUDA grids have 3 axes: `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
+            return false;
+          }
+        }
+        if (info_.split) {  // O and LSE at [b, split, head]: the part is the fourth axis, a launch value
+          const bool four = s.grid.items.size() == 4;
+          bool fixed = false;
+          for (const auto& [n, v] : fixed_dims_) fixed = fixed || n == "splits";
+          if (!four || fixed) {
+            diags_.error("XL0203", s.loc,
+                         !four ? "O and LSE hold the parts of split keys ([b, split, head]) but the Grid has no axis over the parts"
+                               : "the number of parts is fixed (`Dim splits = N`): the launch passes it (the C ABI's splits)",
+                         !four ? "add the fourth axis `split = 0: splits` and index O and LSE with it"
+                               : "declare `Dim splits` without a value");
             return false;
           }
         }

@@ -504,12 +504,20 @@ void Walker::finish_split() {
                "declare the number of parts: `Dim ..., splits` and the Grid axis over them: `Grid ..., s = 0: splits`");
     return;
   }
-  info_.split = true;
+  const Expr* parts[2] = {nullptr, nullptr};  // the part index of O's and LSE's offsets
   for (const auto& st : prog_.stmts)
-    if (st.kind == Stmt::Kind::Allocate && st.alloc.space == Space::Global && st.alloc.name == "O" && st.alloc.offset.size() == 3) {
-      info_.split_var = st.alloc.offset[1];
-      break;
-    }
+    if (st.kind == Stmt::Kind::Allocate && st.alloc.space == Space::Global && st.alloc.offset.size() == 3 &&
+        (st.alloc.name == "O" || st.alloc.name == "LSE"))
+      parts[st.alloc.name == "LSE"] = &st.alloc.offset[1];
+  if (parts[0] && parts[1] && fmt_expr(*parts[0]) != fmt_expr(*parts[1])) {
+    rep_.error("TL0406", global_alloc_.at("LSE"),
+               "LSE's part index `" + fmt_expr(*parts[1]) + "` is not O's `" + fmt_expr(*parts[0]) +
+                   "`: a part's output and its LSE are merged together",
+               "index both with the Grid axis over the parts: `with offset [b, split, head]`");
+    return;
+  }
+  info_.split = true;
+  if (parts[0]) info_.split_var = *parts[0];
 }
 
 }  // namespace qattn::tl::detail

@@ -31,6 +31,9 @@ bool Machine::setup_ragged(const Program& p) {
           g.ragged = a.value->name;
           (g.name == "K" || g.name == "V" ? k_cu_ : q_cu_) = g.ragged;
           if (g.pack > 1) return error("TL0903", s.loc, "a ragged view that is also packed is not interpreted", "remove `{pack}`");
+          if (g.parts > 0)
+            return error("TL0903", s.loc, "a ragged view that also holds the parts of split keys is not interpreted",
+                         "split the keys of equal-length sequences or of a KV cache; give O and LSE `[b, head]` here");
         }
   if (q_cu_.empty() && k_cu_.empty()) return true;
   ragged_ = true;

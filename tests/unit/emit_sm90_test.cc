@@ -634,7 +634,7 @@ TEST(EmitSm90, SplitKeysFromTheTl) {
                            "tile_coord<128, kReverseM, kPack, kSplit>(tile, p)", "splits = (p.splits > 1 ? p.splits : 1);",
                            "const int j_lo = qattn::imax(0, v.split * v.tiles_per_split), j_hi = qattn::imin(qattn::cdiv(v.seqlen_k, BN), (v.split + 1) * v.tiles_per_split);",
                            "&p.tma_o, v.kv_head, v.b * v.splits + v.split);", "store_rows(p.lse, rLSE, rows, v.kv_head, v.b * v.splits + v.split, p.heads_q, p.seqlen_q);",
-                           "gz = batch * (splits);", "3u, true); st != QATTN_OK)", "\"splits\":true",
+                           "gz = batch * 1LL * (splits);", "3u, true); st != QATTN_OK)", "\"splits\":true",
                            "load_tile_packed<128, 128>(ringQ, posQ, &p.tma_q, sQ, v.m_block * BM, v.kv_head, v.b, leader, p.pack);"})
     EXPECT_TRUE(contains(cu, want)) << want;
   EXPECT_TRUE(contains(t.kir, "split keys: the parts folded into the batch axis")) << t.kir;
@@ -642,6 +642,12 @@ TEST(EmitSm90, SplitKeysFromTheTl) {
   const std::string plain = lower_ok(plan_code("llama3-8b", {{"mask", "none"}, {"seqlen", "16/4096"}, {"kv-cache", "paged"}}), "plain").cuda_source;
   EXPECT_TRUE(contains(plain, "constexpr bool kSplit = false;"));
   EXPECT_FALSE(contains(plain, "t.split"));
+  // the number of parts fixed in the TL (the launch could not pass it), or no Grid axis over the parts
+  expect_refused(code, ", pages, splits\n", ", pages, splits = 4\n", "XL0203");
+  std::string three = code;
+  three.replace(three.find(", split = 0: splits"), 19, "");
+  three.replace(three.find("Let tiles_per_split"), 19, "Let split = 0\nLet tiles_per_split");
+  expect_refused(three, "Let split = 0", "Let split = 0", "XL0203");
   // under a causal mask: refused by the lowering (hand-written TL) and by the spec
   std::string causal = code;
   causal.replace(causal.find(" with mask none\n"), 15, " with mask causal\n");

@@ -638,7 +638,7 @@ void Emitter::abi(const std::string& info_json) {
   w_.line("// TL " + std::to_string(k_.launch.grid_tl.line) + ": " + k_.launch.grid_tl.text);
   // split keys: the parts (the fourth axis) are folded into the batch axis, b * splits + s
   w_.line("const long long gx = " + sc.grid_extents_cpp[0] + ", gy = " + sc.grid_extents_cpp[1] + ", gz = " + sc.grid_extents_cpp[2] +
-          (sc.grid.size() > 3 ? " * (" + sc.grid_extents_cpp[3] + ")" : "") + ";");
+          (sc.grid.size() > 3 ? " * 1LL * (" + sc.grid_extents_cpp[3] + ")" : "") + ";");
   w_.line("bool empty = false;");
   w_.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
   w_.line("Params kp;");

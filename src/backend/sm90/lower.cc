@@ -110,9 +110,10 @@ bool Lower::lower_scope() {
   // Split keys under a mask: the lowered kernel never finished on an H200 (2026-11-29: causal decoding,
   // 2 and 5 parts, while the same program without the mask ran and matched the unsplit call); not
   // understood yet, so refused rather than launched.
-  if (k_.launch.split && f_.mask_.kind != tl::MaskSpec::Kind::None)
+  if (k_.launch.split && (f_.mask_.kind != tl::MaskSpec::Kind::None || !info_.variants.empty()))
     return error("XL0301", f_.grid_stmt_ ? f_.grid_stmt_->loc : support::SrcLoc{},
-                 "split keys under a mask are not lowered for sm90 yet (the kernel hung on an H200; under investigation)",
+                 "split keys under a mask or with Score / Mask declarations are not lowered for sm90 yet (the causal split "
+                 "kernel hung on an H200; under investigation)",
                  "split the keys of an unmasked program (`Kernel NAME with mask none`): one query over a cache with a causal "
                  "mask sees every key, so decoding needs none");
   k_.launch.reverse_m = f_.mask_.kind == tl::MaskSpec::Kind::Causal || f_.mask_.kind == tl::MaskSpec::Kind::CausalTopLeft;
