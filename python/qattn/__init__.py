@@ -12,7 +12,8 @@ package finds it ($QATTN_BIN, PATH, <repo>/build/qattn), runs it once per kernel
 calls the library through ctypes. torch is imported only when needed. docs/python.md has the rest.
 """
 from ._abi import QATTN_ABI_VERSION
-from ._attention import Explanation, Kernel, attention, compile, compile_many, explain, precompile
+from ._attention import attention
+from ._compile import Explanation, Kernel, compile, compile_many, explain, precompile
 from ._build import cache_dir, clear_memory_cache, kernel_spec
 from ._kvcache import attention_with_kvcache
 from ._varlen import attention_varlen

@@ -35,7 +35,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     try:
         if a.cmd == "build":
-            from ._attention import precompile
+            from ._compile import precompile
             specs = list(a.specs) + (list(COMMON_KERNELS) if a.common else [])
             if not specs:
                 ap.error("give SPECs or --common")

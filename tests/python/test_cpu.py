@@ -525,14 +525,14 @@ def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
     """precompile(short=True) adds, per spec: on Hopper the packed short-query kernel (no variants),
     and where the key split applies (no variants; no mask or bottom-right causal) the LSE twins it
     launches (the regular one, and on Hopper the short one); nothing for variant kernels."""
-    from qattn import _attention, _pack
+    from qattn import _compile, _pack
 
     class K:
         def __init__(self, spec, target):
             self.spec = _build.canonical_spec(spec)
             self.target, self.target_reason, self._b = target, "test", ("compiled", self.spec["name"])
     built = []
-    monkeypatch.setattr(_attention, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
+    monkeypatch.setattr(_compile, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
                         [K(s, gpu) for s in specs])
     combined = []
     monkeypatch.setattr(_build, "build", lambda spec, target, reason, **kw: (combined if kw.get("combine") else built)
@@ -593,14 +593,14 @@ def test_precompile_backward_packs_what_training_uses(monkeypatch, tmp_path):
     deterministic=True the deterministic ones; custom score_mod text gets none. A backward library
     in a pack has its own key (the spec's JSON + "#backward") and build(..., backward=True) loads it
     from the pack with no compiler."""
-    from qattn import _attention, _backward, _pack
+    from qattn import _backward, _compile, _pack
 
     class K:
         def __init__(self, spec, target):
             self.spec = _build.canonical_spec(spec)
             self.target, self.target_reason, self._b = target, "test", ("compiled", self.spec["name"])
     built = []
-    monkeypatch.setattr(_attention, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
+    monkeypatch.setattr(_compile, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
                         [K(s, gpu) for s in specs])
     monkeypatch.setattr(_build, "build", lambda spec, target, reason, **kw: built.append((spec, kw.get("backward", False)))
                         or spec["name"])
