@@ -1,9 +1,28 @@
 // The Hopper launch code's L2 promotion rule (device/qattn/sm90/tensor_map.h, kv_l2_promotion), on
 // the host: K and V are promoted by 128 bytes exactly when a launch has one query tile per (batch,
-// head), by 256 bytes otherwise. Built and run by emit_compile_test (the CUDA headers, no GPU).
+// head), by 256 bytes otherwise. And the C ABI's `splits` (ABI 8) as check_fwd_params takes it: a
+// kernel that splits the keys takes 0 (one part) to 65535 and needs the LSE; every other kernel
+// refuses more than one part. Built and run by emit_compile_test (the CUDA headers, no GPU).
 #include <cstdio>
 
+#include "qattn/host.cuh"
 #include "qattn/sm90/tensor_map.h"
+
+// check_fwd_params of a valid (batch 2, heads 8 / 2, 1 x 4096, d 128) call with `splits` parts.
+static int check_splits(int splits, bool split_kernel, bool with_lse) {
+  static unsigned char buf[64] __attribute__((aligned(16)));
+  qattn_fwd_params p{};
+  p.abi_version = QATTN_ABI_VERSION;
+  p.q = p.k = p.v = buf;
+  p.o = buf;
+  p.lse = with_lse ? reinterpret_cast<float*>(buf) : nullptr;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = 1024;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = 128;
+  p.batch = 2, p.heads_q = 8, p.heads_kv = 2, p.seqlen_q = 1, p.seqlen_k = 4096, p.d_qk = p.d_v = 128;
+  p.softmax_scale = 0.088f;
+  p.splits = splits;
+  return qattn::host::check_fwd_params(&p, 128, 128, 2, 2, true, 0u, split_kernel);
+}
 
 int main() {
   using qattn::sm90::kv_l2_promotion;
@@ -38,5 +57,22 @@ int main() {
   }
   std::printf("launch rule: %d of %zu cases as expected\n", int(sizeof(cases) / sizeof(cases[0])) - bad,
               sizeof(cases) / sizeof(cases[0]));
-  return bad ? 1 : 0;
+  struct Split {
+    int splits;
+    bool kernel, lse;
+    int want;
+  } splits[] = {{0, false, true, QATTN_OK},        {1, false, true, QATTN_OK},     {2, false, true, QATTN_ERR_ARG},
+                {0, true, true, QATTN_OK},         {16, true, true, QATTN_OK},     {65535, true, true, QATTN_OK},
+                {65536, true, true, QATTN_ERR_ARG}, {-1, true, true, QATTN_ERR_ARG}, {4, true, false, QATTN_ERR_SHAPE}};
+  int split_bad = 0;
+  for (const Split& c : splits) {
+    const int got = check_splits(c.splits, c.kernel, c.lse);
+    if (got != c.want) {
+      std::printf("FAIL splits %d (split kernel %d, lse %d): status %d, want %d\n", c.splits, int(c.kernel), int(c.lse), got, c.want);
+      ++split_bad;
+    }
+  }
+  std::printf("ABI 8 splits: %d of %zu cases as expected\n", int(sizeof(splits) / sizeof(splits[0])) - split_bad,
+              sizeof(splits) / sizeof(splits[0]));
+  return bad || split_bad ? 1 : 0;
 }

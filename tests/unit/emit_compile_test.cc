@@ -145,7 +145,8 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
 }
 
 // The Hopper launch code's L2 promotion rule (tests/emit/launch_rule_check.cc), on the host with the
-// CUDA headers: 128 bytes for K and V exactly in one-query-tile launches (decoding).
+// CUDA headers: 128 bytes for K and V exactly in one-query-tile launches (decoding); and check_fwd_params
+// on the C ABI's splits (ABI 8).
 TEST(EmitCompile, LaunchL2PromotionRuleOnTheHost) {
   const std::string nvcc = find_nvcc();
   if (nvcc.empty()) GTEST_SKIP() << "nvcc (the CUDA headers) not found: launch rule check skipped";
@@ -155,13 +156,14 @@ TEST(EmitCompile, LaunchL2PromotionRuleOnTheHost) {
   const std::string exe = (dir / "launch_rule_check").string();
   int rc = 0;
   std::string log = run({"c++", "-std=c++17", "-O1", "-I" + cuda_include.string(),
-                         "-I" + (fs::path(QATTN_SOURCE_DIR) / "device").string(),
+                         "-I" + (fs::path(QATTN_SOURCE_DIR) / "device").string(), "-I" + (fs::path(QATTN_SOURCE_DIR) / "include").string(),
                          (fs::path(QATTN_SOURCE_DIR) / "tests" / "emit" / "launch_rule_check.cc").string(), "-o", exe},
                         &rc);
   ASSERT_EQ(rc, 0) << log;
   log = run({exe}, &rc);
   EXPECT_EQ(rc, 0) << log;
-  EXPECT_NE(log.find("11 of 11 cases as expected"), std::string::npos) << log;
+  EXPECT_NE(log.find("launch rule: 11 of 11 cases as expected"), std::string::npos) << log;
+  EXPECT_NE(log.find("ABI 8 splits: 9 of 9 cases as expected"), std::string::npos) << log;
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

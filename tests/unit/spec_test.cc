@@ -314,6 +314,7 @@ TEST(specJson, WrongTypes) {
                         Case{R"({"heads_q": 32.5, "head_dim": 128})", "SPEC0105", "/heads_q"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "return_lse": 1})", "SPEC0105", "/return_lse"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "deterministic": "yes"})", "SPEC0105", "/deterministic"},
+                        Case{R"({"heads_q": 32, "head_dim": 128, "split_keys": "yes"})", "SPEC0105", "/split_keys"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "mask": 3})", "SPEC0105", "/mask"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "softmax_scale": "x"})", "SPEC0105", "/softmax_scale"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "problem": {"batch": [1]}})", "SPEC0105", "/problem/batch"},
@@ -440,6 +441,10 @@ TEST(specFlags, Errors) {
   EXPECT_FALSE(apply_flags(s, {{"deterministic", "sometimes; rm -rf /"}}, d5));  // a bool, or a diagnostic
   EXPECT_NE(find(d5, "SPEC0120"), nullptr);
   EXPECT_FALSE(s.deterministic);
+  DiagSink d6;
+  EXPECT_FALSE(apply_flags(s, {{"split-keys", "$(reboot)"}}, d6));  // a bool, or a diagnostic
+  EXPECT_NE(find(d6, "SPEC0120"), nullptr);
+  EXPECT_FALSE(s.split_keys);
   DiagSink d4;
   EXPECT_FALSE(apply_flags(s, {{"head-dims", "64"}}, d4));
   const Diagnostic* x = find(d4, "SPEC0121");
@@ -582,6 +587,39 @@ TEST(specKinds, CausalTopLeftIsOneKind) {
 // tests/hostile/names/name_*.json: a path, a line break that would add TL statements, a shell
 // quote, a leading '.', 129 characters. Each is SPEC0217 at the "name" key (line 3), saying which
 // characters are allowed; the presets' names pass; safe_name makes any name safe.
+// split_keys (docs/spec.md): round-trips through JSON and the flag; SPEC0219 with varlen and with a
+// mask (the causal split kernel is not lowered: it hung on an H200).
+TEST(specValidate, SplitKeys) {
+  AttentionSpec s;
+  s.name = "split";
+  s.heads_q = 32;
+  s.heads_kv = 8;
+  s.head_dim_qk = s.head_dim_v = 128;
+  s.kv_cache = KvCache::Paged;
+  s.split_keys = true;
+  DiagSink d;
+  EXPECT_TRUE(validate(s, d)) << d.render();
+  EXPECT_NE(to_json(s).find("\"split_keys\": true"), std::string::npos) << to_json(s);
+  auto back = parse_json(to_json(s), d);
+  ASSERT_TRUE(back) << d.render();
+  EXPECT_EQ(*back, s);
+  AttentionSpec f = s;
+  f.split_keys = false;
+  DiagSink df;
+  EXPECT_TRUE(apply_flags(f, {{"split-keys", "true"}}, df)) << df.render();
+  EXPECT_TRUE(f.split_keys);
+  for (int c = 0; c < 2; ++c) {
+    AttentionSpec bad = s;
+    if (c == 0) bad.varlen = true;
+    else bad.mask = Mask{MaskKind::Causal};
+    DiagSink db;
+    EXPECT_FALSE(validate(bad, db));
+    const Diagnostic* x = find(db, "SPEC0219");
+    ASSERT_NE(x, nullptr) << db.render();
+    EXPECT_FALSE(x->hint.empty());
+  }
+}
+
 TEST(specValidate, NameIsASafeIdentifier) {
   const std::string dir = std::string(QATTN_SOURCE_DIR) + "/tests/hostile/names/";
   const std::pair<const char*, const char*> files[] = {
