@@ -12,7 +12,13 @@ __host__ __device__ constexpr int floordiv(int a, int b) {
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 __host__ __device__ constexpr int floormod(int a, int b) { return a - floordiv(a, b) * b; }
-__host__ __device__ constexpr int cdiv(int a, int b) { return -floordiv(-a, b); }
+// ceil(a / b) directly, not as -floordiv(-a, b): ptxas (CUDA 13.0, sm_90a) dropped the outer negation
+// of that form inside a min() of the split-keys loop bound, so a causal kernel got j_hi = -17 for 17
+// (H200, 2026-11-29; tests/gpu/intmath_check.cu)
+__host__ __device__ constexpr int cdiv(int a, int b) {
+  const int q = a / b;
+  return (q * b != a && ((a < 0) == (b < 0))) ? q + 1 : q;
+}
 __host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int imax(int a, int b) { return a > b ? a : b; }
 

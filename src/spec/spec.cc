@@ -398,15 +398,10 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
   check_variants(s, diags, where);
 
   // Split keys: each part's O and LSE at [b, s, head]; a ragged batch's packed rows have no part axis.
+  // Masks and variants split too: every part applies them to its own key tiles.
   if (s.split_keys && s.varlen)
     diags.error("SPEC0219", at("/split_keys"), "split_keys with varlen: the packed rows of a ragged batch have no place for the parts",
                 "split the keys of a KV cache or of equal-length sequences (\"split_keys\" without \"varlen\")");
-  if (s.split_keys && (s.mask.kind != MaskKind::None || s.variants.any()))
-    diags.error("SPEC0219", at("/split_keys"),
-                "split_keys with a mask or a variant: the Hopper kernel that splits under a causal mask hung on an H200 "
-                "(under investigation), so only unmasked kernels split in their TL for now",
-                "leave the mask out (decoding: one query at the end of its sequence sees every key under a causal mask), "
-                "or split by folding the parts into the batch (qattn.attention_with_kvcache does it for you)");
 
   // Problem size.
   if (s.problem) {

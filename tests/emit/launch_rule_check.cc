@@ -2,10 +2,13 @@
 // the host: K and V are promoted by 128 bytes exactly when a launch has one query tile per (batch,
 // head), by 256 bytes otherwise. And the C ABI's `splits` (ABI 8) as check_fwd_params takes it: a
 // kernel that splits the keys takes 0 (one part) to 65535 and needs the LSE; every other kernel
-// refuses more than one part. Built and run by emit_compile_test (the CUDA headers, no GPU).
+// refuses more than one part. And the TL integer arithmetic (intmath.cuh) against exact floor / ceil.
+// Built and run by emit_compile_test (the CUDA headers, no GPU).
+#include <cmath>
 #include <cstdio>
 
 #include "qattn/host.cuh"
+#include "qattn/intmath.cuh"
 #include "qattn/sm90/tensor_map.h"
 
 // check_fwd_params of a valid (batch 2, heads 8 / 2, 1 x 4096, d 128) call with `splits` parts.
@@ -74,5 +77,19 @@ int main() {
   }
   std::printf("ABI 8 splits: %d of %zu cases as expected\n", int(sizeof(splits) / sizeof(splits[0])) - split_bad,
               sizeof(splits) / sizeof(splits[0]));
-  return bad || split_bad ? 1 : 0;
+  // TL integer arithmetic (device/qattn/intmath.cuh) on the host: floor `/` and `%`, cdiv against
+  // exact floor / ceil (the GPU side: tests/gpu/intmath_check.cu)
+  int int_bad = 0, int_cases = 0;
+  for (int a = -700; a <= 700; ++a)
+    for (int b : {-9, -3, -1, 1, 2, 7, 64, 128, 176}) {
+      ++int_cases;
+      const long long f = (long long)std::floor((long double)a / b), c = (long long)std::ceil((long double)a / b);
+      if (qattn::floordiv(a, b) != f || qattn::floormod(a, b) != a - f * b || qattn::cdiv(a, b) != c) {
+        if (int_bad++ < 5)
+          std::printf("FAIL intmath a %d b %d: floordiv %d cdiv %d, want %lld %lld\n", a, b, qattn::floordiv(a, b),
+                      qattn::cdiv(a, b), f, c);
+      }
+    }
+  std::printf("intmath: %d of %d cases as expected\n", int_cases - int_bad, int_cases);
+  return bad || split_bad || int_bad ? 1 : 0;
 }

@@ -146,7 +146,7 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
 
 // The Hopper launch code's L2 promotion rule (tests/emit/launch_rule_check.cc), on the host with the
 // CUDA headers: 128 bytes for K and V exactly in one-query-tile launches (decoding); and check_fwd_params
-// on the C ABI's splits (ABI 8).
+// on the C ABI's splits (ABI 8); the TL integer arithmetic of device/qattn/intmath.cuh.
 TEST(EmitCompile, LaunchL2PromotionRuleOnTheHost) {
   const std::string nvcc = find_nvcc();
   if (nvcc.empty()) GTEST_SKIP() << "nvcc (the CUDA headers) not found: launch rule check skipped";
@@ -164,6 +164,7 @@ TEST(EmitCompile, LaunchL2PromotionRuleOnTheHost) {
   EXPECT_EQ(rc, 0) << log;
   EXPECT_NE(log.find("launch rule: 11 of 11 cases as expected"), std::string::npos) << log;
   EXPECT_NE(log.find("ABI 8 splits: 9 of 9 cases as expected"), std::string::npos) << log;
+  EXPECT_NE(log.find("intmath: 12609 of 12609 cases as expected"), std::string::npos) << log;
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

@@ -648,16 +648,21 @@ TEST(EmitSm90, SplitKeysFromTheTl) {
   three.replace(three.find(", split = 0: splits"), 19, "");
   three.replace(three.find("Let tiles_per_split"), 19, "Let split = 0\nLet tiles_per_split");
   expect_refused(three, "Let split = 0", "Let split = 0", "XL0203");
-  // under a causal mask: refused by the lowering (hand-written TL) and by the spec
-  std::string causal = code;
-  causal.replace(causal.find(" with mask none\n"), 15, " with mask causal\n");
-  causal.replace(causal.find("] with bounds"), 13, "] with causal");
-  expect_refused(causal, "split = 0: splits", "split = 0: splits", "XL0301");
+  // under a causal mask (the planner's TL): the part's tiles within the mask's, the mask applied per
+  // part; the loop bound is the one ptxas once miscompiled through cdiv (tests/gpu/intmath_check.cu)
   spec::AttentionSpec s = *spec::find_preset("llama3-8b");
   support::DiagSink d;
-  ASSERT_TRUE(spec::apply_flags(s, {{"seqlen", "1/4096"}, {"split-keys", "true"}, {"gpu", "h100"}}, d)) << d.render();
-  EXPECT_FALSE(spec::validate(s, d));
-  EXPECT_TRUE(has(d, "SPEC0219")) << d.render();
+  ASSERT_TRUE(spec::apply_flags(s, {{"seqlen", "4/4096"}, {"split-keys", "true"}, {"gpu", "h100"}}, d)) << d.render();
+  ASSERT_TRUE(spec::validate(s, d)) << d.render();
+  const std::string causal = plan_code("llama3-8b", {{"seqlen", "4/4096"}, {"split-keys", "true"}});
+  EXPECT_TRUE(contains(causal, " with mask causal\n")) << causal;
+  EXPECT_TRUE(contains(causal, "for j = split * tiles_per_split: min(min(cdiv(seqlen_k, BN), cdiv(cdiv((m_block + 1) * BM, "
+                               "heads_q / heads_kv) + seqlen_k - seqlen_q, BN)), (split + 1) * tiles_per_split)")) << causal;
+  const std::string ccu = lower_ok(causal, "causal split keys").cuda_source;
+  for (const char* want : {"constexpr bool kSplit = true;", "constexpr bool kReverseM = true;", "v.mask_tile_causal(tSrS, rows, j);",
+                           "j_hi = qattn::imin(qattn::imin(qattn::cdiv(v.seqlen_k, BN), qattn::cdiv(qattn::cdiv((v.m_block + 1) * BM, "
+                           "qattn::floordiv(v.heads_q, v.heads_kv)) + v.seqlen_k - v.seqlen_q, BN)), (v.split + 1) * v.tiles_per_split);"})
+    EXPECT_TRUE(contains(ccu, want)) << want << "\n" << ccu;
 }
 
 // Translation::kir: the kernel IR the CUDA is emitted from, naming every statement of the loop.

@@ -107,15 +107,6 @@ bool Lower::lower_scope() {
   if (k_.scope.grid.size() != 3 && !k_.launch.split)
     return error("XL0203", f_.grid_stmt_ ? f_.grid_stmt_->loc : support::SrcLoc{}, "the sm90 kernel's Grid has 3 axes",
                  "write `Grid m_block = 0: cdiv(seqlen_q, BM), head = 0: heads_q, b = 0: batch`");
-  // Split keys under a mask: the lowered kernel never finished on an H200 (2026-11-29: causal decoding,
-  // 2 and 5 parts, while the same program without the mask ran and matched the unsplit call); not
-  // understood yet, so refused rather than launched.
-  if (k_.launch.split && (f_.mask_.kind != tl::MaskSpec::Kind::None || !info_.variants.empty()))
-    return error("XL0301", f_.grid_stmt_ ? f_.grid_stmt_->loc : support::SrcLoc{},
-                 "split keys under a mask or with Score / Mask declarations are not lowered for sm90 yet (the causal split "
-                 "kernel hung on an H200; under investigation)",
-                 "split the keys of an unmasked program (`Kernel NAME with mask none`): one query over a cache with a causal "
-                 "mask sees every key, so decoding needs none");
   k_.launch.reverse_m = f_.mask_.kind == tl::MaskSpec::Kind::Causal || f_.mask_.kind == tl::MaskSpec::Kind::CausalTopLeft;
   return true;
 }
