@@ -20,9 +20,10 @@ device runtime (e.g. the parent commit's device/), a cache folder of their own, 
 own CUDA graphs and timed in the same rounds (impl qattn@NAME / qattn-kvcache@NAME): a same-process A/B
 of a runtime change. vs_contiguous compares each with the contiguous cache of its own runtime.
 
---tl-split: the same calls with the kernel that splits the keys in its TL (QATTN_SPLIT_MODE=tl, Hopper:
-the queries read in place) as impl qattn@tl / qattn-kvcache@tl, against the default split (the parts
-folded into the batch, the queries copied per part), in the same rounds.
+--fold: the same calls with the key split folded into the batch (QATTN_SPLIT_MODE=fold: the parts as
+batch entries, the queries copied per part; the split before Hopper) as impl qattn@fold /
+qattn-kvcache@fold, against the default on Hopper (the kernel that splits the keys in its TL, the
+queries read in place), in the same rounds.
 """
 import argparse
 import contextlib
@@ -111,8 +112,8 @@ def main():
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR")
-    ap.add_argument("--tl-split", action="store_true",
-                    help="also the key split written in TL (QATTN_SPLIT_MODE=tl), as impl ...@tl")
+    ap.add_argument("--fold", action="store_true",
+                    help="also the key split folded into the batch (QATTN_SPLIT_MODE=fold), as impl ...@fold")
     ap.add_argument("--ordered-pages", action="store_true",
                     help="each sequence's pages in order in the pool (what the addresses cost, against the shuffled pool)")
     a = ap.parse_args()
@@ -122,8 +123,8 @@ def main():
             ap.error(f"--also wants NAME=DEVICE_DIR (a folder holding qattn/*.cuh), got {spec!r}")
         RUNTIMES[name] = ({"QATTN_DEVICE_DIR": os.path.abspath(device),
                            "QATTN_CACHE_DIR": tempfile.mkdtemp(prefix=f"qattn_{name}_cache_")}, {})
-    if a.tl_split:
-        RUNTIMES["tl"] = ({"QATTN_SPLIT_MODE": "tl"}, {})
+    if a.fold:
+        RUNTIMES["fold"] = ({"QATTN_SPLIT_MODE": "fold"}, {})
     gpu = torch.cuda.get_device_name()
     d = 128
     gen = torch.Generator().manual_seed(0)

@@ -337,7 +337,7 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
             not _split_kernel_ready(torch, dt, qv, vv, fields, q.device, (hq, hkv, sq)):
         _combine.prefetch(torch, dt, int(vv.shape[3]), q.device)  # compiled beside the forward kernel below
     in_tl = splits > 1 and tl_split(torch, q.device)
-    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), split_fields(fields) if in_tl else fields,
+    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), split_fields(fields, sq) if in_tl else fields,
                    return_lse or splits > 1, q.device, shape=(hq, hkv, sq), split=in_tl)
     if in_tl:
         return _launch_tl_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args)
@@ -405,11 +405,13 @@ MAX_SPLITS = 16
 def split_keys(torch, device, qv, kv, fields, args, aux):
     """How many parts to split the keys of this call into (1: none). A short query sequence over a
     long cache launches too few blocks to fill the GPU (decoding: batch x kv heads blocks with the
-    packed GQA kernel): then the keys are cut into S equal parts, folded into the batch dimension
-    (one launch of the same kernel over batch x S), and the S partial results are merged by their
-    LSE. Only where every part computes the same function: no mask, or a bottom-right causal mask
-    with one query (it sees every key); no window, no score / mask variants (the softcap is one);
-    S divides seqlen_k (or batch is 1), each part >= MIN_KEYS_PER_SPLIT keys.
+    packed GQA kernel): then the keys are cut into S parts and the S partial results are merged by
+    their LSE. On Hopper the kernel splits in its TL (tl_split): every part applies the call's mask,
+    window and score / mask variants to its own key tiles, so any of them splits (not the variants
+    that read auxiliary tensors: ALiBi slopes, segment ids, a bias table). Elsewhere the parts are
+    folded into the batch, where every part must compute the same function: no mask, or a
+    bottom-right causal mask with one query (it sees every key); no window, no variants (the softcap
+    is one); S divides seqlen_k (or batch is 1). Each part >= MIN_KEYS_PER_SPLIT keys.
     QATTN_SPLIT_KV=0 turns it off."""
     if os.environ.get("QATTN_SPLIT_KV", "1") in ("0", "false", "no"):
         return 1
@@ -417,8 +419,11 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
     sk, hkv = int(kv.shape[1]), int(kv.shape[2])
     mask = fields.get("mask") or {"kind": "none"}
     kind, align = mask.get("kind"), mask.get("align", "bottom_right")
-    if "variants" in fields or aux or (args or {}).get("window") is not None or \
-            not (kind == "none" or (kind == "causal" and align == "bottom_right" and sq == 1)):
+    if aux:
+        return 1
+    in_tl = tl_split(torch, device)
+    if not in_tl and ("variants" in fields or (args or {}).get("window") is not None or
+                      not (kind == "none" or (kind == "causal" and align == "bottom_right" and sq == 1))):
         return 1
     if sk < 2 * MIN_KEYS_PER_SPLIT or sq > _build.SHORT_QUERIES:
         return 1
@@ -431,7 +436,7 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
     blocks = bsz * (hkv * -(-sq * group // 64) if packed else hq * -(-sq // 64))
     want = min(sms // max(blocks, 1), sk // MIN_KEYS_PER_SPLIT, MAX_SPLITS)
     for s in range(want, 1, -1):
-        if sk % s == 0 or bsz == 1:
+        if in_tl or sk % s == 0 or bsz == 1:
             return s
     return 1
 
@@ -439,26 +444,25 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
 def tl_split(torch, device):
     """True when a key split on `device` launches the kernel that splits in its TL (the spec's
     split_keys: the parts a Grid axis, O and LSE written per part, the queries read in place; docs/tl.md
-    "Splitting the keys"): with QATTN_SPLIT_MODE=tl on Hopper (the sm90 lowering). Otherwise, the
-    default until it is measured against it, the keys are folded into the batch (_launch_split: a copy
-    of the queries per part)."""
-    if os.environ.get("QATTN_SPLIT_MODE", "fold") != "tl":
+    "Splitting the keys"): on Hopper (the sm90 lowering), unless QATTN_SPLIT_MODE=fold. Elsewhere, or
+    with QATTN_SPLIT_MODE=fold, the keys are folded into the batch (_launch_split: a copy of the
+    queries per part). H200, 2026-11-29: the split in TL 2-14% faster than the fold on every row the
+    key split serves (bench/results/2026-11-29-h200-split-causal)."""
+    if os.environ.get("QATTN_SPLIT_MODE", "tl") == "fold":
         return False
     target, _, _ = _device_target(torch, device)
     return target in ("h100", "h200")
 
 
-def split_fields(fields):
-    """The variant fields of the kernel that splits in its TL: split_keys splits only unmasked calls
-    and bottom-right causal ones with one query, which sees every key, so the split kernel is the
-    unmasked one (the causal split kernel is not lowered yet: it hung on an H200, docs/tl.md,
-    "Splitting the keys"). Any other mask is refused (PY0111): the unmasked kernel would be wrong."""
+def split_fields(fields, sq):
+    """The variant fields of the kernel that splits in its TL for a call of sq queries: the call's
+    own, but a bottom-right causal call with one query (which sees every key) takes the unmasked
+    kernel: exact, no mask work, and the decoding kernel every such call shares."""
     mask = fields.get("mask") or {"kind": "none"}
-    if set(fields) - {"mask"} or not (mask.get("kind") == "none" or
-                                      (mask.get("kind") == "causal" and mask.get("align", "bottom_right") == "bottom_right")):
-        raise SpecError(f"the key split in TL takes unmasked calls and bottom-right causal ones with one query, not {fields}",
-                        code="PY0111")
-    return {"mask": {"kind": "none"}}
+    if sq == 1 and set(fields) <= {"mask"} and mask.get("kind") == "causal" and \
+            mask.get("align", "bottom_right") == "bottom_right":
+        return {"mask": {"kind": "none"}}
+    return fields
 
 
 def _split_kernel_ready(torch, dt, qv, vv, fields, device, shape):
@@ -466,7 +470,7 @@ def _split_kernel_ready(torch, dt, qv, vv, fields, device, shape):
     target, _, tag = _device_target(torch, device)
     short = _build.short_queries(target, *shape, fields)
     split = tl_split(torch, device)
-    spec = _build.kernel_spec(dt, int(qv.shape[3]), int(vv.shape[3]), split_fields(fields) if split else fields, True,
+    spec = _build.kernel_spec(dt, int(qv.shape[3]), int(vv.shape[3]), split_fields(fields, shape[2]) if split else fields, True,
                               target, short=short, split=split)
     return _build.available(spec, tag)
 
@@ -484,7 +488,7 @@ def _compiles_only_for_split(torch, dt, qv, vv, fields, device, shape):
 
     def spec(lse):
         split = lse and tl_split(torch, device)
-        return _build.kernel_spec(dt, dqk, dv, split_fields(fields) if split else fields, lse, target, short=short,
+        return _build.kernel_spec(dt, dqk, dv, split_fields(fields, shape[2]) if split else fields, lse, target, short=short,
                                   split=split)
     return _build.available(spec(False), tag) and not _build.available(spec(True), tag) and not _build.can_compile()
 

@@ -6,13 +6,13 @@ FlashAttention use. One kernel launch reads the cache where it lies: its TL says
 gather, no padding, no host synchronisation (a CUDA graph captures the call).
 
 Decoding (a few queries over a long cache, few blocks) splits the keys as qattn.attention does
-(_attention.split_keys). By default the cache's capacity is cut into S parts folded into the batch
-(the block table's rows reshaped, each part's key count clamped from cache_seqlens on the device, the
-queries copied per part). With QATTN_SPLIT_MODE=tl on Hopper the kernel splits in its TL instead
-(spec split_keys; docs/tl.md, "Splitting the keys"): one launch over q, the cache and its counts as
-they are, each sequence's key tiles cut into S parts by a Grid axis, the parts' O and LSE written per
-part (opt-in until it is measured against the fold). Either way the partial results are merged by the TL combine kernel
-(qattn._combine), which handles the empty parts of short sequences.
+(_attention.split_keys). On Hopper the kernel splits in its TL (spec split_keys; docs/tl.md,
+"Splitting the keys"): one launch over q, the cache and its counts as they are, each sequence's key
+tiles cut into S parts by a Grid axis, the mask applied per part, the parts' O and LSE written per
+part. Elsewhere (or with QATTN_SPLIT_MODE=fold) the cache's capacity is cut into S parts folded into
+the batch (the block table's rows reshaped, each part's key count clamped from cache_seqlens on the
+device, the queries copied per part). Either way the partial results are merged by the TL combine
+kernel (qattn._combine), which handles the empty parts of short sequences.
 """
 from . import _attention, _backward, _combine
 from ._abi import fill_params
@@ -147,7 +147,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     in_tl = _attention.tl_split(torch, q.device)
     splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl)
     in_tl = in_tl and splits > 1
-    b = _attention._build_for(torch, dt, dqk, dv, _attention.split_fields(fields) if in_tl else fields,
+    b = _attention._build_for(torch, dt, dqk, dv, _attention.split_fields(fields, sq) if in_tl else fields,
                               return_lse or splits > 1, q.device, shape=(hq, hkv, sq), kv_cache=kv, split=in_tl)
     s = _attention._scale(scale, dqk)
     if splits <= 1:

@@ -7,8 +7,9 @@ timeout runs).
     [SPLITS=2 CAUSAL=0 CAP=2048] python3 tests/gpu/split_probe.py CASE [DEADLINE]
     CASE: plain | kv_full | kv_empty | kv_paged | fold
 Prints the build and launch times and the largest difference from the unsplit call. CAUSAL=1 calls
-with causal=True, which now takes the unmasked split kernel (one query sees every key; the causal
-split kernel is refused since it hung: bench/results/2026-11-29-h200-split-tl)."""
+with causal=True, which takes the unmasked split kernel (one query sees every key). The kernel-level
+probe (a library launched directly, its parts merged and compared with fp32):
+tests/gpu/split_kernel_probe.py."""
 import faulthandler
 import os
 import sys

@@ -137,6 +137,51 @@ def test_split_in_tl_any_count_matches_reference_and_the_fold(page, splits, monk
 
 
 @gpu
+@pytest.mark.parametrize("splits", [3, 7])
+@pytest.mark.parametrize("page", [0, 64])
+def test_split_in_tl_under_masks_and_variants(page, splits, monkeypatch):
+    """The split in TL (Hopper) with a mask: 4 causal queries (speculative decoding, chunked prefill),
+    a sliding window, a softcap; each part applies them to its own key tiles (parts past the causal
+    diagonal or before the window hold no key: O 0, LSE -inf). Against the fp64 reference (causal) and
+    the unsplit call of the same variant (all). The causal split kernel once hung and then computed a
+    negative loop bound: ptxas miscompiled cdiv (tests/gpu/intmath_check.cu)."""
+    from qattn import _attention
+    if not _attention.tl_split(torch, torch.device("cuda")):
+        pytest.skip("the split in TL is lowered for Hopper (sm90) only")
+    g = torch.Generator().manual_seed(splits * 10 + page)
+    b, hq, hkv, d, cap, sq = 5, 8, 2, 128, 2048, 4
+    lens = [cap, 0, 1, 300, cap - 5]
+    k, v, kc, vc, table = make_cache(g, b, cap, hkv, d, torch.bfloat16, page, lens)
+    q = torch.randn(b, sq, hq, d, generator=g).to("cuda", torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    for kw in ({"causal": True}, {"causal": True, "window": (300, 0)}, {"causal": True, "softcap": 30.0},
+               {"window": (700, 700)}):
+        monkeypatch.setattr(_attention, "split_keys", lambda *a, **k_: splits)
+        o, lse = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, return_lse=True, **kw)
+        monkeypatch.undo()
+        if kw == {"causal": True}:
+            check(o, lse, q, k, v, lens, True, torch.bfloat16)
+        monkeypatch.setenv("QATTN_SPLIT_KV", "0")
+        o1, lse1 = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, return_lse=True, **kw)
+        monkeypatch.delenv("QATTN_SPLIT_KV")
+        assert torch.isfinite(o).all(), kw
+        assert (o1.float() - o.float()).abs().max().item() < 2e-2, kw
+        fin = torch.isfinite(lse1)
+        assert torch.equal(fin, torch.isfinite(lse)), kw
+        assert (lse1[fin] - lse[fin]).abs().max().item() < 1e-3, kw
+    if page == 0:  # qattn.attention: the same split over plain (batch, seqlen, heads, d) tensors
+        kf, vf = kc.nan_to_num(0.0), vc.nan_to_num(0.0)
+        monkeypatch.setattr(_attention, "split_keys", lambda *a, **k_: splits)
+        o, lse = qattn.attention(q, kf, vf, causal=True, return_lse=True)
+        monkeypatch.undo()
+        for i in range(b):
+            o_ref, l_ref, o_low = reference(q[i], kf[i], vf[i], cap, True, torch.bfloat16)
+            err = (o[i].double() - o_ref).abs().max().item()
+            assert err <= 2 * (o_low.double() - o_ref).abs().max().item() + 1e-5, (i, err)
+            assert torch.allclose(lse[i].double(), l_ref, atol=1e-3, rtol=1e-4), i
+
+
+@gpu
 def test_kvcache_cuda_graph_replays_the_eager_result():
     g = torch.Generator().manual_seed(3)
     b, hq, hkv, d, cap = 4, 8, 1, 128, 2048

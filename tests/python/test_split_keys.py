@@ -24,11 +24,15 @@ def decide(b, sq, hq, hkv, sk, sms=132, **kw):
 
 
 def test_which_calls_split(monkeypatch):
+    """The fold (before Hopper, or QATTN_SPLIT_MODE=fold): only calls whose parts all compute the
+    same function, S dividing the keys. Hopper (the split in TL): any S, masks and variants too (each
+    part applies them to its own key tiles), not the variants that read auxiliary tensors."""
+    monkeypatch.setattr(A, "_device_target", lambda torch_, dev: ("a100", "test", "sm80"))
     assert decide(32, 1, 32, 1, 8192) == 4            # MQA decoding: 32 blocks of 132 SMs
     assert decide(8, 1, 64, 8, 32768) == 2            # GQA 8: 64 blocks
     assert decide(1, 1, 32, 8, 131072) == 16          # batch 1: capped
     assert decide(1, 1, 32, 8, 100003) == 16          # batch 1: any length (a last call takes the rest)
-    assert decide(3, 1, 32, 8, 100003) == 1           # no divisor of 100003 up to 11
+    assert decide(3, 1, 32, 8, 100003) == 1           # no divisor of 100003 up to 5
     assert decide(32, 1, 32, 8, 8192) == 1            # 256 blocks fill the GPU
     assert decide(32, 1, 32, 1, 900) == 1             # too few keys
     assert decide(2, 1, 32, 1, 8192, causal=True) == 16  # one query: causal = every key
@@ -37,8 +41,31 @@ def test_which_calls_split(monkeypatch):
     assert decide(2, 1, 32, 1, 8192, window=(128, 0)) == 1
     assert decide(2, 1, 32, 1, 8192, softcap=30.0) == 1
     assert decide(2, 128, 32, 1, 8192) == 1           # not a short query sequence
+    monkeypatch.setattr(A, "_device_target", lambda torch_, dev: ("h100", "test", "sm90"))
+    assert decide(3, 1, 32, 8, 100003) == 5           # any S: each sequence's own tiles are cut
+    assert decide(2, 4, 32, 1, 8192, causal=True) == 16
+    assert decide(2, 1, 32, 1, 8192, causal="top_left") == 16
+    assert decide(2, 1, 32, 1, 8192, window=(128, 0)) == 16
+    assert decide(2, 1, 32, 1, 8192, softcap=30.0) == 16
+    assert decide(2, 128, 32, 1, 8192) == 1
+    assert decide(32, 1, 32, 8, 8192) == 1
+    f, a = fields()
+    assert A.split_keys(torch, torch.device("cuda", 0), torch.empty(2, 1, 32, 128, device="meta"),
+                        torch.empty(2, 8192, 1, 128, device="meta"), f, a, {"alibi_slopes": torch.empty(32)}) == 1
+    monkeypatch.setenv("QATTN_SPLIT_MODE", "fold")
+    assert decide(2, 4, 32, 1, 8192, causal=True) == 1
+    assert decide(3, 1, 32, 8, 100003) == 1
     monkeypatch.setenv("QATTN_SPLIT_KV", "0")
     assert decide(32, 1, 32, 1, 8192) == 1
+
+
+def test_split_fields_one_causal_query_takes_the_unmasked_kernel():
+    causal, _ = fields(causal=True)
+    assert A.split_fields(causal, 1) == {"mask": {"kind": "none"}}
+    assert A.split_fields(causal, 4) == causal        # several queries: the diagonal cuts keys
+    for kw in ({"causal": "top_left"}, {"causal": True, "softcap": 30.0}, {"window": (128, 0)}):
+        f, _ = fields(**kw)
+        assert A.split_fields(f, 1) == f, kw
 
 
 @pytest.mark.parametrize("b,sq,hq,hkv,sk,splits,layout", [(3, 1, 8, 1, 4096, 4, "bshd"), (1, 1, 8, 2, 5000, 3, "bhsd"),
