@@ -170,9 +170,10 @@ def precompile(specs, out, *, gpu=None, short=False, backward=False, determinist
     kernel serves every attention() call with its compile-time fields (dtype, head dims, mask kind,
     variants, return_lse; any batch, heads, lengths, layout, window size, softcap). gpu: the GPU to
     build for (default: the spec's, else the local one). short=True also packs what decoding uses:
-    the Hopper kernels for short GQA/MQA queries (qattn._build.short_queries), the LSE twins that
-    the key split launches (split_keys; without them a packed deployment decodes unsplit) and the
-    combine library that merges its parts (qattn._combine; without it the merge runs as torch ops).
+    the Hopper kernels for short GQA/MQA queries (qattn._build.short_queries), the kernels the key
+    split launches (split_keys; without them a packed deployment decodes unsplit: on Hopper the
+    kernels that split in their TL, elsewhere the LSE twins of the fold) and the combine library that
+    merges its parts (qattn._combine; without it the merge runs as torch ops).
     backward=True also packs what training uses: the forward kernel with its LSE (attention() under
     autograd runs it) and the backward libraries for MHA and for GQA / MQA (each about a minute of
     nvcc when built on first use); deterministic=True adds the backward libraries of
@@ -188,14 +189,24 @@ def precompile(specs, out, *, gpu=None, short=False, backward=False, determinist
             dt, dqk, dv, fields, lse = _build.compile_time_fields(k.spec)
             fields, _ = split_launch_args(fields)
             mask = fields.get("mask") or {"kind": "none"}
-            splits = "variants" not in fields and (mask.get("kind") == "none" or (
-                mask.get("kind") == "causal" and mask.get("align", "bottom_right") == "bottom_right"))
-            # the LSE twins that decoding's key split launches (split_keys), and the packed short kernels
-            wanted = [(False, True)] if splits and not lse else []
-            if k.target in ("h100", "h200") and "variants" not in fields:
-                wanted += [(True, lse)] + ([(True, True)] if splits and not lse else [])
+            hopper = k.target in ("h100", "h200")
+            if hopper:  # the kernel that splits in its TL: any mask and variant but those with auxiliary tensors
+                splits = not set(fields.get("variants", {})) & {"alibi", "document", "relative_bias"}
+            else:  # the fold: every part the same function
+                splits = "variants" not in fields and (mask.get("kind") == "none" or (
+                    mask.get("kind") == "causal" and mask.get("align", "bottom_right") == "bottom_right"))
+            # the packed short kernels (Hopper), the LSE twins the fold launches (elsewhere), and the
+            # split kernels (Hopper: the call's fields and, for one causal query, the unmasked ones;
+            # packed for GQA / MQA and not, as _attention._build_for picks them)
+            wanted = [(False, True)] if splits and not lse and not hopper else []
+            if hopper and "variants" not in fields:
+                wanted += [(True, lse)]
             for sh, with_lse in wanted:
                 extra.append((_build.kernel_spec(dt, dqk, dv, fields, with_lse, k.target, short=sh), k, {}))
+            if hopper and splits:
+                for f in (fields, A.split_fields(fields, 1)):
+                    for sh in (True, False) if "variants" not in f else (False,):
+                        extra.append((_build.kernel_spec(dt, dqk, dv, f, True, k.target, short=sh, split=True), k, {}))
             if splits and (dt, dv) not in combines:  # the split's merge (qattn._combine), once per dtype and d_v
                 combines.add((dt, dv))
                 extra.append((_combine.kernel_spec(dt, dv, k.target), k, {"combine": True}))

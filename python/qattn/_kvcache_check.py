@@ -5,7 +5,8 @@ random order over a pool with spare pages, and the rows past the count in the la
 16 rows and of two key tiles; each sequence against an fp64 attention over its own keys, with
 FlashAttention's rule (error at most twice a same-precision torch attention's, plus 1e-5). Paged
 kernels also get a block table with entries outside the pool (they must read as zeros, not fault)
-and bad page fields at the C ABI (QATTN_ERR_SHAPE)."""
+and bad page fields at the C ABI (QATTN_ERR_SHAPE). A kernel that splits the keys (info "splits") runs
+with 1, 3 and 7 parts in turn, its parts merged by their LSE (qattn.verify.merge_parts)."""
 import torch
 
 from . import verify as _v
@@ -44,7 +45,7 @@ def make_cache(b, cap, hkv, d_qk, d_v, dt, page, lens, gen):
     return k, v, kc, vc, table
 
 
-def run_case(kern, case, page, gen, corrupt=False):
+def run_case(kern, case, page, gen, corrupt=False, parts=1):
     """(ok, detail) for one case: page 0 = a contiguous cache. corrupt: two block-table entries of the
     first (full) sequence point outside the pool (num_pages + 7, -3): those pages must read as zeros,
     not fault (the reference zeroes their keys and values)."""
@@ -62,8 +63,8 @@ def run_case(kern, case, page, gen, corrupt=False):
             k[0, pg * page:(pg + 1) * page] = 0
             v[0, pg * page:(pg + 1) * page] = 0
     q = torch.randn(b, sq, hq, info["d_qk"], device="cuda", generator=gen).to(dt)
-    o = torch.full((b, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)
-    lse = torch.full((b, hq, sq), float("nan"), device="cuda") if info["lse"] else None
+    o = torch.full((b * parts, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)
+    lse = torch.full((b * parts, hq, sq), float("nan"), device="cuda") if info["lse"] else None
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     given = {roles.get("lengths"): seqlens, roles.get("block_table"): table}
     scale = info["d_qk"] ** -0.5
@@ -72,10 +73,13 @@ def run_case(kern, case, page, gen, corrupt=False):
     p.seqlen_k = cap
     if table is not None:
         p.page_size, p.pages, p.num_pages = page, int(table.shape[1]), int(kc.shape[0])
+    p.splits = parts
     st = kern(q, kc, vc, o, params=p)
     torch.cuda.synchronize()
     if st != 0:
         return False, f"status {st}: {kern.last_error()}"
+    if parts > 1:
+        o, lse = _v.merge_parts(o, lse, parts)
     worst, worst_naive, ok = 0.0, 0.0, True
     for i, n in enumerate(lens):
         if n == 0:
@@ -92,7 +96,7 @@ def run_case(kern, case, page, gen, corrupt=False):
             ok = ok and bool(((lse[i:i + 1] == float("-inf")) == ~fin).all()) and \
                 _v.max_abs(lse[i:i + 1].double()[fin], l_ref[fin]) <= 1e-3
         worst, worst_naive = max(worst, err), max(worst_naive, naive)
-    return ok, f"lens {lens}: err {worst:.2e} naive {worst_naive:.2e}"
+    return ok, f"lens {lens}: err {worst:.2e} naive {worst_naive:.2e}" + (f", {parts} parts" if parts > 1 else "")
 
 
 def check_library(kern, gen):
@@ -101,11 +105,12 @@ def check_library(kern, gen):
     bn = int(info.get("tiles", {}).get("BN", 64))
     pages = [16, 2 * bn] if "block_table" in info["kv_cache"] else [0]
     out = []
-    for case in CASES:
-        for page in pages:
-            ok, detail = run_case(kern, case, page, gen)
+    for ci, case in enumerate(CASES):
+        for pi, page in enumerate(pages):
+            parts = _v.split_count(info, ci + pi)
+            ok, detail = run_case(kern, case, page, gen, parts=parts)
             b, hq, hkv, sq, cap = case
-            out.append((f"kv b{b} h{hq}/{hkv} s{sq}/{cap} page {page}", ok, detail))
+            out.append((f"kv b{b} h{hq}/{hkv} s{sq}/{cap} page {page}" + (f" {parts} parts" if parts > 1 else ""), ok, detail))
     if "block_table" in info["kv_cache"]:  # a corrupt block table reads as zeros, no fault
         ok, detail = run_case(kern, CASES[0], 16, gen, corrupt=True)
         out.append(("kv block table entries outside the pool", ok, detail))

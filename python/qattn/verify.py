@@ -28,6 +28,9 @@ a KV cache (info "kv_cache": `qattn generate --kv-cache lengths|paged`) by qattn
 key counts, NaN wherever no key is, shuffled pages, each sequence against its own fp64 attention.
 Libraries over packed ragged batches (info "varlen": `qattn generate --varlen true`) by
 qattn._varlen_check: random lengths, NaN rows past the last sequence, outputs there left untouched.
+Libraries that split the keys (info "splits": spec split_keys, ABI 8) are launched with 1, 3 and 7
+parts in turn (more parts than a short sequence has key tiles: empty parts), the parts (NaN-poisoned)
+merged by their LSE in fp64 and the merge checked as above.
 """
 import argparse
 import ctypes
@@ -56,6 +59,24 @@ def launch_values(info, i):
     window = WINDOWS[i % len(WINDOWS)] if ("window_left" in args or "window_right" in args) else None
     softcap = SOFTCAPS[i % len(SOFTCAPS)] if "softcap" in args else None
     return window, softcap
+
+
+def split_count(info, i):
+    """The number of key parts case i launches a split kernel (info "splits") with: 1, 3, 7 in turn."""
+    return (1, 3, 7)[i % 3] if info.get("splits") else 1
+
+
+def merge_parts(o_parts, l_parts, splits):
+    """The LSE merge of a split kernel's parts in fp64: o_parts (batch * S, sq, hq, d) (any strides),
+    l_parts (batch * S, hq, sq) -> o (batch, sq, hq, d), lse (batch, hq, sq); a row without keys in
+    any part: O = 0, LSE = -inf. NaN (an unwritten part) stays NaN."""
+    b = o_parts.shape[0] // splits
+    o = o_parts.double().reshape(b, splits, *o_parts.shape[1:])
+    lp = l_parts.double().reshape(b, splits, *l_parts.shape[1:])
+    lse = torch.logsumexp(lp, dim=1)
+    w = torch.exp(lp - lse[:, None])
+    w = torch.where(torch.isneginf(lse)[:, None] & ~torch.isnan(lp), torch.zeros_like(w), w)
+    return (o * w.permute(0, 1, 3, 2)[..., None]).sum(dim=1), lse
 
 
 def visible(info, sq, sk, device, window=None):
@@ -248,10 +269,12 @@ def run_case(kern, case, gen, i=0, spec=None):
                        "variants.json)"), None
     q, k, v = make_inputs(info, b, hq, hkv, sq, sk, layout, gen)
     out_dt = DTYPES[info["out_dtype"]]
-    o = torch.full((b, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=out_dt)
+    parts = split_count(info, i)  # a kernel that splits the keys: o and lse hold b * parts entries
+    bo = b * parts
+    o = torch.full((bo, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=out_dt)
     if layout == "bhsd":
-        o = torch.full((b, hq, sq, info["d_v"]), float("nan"), device="cuda", dtype=out_dt).permute(0, 2, 1, 3)
-    lse = torch.full((b, hq, sq), float("nan"), device="cuda", dtype=torch.float32) if info["lse"] else None
+        o = torch.full((bo, hq, sq, info["d_v"]), float("nan"), device="cuda", dtype=out_dt).permute(0, 2, 1, 3)
+    lse = torch.full((bo, hq, sq), float("nan"), device="cuda", dtype=torch.float32) if info["lse"] else None
     scale = info["d_qk"] ** -0.5
     descale = None
     fp8 = info["dtype"].startswith("fp8")
@@ -261,11 +284,15 @@ def run_case(kern, case, gen, i=0, spec=None):
         descale = tuple(torch.tensor([x], device="cuda", dtype=torch.float32) for x in (dq, dk, dvs))
         qf, kf, vf = qf * dq, kf * dk, vf * dvs
     aux = make_aux(info, b, hq, sq, sk, gen) if var else {}
-    st = kern(q, k, v, o, lse, scale, descale, window=window, softcap=softcap,
-              aux=[aux[a["name"]] for a in info.get("aux", [])] if aux else None)
+    p = kern.params(q, k, v, o, lse, scale, descale, window=window, softcap=softcap,
+                    aux=[aux[a["name"]] for a in info.get("aux", [])] if aux else None)
+    p.splits = parts
+    st = kern(q, k, v, o, params=p)
     torch.cuda.synchronize()
     if st != 0:
         return False, f"status {st}: {kern.last_error()}", None
+    if parts > 1:
+        o, lse = merge_parts(o, lse, parts)
     p_dt = DTYPES[info["dtype"]] if not fp8 else torch.float8_e4m3fn
     if var:  # the spec's mask and variants as independent torch formulas (softcap at the launch value)
         score, keep = variant_fns(spec, aux, sq, sk, window, softcap)
@@ -282,7 +309,7 @@ def run_case(kern, case, gen, i=0, spec=None):
     naive = max_abs(o_naive.double(), o_ref)
     atol = (1e-3 if fp8 else 1e-5) * max(1.0, o_ref.abs().max().item() if o_ref.numel() else 1.0)
     ok = nan == 0 and err <= 2 * naive + atol
-    msg = f"err {err:.2e} naive {naive:.2e}" + (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
+    msg = f"err {err:.2e} naive {naive:.2e}" + (f" {parts} parts" if parts > 1 else "") + (f" window={window}" if window else "") + (f" softcap={softcap:g}" if softcap else "")
     if nan:
         msg += f" NaN x{nan}"
     if lse is not None:
@@ -310,8 +337,11 @@ def abi_checks(kern, gen=None):
     aux = make_aux(info, 1, 2, 64, 64, gen)
     aux = [aux[a["name"]] for a in info.get("aux", [])] or None
 
+    # a kernel that splits the keys needs its LSE (else QATTN_ERR_SHAPE before the checks below)
+    lse = torch.empty(1, 2, 64, device="cuda", dtype=torch.float32) if info.get("splits") else None
+
     def prm(window=window, softcap=softcap):
-        return kern.params(q, k, v, o, window=window, softcap=softcap, aux=aux)
+        return kern.params(q, k, v, o, lse, window=window, softcap=softcap, aux=aux)
 
     results = []
     if window is not None or softcap is not None:

@@ -522,9 +522,10 @@ def test_kernel_names_are_safe_spec_names():
 
 
 def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
-    """precompile(short=True) adds, per spec: on Hopper the packed short-query kernel (no variants),
-    and where the key split applies (no variants; no mask or bottom-right causal) the LSE twins it
-    launches (the regular one, and on Hopper the short one); nothing for variant kernels."""
+    """precompile(short=True) adds, per spec: on Hopper the packed short-query kernel (no variants)
+    and the kernels that split the keys in their TL (the spec's fields and, for one causal query, the
+    unmasked ones; packed and not; variants too); elsewhere the LSE twins the fold launches (no
+    variants; no mask or bottom-right causal); one combine library per dtype and d_v."""
     from qattn import _compile, _pack
 
     class K:
@@ -540,19 +541,22 @@ def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
     monkeypatch.setattr(_pack, "write_pack", lambda out, builds: len(builds))
     specs = [{"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "causal"},
              {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"softcap": 30.0}},
-             {"heads_q": 4, "head_dim": 128, "dtype": "bf16", "mask": "none"}]
-    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 3 + 3 + 3 + 1
-    got = sorted((s["name"], s["return_lse"]) for s in built)  # (the softcap kernel: variants, no short kernel)
-    assert got == [("py_bf16_d128_causal_lse", True), ("py_bf16_d128_causal_lse_short", True),
-                   ("py_bf16_d128_causal_short", False), ("py_bf16_d128_none_lse", True),
-                   ("py_bf16_d128_none_lse_short", True), ("py_bf16_d128_none_short", False)], got
+             {"heads_q": 4, "head_dim": 128, "dtype": "bf16", "mask": "none"},
+             {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"alibi": True}}]
+    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 4 + 7 + 1
+    got = sorted((s["name"], s["return_lse"], s.get("split_keys", False)) for s in built)
+    assert got == [("py_bf16_d128_causal_lse_short_split", True, True), ("py_bf16_d128_causal_lse_split", True, True),
+                   ("py_bf16_d128_causal_short", False, False),
+                   ("py_bf16_d128_none_lse_short_split", True, True), ("py_bf16_d128_none_lse_split", True, True),
+                   ("py_bf16_d128_none_short", False, False),
+                   ("py_bf16_d128_none_softcap_lse_split", True, True)], got
     # the split's merge: one combine library per dtype and d_v, its spec stating the short queries
     assert [s["name"] for s in combined] == ["py_bf16_dv128_combine"], combined
     assert combined[0]["problem"]["seqlen_q"] == _build.SHORT_QUERIES
     built.clear()
     combined.clear()
     assert qattn.precompile(specs[:2], str(tmp_path), gpu="a100", short=True) == 2 + 1 + 1
-    assert [(s["name"], s["return_lse"]) for s in built] == [("py_bf16_d128_causal_lse", True)]
+    assert [(s["name"], s["return_lse"], s.get("split_keys", False)) for s in built] == [("py_bf16_d128_causal_lse", True, False)]
     assert [s["name"] for s in combined] == ["py_bf16_dv128_combine"]
 
 
