@@ -57,32 +57,52 @@ PAGES = (0, 16, 64, 256)
 
 
 
-RUNTIMES = {}  # NAME: (environment {VAR: value}, its own in-process build table)
+RUNTIMES = {}  # NAME: (environment {VAR: value}, its own in-process build tables: _build.FAST and _build._BUILDS)
 
 
 @contextlib.contextmanager
 def runtime(name):
-    """Builds and launches inside use runtime `name`'s kernels (None: this tree's)."""
+    """Builds and launches inside use runtime `name`'s kernels (None: this tree's). Both in-process
+    build tables are swapped: _build._BUILDS is keyed by the spec alone, so a runtime sharing it would
+    reuse this tree's kernels (the --also A/Bs before 2026-11-29 did: their two sides ran the same
+    kernels)."""
     if name is None:
         yield
         return
-    env, fast = RUNTIMES[name]
-    saved = (dict(_build.FAST), {var: os.environ.get(var) for var in env})
+    env, fast, builds = RUNTIMES[name]
+    saved = (dict(_build.FAST), dict(_build._BUILDS), {var: os.environ.get(var) for var in env})
     _build.FAST.clear()
     _build.FAST.update(fast)
+    _build._BUILDS.clear()
+    _build._BUILDS.update(builds)
     os.environ.update(env)
     try:
         yield
     finally:
         fast.clear()
         fast.update(_build.FAST)
+        builds.clear()
+        builds.update(_build._BUILDS)
         _build.FAST.clear()
         _build.FAST.update(saved[0])
-        for var, old in saved[1].items():
+        _build._BUILDS.clear()
+        _build._BUILDS.update(saved[1])
+        for var, old in saved[2].items():
             if old is None:
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = old
+
+
+def check_runtimes():
+    """Every --also runtime's kernels are its own builds (libraries in its own cache folder)."""
+    for name, (env, _, builds) in RUNTIMES.items():
+        cache = env.get("QATTN_CACHE_DIR")
+        if cache is None:
+            continue
+        for b in builds.values():
+            assert os.path.abspath(b.dir).startswith(os.path.abspath(cache)), \
+                f"runtime {name} launched {b.dir}, a kernel outside its cache {cache}"
 
 
 def in_runtime(name, fn):
@@ -122,9 +142,9 @@ def main():
         if not name or not os.path.isdir(os.path.join(device, "qattn")):
             ap.error(f"--also wants NAME=DEVICE_DIR (a folder holding qattn/*.cuh), got {spec!r}")
         RUNTIMES[name] = ({"QATTN_DEVICE_DIR": os.path.abspath(device),
-                           "QATTN_CACHE_DIR": tempfile.mkdtemp(prefix=f"qattn_{name}_cache_")}, {})
+                           "QATTN_CACHE_DIR": tempfile.mkdtemp(prefix=f"qattn_{name}_cache_")}, {}, {})
     if a.fold:
-        RUNTIMES["fold"] = ({"QATTN_SPLIT_MODE": "fold"}, {})
+        RUNTIMES["fold"] = ({"QATTN_SPLIT_MODE": "fold"}, {}, {})
     gpu = torch.cuda.get_device_name()
     d = 128
     gen = torch.Generator().manual_seed(0)
@@ -150,6 +170,7 @@ def main():
                 kc, vc, tb = caches[page]
                 fns[f"kv{page}{tag}"] = in_runtime(rt, lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
         outs = {n: f() for n, f in fns.items() if n != "copy"}
+        check_runtimes()
         outs["cudnn"] = outs["cudnn"].transpose(1, 2)
         for n in outs:
             diff = (outs["qattn"].float() - outs[n].float()).abs().max().item()
