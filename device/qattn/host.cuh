@@ -245,6 +245,14 @@ static inline int check_grid(long long gx, long long gy, long long gz, bool* emp
   return ok();
 }
 
+// The TL Grid of a kernel launched 1-D over its work tiles (sm90: the tile scheduler maps tile t to
+// its Grid point): no per-axis limit (batch x splits may pass 65535), the count checked by
+// make_params (<= 2^31).
+static inline int check_tiles(long long gx, long long gy, long long gz, bool* empty) {
+  *empty = gx <= 0 || gy <= 0 || gz <= 0;
+  return ok();
+}
+
 static inline int launch_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return ok();
   const int status = (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction ||

@@ -77,6 +77,15 @@ int main() {
   }
   std::printf("ABI 8 splits: %d of %zu cases as expected\n", int(sizeof(splits) / sizeof(splits[0])) - split_bad,
               sizeof(splits) / sizeof(splits[0]));
+  // The grid checks: check_grid (3-D launches: y and z at most 65535), check_tiles (sm90's 1-D launch
+  // over the Grid's points: batch x splits past 65535 is fine)
+  int grid_bad = 0;
+  bool empty = false;
+  grid_bad += qattn::host::check_grid(1, 8, 70000, &empty) != QATTN_ERR_SHAPE;
+  grid_bad += qattn::host::check_tiles(1, 8, 70000, &empty) != QATTN_OK || empty;
+  grid_bad += qattn::host::check_tiles(1, 8, 0, &empty) != QATTN_OK || !empty;
+  grid_bad += qattn::host::check_grid(4, 8, 65535, &empty) != QATTN_OK || empty;
+  std::printf("grid: %d of 4 cases as expected\n", 4 - grid_bad);
   // TL integer arithmetic (device/qattn/intmath.cuh) on the host: floor `/` and `%`, cdiv against
   // exact floor / ceil (the GPU side: tests/gpu/intmath_check.cu)
   int int_bad = 0, int_cases = 0;
@@ -91,5 +100,5 @@ int main() {
       }
     }
   std::printf("intmath: %d of %d cases as expected\n", int_cases - int_bad, int_cases);
-  return bad || split_bad || int_bad ? 1 : 0;
+  return bad || split_bad || int_bad || grid_bad ? 1 : 0;
 }

@@ -165,6 +165,7 @@ TEST(EmitCompile, LaunchL2PromotionRuleOnTheHost) {
   EXPECT_NE(log.find("launch rule: 11 of 11 cases as expected"), std::string::npos) << log;
   EXPECT_NE(log.find("ABI 8 splits: 9 of 9 cases as expected"), std::string::npos) << log;
   EXPECT_NE(log.find("intmath: 12609 of 12609 cases as expected"), std::string::npos) << log;
+  EXPECT_NE(log.find("grid: 4 of 4 cases as expected"), std::string::npos) << log;
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

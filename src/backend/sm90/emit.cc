@@ -640,7 +640,7 @@ void Emitter::abi(const std::string& info_json) {
   w_.line("const long long gx = " + sc.grid_extents_cpp[0] + ", gy = " + sc.grid_extents_cpp[1] + ", gz = " + sc.grid_extents_cpp[2] +
           (sc.grid.size() > 3 ? " * 1LL * (" + sc.grid_extents_cpp[3] + ")" : "") + ";");
   w_.line("bool empty = false;");
-  w_.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
+  w_.line("if (int st = qattn::host::check_tiles(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;  // a 1-D launch");
   w_.line("Params kp;");
   w_.line("int blocks = 0;");
   w_.line("const KernelShape shape{" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.sm90.bn) + ", " + std::to_string(k_.d_qk) +
