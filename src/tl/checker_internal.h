@@ -223,6 +223,7 @@ class Walker {
   std::map<std::string, const Attr*> pack_;      // `{pack: G}` per global view that carries one
   std::map<std::string, const Attr*> paged_;     // `{paged: T}` per global K / V that carries one
   std::map<std::string, const Attr*> ragged_;    // `{ragged: T}` per global view that carries one
+  bool ragged_refused_ = false;                   // a `{ragged}` was refused (TL0416): no follow-up errors
   std::set<std::string> split_outputs_;          // forward O / LSE written at [batch, split, head]
   int walks_ = 0;                                // loop-body walks (bounded)
   bool phase_ = false;                           // this walker checks a Phase's body

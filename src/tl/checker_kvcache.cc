@@ -133,6 +133,7 @@ void Walker::check_ragged(const Stmt& s, const Attr& a) {
           a.value->name + "[b]`";
   if (!why.empty()) {
     rep_.error("TL0416", at, why, kRaggedHint);
+    ragged_refused_ = true;
     return;
   }
   ragged_[n] = &a;
@@ -168,7 +169,7 @@ void Walker::finish_ragged() {
                "give Q, O and LSE `{ragged: " + info_.q_lengths + "}`, or remove the Let (padded batches have seqlen_q rows each)");
     return;
   }
-  if (ragged_.empty()) return;
+  if (ragged_.empty() || ragged_refused_) return;  // a refused `{ragged}` said what is wrong already
   auto table = [&](const char* n) { return ragged_.count(n) ? ragged_.at(n)->value->name : std::string(); };
   // at the global Allocate that lacks (or has another) table, else at the first `{ragged}`
   auto where = [&](std::initializer_list<const char*> names, const std::string& want) {

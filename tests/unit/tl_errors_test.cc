@@ -1,8 +1,9 @@
 // The must-fail corpus runner and the golden-corpus check.
 //  - Every tests/tl_errors/*.tl (globbed when the test program starts) is parsed, and checked when
 //    it parses without errors; each `# expect-error: CODE line N` line in the file must be matched
-//    by a diagnostic with that code at that line. A file without expectations fails, and nothing
-//    may crash.
+//    by a diagnostic with that code at that line; no diagnostic's message may contain the TEXT of a
+//    `# expect-no-message: TEXT` line (a follow-up error that misstates the program). A file without
+//    expectations fails, and nothing may crash.
 //  - Every tests/tl/*.tl golden program must parse and pass the checker with no diagnostics.
 #include <gtest/gtest.h>
 
@@ -65,6 +66,19 @@ std::vector<Expectation> expectations(const std::string& text) {
   return out;
 }
 
+// The TEXT of every `# expect-no-message: TEXT` line.
+std::vector<std::string> unwanted_messages(const std::string& text) {
+  static const std::regex re(R"(^# expect-no-message: (.+?)[ \t\r]*$)");
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) out.push_back(m[1].str());
+  }
+  return out;
+}
+
 // ---- must-fail corpus --------------------------------------------------------------------------
 
 class tl_errors : public testing::TestWithParam<std::string> {};
@@ -82,6 +96,10 @@ TEST_P(tl_errors, ReportsExpectedDiagnostics) {
     EXPECT_TRUE(found) << GetParam() << ": expected " << e.code << " at line " << e.line << ", got:\n"
                        << diags.render();
   }
+  for (const auto& unwanted : unwanted_messages(text))
+    for (const auto& d : diags.all())
+      EXPECT_EQ(d.message.find(unwanted), std::string::npos) << GetParam() << ": a diagnostic says \"" << unwanted << "\":\n"
+                                                             << support::render(d);
   for (const auto& d : diags.all()) {
     EXPECT_FALSE(d.code.empty()) << support::render(d);
     EXPECT_FALSE(d.message.empty()) << support::render(d);
