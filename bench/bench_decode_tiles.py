@@ -19,15 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from qattn import _attention  # noqa: E402
 from qattn._abi import Kernel  # noqa: E402
-from bench_util import graphed, replay_rounds, write_csv  # noqa: E402
+from bench_util import DECODE_ROWS, graphed, replay_rounds, write_csv  # noqa: E402
 
-ROWS = {  # name: (batch, hq, hkv, seqlen_k)
-    "mqa_32_1_b32_8k": (32, 32, 1, 8192),
-    "gqa_32_8_b32_8k": (32, 32, 8, 8192),
-    "gqa_64_8_b8_32k": (8, 64, 8, 32768),
-    "mqa_16_1_b8_16k": (8, 16, 1, 16384),
-    "gqa_32_8_b1_64k": (1, 32, 8, 65536),
-}
+ROWS = {n: DECODE_ROWS[n] for n in ("mqa_32_1_b32_8k", "gqa_32_8_b32_8k", "gqa_64_8_b8_32k", "mqa_16_1_b8_16k",
+                                    "gqa_32_8_b1_64k")}  # name: (batch, hq, hkv, seqlen_k)
 
 
 

@@ -38,18 +38,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
-from bench_util import graphed, replay_rounds, write_csv  # noqa: E402
+from bench_util import DECODE_ROWS, graphed, replay_rounds, write_csv  # noqa: E402
 from qattn import _build  # noqa: E402
 
 # name: (batch, hq, hkv, seqlen_k)
-ROWS = {
-    "mqa_32_1_b32_8k": (32, 32, 1, 8192),
-    "gqa_32_8_b32_8k": (32, 32, 8, 8192),
-    "gqa_64_8_b8_32k": (8, 64, 8, 32768),
-    "mha_32_32_b8_4k": (8, 32, 32, 4096),
-    "gqa_32_8_b128_4k": (128, 32, 8, 4096),
-    "gqa_32_8_b1_64k": (1, 32, 8, 65536),
-}
+ROWS = {n: DECODE_ROWS[n] for n in ("mqa_32_1_b32_8k", "gqa_32_8_b32_8k", "gqa_64_8_b8_32k", "mha_32_32_b8_4k",
+                                    "gqa_32_8_b128_4k", "gqa_32_8_b1_64k")}
 PAGES = (0, 16, 64, 256)
 
 

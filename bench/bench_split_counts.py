@@ -21,14 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
 from qattn import _attention  # noqa: E402
-from bench_util import graphed, replay_rounds, write_csv  # noqa: E402
+from bench_util import DECODE_ROWS, graphed, replay_rounds, write_csv  # noqa: E402
 
-ROWS = {  # name: (batch, hq, hkv, seqlen_k)
-    "mqa_32_1_b32_8k": (32, 32, 1, 8192),
-    "gqa_64_8_b8_32k": (8, 64, 8, 32768),
-    "gqa_32_8_b1_64k": (1, 32, 8, 65536),
-    "gqa_32_8_b4_16k": (4, 32, 8, 16384),
-}
+# the rows that split (name: (batch, hq, hkv, seqlen_k))
+ROWS = {n: DECODE_ROWS[n] for n in ("mqa_32_1_b32_8k", "gqa_64_8_b8_32k", "gqa_32_8_b1_64k", "gqa_32_8_b4_16k")}
 
 
 def main():

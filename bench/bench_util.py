@@ -5,6 +5,18 @@ under an environment variable (with_env), and the results.csv writer (write_csv)
 import csv
 import os
 
+# The decoding rows the benchmarks share (one query token, bf16, d 128): name -> (batch, hq, hkv, seqlen_k)
+DECODE_ROWS = {
+    "mqa_32_1_b32_8k": (32, 32, 1, 8192),
+    "gqa_32_8_b32_8k": (32, 32, 8, 8192),
+    "gqa_64_8_b8_32k": (8, 64, 8, 32768),
+    "mha_32_32_b8_4k": (8, 32, 32, 4096),
+    "gqa_32_8_b128_4k": (128, 32, 8, 4096),
+    "gqa_32_8_b1_64k": (1, 32, 8, 65536),
+    "mqa_16_1_b8_16k": (8, 16, 1, 16384),
+    "gqa_32_8_b4_16k": (4, 32, 8, 16384),
+}
+
 
 def with_env(name, value, fn):
     """fn wrapped to run with $name = value (qattn reads QATTN_SPLIT_KV / QATTN_COMBINE at each call, so
