@@ -448,7 +448,11 @@ def tl_split(torch, device):
     with QATTN_SPLIT_MODE=fold, the keys are folded into the batch (_launch_split: a copy of the
     queries per part). H200, 2026-11-29: the split in TL 2-14% faster than the fold on every row the
     key split serves (bench/results/2026-11-29-h200-split-causal)."""
-    if os.environ.get("QATTN_SPLIT_MODE", "tl") == "fold":
+    mode = os.environ.get("QATTN_SPLIT_MODE", "tl").strip().lower() or "tl"
+    if mode not in ("tl", "fold"):
+        raise SpecError(f"QATTN_SPLIT_MODE={mode!r}: expected 'tl' (the kernel splits the keys in its TL, Hopper) or "
+                        "'fold' (the parts folded into the batch)", code="PY0111")
+    if mode == "fold":
         return False
     target, _, _ = _device_target(torch, device)
     return target in ("h100", "h200")

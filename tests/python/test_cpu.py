@@ -316,6 +316,20 @@ def test_kernel_pack_serves_without_the_compiler(tmp_path):
     _pack._PACKS.clear()
 
 
+def test_split_mode_is_tl_or_fold(monkeypatch):
+    """QATTN_SPLIT_MODE: 'tl' (the default) or 'fold'; anything else is a SpecError (PY0111) naming both,
+    raised before the device is asked (so no GPU is needed to see it)."""
+    from qattn import _attention
+    from qattn.errors import SpecError
+    monkeypatch.setenv("QATTN_SPLIT_MODE", "fold")
+    assert _attention.tl_split(None, None) is False
+    for bad in ("TL2", "folded", "1"):
+        monkeypatch.setenv("QATTN_SPLIT_MODE", bad)
+        with pytest.raises(SpecError) as e:
+            _attention.tl_split(None, None)
+        assert e.value.code == "PY0111" and "'tl'" in str(e.value) and "'fold'" in str(e.value)
+
+
 def test_short_gqa_queries_on_hopper_take_the_packed_kernel():
     from qattn import _build
     none = {"mask": {"kind": "none"}}
