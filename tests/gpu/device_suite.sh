@@ -6,6 +6,8 @@
 #   3. compute-sanitizer memcheck + racecheck on small cases (tests/gpu/sanitize_main.cu)
 #   4. the TL is the source of truth: code.tl without `Compute Rescale O, alpha` must FAIL verification
 #   5. benchmark the sm80 path against torch's FlashAttention-2 and cuDNN backends (bench/bench_sm80.py)
+#   0. first: the TL integer arithmetic on this GPU (tests/gpu/intmath_check.cu: ptxas once miscompiled
+#      cdiv inside a loop bound's min())
 # Usage: tests/gpu/device_suite.sh OUT_DIR [BIN_DIR] [--no-bench]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -17,6 +19,9 @@ CUT=$ROOT/.cutlass/include
 SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
 K=/tmp/qattn_kernels; rm -rf $K
 status=0
+echo "== 0. TL integer arithmetic on the GPU =="
+nvcc -O3 -arch=sm_"$SM" --use_fast_math -I"$ROOT/device" "$ROOT/tests/gpu/intmath_check.cu" -o /tmp/intmath_check && \
+  /tmp/intmath_check | tee "$OUT/intmath_check.txt" || status=1
 echo "== 1. build kernels (native sm_$SM) =="
 bash "$ROOT/tests/gpu/build_kernels.sh" $K --run-sm "$SM" --bin "$BIN" --cutlass "$CUT" -j "$(nproc)" || status=1
 cp $K/ptxas.txt "$OUT/" 2>/dev/null
