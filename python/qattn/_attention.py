@@ -402,6 +402,21 @@ MIN_KEYS_PER_SPLIT = 512
 MAX_SPLITS = 16
 
 
+def split_allowed(fields, args, aux, sq, in_tl):
+    """Whether a call may split its keys at all: not with auxiliary tensors (ALiBi slopes, segment
+    ids, a bias table); on Hopper (in_tl: the kernel splits in its TL, each part applying the mask
+    and the variants to its own tiles) any mask and variant; elsewhere (the fold: every part the same
+    function) no mask, or a bottom-right causal mask with one query, no window, no variants."""
+    if aux:
+        return False
+    if in_tl:
+        return True
+    mask = fields.get("mask") or {"kind": "none"}
+    kind, align = mask.get("kind"), mask.get("align", "bottom_right")
+    return "variants" not in fields and (args or {}).get("window") is None and \
+        (kind == "none" or (kind == "causal" and align == "bottom_right" and sq == 1))
+
+
 def split_keys(torch, device, qv, kv, fields, args, aux):
     """How many parts to split the keys of this call into (1: none). A short query sequence over a
     long cache launches too few blocks to fill the GPU (decoding: batch x kv heads blocks with the
@@ -417,13 +432,8 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
         return 1
     bsz, sq, hq, _ = (int(x) for x in qv.shape)
     sk, hkv = int(kv.shape[1]), int(kv.shape[2])
-    mask = fields.get("mask") or {"kind": "none"}
-    kind, align = mask.get("kind"), mask.get("align", "bottom_right")
-    if aux:
-        return 1
     in_tl = tl_split(torch, device)
-    if not in_tl and ("variants" in fields or (args or {}).get("window") is not None or
-                      not (kind == "none" or (kind == "causal" and align == "bottom_right" and sq == 1))):
+    if not split_allowed(fields, args, aux, sq, in_tl):
         return 1
     if sk < 2 * MIN_KEYS_PER_SPLIT or sq > _build.SHORT_QUERIES:
         return 1

@@ -97,19 +97,23 @@ def _on_cuda(q):
         raise DeviceError(f"q is on {q.device}: qattn kernels run on CUDA devices", code="PY0103")
 
 
-def _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl=False):
-    """S parts of the capacity (1: none): _attention.split_keys on the capacity; folded into the batch
+def _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl=False, num_splits=0):
+    """S parts of the capacity (1: none): num_splits when given (> 0; 1 is no split) and the call may
+    split (_attention.split_allowed), else _attention.split_keys on the capacity; folded into the batch
     (not in_tl), S divides the capacity (contiguous) or the block table's width (paged), so every part
     is a view. A kernel that splits in its TL (in_tl) cuts each sequence's own key tiles: any S."""
-    kv_shape = torch.empty((1, capacity, hkv, 1), device="meta")  # split_keys reads shapes only
-    s = _attention.split_keys(torch, q.device, q, kv_shape, fields, args, None)
+    if num_splits:
+        s = num_splits if _attention.split_allowed(fields, args, None, sq, in_tl) else 1
+    else:
+        kv_shape = torch.empty((1, capacity, hkv, 1), device="meta")  # split_keys reads shapes only
+        s = _attention.split_keys(torch, q.device, q, kv_shape, fields, args, None)
     while s > 1 and not in_tl and ((pages and pages % s) or (not pages and capacity % s)):
         s -= 1
     return s
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None, v_new=None, *, causal=False,
-                           window=None, scale=None, softcap=None, return_lse=False):
+                           window=None, scale=None, softcap=None, return_lse=False, num_splits=0):
     """Attention of q (batch, seqlen_q, heads_q, d) over each sequence's first cache_seqlens[b] keys of
     the cache: k_cache / v_cache (batch, capacity, heads_kv, d), or with block_table (batch, pages)
     int32 the paged (num_pages, page_size, heads_kv, d). The queries are the last seqlen_q positions
@@ -117,12 +121,17 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     0..capacity is clamped; a sequence with no key gets O = 0 and LSE = -inf. k_new / v_new (batch,
     new, heads_kv, d): written into the cache at each sequence's end first (in place; then the keys
     are cache_seqlens + new; cache_seqlens itself is not changed), as flash_attn_with_kvcache does;
-    PY0105 when they do not fit (checked on the host except under CUDA-graph capture). Returns o
-    (batch, seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
+    PY0105 when they do not fit (checked on the host except under CUDA-graph capture). num_splits:
+    the parts the keys are split into, as flash_attn_with_kvcache's: 0 qattn's choice
+    (_attention.split_keys), 1 none, N > 1 N parts (on Hopper any N, each sequence's key tiles cut
+    into N; elsewhere at most N, a divisor of the capacity, and only where the fold may split).
+    Returns o (batch, seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
     torch = import_torch()
     _backward.refuse_grad(torch, "qattn.attention_with_kvcache", "a KV cache serves inference: call it under "
                           "torch.no_grad()", q, k_cache, v_cache, k_new, v_new)
     bsz, sq, hq, dqk, hkv, dv, capacity, page_size, pages = _check(torch, q, k_cache, v_cache, cache_seqlens, block_table)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= 65535:
+        raise SpecError(f"num_splits={num_splits!r}: expected an int from 0 (qattn chooses) to 65535", code="PY0105")
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
     kv = "paged" if block_table is not None else "lengths"
@@ -145,7 +154,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
         return (o, lse) if return_lse else o
     table = block_table.to(torch.int32).contiguous() if block_table is not None else None
     in_tl = _attention.tl_split(torch, q.device)
-    splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl)
+    splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl, num_splits)
     in_tl = in_tl and splits > 1
     b = _attention._build_for(torch, dt, dqk, dv, _attention.split_fields(fields, sq) if in_tl else fields,
                               return_lse or splits > 1, q.device, shape=(hq, hkv, sq), kv_cache=kv, split=in_tl)

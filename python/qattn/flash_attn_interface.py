@@ -28,8 +28,9 @@ Refused with a qattn.QattnError (PY0903) naming the argument: dropout_p > 0, rot
 rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes with a paged cache, (batch, heads) ALiBi
 slopes that differ per row in a packed call. return_attn_probs returns (out, softmax_lse, None): the
 probabilities are not formed. deterministic=True makes the call's backward the kernel with ordered
-additions (bit-identical gradients; also under torch.use_deterministic_algorithms(True)); num_splits is
-accepted and ignored (qattn picks its own schedule).
+additions (bit-identical gradients; also under torch.use_deterministic_algorithms(True)); num_splits
+of flash_attn_with_kvcache: 0 (the default) lets qattn choose, 1 does not split, N > 1 splits the keys
+into N parts (qattn.attention_with_kvcache's num_splits).
 """
 import contextlib
 
@@ -249,7 +250,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             o[i], lse[i] = oi[0], li[0]
         return (o, lse) if return_softmax_lse else o
     r = attention_with_kvcache(q, k_cache, v_cache, lens, block_table, causal=bool(causal) and window is None,
-                               window=window, scale=softmax_scale, softcap=cap, return_lse=True)
+                               window=window, scale=softmax_scale, softcap=cap, return_lse=True, num_splits=num_splits)
     return r if return_softmax_lse else r[0]
 
 

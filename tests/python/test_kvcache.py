@@ -182,6 +182,33 @@ def test_split_in_tl_under_masks_and_variants(page, splits, monkeypatch):
 
 
 @gpu
+def test_num_splits_is_honoured_and_changes_nothing_but_the_schedule():
+    """attention_with_kvcache(num_splits=N) / flash_attn_with_kvcache(num_splits=N): 1 (no split) and
+    5 parts give the fp64 reference's result on a paged cache with ragged counts; a bad value is PY0105."""
+    from qattn import _kvcache
+    from qattn.errors import SpecError
+    g = torch.Generator().manual_seed(11)
+    b, hq, hkv, d, cap = 4, 8, 1, 128, 2048
+    lens = [cap, 0, 700, 1]
+    k, v, kc, vc, table = make_cache(g, b, cap, hkv, d, torch.bfloat16, 64, lens)
+    q = torch.randn(b, 1, hq, d, generator=g).to("cuda", torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    seen = []
+    real = _kvcache._splits
+    _kvcache._splits = lambda *x: seen.append(real(*x)) or seen[-1]
+    try:
+        for n in (1, 5):
+            o, lse = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True, return_lse=True, num_splits=n)
+            check(o, lse, q, k, v, lens, True, torch.bfloat16)
+    finally:
+        _kvcache._splits = real
+    assert seen[0] == 1 and seen[1] in (5, 4)  # (the fold: a divisor of the table's 32 pages)
+    for bad in (-1, 1.5, True, 70000):
+        with pytest.raises(SpecError):
+            qattn.attention_with_kvcache(q, kc, vc, seqlens, table, num_splits=bad)
+
+
+@gpu
 def test_kvcache_cuda_graph_replays_the_eager_result():
     g = torch.Generator().manual_seed(3)
     b, hq, hkv, d, cap = 4, 8, 1, 128, 2048

@@ -59,6 +59,26 @@ def test_which_calls_split(monkeypatch):
     assert decide(32, 1, 32, 1, 8192) == 1
 
 
+def test_kvcache_num_splits_forces_the_parts(monkeypatch):
+    """attention_with_kvcache's num_splits (flash_attn_with_kvcache's): 0 qattn's choice, 1 none, N
+    parts on Hopper for any call without auxiliary tensors; with the fold at most N, a divisor of the
+    capacity (or of the block table's width), and only where the fold may split."""
+    from qattn import _kvcache
+    causal, a = fields(causal=True)
+    none, _ = fields()
+
+    def parts(n, f, sq=4, pages=0, cap=4096):  # (q is read only when qattn chooses: n = 0)
+        return _kvcache._splits(torch, None, cap, pages, f, a, 32, 8, sq, A.tl_split(torch, torch.device("cuda", 0)), n)
+    monkeypatch.setattr(A, "_device_target", lambda torch_, dev: ("h100", "test", "sm90"))
+    assert parts(5, causal) == 5 and parts(5, none) == 5 and parts(1, causal) == 1
+    assert parts(7, causal, pages=64) == 7             # any N: each sequence's tiles are cut
+    monkeypatch.setattr(A, "_device_target", lambda torch_, dev: ("a100", "test", "sm80"))
+    assert parts(5, none, sq=1) == 4                   # the fold: a divisor of the capacity
+    assert parts(5, none, sq=1, pages=48) == 4         # ... of the block table's width
+    assert parts(5, causal) == 1                       # several causal queries: the fold cannot split them
+    assert parts(1, none, sq=1) == 1
+
+
 def test_split_fields_one_causal_query_takes_the_unmasked_kernel():
     causal, _ = fields(causal=True)
     assert A.split_fields(causal, 1) == {"mask": {"kind": "none"}}
