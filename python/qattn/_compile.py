@@ -238,8 +238,10 @@ class Explanation:
     """What qattn built and why: the target choice, the TL sketch and code, the plan, the kernel IR (.kir:
     what stage 2 decided, statement by statement), the CUDA source."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, splits=1, split_mode=None):
         b = kernel._b
+        self.splits = splits          # the key split of the explained call: parts (1: none)
+        self.split_mode = split_mode  # "tl" (the kernel splits in its TL), "fold" (parts as batch entries), None
         self.name = kernel.name
         self.spec = kernel.spec
         self.kernel_spec = kernel.kernel_spec
@@ -260,14 +262,19 @@ class Explanation:
 
     def as_dict(self):
         return {k: getattr(self, k) for k in ("name", "spec", "kernel_spec", "target", "target_reason", "sketch",
-                                              "tl", "plan", "kir", "source", "build_log", "library", "dir", "info")}
+                                              "tl", "plan", "kir", "source", "build_log", "library", "dir", "info",
+                                              "splits", "split_mode")}
 
     def __str__(self):
         lines = [f"qattn kernel {self.name}",
                  f"target: {self.target} ({self.target_reason})",
                  f"library: {self.library}",
-                 f"artifacts: {self.dir}",
-                 "", "== TL code ==", self.tl or "(missing)",
+                 f"artifacts: {self.dir}"]
+        if self.splits > 1:
+            how = ("the kernel below splits the keys in its TL (a Grid axis over the parts)" if self.split_mode == "tl"
+                   else "the parts folded into the batch of the kernel below (a copy of the queries per part)")
+            lines.append(f"key split: {self.splits} parts, {how}; their partial results merged by the combine kernel")
+        lines += ["", "== TL code ==", self.tl or "(missing)",
                  "", f"== kernel IR: {len((self.kir or '').splitlines())} lines in {self.dir}/kernel.kir ==",
                  "", f"== CUDA source: {len((self.source or '').splitlines())} lines in {self.dir}/kernel.cu =="]
         return "\n".join(lines)
@@ -285,14 +292,19 @@ def explain(*args, gpu=None, **kwargs):
         kw = dict(zip(("causal", "window", "scale", "softcap", "return_lse"), args[3:]))
         kw.update(kwargs)
         layout = kw.pop("layout", "bshd")
-        _, flags = aux_arguments(kw.get("alibi_slopes"), kw.get("segment_ids"), kw.get("relative_bias"))
-        fields, _ = split_launch_args(variant_fields(kw.get("causal", False), kw.get("window"), kw.get("softcap"),
-                                                     kw.get("score_mod"), kw.get("mask_mod"), kw.get("prefix_lm"), **flags))
+        aux, flags = aux_arguments(kw.get("alibi_slopes"), kw.get("segment_ids"), kw.get("relative_bias"))
+        fields, args = split_launch_args(variant_fields(kw.get("causal", False), kw.get("window"), kw.get("softcap"),
+                                                        kw.get("score_mod"), kw.get("mask_mod"), kw.get("prefix_lm"),
+                                                        **flags))
         dt = A._check_tensors(torch, q, k, v, layout)
         qv, kv, vv = A._views(q, k, v, layout)
         _, sq, _, hq, hkv, _, _ = A._check_shapes(qv, kv, vv)
-        b = A._build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, kw.get("return_lse", False), q.device,
-                       shape=(hq, hkv, sq))
-        return Explanation(Kernel(b.spec, b, A._device_target(torch, q.device)[1]))
+        # the kernel the call launches: with a key split (attention's split_keys) the one that writes the parts
+        splits = A.split_keys(torch, q.device, qv, kv, fields, args, aux)
+        in_tl = splits > 1 and A.tl_split(torch, q.device)
+        b = A._build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), A.split_fields(fields, sq) if in_tl else fields,
+                         kw.get("return_lse", False) or splits > 1, q.device, shape=(hq, hkv, sq), split=in_tl)
+        return Explanation(Kernel(b.spec, b, A._device_target(torch, q.device)[1]), splits,
+                           ("tl" if in_tl else "fold") if splits > 1 else None)
     spec = args[0] if args else None
     return compile(spec, gpu=gpu, **kwargs).explain()

@@ -466,7 +466,22 @@ def test_explain_tensors_shows_the_target_choice():
     if major == 9 and not os.environ.get("QATTN_TARGET"):
         assert e.target == "h100" and "sm90a" in e.target_reason and "Role producer" in e.tl
     assert "with mask causal" in e.tl and "// TL" in e.source
-    assert e.info["d_qk"] == 128
+    assert e.info["d_qk"] == 128 and e.splits == 1 and "key split" not in str(e)
+
+
+def test_explain_a_decoding_call_shows_the_key_split():
+    """explain() of a call that splits its keys shows the kernel that call launches: on Hopper the one
+    whose TL has the part axis (and the unmasked one for one causal query), and says how many parts."""
+    from qattn import _attention as A
+    q = torch.randn(4, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(4, 8192, 1, 128, device="cuda", dtype=torch.bfloat16)
+    e = qattn.explain(q, k, k, causal=True)
+    assert e.splits > 1 and f"key split: {e.splits} parts" in str(e)
+    if A.tl_split(torch, q.device):
+        assert e.split_mode == "tl" and "split = 0: splits" in e.tl and e.info.get("splits") is True
+        assert "with mask none" in e.tl  # one causal query sees every key
+    else:
+        assert e.split_mode == "fold" and e.info["lse"] is True
 
 
 # ---- errors ----------------------------------------------------------------------------------------
