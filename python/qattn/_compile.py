@@ -188,13 +188,11 @@ def precompile(specs, out, *, gpu=None, short=False, backward=False, determinist
         for k in kernels:
             dt, dqk, dv, fields, lse = _build.compile_time_fields(k.spec)
             fields, _ = split_launch_args(fields)
-            mask = fields.get("mask") or {"kind": "none"}
             hopper = k.target in ("h100", "h200")
-            if hopper:  # the kernel that splits in its TL: any mask and variant but those with auxiliary tensors
-                splits = not set(fields.get("variants", {})) & {"alibi", "document", "relative_bias"}
-            else:  # the fold: every part the same function
-                splits = "variants" not in fields and (mask.get("kind") == "none" or (
-                    mask.get("kind") == "causal" and mask.get("align", "bottom_right") == "bottom_right"))
+            # the calls whose keys split (one query: decoding), as attention() decides it; the variants
+            # that read auxiliary tensors at launch stand for those tensors
+            aux = set(fields.get("variants", {})) & {"alibi", "document", "relative_bias"}
+            splits = A.split_allowed(fields, {}, aux, 1, hopper)
             # the packed short kernels (Hopper), the LSE twins the fold launches (elsewhere), and the
             # split kernels (Hopper: the call's fields and, for one causal query, the unmasked ones;
             # packed for GQA / MQA and not, as _attention._build_for picks them)
