@@ -13,7 +13,7 @@ __host__ __device__ constexpr int floordiv(int a, int b) {
 }
 __host__ __device__ constexpr int floormod(int a, int b) { return a - floordiv(a, b) * b; }
 // ceil(a / b) directly, not as -floordiv(-a, b): ptxas (CUDA 13.0, sm_90a) dropped the outer negation
-// of that form inside a min() of the split-keys loop bound, so a causal kernel got j_hi = -17 for 17
+// of that form inside a min() of the split-keys loop bound: a causal kernel took its cdiv term 17 as -17
 // (H200, 2026-11-29; tests/gpu/intmath_check.cu)
 __host__ __device__ constexpr int cdiv(int a, int b) {
   const int q = a / b;
