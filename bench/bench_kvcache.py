@@ -15,8 +15,9 @@ serving issue's): impl (qattn-kvcache, qattn, cudnn), batch, hq, hkv, d_qk, d_v,
 page_size (0 = contiguous), ms, gbs (K and V bytes read / time), copy_gbs, frac_copy (gbs / copy_gbs),
 vs_cudnn (cudnn time / this), vs_contiguous (the contiguous cache's time / this), gpu.
 
---also NAME=DEVICE_DIR (repeatable): the same qattn calls with kernels built against another copy of the
-device runtime (e.g. the parent commit's device/), a cache folder of their own, captured into their
+--also NAME=DEVICE_DIR[:QATTN_BIN] (repeatable): the same qattn calls with kernels built against another copy
+of the device runtime (e.g. the parent commit's device/) and, when given, by another qattn compiler (a
+translation change), a cache folder of their own, captured into their
 own CUDA graphs and timed in the same rounds (impl qattn@NAME / qattn-kvcache@NAME): a same-process A/B
 of a runtime change. vs_contiguous compares each with the contiguous cache of its own runtime.
 
@@ -132,11 +133,15 @@ def main():
                     help="each sequence's pages in order in the pool (what the addresses cost, against the shuffled pool)")
     a = ap.parse_args()
     for spec in a.also:
-        name, _, device = spec.partition("=")
-        if not name or not os.path.isdir(os.path.join(device, "qattn")):
-            ap.error(f"--also wants NAME=DEVICE_DIR (a folder holding qattn/*.cuh), got {spec!r}")
-        RUNTIMES[name] = ({"QATTN_DEVICE_DIR": os.path.abspath(device),
-                           "QATTN_CACHE_DIR": tempfile.mkdtemp(prefix=f"qattn_{name}_cache_")}, {}, {})
+        name, _, rest = spec.partition("=")
+        device, _, qattn_bin = rest.partition(":")
+        if not name or not os.path.isdir(os.path.join(device, "qattn")) or (qattn_bin and not os.access(qattn_bin, os.X_OK)):
+            ap.error(f"--also wants NAME=DEVICE_DIR[:QATTN_BIN] (a folder holding qattn/*.cuh; an executable qattn "
+                     f"compiler), got {spec!r}")
+        env = {"QATTN_DEVICE_DIR": os.path.abspath(device), "QATTN_CACHE_DIR": tempfile.mkdtemp(prefix=f"qattn_{name}_cache_")}
+        if qattn_bin:
+            env["QATTN_BIN"] = os.path.abspath(qattn_bin)
+        RUNTIMES[name] = (env, {}, {})
     if a.fold:
         RUNTIMES["fold"] = ({"QATTN_SPLIT_MODE": "fold"}, {}, {})
     gpu = torch.cuda.get_device_name()

@@ -98,16 +98,11 @@ void Body::emit(CudaOut& w, const std::vector<Stmt>& stmts) {
       case Stmt::Kind::Compute: compute(w, s); break;
       case Stmt::Kind::For: {
         w.line(tl_ref(s));
-        for (const auto& a : s.attrs)  // `{unroll: U}`: U iterations' loads in flight together
-          if (a.key == "unroll" && a.value) w.line("#pragma unroll " + tl::print_expr(*a.value));
-        const std::string v = id(s.loop.var);
-        w.open("for (int " + v + " = " + cint(s.loop.lo) + "; " + v + " < " + cint(s.loop.hi) + "; ++" + v + ") {");
-        std::map<std::string, Reg> saved = regs_;  // names bound in the body are forgotten at its end
-        std::map<std::string, GlobalView> saved_g = globals_;
-        emit(w, s.loop.body);
-        regs_ = std::move(saved);
-        globals_ = std::move(saved_g);
-        w.close();
+        long unroll = 1;
+        for (const auto& a : s.attrs)  // `{unroll: U}` (TL0415: an integer literal, 1 .. 64)
+          if (a.key == "unroll" && a.value && a.value->kind == tl::Expr::Kind::Number && a.value->is_int)
+            unroll = std::max(1L, std::min(64L, long(a.value->value)));
+        loop(w, s, unroll);
         break;
       }
       case Stmt::Kind::Reshape:
@@ -120,6 +115,49 @@ void Body::emit(CudaOut& w, const std::vector<Stmt>& stmts) {
       default: break;
     }
   }
+}
+
+// A TL loop. With `{unroll: U}`, blocks of U iterations whose bodies are written out one after the
+// other (no branch between them: the loads of the U iterations are in flight together), then the
+// remainder in blocks of the powers of two below U, so that no count runs more than about log2(U)
+// blocks one after the other (a plain `#pragma unroll U` ran a count below U, e.g. decoding's 4
+// parts under U = 8, as a rolled loop, one part's loads at a time).
+void Body::loop(CudaOut& w, const Stmt& s, long unroll) {
+  const std::string v = id(s.loop.var), lo = cint(s.loop.lo), hi = cint(s.loop.hi);
+  auto body = [&](const std::string& value) {
+    std::map<std::string, Reg> saved = regs_;  // names bound in the body are forgotten at its end
+    std::map<std::string, GlobalView> saved_g = globals_;
+    if (!value.empty()) w.line("const int " + v + " = " + value + ";");
+    emit(w, s.loop.body);
+    regs_ = std::move(saved);
+    globals_ = std::move(saved_g);
+  };
+  if (unroll <= 1) {
+    w.open("for (int " + v + " = " + lo + "; " + v + " < " + hi + "; ++" + v + ") {");
+    body("");
+    w.close();
+    return;
+  }
+  std::vector<long> blocks{unroll};
+  for (long b = 1; b < unroll; b *= 2) blocks.insert(blocks.begin() + 1, b);  // U, then the powers of two below it, descending
+  const std::string at = v + "_at", hi_v = v + "_hi";
+  w.open("{  // {unroll: " + std::to_string(unroll) + "}: blocks of " + std::to_string(unroll) + " iterations, the rest in smaller blocks");
+  w.line("int " + at + " = " + lo + ";");
+  w.line("const int " + hi_v + " = " + hi + ";");
+  for (long b : blocks) {
+    const std::string n = std::to_string(b);
+    w.open("for (; " + at + " + " + n + " <= " + hi_v + "; " + at + " += " + n + ") {");
+    if (b == 1) {
+      body(at);
+    } else {
+      w.line("#pragma unroll");
+      w.open("for (int " + v + "_k = 0; " + v + "_k < " + n + "; ++" + v + "_k) {");
+      body(at + " + " + v + "_k");
+      w.close();
+    }
+    w.close();
+  }
+  w.close();
 }
 
 void Body::allocate(CudaOut& w, const Stmt& s) {

@@ -62,6 +62,7 @@ class Body {
   std::string cint(const tl::Expr& e) const { return names_.int_expr(e); }
   std::string id(const std::string& n) const { return names_.ident(n); }
   void allocate(CudaOut& w, const tl::Stmt& s);
+  void loop(CudaOut& w, const tl::Stmt& s, long unroll);
   void copy(CudaOut& w, const tl::Stmt& s);
   void compute(CudaOut& w, const tl::Stmt& s);
   const Reg* reg(const std::string& n, const tl::Stmt& s);

@@ -16,9 +16,12 @@ namespace {
 // consecutive columns); measured on an H200 (bench/results/2026-11-26-h200-combine, combine_tiles):
 // at one query row, blocks of one warp and one row beat 4-row blocks by 1.1-2.3x (the grid is
 // batch x heads blocks either way; idle warps only cost); at 4096 rows, 4 rows per warp (four loads in
-// flight per lane) beat one row per warp by 2.2x and 4 warps of one row each by 1.45x. Unrolling the
-// loop over the parts by 8 (`{unroll: 8}`) takes the 16-part decoding merge from 8.5 to
-// 6.2 us on an H100 and changes little with few parts; it slows the 4-row tiling (not used there).
+// flight per lane) beat one row per warp by 2.2x and 4 warps of one row each by 1.45x. The parts loop
+// of the decoding merge in blocks of 16 (`{unroll: 16}`: the split's largest count, 16, in one block of
+// loads, fewer parts in one block of each power of two below): the 16-part merge of one token 2.47 us
+// on an H200 against 2.68 in blocks of 8 and 6.08 with the rolled remainder and branchy loads before
+// (bench/results/2026-11-29-h200-combine-loads); no unroll on the 4-row tiling (slower there with the
+// old loads, bench/results/2026-11-26-h100-combine-unroll).
 TileConfig combine_rule(const Problem& p) {
   TileConfig c;
   c.bn = 0;
@@ -27,10 +30,10 @@ TileConfig combine_rule(const Problem& p) {
   const std::string dv = "d_v " + std::to_string(p.d_v) + " over the 32 lanes";
   if (p.seqlen_q > 0 && p.seqlen_q <= 64) {
     c.bm = 1;
-    c.unroll = 8;
+    c.unroll = 16;
     c.reason = "combine of short query sequences (seqlen_q " + std::to_string(p.seqlen_q) + " <= 64: decoding's key split): one row per "
-               "block of one warp (" + dv + "); batch x heads x seqlen_q blocks; the parts loop unrolled by 8 (eight parts' loads "
-               "in flight: 16 parts 1.4x faster)";
+               "block of one warp (" + dv + "); batch x heads x seqlen_q blocks; the parts loop in blocks of 16 (up to 16 parts' "
+               "loads in flight: the 16-part merge 2.5x faster than one part at a time)";
   } else {
     c.bm = 4;
     c.reason = "combine of long query sequences (seqlen_q " + (p.seqlen_q > 0 ? std::to_string(p.seqlen_q) : std::string("not stated")) +

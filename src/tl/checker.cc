@@ -343,7 +343,7 @@ void Walker::attrs(const Stmt& s) {
                    s.kind != Stmt::Kind::For ? "`unroll` is an attribute of a loop"
                    : !combine()              ? "`unroll` is lowered for the loop over the parts of a combine program only"
                                              : "`unroll` takes an integer literal from 1 to 64",
-                   "write `for s = 0: splits {unroll: 8}` in a `Kernel NAME combine` program, or remove it");
+                   "write `for s = 0: splits {unroll: 16}` in a `Kernel NAME combine` program, or remove it");
       continue;
     }
     if (a.key == "warps_m") {  // the warp layout of the register tile the statement makes (mma.sync backward)

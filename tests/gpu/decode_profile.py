@@ -8,8 +8,11 @@ other work (query copy, combine, key-count arithmetic) trails cuDNN.
 
     python3 tests/gpu/decode_profile.py [--rows mqa_32_1_b32_8k,...] [--pages 0,16] [--reps 20]
 
-With `--ncu-row NAME`, runs only that row's qattn call and cuDNN call twice each (for `ncu -k
-regex:...`): fresh random bf16 inputs, outputs compared first.
+`--pages` entries are page sizes (0: the contiguous cache); a trailing `o` (e.g. `256o`) keeps each
+sequence's pages in order in the pool (the contiguous cache's addresses), otherwise they are shuffled.
+
+With `--ncu-row NAME`, runs only that row's calls (qattn, cuDNN and every `--pages` cache) twice each
+(for `ncu -k regex:...`): fresh random bf16 inputs, outputs compared first.
 """
 import argparse
 import os
@@ -67,16 +70,17 @@ def main():
         ref = cudnn(q, k, v)
         fns = {"cudnn": lambda: cudnn(q, k, v), "qattn": lambda: qattn.attention(q, k, v)}
         lens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
-        for page in (int(p) for p in a.pages.split(",") if p):
-            kc, vc, tb = (k, v, None) if page == 0 else paged(k, v, page, gen)
-            fns[f"kv{page}"] = (lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
+        for spec in (p for p in a.pages.split(",") if p):
+            page, ordered = int(spec.rstrip("o")), spec.endswith("o")
+            kc, vc, tb = (k, v, None) if page == 0 else paged(k, v, page, gen, ordered=ordered)
+            fns[f"kv{spec}"] = (lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
         for n, f in fns.items():
             diff = (f().float() - ref.float()).abs().max().item()
             assert diff < 2e-2, f"{name}: {n} differs from cuDNN by {diff}"
         if a.ncu_row:
-            for n in ("qattn", "cudnn"):
-                fns[n]()
-                fns[n]()
+            for n, f in fns.items():
+                f()
+                f()
             torch.cuda.synchronize()
             return
         print(f"== {name}: batch {b}, heads {hq}/{hkv}, {sk} keys ({2 * b * sk * hkv * d * 2 / 1e6:.0f} MB of K+V)")

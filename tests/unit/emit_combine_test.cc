@@ -123,19 +123,31 @@ TEST(EmitCombine, TheDecodingTilingUnrollsThePartsLoopAsItsTlSays) {
   o.combine = true;
   auto p = plan::make_plan(s, *hw::find_gpu("h100"), d, o);
   ASSERT_TRUE(p.has_value()) << d.render();
-  EXPECT_NE(p->code.find("for s = 0: splits {unroll: 8}"), std::string::npos) << p->code;
+  EXPECT_NE(p->code.find("for s = 0: splits {unroll: 16}"), std::string::npos) << p->code;
   auto t = xlate(p->code, "h100", d);
   ASSERT_TRUE(t.has_value()) << d.render();
-  EXPECT_NE(t->cuda_source.find("#pragma unroll 8\n  for (int s = 0; s < splits; ++s) {"), std::string::npos);
-  EXPECT_NE(t->cuda_source.find("using Tiling = qattn::rows::RowTiling<1, 128, 1>;"), std::string::npos);
-  // another factor in the TL, another pragma; none without the attribute
-  support::DiagSink d2, d3;
-  auto t4 = xlate(replaced(p->code, "{unroll: 8}", "{unroll: 4}"), "h100", d2);
+  // blocks of 16 parts written out (no branch between their loads), the rest in blocks of 8, 4, 2, 1
+  const std::string& c = t->cuda_source;
+  const size_t b16 = c.find("for (; s_at + 16 <= s_hi; s_at += 16) {"), b8 = c.find("for (; s_at + 8 <= s_hi; s_at += 8) {"), b4 = c.find("for (; s_at + 4 <= s_hi; s_at += 4) {"),
+               b2 = c.find("for (; s_at + 2 <= s_hi; s_at += 2) {"), b1 = c.find("for (; s_at + 1 <= s_hi; s_at += 1) {");
+  ASSERT_NE(b16, std::string::npos) << c;
+  EXPECT_TRUE(b16 < b8 && b8 < b4 && b4 < b2 && b2 < b1 && b1 != std::string::npos) << c;
+  EXPECT_NE(c.find("for (int s_k = 0; s_k < 16; ++s_k) {\n        const int s = s_at + s_k;"), std::string::npos) << c;
+  EXPECT_EQ(c.find("for (int s = 0; s < splits; ++s)"), std::string::npos);
+  EXPECT_NE(c.find("using Tiling = qattn::rows::RowTiling<1, 128, 1>;"), std::string::npos);
+  // another factor in the TL, other blocks; a plain loop without the attribute
+  support::DiagSink d2, d3, d4;
+  auto t4 = xlate(replaced(p->code, "{unroll: 16}", "{unroll: 4}"), "h100", d2);
   ASSERT_TRUE(t4.has_value()) << d2.render();
-  EXPECT_NE(t4->cuda_source.find("#pragma unroll 4\n"), std::string::npos);
-  auto t0 = xlate(replaced(p->code, " {unroll: 8}", ""), "h100", d3);
+  EXPECT_NE(t4->cuda_source.find("s_at + 4 <= s_hi"), std::string::npos);
+  EXPECT_EQ(t4->cuda_source.find("s_at + 8 <= s_hi"), std::string::npos);
+  auto t6 = xlate(replaced(p->code, "{unroll: 16}", "{unroll: 6}"), "h100", d4);  // 6, then 4, 2, 1
+  ASSERT_TRUE(t6.has_value()) << d4.render();
+  EXPECT_TRUE(t6->cuda_source.find("s_at + 6 <= s_hi") < t6->cuda_source.find("s_at + 4 <= s_hi"));
+  auto t0 = xlate(replaced(p->code, " {unroll: 16}", ""), "h100", d3);
   ASSERT_TRUE(t0.has_value()) << d3.render();
-  EXPECT_EQ(t0->cuda_source.find("#pragma unroll 8"), std::string::npos);
+  EXPECT_NE(t0->cuda_source.find("for (int s = 0; s < splits; ++s) {"), std::string::npos);
+  EXPECT_EQ(t0->cuda_source.find("s_at"), std::string::npos);
 }
 
 TEST(EmitCombine, FormsWithoutALoweringAreLocatedDiagnostics) {
