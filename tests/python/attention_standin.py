@@ -75,9 +75,10 @@ def standin_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=Non
 
 
 def kvcache_standin(q, k_cache, v_cache, cache_seqlens, block_table=None, *, causal=False, window=None, scale=None,
-                    softcap=None, return_lse=False):
+                    softcap=None, return_lse=False, num_splits=0):
     """qattn.attention_with_kvcache's meaning: each sequence's first cache_seqlens[b] keys (gathered
-    through block_table when paged), one standin call per sequence; an empty one gets 0 / -inf."""
+    through block_table when paged), one standin call per sequence; an empty one gets 0 / -inf.
+    num_splits (a schedule: the key split's part count) does not change the result."""
     b, sq, hq, _ = q.shape
     o = q.new_zeros(q.shape[:3] + (v_cache.shape[3],))
     lse = torch.full((b, hq, sq), float("-inf"), device=q.device)

@@ -61,24 +61,30 @@ __device__ __forceinline__ void load_tile(const Ring<S, E>& ring, RingPos& pos, 
 // block table row is `table`, one box of min(page_size, ROWS) rows per page (the map's box; pages
 // divide the tile or the tile divides a page, make_params checks it). The producer warp's lanes take
 // a page each (their block-table reads and copies in parallel), after the leader has set the bytes
-// the full barrier expects. A lane reads its (first) page's block-table entry before the wait for
-// the slot, so that the read's latency runs under the wait instead of between the slot coming free
-// and the copy. A page past the sequence's `rows` keys is not looked up: its box coordinate is
-// num_pages, out of range, so the copy engine zero-fills it and still counts its bytes.
+// the full barrier expects. Everything a lane's (first) box needs is ready before the wait for the
+// slot: the block-table read, and the page and in-page row (two integer divisions by the run-time
+// page size, about 30 dependent instructions), so that their latency runs under the wait instead of
+// between the slot coming free and the copy (done after the wait, they cost the paged loads 3-12%:
+// bench/results/2026-11-29-h200-paged-issue). A page past the sequence's `rows` keys is not looked
+// up: its box coordinate is num_pages, out of range, so the copy engine zero-fills it and still
+// counts its bytes.
 template <int ROWS, int COLS, int S, int E, class Element>
 __device__ __forceinline__ void load_tile_paged(const Ring<S, E>& ring, RingPos& pos, const CUtensorMap* map, Element* base,
                                                 int row0, int head, const int* table, int page_size, int rows,
                                                 int num_pages, bool leader) {
   const int box = page_size < ROWS ? page_size : ROWS;
   const int first = int(threadIdx.x % 32) * box;
-  const int page0 = first < ROWS && row0 + first < rows ? __ldg(table + (row0 + first) / page_size) : num_pages;
+  const int row = row0 + first, page_of_row = row / page_size, in_page = row - page_of_row * page_size;
+  const int page0 = first < ROWS && row < rows ? __ldg(table + page_of_row) : num_pages;
+  asm volatile("" ::"r"(in_page), "r"(page0));  // computed here: not sunk past the wait below
   uint64_t* bar = ring.acquire(pos, tile_bytes<ROWS, COLS, Element>(), leader);
   __syncwarp();  // the expected bytes are set before any lane's copy lands
   Element* slot = ring.slot(base, pos);
-  for (int r = first; r < ROWS; r += 32 * box) {
-    const int row = row0 + r;
-    const int page = r == first ? page0 : row < rows ? __ldg(table + row / page_size) : num_pages;
-    tma_load_rows<ROWS, COLS>(map, bar, slot, r, row % page_size, head, page);
+  if (first < ROWS) tma_load_rows<ROWS, COLS>(map, bar, slot, first, in_page, head, page0);
+  for (int r = first + 32 * box; r < ROWS; r += 32 * box) {  // more than 32 pages in a tile (pages below ROWS / 32 rows)
+    const int rr = row0 + r;
+    const int page = rr < rows ? __ldg(table + rr / page_size) : num_pages;
+    tma_load_rows<ROWS, COLS>(map, bar, slot, r, rr % page_size, head, page);
   }
   pos.advance(S);
 }
