@@ -129,9 +129,17 @@ def main():
     ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR")
     ap.add_argument("--fold", action="store_true",
                     help="also the key split folded into the batch (QATTN_SPLIT_MODE=fold), as impl ...@fold")
+    ap.add_argument("--pages", default=",".join(str(p) for p in PAGES),
+                    help="the cache's page sizes (0: the contiguous cache, always timed), comma-separated (default %(default)s)")
     ap.add_argument("--ordered-pages", action="store_true",
                     help="each sequence's pages in order in the pool (what the addresses cost, against the shuffled pool)")
     a = ap.parse_args()
+    try:
+        pages = tuple(sorted({0} | {int(x) for x in a.pages.split(",") if x.strip()}))
+    except ValueError:
+        ap.error(f"--pages wants comma-separated page sizes, got {a.pages!r}")
+    if any(p < 0 or (p and p % 8) for p in pages):
+        ap.error(f"--pages: page sizes are multiples of 8 (0: contiguous), got {a.pages!r}")
     for spec in a.also:
         name, _, rest = spec.partition("=")
         device, _, qattn_bin = rest.partition(":")
@@ -160,12 +168,12 @@ def main():
         dst = torch.empty_like(k)
         fns = {"cudnn": lambda: _cudnn(qt, kt, vt), "copy": lambda: dst.copy_(k)}
         caches = {}
-        for page in PAGES:
+        for page in pages:
             caches[page] = (k, v, None) if page == 0 else paged(k, v, page, gen, a.ordered_pages)
         for rt in [None] + list(RUNTIMES):
             tag = f"@{rt}" if rt else ""
             fns["qattn" + tag] = in_runtime(rt, lambda: qattn.attention(q, k, v))
-            for page in PAGES:
+            for page in pages:
                 kc, vc, tb = caches[page]
                 fns[f"kv{page}{tag}"] = in_runtime(rt, lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
         outs = {n: f() for n, f in fns.items() if n != "copy"}
@@ -190,10 +198,10 @@ def main():
                               vs_contiguous=round(med[contiguous] / med[n], 3) if base.startswith("kv") else "", gpu=gpu))
         print(f"{name:18s} copy {copy_gbs:6.0f} GB/s | cudnn {med['cudnn']:7.1f} us | qattn {med['qattn']:7.1f} us | "
               + " | ".join(f"kv page {p} {med[f'kv{p}']:7.1f} us ({kv_bytes / med[f'kv{p}'] / 1e3:5.0f} GB/s, "
-                           f"{med['cudnn'] / med[f'kv{p}']:.2f}x cudnn)" for p in PAGES), flush=True)
+                           f"{med['cudnn'] / med[f'kv{p}']:.2f}x cudnn)" for p in pages), flush=True)
         for rt in RUNTIMES:
             print(f"{'':18s} this runtime / {rt}: qattn {med[f'qattn@{rt}'] / med['qattn']:.3f}x | " +
-                  " | ".join(f"kv page {p} {med[f'kv{p}@{rt}'] / med[f'kv{p}']:.3f}x" for p in PAGES), flush=True)
+                  " | ".join(f"kv page {p} {med[f'kv{p}@{rt}'] / med[f'kv{p}']:.3f}x" for p in pages), flush=True)
         del graphs, outs, caches, q, k, v, dst
         torch.cuda.empty_cache()
     cols = ["impl", "config", "batch", "hq", "hkv", "d_qk", "d_v", "seqlen_q", "seqlen_k", "page_size", "ms", "gbs",
