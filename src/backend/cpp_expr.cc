@@ -23,7 +23,7 @@ const std::set<std::string>& reserved() {
       "namespace", "new", "operator", "private", "public", "register", "return", "short", "signed", "sizeof",
       "static", "struct", "switch", "template", "this", "true", "typedef", "typename", "union", "unsigned",
       "using", "void", "volatile", "while", "dim3", "Scope", "keep", "modify", "visible", "tile_needs_mask", "sq_", "sk_",
-      "wl_", "wr_", "grid0_", "grid1_", "grid2_", "blockIdx", "threadIdx", "blockDim", "gridDim", "_",
+      "wl_", "wr_", "grid0_", "grid1_", "grid2_", "unroll_at_", "unroll_hi_", "unroll_k_", "blockIdx", "threadIdx", "blockDim", "gridDim", "_",
       // the sm90 kernel's own names (src/backend/sm90/emit.cc)
       "v", "tile", "rows", "sched", "leader", "wg", "cw", "kv_iter", "any_kv", "scale_S", "PP", "Params"};
   return r;

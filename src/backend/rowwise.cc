@@ -140,7 +140,8 @@ void Body::loop(CudaOut& w, const Stmt& s, long unroll) {
   }
   std::vector<long> blocks{unroll};
   for (long b = 1; b < unroll; b *= 2) blocks.insert(blocks.begin() + 1, b);  // U, then the powers of two below it, descending
-  const std::string at = v + "_at", hi_v = v + "_hi";
+  // the generated counters' names are reserved (cpp_expr.cc): a TL name never spells them
+  const std::string at = "unroll_at_", hi_v = "unroll_hi_", k = "unroll_k_";
   w.open("{  // {unroll: " + std::to_string(unroll) + "}: blocks of " + std::to_string(unroll) + " iterations, the rest in smaller blocks");
   w.line("int " + at + " = " + lo + ";");
   w.line("const int " + hi_v + " = " + hi + ";");
@@ -151,8 +152,8 @@ void Body::loop(CudaOut& w, const Stmt& s, long unroll) {
       body(at);
     } else {
       w.line("#pragma unroll");
-      w.open("for (int " + v + "_k = 0; " + v + "_k < " + n + "; ++" + v + "_k) {");
-      body(at + " + " + v + "_k");
+      w.open("for (int " + k + " = 0; " + k + " < " + n + "; ++" + k + ") {");
+      body(at + " + " + k);
       w.close();
     }
     w.close();

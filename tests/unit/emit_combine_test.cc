@@ -128,26 +128,33 @@ TEST(EmitCombine, TheDecodingTilingUnrollsThePartsLoopAsItsTlSays) {
   ASSERT_TRUE(t.has_value()) << d.render();
   // blocks of 16 parts written out (no branch between their loads), the rest in blocks of 8, 4, 2, 1
   const std::string& c = t->cuda_source;
-  const size_t b16 = c.find("for (; s_at + 16 <= s_hi; s_at += 16) {"), b8 = c.find("for (; s_at + 8 <= s_hi; s_at += 8) {"), b4 = c.find("for (; s_at + 4 <= s_hi; s_at += 4) {"),
-               b2 = c.find("for (; s_at + 2 <= s_hi; s_at += 2) {"), b1 = c.find("for (; s_at + 1 <= s_hi; s_at += 1) {");
+  const size_t b16 = c.find("for (; unroll_at_ + 16 <= unroll_hi_; unroll_at_ += 16) {"), b8 = c.find("for (; unroll_at_ + 8 <= unroll_hi_; unroll_at_ += 8) {"), b4 = c.find("for (; unroll_at_ + 4 <= unroll_hi_; unroll_at_ += 4) {"),
+               b2 = c.find("for (; unroll_at_ + 2 <= unroll_hi_; unroll_at_ += 2) {"), b1 = c.find("for (; unroll_at_ + 1 <= unroll_hi_; unroll_at_ += 1) {");
   ASSERT_NE(b16, std::string::npos) << c;
   EXPECT_TRUE(b16 < b8 && b8 < b4 && b4 < b2 && b2 < b1 && b1 != std::string::npos) << c;
-  EXPECT_NE(c.find("for (int s_k = 0; s_k < 16; ++s_k) {\n        const int s = s_at + s_k;"), std::string::npos) << c;
+  EXPECT_NE(c.find("for (int unroll_k_ = 0; unroll_k_ < 16; ++unroll_k_) {\n        const int s = unroll_at_ + unroll_k_;"), std::string::npos) << c;
   EXPECT_EQ(c.find("for (int s = 0; s < splits; ++s)"), std::string::npos);
   EXPECT_NE(c.find("using Tiling = qattn::rows::RowTiling<1, 128, 1>;"), std::string::npos);
   // another factor in the TL, other blocks; a plain loop without the attribute
   support::DiagSink d2, d3, d4;
   auto t4 = xlate(replaced(p->code, "{unroll: 16}", "{unroll: 4}"), "h100", d2);
   ASSERT_TRUE(t4.has_value()) << d2.render();
-  EXPECT_NE(t4->cuda_source.find("s_at + 4 <= s_hi"), std::string::npos);
-  EXPECT_EQ(t4->cuda_source.find("s_at + 8 <= s_hi"), std::string::npos);
+  EXPECT_NE(t4->cuda_source.find("unroll_at_ + 4 <= unroll_hi_"), std::string::npos);
+  EXPECT_EQ(t4->cuda_source.find("unroll_at_ + 8 <= unroll_hi_"), std::string::npos);
   auto t6 = xlate(replaced(p->code, "{unroll: 16}", "{unroll: 6}"), "h100", d4);  // 6, then 4, 2, 1
   ASSERT_TRUE(t6.has_value()) << d4.render();
-  EXPECT_TRUE(t6->cuda_source.find("s_at + 6 <= s_hi") < t6->cuda_source.find("s_at + 4 <= s_hi"));
+  EXPECT_TRUE(t6->cuda_source.find("unroll_at_ + 6 <= unroll_hi_") < t6->cuda_source.find("unroll_at_ + 4 <= unroll_hi_"));
+  // a TL loop variable spelling a generated counter's name is renamed, not shadowed
+  support::DiagSink d5;
+  std::string renamed = replaced(p->code, "for s = 0: splits", "for unroll_k_ = 0: splits");
+  for (int i = 0; i < 2; ++i) renamed = replaced(renamed, "[b, s, head]", "[b, unroll_k_, head]");  // O_part's and LSE_part's offsets
+  auto tn = xlate(renamed, "h100", d5);
+  ASSERT_TRUE(tn.has_value()) << d5.render();
+  EXPECT_NE(tn->cuda_source.find("const int unroll_k__tl = unroll_at_ + unroll_k_;"), std::string::npos) << tn->cuda_source;
   auto t0 = xlate(replaced(p->code, " {unroll: 16}", ""), "h100", d3);
   ASSERT_TRUE(t0.has_value()) << d3.render();
   EXPECT_NE(t0->cuda_source.find("for (int s = 0; s < splits; ++s) {"), std::string::npos);
-  EXPECT_EQ(t0->cuda_source.find("s_at"), std::string::npos);
+  EXPECT_EQ(t0->cuda_source.find("unroll_at_"), std::string::npos);
 }
 
 TEST(EmitCombine, FormsWithoutALoweringAreLocatedDiagnostics) {
