@@ -11,9 +11,11 @@ compute the same thing; the outputs are compared first, max |diff| < 2e-2). Fres
 Each implementation is a CUDA graph of --calls back-to-back calls replayed in --rounds rounds, the
 implementations adjacent in time and in rotating order; the median per call is kept. copy_gbs: a
 device-to-device copy of a K-sized tensor (read + write bytes / time), timed the same way. Columns (the
-serving issue's): impl (qattn-kvcache, qattn, cudnn), batch, hq, hkv, d_qk, d_v, seqlen_q, seqlen_k,
+serving issue's): impl (qattn-kvcache, qattn, cudnn, fa2), batch, hq, hkv, d_qk, d_v, seqlen_q, seqlen_k,
 page_size (0 = contiguous), ms, gbs (K and V bytes read / time), copy_gbs, frac_copy (gbs / copy_gbs),
-vs_cudnn (cudnn time / this), vs_contiguous (the contiguous cache's time / this), gpu.
+vs_cudnn (cudnn time / this), vs_fa2 (fa2 time / this), vs_contiguous (the contiguous cache's time /
+this), gpu. fa2 is torch SDPA's FLASH_ATTENTION backend (FlashAttention-2, built into torch; GQA
+native) on the contiguous cache; a row where torch refuses it has no fa2 column (the reason printed).
 
 --also NAME=DEVICE_DIR[:QATTN_BIN] (repeatable): the same qattn calls with kernels built against another copy
 of the device runtime (e.g. the parent commit's device/) and, when given, by another qattn compiler (a
@@ -167,6 +169,11 @@ def main():
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
         dst = torch.empty_like(k)
         fns = {"cudnn": lambda: _cudnn(qt, kt, vt), "copy": lambda: dst.copy_(k)}
+        try:
+            _fa2(qt, kt, vt)
+            fns["fa2"] = lambda: _fa2(qt, kt, vt)
+        except RuntimeError as e:  # torch has no FlashAttention-2 kernel for this shape / GPU
+            print(f"{name}: fa2 unavailable: {str(e).splitlines()[0] if str(e) else type(e).__name__}", flush=True)
         caches = {}
         for page in pages:
             caches[page] = (k, v, None) if page == 0 else paged(k, v, page, gen, a.ordered_pages)
@@ -178,7 +185,9 @@ def main():
                 fns[f"kv{page}{tag}"] = in_runtime(rt, lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
         outs = {n: f() for n, f in fns.items() if n != "copy"}
         check_runtimes()
-        outs["cudnn"] = outs["cudnn"].transpose(1, 2)
+        for ref in ("cudnn", "fa2"):
+            if ref in outs:
+                outs[ref] = outs[ref].transpose(1, 2)
         for n in outs:
             diff = (outs["qattn"].float() - outs[n].float()).abs().max().item()
             assert diff < 2e-2, f"{name}: qattn and {n} differ by {diff}"
@@ -195,8 +204,10 @@ def main():
             lines.append(dict(impl=impl, config=name, batch=b, hq=hq, hkv=hkv, d_qk=d, d_v=d, seqlen_q=1, seqlen_k=sk,
                               page_size=page, ms=round(med[n] / 1e3, 5), gbs=round(gbs, 1), copy_gbs=round(copy_gbs, 1),
                               frac_copy=round(gbs / copy_gbs, 3), vs_cudnn=round(med["cudnn"] / med[n], 3),
+                              vs_fa2=round(med["fa2"] / med[n], 3) if "fa2" in med else "",
                               vs_contiguous=round(med[contiguous] / med[n], 3) if base.startswith("kv") else "", gpu=gpu))
-        print(f"{name:18s} copy {copy_gbs:6.0f} GB/s | cudnn {med['cudnn']:7.1f} us | qattn {med['qattn']:7.1f} us | "
+        fa2 = f"fa2 {med['fa2']:7.1f} us | " if "fa2" in med else ""
+        print(f"{name:18s} copy {copy_gbs:6.0f} GB/s | cudnn {med['cudnn']:7.1f} us | {fa2}qattn {med['qattn']:7.1f} us | "
               + " | ".join(f"kv page {p} {med[f'kv{p}']:7.1f} us ({kv_bytes / med[f'kv{p}'] / 1e3:5.0f} GB/s, "
                            f"{med['cudnn'] / med[f'kv{p}']:.2f}x cudnn)" for p in pages), flush=True)
         for rt in RUNTIMES:
@@ -205,12 +216,17 @@ def main():
         del graphs, outs, caches, q, k, v, dst
         torch.cuda.empty_cache()
     cols = ["impl", "config", "batch", "hq", "hkv", "d_qk", "d_v", "seqlen_q", "seqlen_k", "page_size", "ms", "gbs",
-            "copy_gbs", "frac_copy", "vs_cudnn", "vs_contiguous", "gpu"]
+            "copy_gbs", "frac_copy", "vs_cudnn", "vs_fa2", "vs_contiguous", "gpu"]
     write_csv(a.out, lines, cols)
 
 
 def _cudnn(q, k, v):
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _fa2(q, k, v):
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
 
 
