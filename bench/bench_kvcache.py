@@ -15,7 +15,8 @@ serving issue's): impl (qattn-kvcache, qattn, cudnn, fa2), batch, hq, hkv, d_qk,
 page_size (0 = contiguous), ms, gbs (K and V bytes read / time), copy_gbs, frac_copy (gbs / copy_gbs),
 vs_cudnn (cudnn time / this), vs_fa2 (fa2 time / this), vs_contiguous (the contiguous cache's time /
 this), gpu. fa2 is torch SDPA's FLASH_ATTENTION backend (FlashAttention-2, built into torch; GQA
-native) on the contiguous cache; a row where torch refuses it has no fa2 column (the reason printed).
+native) on the contiguous cache; where torch refuses it, a row has no fa2 line and an empty vs_fa2
+(the reason printed).
 
 --also NAME=DEVICE_DIR[:QATTN_BIN] (repeatable): the same qattn calls with kernels built against another copy
 of the device runtime (e.g. the parent commit's device/) and, when given, by another qattn compiler (a
@@ -128,7 +129,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--rows", default=",".join(ROWS))
-    ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR[:QATTN_BIN]")
     ap.add_argument("--fold", action="store_true",
                     help="also the key split folded into the batch (QATTN_SPLIT_MODE=fold), as impl ...@fold")
     ap.add_argument("--pages", default=",".join(str(p) for p in PAGES),
@@ -140,8 +141,14 @@ def main():
         pages = tuple(sorted({0} | {int(x) for x in a.pages.split(",") if x.strip()}))
     except ValueError:
         ap.error(f"--pages wants comma-separated page sizes, got {a.pages!r}")
-    if any(p < 0 or (p and p % 8) for p in pages):
-        ap.error(f"--pages: page sizes are multiples of 8 (0: contiguous), got {a.pages!r}")
+    if any(p < 0 or (p and (p % 8 or (128 % p and p % 128))) for p in pages):
+        ap.error(f"--pages: page sizes are multiples of 8 that divide 128 or are multiples of it (the Hopper kernel's "
+                 f"key tile; 0: contiguous), got {a.pages!r}")
+    unknown = [r for r in a.rows.split(",") if r not in ROWS]
+    if unknown:
+        ap.error(f"--rows: unknown {', '.join(unknown)}; the rows are {', '.join(ROWS)}")
+    if any(p and ROWS[r][3] % p for r in a.rows.split(",") for p in pages):
+        ap.error(f"--pages: every page size must divide the rows' key counts, got {a.pages!r}")
     for spec in a.also:
         name, _, rest = spec.partition("=")
         device, _, qattn_bin = rest.partition(":")

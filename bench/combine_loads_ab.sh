@@ -17,6 +17,7 @@ PARENT=${2:?usage: combine_loads_ab.sh OUT_DIR PARENT_ROOT [BUILD_DIR]}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${3:-$ROOT/build}
 mkdir -p "$OUT"
+rm -f "$OUT"/*.so  # no stale library from an earlier run
 "$B/qattn" plan --preset llama3-8b --gpu h200 --seqlen 1/65536 --combine --print 2>/dev/null > "$OUT/decode.tl"
 "$B/qattn" plan --preset llama3-8b --gpu h200 --seqlen 4096/4096 --combine --print 2>/dev/null > "$OUT/long.tl"
 sed 's/{unroll: 16}/{unroll: 8}/' "$OUT/decode.tl" > "$OUT/decode8.tl"
@@ -26,11 +27,14 @@ build() {  # NAME TRANSLATE_DIR DEVICE_ROOT TL
   # shellcheck disable=SC2086
   nvcc $flags -Xcompiler -fPIC -shared -I "$3/include" -I "$3/device" -diag-suppress 177 -o "$OUT/$1.so" "$OUT/$1.cu"
 }
-build old_u8 "$PARENT/build" "$PARENT" "$OUT/decode8.tl" &
-build new_u8 "$PARENT/build" "$ROOT" "$OUT/decode8.tl" &
-build casc8 "$B" "$ROOT" "$OUT/decode8.tl" &
-build casc16 "$B" "$ROOT" "$OUT/decode.tl" &
-build old_bm4 "$PARENT/build" "$PARENT" "$OUT/long.tl" &
-build new_bm4 "$B" "$ROOT" "$OUT/long.tl" &
-wait
+pids=()
+build old_u8 "$PARENT/build" "$PARENT" "$OUT/decode8.tl" & pids+=($!)
+build new_u8 "$PARENT/build" "$ROOT" "$OUT/decode8.tl" & pids+=($!)
+build casc8 "$B" "$ROOT" "$OUT/decode8.tl" & pids+=($!)
+build casc16 "$B" "$ROOT" "$OUT/decode.tl" & pids+=($!)
+build old_bm4 "$PARENT/build" "$PARENT" "$OUT/long.tl" & pids+=($!)
+build new_bm4 "$B" "$ROOT" "$OUT/long.tl" & pids+=($!)
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done  # a background build's failure is not seen by set -e
+[ "$failed" = 0 ] || { echo "combine_loads_ab.sh: a library failed to build (above)" >&2; exit 1; }
 ls "$OUT"/*.so
