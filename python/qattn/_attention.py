@@ -336,14 +336,23 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     if splits > 1 and _combine.first_split(dt, int(vv.shape[3]), q.device) and \
             not _split_kernel_ready(torch, dt, qv, vv, fields, q.device, (hq, hkv, sq)):
         _combine.prefetch(torch, dt, int(vv.shape[3]), q.device)  # compiled beside the forward kernel below
-    in_tl = splits > 1 and tl_split(torch, q.device)
-    b = _build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), split_fields(fields, sq) if in_tl else fields,
-                   return_lse or splits > 1, q.device, shape=(hq, hkv, sq), split=in_tl)
+    b, in_tl = _build_split(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, return_lse, q.device, (hq, hkv, sq), splits)
     if in_tl:
         return _launch_tl_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args)
     if splits > 1:
         return _launch_split(torch, b, qv, kv, vv, layout, scale, return_lse, splits, args)
     return _launch(torch, b, q, k, v, layout, scale, return_lse, aux, args)
+
+
+def _build_split(torch, dt, dqk, dv, fields, return_lse, device, shape, splits, kv_cache=None):
+    """The kernel a call whose keys split into `splits` parts (1: none) launches, and whether it splits
+    them in its TL (Hopper, tl_split: split_fields, the part a Grid axis) rather than as batch entries
+    (the fold: the call's own kernel); split kernels always write their LSE. shape: (heads_q, heads_kv,
+    seqlen_q). attention(), attention_with_kvcache() and explain() pick their kernel here."""
+    in_tl = splits > 1 and tl_split(torch, device)
+    b = _build_for(torch, dt, dqk, dv, split_fields(fields, shape[2]) if in_tl else fields, return_lse or splits > 1, device,
+                   shape=shape, kv_cache=kv_cache, split=in_tl)
+    return b, in_tl
 
 
 def attention_backward(q, k, v, o, lse, dout, causal=False, window=None, scale=None, *, layout="bshd",

@@ -299,9 +299,8 @@ def explain(*args, gpu=None, **kwargs):
         _, sq, _, hq, hkv, _, _ = A._check_shapes(qv, kv, vv)
         # the kernel the call launches: with a key split (attention's split_keys) the one that writes the parts
         splits = A.split_keys(torch, q.device, qv, kv, fields, args, aux)
-        in_tl = splits > 1 and A.tl_split(torch, q.device)
-        b = A._build_for(torch, dt, int(qv.shape[3]), int(vv.shape[3]), A.split_fields(fields, sq) if in_tl else fields,
-                         kw.get("return_lse", False) or splits > 1, q.device, shape=(hq, hkv, sq), split=in_tl)
+        b, in_tl = A._build_split(torch, dt, int(qv.shape[3]), int(vv.shape[3]), fields, kw.get("return_lse", False), q.device,
+                                  (hq, hkv, sq), splits)
         return Explanation(Kernel(b.spec, b, A._device_target(torch, q.device)[1]), splits,
                            ("tl" if in_tl else "fold") if splits > 1 else None)
     spec = args[0] if args else None

@@ -153,11 +153,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     if o.numel() == 0:
         return (o, lse) if return_lse else o
     table = block_table.to(torch.int32).contiguous() if block_table is not None else None
-    in_tl = _attention.tl_split(torch, q.device)
-    splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl, num_splits)
-    in_tl = in_tl and splits > 1
-    b = _attention._build_for(torch, dt, dqk, dv, _attention.split_fields(fields, sq) if in_tl else fields,
-                              return_lse or splits > 1, q.device, shape=(hq, hkv, sq), kv_cache=kv, split=in_tl)
+    splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, _attention.tl_split(torch, q.device), num_splits)
+    b, in_tl = _attention._build_split(torch, dt, dqk, dv, fields, return_lse, q.device, (hq, hkv, sq), splits, kv_cache=kv)
     s = _attention._scale(scale, dqk)
     if splits <= 1:
         _launch(torch, b, q, k_cache, v_cache, o, lse, lens, table, capacity, page_size, pages, s, args)
