@@ -73,6 +73,7 @@ CASES = [  # dtype, hq, hkv, d, seqlen_q, causal, capacity
     (torch.bfloat16, 8, 2, 128, 1, False, 1100),   # GQA decoding
     (torch.float16, 4, 4, 64, 1, True, 700),       # MHA fp16 d64
     (torch.bfloat16, 8, 2, 128, 4, True, 515),     # chunked prefill: 4 causal queries
+    (torch.bfloat16, 4, 2, 64, 200, True, 1100),   # chunked prefill d64: on Hopper 3 consumer warpgroups (BM 192)
 ]
 
 

@@ -69,8 +69,14 @@ struct Ring {
   }
 };
 
-// Named barrier ids: 0 is __syncthreads; 1..6 are ours (epilogue: one per consumer warpgroup).
-enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTailBase = 5 };
+// Named barrier ids: 0 is __syncthreads; ours, one id per consumer warpgroup (at most 3) in each
+// range: ping-pong 1-2, epilogue 3-5, a V tile's zeroed tail (zero_rows_from) 6-8. Before 2026-11-29
+// the tails began at 5, so with 3 consumer warpgroups (d64 on Hopper, BM 192) warpgroup 2's epilogue
+// and warpgroup 0's tail shared id 5: warpgroup 0 zeroing a KV cache's tail and warpgroup 2 in its
+// epilogue could meet on one barrier, each releasing the other's warps.
+enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTailBase = 6 };
+static_assert(kBarEpilogueBase >= kBarPingpongBase + 2 && kBarTailBase >= kBarEpilogueBase + 3 && kBarTailBase + 3 <= 16,
+              "named barrier ranges overlap (at most 3 consumer warpgroups, 16 ids)");
 
 // TL Grid `{persistent}`: the producer warp hands the block's k-th tile index to the consumer
 // warpgroups in shared slot k mod 2, guarded by two mbarriers per slot: `full` (the producer wrote
