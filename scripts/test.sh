@@ -62,7 +62,8 @@ echo "== tests under ASan + UBSan (every test but the Release-only ones) == (${S
 # -O0 with line tables only (-g1): the reports keep file:line, the build is 11% faster than with -g;
 # the interpreter and the reference (src/tl, src/spec) at -O1 (CMakeLists.txt), where the suite spends its
 # time: 328 s on 2 cores (with the interpreter of 07f6fbe; all -O0 before it: 879 s), a 453 s build
-# (-O1 everywhere: 864 s, for a 325 s suite)
+# (-O1 everywhere: 864 s, for a 325 s suite); the test programs' own code with ASan only, the libraries
+# with both (tests/CMakeLists.txt: UBSan in gtest macros made a test file 35-50% slower to compile)
 QATTN_BUILD_DIR=build-asan QATTN_BUILD_TYPE=Debug bash scripts/build.sh -DQATTN_SANITIZE=ON -DCMAKE_CXX_FLAGS_DEBUG=-g1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j2 -E "$RELEASE_ONLY" |
   tee build-asan/ctest.log

@@ -68,7 +68,9 @@ TEST(planMatrix, EveryPresetEveryGpuCausalAndNot) {
         // The kernel's head dims and tiles are in the TL, as the translator will read them.
         EXPECT_NE(plan->code.find("BM = " + std::to_string(plan->tiles.bm)), std::string::npos) << what;
         EXPECT_NE(plan->code.find(std::to_string(preset.spec.head_dim_qk)), std::string::npos) << what;
-        if (s.heads_kv != s.heads_q) EXPECT_NE(plan->code.find("kv_head"), std::string::npos) << what;
+        if (s.heads_kv != s.heads_q) {
+          EXPECT_NE(plan->code.find("kv_head"), std::string::npos) << what;
+        }
 
         auto key = normalized(plan->code);
         if (interpreted.count(key)) continue;
@@ -256,8 +258,9 @@ TEST(planPack, PacksShortQueriesOfGqaOnHopper) {
     EXPECT_EQ(plan->tiles.pack_gqa, w.pack);
     EXPECT_EQ(plan->code.find("{pack: heads_q / heads_kv}") != std::string::npos, w.pack) << plan->code;
     EXPECT_EQ(plan->tiles.reason.find("GQA packing:") != std::string::npos, w.pack) << plan->tiles.reason;
-    if (std::string(w.preset) == "starcoder-15b")
+    if (std::string(w.preset) == "starcoder-15b") {
       EXPECT_NE(plan->tiles.reason.find("does not divide a 64-row"), std::string::npos) << plan->tiles.reason;
+    }
     if (!w.pack) continue;
     auto v = verify(*plan, d);
     EXPECT_TRUE(v.passed()) << d.render();
@@ -272,7 +275,9 @@ TEST(planCandidates, EnumeratedBestFirstAndAllFit) {
   ASSERT_GT(cands.size(), 5u);
   for (size_t i = 0; i < cands.size(); ++i) {
     EXPECT_TRUE(cands[i].budget.fits);
-    if (i) EXPECT_GE(cands[i - 1].score, cands[i].score);
+    if (i) {
+      EXPECT_GE(cands[i - 1].score, cands[i].score);
+    }
   }
 }
 
