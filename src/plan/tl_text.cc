@@ -12,7 +12,6 @@
 // the two GEMMs and `{overlap}` on the key loop.
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <optional>
 
 #include "hw/sm90_policy.h"
@@ -91,15 +90,6 @@ std::string loop_hi(const Problem& p, bool pack) {
 }
 
 // ---- variants (docs/spec.md "Variants", docs/planner.md) ----------------------------------------
-// A real number as a TL float literal (shortest round-trip digits, always with '.' or an exponent).
-std::string number_text(double x) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, x);
-  std::string out(buf, r.ptr);
-  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";
-  return out;
-}
-
 // A custom score_mod / mask_mod in canonical TL (as written when it does not parse: the parse of
 // the whole program then reports it; make_plan checks it first).
 std::string custom_text(const std::string& raw) {

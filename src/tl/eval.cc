@@ -122,6 +122,8 @@ std::optional<int64_t> eval_int(const Expr& e, const Env& env, support::DiagSink
       fail(diags, e, "unknown function '" + e.name + "'", "functions are cdiv, min, max");
       return std::nullopt;
     }
+    case Expr::Kind::Index:  // a tensor read (cache_seqlens[b], a Score's table[...]) has no constant value: the
+      return std::nullopt;   // interpreter reads those per block or per element
   }
   return std::nullopt;
 }
@@ -170,6 +172,7 @@ std::optional<double> eval_scalar(const Expr& e, const Env& env, support::DiagSi
       fail(diags, e, "cannot evaluate call to '" + e.name + "'", "functions are cdiv(a, b), min, max");
       return std::nullopt;
     }
+    case Expr::Kind::Index: return std::nullopt;  // a tensor read: as in eval_int
   }
   return std::nullopt;
 }

@@ -327,8 +327,11 @@ TEST(Emit, UnsupportedFormsGetXlDiagnostics) {
   EXPECT_FALSE(xlate(nested, "a100", d4));
   EXPECT_TRUE(has(d4, "XL0302")) << d4.render();
   // every diagnostic has a line or is program-wide, and a hint where the user can act
-  for (const auto& x : d4.all())
-    if (x.code == "XL0302") EXPECT_GT(x.loc.line, 0);
+  for (const auto& x : d4.all()) {
+    if (x.code == "XL0302") {
+      EXPECT_GT(x.loc.line, 0);
+    }
+  }
 }
 
 TEST(Emit, GarbageNeverCrashes) {
@@ -408,8 +411,9 @@ TEST(EmitBackward, EveryStatementLowersToItsBlockAndTheAbiIsQattnBwd) {
     std::function<void(const std::vector<tl::Stmt>&)> each = [&](const std::vector<tl::Stmt>& body) {
       for (const auto& st : body) {
         if (st.kind == tl::Stmt::Kind::Comment || st.kind == tl::Stmt::Kind::Blank) continue;
-        if (st.kind != tl::Stmt::Kind::Dim && st.kind != tl::Stmt::Kind::Const)
+        if (st.kind != tl::Stmt::Kind::Dim && st.kind != tl::Stmt::Kind::Const) {
           EXPECT_NE(cu.find("// TL " + std::to_string(st.loc.line) + ": "), std::string::npos) << "line " << st.loc.line;
+        }
         if (st.kind == tl::Stmt::Kind::For) each(st.loop.body);
       }
     };

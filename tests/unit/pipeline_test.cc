@@ -231,7 +231,9 @@ TEST(OutFolder, SystemFoldersHomeAndNonFoldersAreRefused) {
     support::DiagSink d;
     const bool ok = support::check_out_folder(p, d);
     EXPECT_EQ(ok, !d.has_errors());
-    if (!ok) EXPECT_FALSE(d.all()[0].hint.empty()) << p;
+    if (!ok) {
+      EXPECT_FALSE(d.all()[0].hint.empty()) << p;
+    }
     return ok ? std::string("ok") : d.all()[0].code;
   };
   for (const char* sys : {"/", "/usr", "/etc/", "/bin", "/proc", "/sys", "/dev", "/usr/../etc", "//"})

@@ -93,8 +93,12 @@ TEST(VariantClauses, DerivedClausesAreSound) {
         for (int k = k0; k < k0 + nk; ++k) {
           env.locals = {{"q_idx", {double(q), true}}, {"kv_idx", {double(k), true}}};
           const bool keep = evaluate(e, env)->v != 0;
-          if (empty) ASSERT_FALSE(keep) << p << " tile q " << q0 << "+" << nq << " k " << k0 << "+" << nk;
-          if (full) ASSERT_TRUE(keep) << p << " tile q " << q0 << "+" << nq << " k " << k0 << "+" << nk;
+          if (empty) {
+            ASSERT_FALSE(keep) << p << " tile q " << q0 << "+" << nq << " k " << k0 << "+" << nk;
+          }
+          if (full) {
+            ASSERT_TRUE(keep) << p << " tile q " << q0 << "+" << nq << " k " << k0 << "+" << nk;
+          }
         }
     }
     EXPECT_GT(empties + fulls, 0) << p << ": the clauses never decide anything";
