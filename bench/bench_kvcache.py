@@ -224,7 +224,7 @@ def main():
         for rt in RUNTIMES:
             print(f"{'':18s} this runtime / {rt}: qattn {med[f'qattn@{rt}'] / med['qattn']:.3f}x | " +
                   " | ".join(f"kv page {p} {med[f'kv{p}@{rt}'] / med[f'kv{p}']:.3f}x" for p in pages), flush=True)
-        del graphs, outs, caches, q, k, v, dst, src256, dst256
+        del graphs, outs, fns, caches, q, k, v, qt, kt, vt, dst, src256, dst256
         torch.cuda.empty_cache()
     cols = ["impl", "config", "batch", "hq", "hkv", "d_qk", "d_v", "seqlen_q", "seqlen_k", "page_size", "ms", "gbs",
             "copy_gbs", "frac_copy", "vs_cudnn", "vs_fa2", "vs_contiguous", "gpu"]
