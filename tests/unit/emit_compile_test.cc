@@ -62,6 +62,7 @@ struct Kernel {
   std::vector<std::string> ptx_has, ptx_lacks;
   bool backward = false;  // plan the backward pass (qattn plan --backward)
   bool combine = false;   // plan the combine step (qattn plan --combine)
+  std::vector<std::string> extra_flags = {};  // more nvcc flags (e.g. -DQATTN_WATCHDOG_CYCLES=...)
 };
 
 struct Built {
@@ -88,6 +89,7 @@ Built build(const Kernel& k, const std::string& nvcc, const std::string& cutlass
   std::ofstream(cu) << t->cuda_source;
   std::vector<std::string> argv = {nvcc};
   argv.insert(argv.end(), t->nvcc_flags.begin(), t->nvcc_flags.end());
+  argv.insert(argv.end(), k.extra_flags.begin(), k.extra_flags.end());
   for (const std::string& a : {std::string("-Xptxas"), std::string("-v"), std::string("-cubin"), std::string("--keep"),
                                std::string("--keep-dir"), dir.string(), "-I" + (fs::path(QATTN_SOURCE_DIR) / "device").string(),
                                "-I" + (fs::path(QATTN_SOURCE_DIR) / "include").string(), "-I" + cutlass, std::string("-o"),
@@ -113,7 +115,9 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
       {"sm75_fp16_d64", "bert-large", "t4", {{"dtype", "fp16"}}, {"mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.x4.m8n8.shared.b16"}, {"cp.async"}},
       {"sm89_fp8_d128_causal", "llama2-7b", "l40s", {{"dtype", "fp8_e4m3"}}, {"mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "cp.async.cg.shared.global", "cvt.rn.satfinite.e4m3x2.f32"}, {}},
       {"sm90_bf16_d128_causal_gqa", "llama3-8b", "h100", {}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.4d.shared::cluster.global", "setmaxnreg.inc.sync.aligned.u32 232", "setmaxnreg.dec.sync.aligned.u32 40", "mbarrier.try_wait.parity", "atom.global.add"}, {"mma.sync"}},
-      {"sm90_bf16_d64_none", "llama3.2-1b", "h100", {{"mask", "none"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "setmaxnreg.inc.sync.aligned.u32 160", "setmaxnreg.dec.sync.aligned.u32 32"}, {"mma.sync", "atom.global.add"}},
+      {"sm90_bf16_d64_none", "llama3.2-1b", "h100", {{"mask", "none"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "setmaxnreg.inc.sync.aligned.u32 160", "setmaxnreg.dec.sync.aligned.u32 32"}, {"mma.sync", "atom.global.add", "trap;", "vprintf"}},
+      // ... built with the mbarrier watchdog (a debugging build: tests/gpu/nvcc_watchdog.sh): the waits read the clock, report and trap
+      {"sm90_bf16_d64_none_watchdog", "llama3.2-1b", "h100", {{"mask", "none"}}, {"mbarrier.try_wait.parity", "%clock64", "vprintf", "trap;"}, {"mma.sync"}, false, false, {"-DQATTN_WATCHDOG_CYCLES=1000000"}},
       // split keys written in TL (the part a Grid axis folded into the batch; ABI 8) over a paged cache: 5-D packed Q / O maps
       {"sm90_bf16_d128_split_paged", "llama3-8b", "h100", {{"mask", "none"}, {"seqlen", "1/8192"}, {"kv-cache", "paged"}, {"split-keys", "true"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.4d.shared::cluster.global"}, {"mma.sync"}},
       // the backward pass (src/backend/bwd): mma.sync, ldmatrix.trans for P^T / dS^T, fp32 atomics for dQ, dK, dV

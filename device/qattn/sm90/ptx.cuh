@@ -2,6 +2,7 @@
 // wrapped once, written from the PTX ISA (no CuTe / CUTLASS headers: a generated forward kernel
 // includes only the CUDA headers and qattn's own, which keeps its compile to seconds; issue 21).
 //   mbarrier      init, arrive, arrive + expected transaction bytes, try_wait / wait on a phase parity
+//                 (a debugging build's watchdog on the wait: QATTN_WATCHDOG_CYCLES)
 //   named barrier bar.sync / bar.arrive with a thread count (ids: sync.cuh)
 //   fences        mbarrier init -> visible to the cluster; generic-proxy shared writes -> async proxy
 //   registers     setmaxnreg (warpgroup register reallocation)
@@ -10,6 +11,9 @@
 // The warpgroup MMA instructions are in wgmma_atoms.cuh.
 #pragma once
 #include <cstdint>
+#if defined(QATTN_WATCHDOG_CYCLES)
+#include <cstdio>
+#endif
 
 namespace qattn::sm90::ptx {
 
@@ -41,9 +45,30 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
+#if defined(QATTN_WATCHDOG_CYCLES)
+// A debugging build's watchdog (-DQATTN_WATCHDOG_CYCLES=N, e.g. through tests/gpu/nvcc_watchdog.sh):
+// a wait on an mbarrier longer than N clock cycles prints the block, the warp, the barrier's offset
+// from the 1024-aligned shared-memory base (kernel.cu's kBar* / kSched name the barriers there) and the
+// phase parity it waits for, then traps, so a hung kernel becomes a failed launch with a report. How
+// the four-warp paged producer's hang was found: bench/results/2026-11-29-h200-paged16.
+__device__ __noinline__ void watchdog_report(uint64_t* bar, uint32_t parity) {
+  extern __shared__ __align__(128) char qattn_watchdog_smem[];
+  const uint32_t base = (smem_u32(qattn_watchdog_smem) + 1023u) & ~1023u;
+  if (threadIdx.x % 32 == 0)
+    printf("qattn watchdog: block %d warp %d waited %lld cycles on the mbarrier at shared offset %u for parity %u; trapping\n",
+           int(blockIdx.x), int(threadIdx.x / 32), static_cast<long long>(QATTN_WATCHDOG_CYCLES), smem_u32(bar) - base, parity);
+  __trap();
+}
+#endif
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(QATTN_WATCHDOG_CYCLES)
+  const long long start = clock64();
+  while (!mbar_try_wait(bar, parity))
+    if (clock64() - start > static_cast<long long>(QATTN_WATCHDOG_CYCLES)) watchdog_report(bar, parity);
+#else
   while (!mbar_try_wait(bar, parity)) {
   }
+#endif
 }
 
 // ---- named barriers ---------------------------------------------------------------------------
