@@ -9,13 +9,23 @@ namespace qattn::hw::sm90 {
 
 // setmaxnreg per role (FlashAttention-3's split): 24 / 240 with 1-2 consumer warpgroups, 32 / 160
 // with 3; a persistent grid's producer warp also runs the tile scheduler, which spills at 24, so
-// 40 / 232 there. The roles' total must fit the SM's 65536 registers.
+// 40 / 232 there. The roles' total must fit what the block's threads hold at launch (launch_registers).
 struct RegisterSplit {
   int producer = 24, consumer = 240;
 };
 RegisterSplit register_split(int consumer_warpgroups, bool persistent);
 constexpr int kRegistersPerSm = 65536;
 constexpr int kThreadsPerWarpgroup = 128;
+// Registers per thread of a block of `warpgroups` warpgroups at launch: one block per SM, each
+// thread 65536 / threads rounded down to the allocation unit of 8 (ptxas gives a kernel with
+// setmaxnreg that many: 168 for 3 warpgroups), at most 256. setmaxnreg only moves these between the
+// warpgroups: roles asking for more in total (128 x (producer + consumers x registers) above
+// 128 x warpgroups x this) leave a consumer's setmaxnreg.inc waiting for ever, a hang
+// (48 / 232 / 232 = 512 > 3 x 168: bench/results/2026-11-29-h200-paged-warps).
+constexpr int launch_registers(int warpgroups) {
+  const int r = kRegistersPerSm / (kThreadsPerWarpgroup * (warpgroups < 1 ? 1 : warpgroups)) / 8 * 8;
+  return r < 256 ? r : 256;
+}
 constexpr int kRowsPerConsumer = 64;  // one consumer warpgroup owns 64 rows of the wgmma tile
 
 // Shared memory of the kernel: the Q tile, `stages` slots of K and V, the O staging tile when it

@@ -213,17 +213,23 @@ class Schedule {
     if (valid[0] && valid[1]) {
       const Stmt* later = role[0]->loc.line > role[1]->loc.line ? role[0] : role[1];
       const int64_t need = int64_t(kThreadsPerWarpgroup) * (int64_t(wg[1]) * regs[1] + int64_t(wg[0]) * regs[0]);
+      // setmaxnreg only moves the registers the block's threads got at launch: 65536 / threads each,
+      // rounded down to 8 (at most 256); a setmaxnreg.inc beyond them waits for ever
+      const int64_t wgs = std::max<int64_t>(int64_t(wg[0]) + wg[1], 1);
+      const int64_t per_thread = std::min<int64_t>(kRegisterFile / (kThreadsPerWarpgroup * wgs) / 8 * 8, 256);
+      const int64_t pool = per_thread * kThreadsPerWarpgroup * wgs;
       if (wg[0] + wg[1] > kMaxWarpgroups) {
         error("TL0705", later->loc, later->loc,
               "the roles have " + std::to_string(wg[0] + wg[1]) + " warpgroups (" + std::to_string(128 * (wg[0] + wg[1])) +
                   " threads); a block has at most 1024 threads (8 warpgroups)",
               "use fewer consumer warpgroups (one per 64 query rows)");
-      } else if (need > kRegisterFile) {
-        int64_t room = (kRegisterFile / kThreadsPerWarpgroup - int64_t(wg[1]) * regs[1]) / std::max(wg[0], 1) / 8 * 8;
+      } else if (need > pool) {
+        int64_t room = (pool / kThreadsPerWarpgroup - int64_t(wg[1]) * regs[1]) / std::max(wg[0], 1) / 8 * 8;
         error("TL0705", later->loc, later->loc,
               "the roles need 128 x (" + std::to_string(wg[1]) + " x " + std::to_string(regs[1]) + " + " +
                   std::to_string(wg[0]) + " x " + std::to_string(regs[0]) + ") = " + std::to_string(need) +
-                  " registers, more than the SM's register file (65536)",
+                  " registers, more than the block's " + std::to_string(128 * wgs) + " threads hold at launch (" +
+                  std::to_string(per_thread) + " each: 65536 / threads, a multiple of 8), which setmaxnreg only moves between them",
               room >= 24 ? "lower the consumer registers to at most " + std::to_string(std::min<int64_t>(room, 256)) +
                                " (FlashAttention-3: 24 / 240 with 2 consumer warpgroups, 32 / 160 with 3)"
                          : "use fewer warpgroups or fewer registers per thread (FlashAttention-3: 24 / 240 with 2 "

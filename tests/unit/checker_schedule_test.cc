@@ -126,6 +126,12 @@ TEST(checkerSchedule, RolePlacementAndValues) {
   EXPECT_CODE_AT(run(pp), "TL0706", pp, "Role producer");
   std::string wide = replace(kSm90, "Role producer warpgroups 1 registers 24", "Role producer warpgroups 4 registers 56");
   EXPECT_CODE_AT(run(wide), "TL0705", wide, "Role consumer");
+  // within the SM's 65536 but above the 3 x 168 per thread the block holds at launch: a hang on the GPU
+  std::string pool = replace(kSm90, "Role producer warpgroups 1 registers 24", "Role producer warpgroups 1 registers 48");
+  pool = replace(pool, "Role consumer warpgroups 2 registers 240", "Role consumer warpgroups 2 registers 232");
+  EXPECT_CODE_AT(run(pool), "TL0705", pool, "Role consumer");
+  std::string fits = replace(pool, "registers 232", "registers 224");  // 48 + 2 x 224 = 496 <= 504
+  EXPECT_TRUE(run(fits).ok);
 }
 
 TEST(checkerSchedule, RolesComeInPairs) {

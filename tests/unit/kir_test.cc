@@ -275,7 +275,10 @@ TEST_F(KirVerify, GemmOperandShapesDoNotTile) {
 
 TEST_F(KirVerify, RegistersOverTheSm) {
   // 3 consumer warpgroups x 256 + a producer of 32: 128 * 800 = 102400 registers > 65536
-  expect_rejected(*d64_, [](kir::Kernel& k) { k.roles.consumer_regs = 256; }, "the roles take 102400 registers; the SM has 65536");
+  expect_rejected(*d64_, [](kir::Kernel& k) { k.roles.consumer_regs = 256; }, "the roles take 102400 registers; the block holds 65536 at launch");
+  // within the SM but above the 3 x 168 per thread that 384 threads get at launch (setmaxnreg.inc would wait for ever)
+  expect_rejected(*causal_, [](kir::Kernel& k) { k.roles.producer_regs = 48; k.roles.consumer_regs = 232; },
+                  "the roles take 65536 registers; the block holds 64512 at launch");
 }
 
 TEST_F(KirVerify, RegisterCountNotASetmaxnregValue) {

@@ -143,10 +143,13 @@ bool Lower::lower_roles() {
     r.pingpong = sc.pingpong;
   }
   k_.launch.threads = pol::kThreadsPerWarpgroup * (r.producer_wg + r.consumer_wg);
+  const int wgs = r.producer_wg + r.consumer_wg;
   const int regs = pol::kThreadsPerWarpgroup * (r.producer_regs * r.producer_wg + r.consumer_wg * r.consumer_regs);
-  if (regs > pol::kRegistersPerSm)
+  if (regs > pol::kThreadsPerWarpgroup * wgs * pol::launch_registers(wgs))
     return error("XL0202", r.consumer_tl.line ? support::SrcLoc{r.consumer_tl.line, 1} : at,
-                 "the roles ask for " + std::to_string(regs) + " registers; an SM has 65536", "lower the registers of a Role");
+                 "the roles ask for " + std::to_string(regs) + " registers; the block's " + std::to_string(128 * wgs) + " threads hold " +
+                     std::to_string(pol::launch_registers(wgs)) + " each at launch, which setmaxnreg only moves between them",
+                 "lower the registers of a Role (a setmaxnreg.inc beyond them waits for ever)");
   return true;
 }
 
