@@ -1,11 +1,19 @@
 #include "hw/sm90_policy.h"
 
+#include <algorithm>
+
 namespace qattn::hw::sm90 {
 
-RegisterSplit register_split(int consumer_warpgroups, bool persistent) {
-  if (consumer_warpgroups >= 3) return {32, 160};
-  if (persistent) return {40, 232};
-  return {24, 240};
+RegisterSplit register_split(int consumer_warpgroups, bool persistent, bool paged) {
+  if (consumer_warpgroups >= 3) return {32, 160};  // the paged producer does not spill at 32
+  RegisterSplit s = persistent ? RegisterSplit{40, 232} : RegisterSplit{24, 240};
+  if (paged) {
+    s.producer += 8;
+    const int pool = (1 + consumer_warpgroups) * launch_registers(1 + consumer_warpgroups);
+    const int per_consumer = (pool - s.producer) / std::max(consumer_warpgroups, 1) / 8 * 8;
+    s.consumer = std::min(s.consumer, per_consumer);
+  }
+  return s;
 }
 
 SmemPlan smem_plan(int bm, int bn, int d_qk, int d_v, int stages, int elem_bytes, bool separate_o, bool persistent) {

@@ -9,11 +9,15 @@ namespace qattn::hw::sm90 {
 
 // setmaxnreg per role (FlashAttention-3's split): 24 / 240 with 1-2 consumer warpgroups, 32 / 160
 // with 3; a persistent grid's producer warp also runs the tile scheduler, which spills at 24, so
-// 40 / 232 there. The roles' total must fit what the block's threads hold at launch (launch_registers).
+// 40 / 232 there. A paged KV cache's producer issues its copies from up to four warps that share
+// the scheduler's tile index (load_tile_paged, TileExchange::share): 8 more there (it spilled at 24
+// and at 40, ptxas -v; bench/results/2026-11-29-h200-paged-warps), the consumers giving up 8 where
+// the roles' total needs it. That total must fit what the block's threads hold at launch
+// (launch_registers).
 struct RegisterSplit {
   int producer = 24, consumer = 240;
 };
-RegisterSplit register_split(int consumer_warpgroups, bool persistent);
+RegisterSplit register_split(int consumer_warpgroups, bool persistent, bool paged = false);
 constexpr int kRegistersPerSm = 65536;
 constexpr int kThreadsPerWarpgroup = 128;
 // Registers per thread of a block of `warpgroups` warpgroups at launch: one block per SM, each

@@ -19,11 +19,11 @@ int elem_per_reg(const Problem& p) { return 4 / p.bytes(); }
 
 }  // namespace
 
-int register_cap(const Target& t, const TileConfig& c) {
+int register_cap(const Problem& p, const Target& t, const TileConfig& c) {
   if (t.sm < 90) return t.regs_per_thread;
   // setmaxnreg: the producer warpgroup keeps few registers and hands the rest to the consumers
   // (the sm90 policy's split, which the TL writer and the lowering use too).
-  return hw::sm90::register_split(c.bm / 64, c.persistent).consumer;
+  return hw::sm90::register_split(c.bm / 64, c.persistent, p.kv_cache == spec::KvCache::Paged).consumer;
 }
 
 Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
@@ -87,7 +87,7 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
                 " x K/V " + kb(kv) + "), the GPU allows " + kb(t.smem_per_block) + " per block";
     return b;
   }
-  const int cap = register_cap(t, c);
+  const int cap = register_cap(p, t, c);
   if (regs > cap) {
     b.why_not = "needs about " + std::to_string(regs) + " registers per thread (O " + std::to_string(o_acc) + " + S " +
                 std::to_string(s_acc) + " + operands), the cap is " + std::to_string(cap);
@@ -95,7 +95,7 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
   }
   // Registers held by one block: on sm90 setmaxnreg gives each consumer warpgroup the cap and the
   // producer warpgroup 24 per thread; elsewhere every thread holds its estimate.
-  const int64_t reg_block = t.sm >= 90 ? int64_t(threads) * cap + 128 * hw::sm90::register_split(c.bm / 64, c.persistent).producer
+  const int64_t reg_block = t.sm >= 90 ? int64_t(threads) * cap + 128 * hw::sm90::register_split(c.bm / 64, c.persistent, p.kv_cache == spec::KvCache::Paged).producer
                                        : int64_t(c.warps) * 32 * regs;
   int by_smem = static_cast<int>(t.smem_per_sm / std::max<int64_t>(b.smem_bytes, 1));
   int by_regs = static_cast<int>(t.regs_per_sm / std::max<int64_t>(reg_block, 1));

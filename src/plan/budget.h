@@ -22,7 +22,7 @@ inline std::string kb(int64_t bytes) { return std::to_string((bytes + 1023) / 10
 Budget estimate(const Problem& p, const Target& t, const TileConfig& c);
 
 // Register ceiling per consumer thread for a configuration (setmaxnreg split on sm90).
-int register_cap(const Target& t, const TileConfig& c);
+int register_cap(const Problem& p, const Target& t, const TileConfig& c);
 
 // Every configuration of the candidate space that fits, best first (by the model's score).
 struct Candidate {

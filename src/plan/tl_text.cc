@@ -153,12 +153,13 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   // The Hopper schedule (TL code only): warp roles, K/V rings, TMA copies, waits and releases.
   // The register split of the roles is the sm90 policy's (hw/sm90_policy.h): FlashAttention-3's
   // 24 / 240 with 2 consumer warpgroups, 32 / 160 with 3, 40 / 232 on a persistent grid (whose
-  // producer warp also runs the tile scheduler); one consumer warpgroup per 64 rows of Q.
+  // producer warp also runs the tile scheduler; 8 more for a paged KV cache's producer, whose warps
+  // share the pages' copies); one consumer warpgroup per 64 rows of Q.
   const bool schedule = smem_operands && w.params();
   const int consumers = tiles ? std::max(1, tiles->bm / 64) : 0;
   const bool persistent = schedule && tiles->persistent;
   const bool pack = schedule && tiles->pack_gqa;  // GQA packing (TL `{pack}`)
-  const hw::sm90::RegisterSplit split = hw::sm90::register_split(consumers, persistent);
+  const hw::sm90::RegisterSplit split = hw::sm90::register_split(consumers, persistent, p.kv_cache == spec::KvCache::Paged);
   const int producer_regs = split.producer, consumer_regs = split.consumer;
   // `{...}` after a statement, in TL code on sm90 only.
   auto sched = [&](const std::string& attrs) { return schedule ? " {" + attrs + "}" : std::string(); };

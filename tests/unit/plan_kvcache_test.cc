@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/translate.h"
+#include "hw/sm90_policy.h"
 #include "hw/gpu.h"
 #include "plan/plan.h"
 #include "spec/spec.h"
@@ -69,13 +70,25 @@ TEST(KvCacheTranslate, Sm90ReadsThePagesAndZeroesTheTailOfV) {
   support::DiagSink d;
   auto p = kv_plan("h100", "paged", "1/8192", d, "none");
   ASSERT_TRUE(p.has_value()) << d.render();
+  // the producer's register share, 8 above the persistent grid's 40 (its warps share the pages)
+  EXPECT_NE(p->code.find("Role producer warpgroups 1 registers 48\n"), npos) << p->code;
+  EXPECT_NE(p->code.find("Role consumer warpgroups 2 registers 224 pingpong\n"), npos) << p->code;
   auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
   ASSERT_TRUE(t.has_value()) << d.render();
   const std::string& cu = t->cuda_source;
+  EXPECT_NE(cu.find("producer_registers<48>();"), npos);
   EXPECT_NE(cu.find("seqlen_k = min(max(aux_cache_seqlens[b], 0), p.seqlen_k);"), npos) << cu;
   EXPECT_NE(cu.find("sk_ = seqlen_k;"), npos);
-  EXPECT_NE(cu.find("load_tile_paged<"), npos);
-  EXPECT_NE(cu.find("v.aux_block_table + v.b * p.pages, p.page_size, v.seqlen_k, p.num_pages, leader);"), npos) << cu;
+  EXPECT_NE(cu.find("load_tile_paged<128, 128, kProducerWarps>("), npos) << cu;
+  // the pages' copies from the producer warpgroup's four warps; the fetched tile index shared with them
+  EXPECT_NE(cu.find("constexpr int kProducerWarps = 4;"), npos);
+  EXPECT_NE(cu.find("const int producer_warps = paged_producer_warps<128, kProducerWarps>(p.page_size);"), npos) << cu;
+  EXPECT_NE(cu.find("if (tid >= 32 * producer_warps) return;"), npos);
+  EXPECT_NE(cu.find("sched.next(leader, p, nth + 1, producer_warps)"), npos);
+  // Q's copy and its ring are the leader warp's alone (the other warps never wait on its barriers)
+  EXPECT_NE(cu.find("if (tid < 32) load_tile"), npos) << cu;
+  EXPECT_NE(cu.find("Scheduler<kPersistent, kConsumers, kProducerWarps>"), npos);
+  EXPECT_NE(cu.find("v.aux_block_table + v.b * p.pages, p.page_size, v.seqlen_k, p.num_pages, leader, producer_warps);"), npos) << cu;
   EXPECT_NE(cu.find("zero_rows_from<"), npos);
   EXPECT_NE(cu.find("qattn::host::check_paged(*params, 8, "), npos);
   EXPECT_NE(cu.find("kPersistent, true};"), npos);  // KernelShape::paged
@@ -90,9 +103,32 @@ TEST(KvCacheTranslate, Sm90ReadsThePagesAndZeroesTheTailOfV) {
   auto c = backend::translate_text(contiguous, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
   ASSERT_TRUE(c.has_value()) << d.render();
   EXPECT_EQ(c->cuda_source.find("load_tile_paged<"), npos);
+  EXPECT_NE(c->cuda_source.find("constexpr int kProducerWarps = 1;"), npos);  // one producer warp
+  EXPECT_NE(c->cuda_source.find("if (tid >= 32) return;"), npos);
+  EXPECT_EQ(c->cuda_source.find("if (tid < 32) load_tile"), npos);
   EXPECT_EQ(c->cuda_source.find("check_paged"), npos);
   EXPECT_NE(c->cuda_source.find("zero_rows_from<"), npos);
   EXPECT_NE(c->cuda_source.find("sk_ = seqlen_k;"), npos);
+}
+
+TEST(KvCachePlan, APagedProducerKeepsItsRegistersWithinTheSm) {
+  namespace pol = hw::sm90;
+  for (int c = 1; c <= 3; ++c)
+    for (bool persistent : {false, true})
+      for (bool paged : {false, true}) {
+        SCOPED_TRACE(std::to_string(c) + (persistent ? " persistent" : "") + (paged ? " paged" : ""));
+        const pol::RegisterSplit s = pol::register_split(c, persistent, paged);
+        EXPECT_LE(s.producer + c * s.consumer, (1 + c) * pol::launch_registers(1 + c));  // else setmaxnreg.inc hangs
+        EXPECT_EQ(s.producer % 8, 0);
+        EXPECT_EQ(s.consumer % 8, 0);
+        if (paged && c <= 2) EXPECT_EQ(s.producer, pol::register_split(c, persistent, false).producer + 8);
+      }
+  EXPECT_EQ(pol::launch_registers(3), 168);
+  EXPECT_EQ(pol::launch_registers(4), 128);
+  EXPECT_EQ(pol::register_split(2, true, true).consumer, 224);   // 48 + 2 x 224 = 496 <= 3 x 168
+  EXPECT_EQ(pol::register_split(2, false, true).producer, 32);   // 24 spilled with four warps
+  EXPECT_EQ(pol::register_split(2, false, true).consumer, 232);  // 240 would leave the pool short
+  EXPECT_EQ(pol::register_split(2, false, false).consumer, 240);
 }
 
 TEST(KvCacheTranslate, Sm80LooksTheRowsUpAndMasksWithTheSequencesCount) {

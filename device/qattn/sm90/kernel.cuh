@@ -57,31 +57,50 @@ __device__ __forceinline__ void load_tile(const Ring<S, E>& ring, RingPos& pos, 
   if (leader) tma_load_tile<ROWS, COLS>(map, bar, ring.slot(base, pos), row0, head, batch);
   pos.advance(S);
 }
+// How many producer warps issue the copies of a paged ROWS-row tile: one per page it has, at most
+// kWarps (pages divide the tile or the tile divides a page). The producer's warps past it return.
+template <int ROWS, int kWarps>
+__device__ __forceinline__ int paged_producer_warps(int page_size) {
+  const int pages = page_size < ROWS ? ROWS / page_size : 1;
+  return pages < kWarps ? pages : kWarps;
+}
 // A K / V tile of a paged KV cache (TL {paged}): rows row0 .. row0 + ROWS - 1 of the sequence whose
 // block table row is `table`, one box of min(page_size, ROWS) rows per page (the map's box; pages
-// divide the tile or the tile divides a page, make_params checks it). The producer warp's lanes take
-// a page each (their block-table reads and copies in parallel), after the leader has set the bytes
-// the full barrier expects. Everything a lane's (first) box needs is ready before the wait for the
-// slot: the block-table read, and the page and in-page row (two integer divisions by the run-time
-// page size, about 30 dependent instructions), so that their latency runs under the wait instead of
-// between the slot coming free and the copy (done after the wait, they cost the paged loads 3-12%:
-// bench/results/2026-11-29-h200-paged-issue). A page past the sequence's `rows` keys is not looked
-// up: its box coordinate is num_pages, out of range, so the copy engine zero-fills it and still
-// counts its bytes.
-template <int ROWS, int COLS, int S, int E, class Element>
+// divide the tile or the tile divides a page, make_params checks it). A copy takes its operands from
+// uniform registers, so the boxes of one warp's lanes are issued one lane after the other: with the
+// 8 pages (16 boxes) of a 128-row tile of 16-row pages, one warp issuing them all was the paged
+// loads' limit (bench/results/2026-11-29-h200-paged-issue). So the producer's kWarps warps share the
+// pages: page i to warp i mod `warps`, lane i / `warps`, with `warps` (at most kWarps) the number
+// of pages a tile has (paged_producer_warps; the producer's other warps have returned: with pages of
+// a tile or more, one warp, as fast as the single-warp producer). Every one of them waits for the
+// slot and syncs, also those without a page in this tile (each use of a slot needs all of them, so
+// none can be two phases behind the slot's barriers). Only the leader's warp copies Q and talks to the consumers
+// through the tile exchange (TileExchange::share, Scheduler::exchange_warp): a slower warp waiting on
+// those barriers could find them a phase further on, the hang of bench/results/2026-11-29-h200-paged16.
+// Everything a lane's (first) box needs is ready before the wait for the slot: the block-table read,
+// and the page and in-page row (two integer divisions by the run-time page size, about 30 dependent
+// instructions), so that their latency runs under the wait instead of between the slot coming free
+// and the copy. The leader sets the bytes the full barrier expects; the producer warps then sync (the
+// warp, or named barrier kBarProducer) so that no copy lands before that. A page past the sequence's
+// `rows` keys is not looked up: its box coordinate is num_pages, out of range, so the copy engine
+// zero-fills it and still counts its bytes.
+template <int ROWS, int COLS, int kWarps = 1, int S, int E, class Element>
 __device__ __forceinline__ void load_tile_paged(const Ring<S, E>& ring, RingPos& pos, const CUtensorMap* map, Element* base,
                                                 int row0, int head, const int* table, int page_size, int rows,
-                                                int num_pages, bool leader) {
+                                                int num_pages, bool leader, int warps = 1) {
   const int box = page_size < ROWS ? page_size : ROWS;
-  const int first = int(threadIdx.x % 32) * box;
+  const int lane = int(threadIdx.x % 32), warp = kWarps > 1 ? int(threadIdx.x / 32) : 0;
+  if constexpr (kWarps == 1) warps = 1;
+  const int first = (lane * warps + warp) * box, step = 32 * warps * box;
   const int row = row0 + first, page_of_row = row / page_size, in_page = row - page_of_row * page_size;
   const int page0 = first < ROWS && row < rows ? __ldg(table + page_of_row) : num_pages;
   asm volatile("" ::"r"(in_page), "r"(page0));  // computed here: not sunk past the wait below
   uint64_t* bar = ring.acquire(pos, tile_bytes<ROWS, COLS, Element>(), leader);
-  __syncwarp();  // the expected bytes are set before any lane's copy lands
+  if (kWarps > 1 && warps > 1) ptx::bar_sync(kBarProducer, 32 * warps);  // the expected bytes are set before any copy lands
+  else __syncwarp();
   Element* slot = ring.slot(base, pos);
   if (first < ROWS) tma_load_rows<ROWS, COLS>(map, bar, slot, first, in_page, head, page0);
-  for (int r = first + 32 * box; r < ROWS; r += 32 * box) {  // more than 32 pages in a tile (pages below ROWS / 32 rows)
+  for (int r = first + step; r < ROWS; r += step) {  // more pages than the warps' lanes (pages below ROWS / (32 warps) rows)
     const int rr = row0 + r;
     const int page = rr < rows ? __ldg(table + rr / page_size) : num_pages;
     tma_load_rows<ROWS, COLS>(map, bar, slot, r, rr % page_size, head, page);

@@ -41,8 +41,10 @@ __device__ __forceinline__ TileCoord tile_coord(int t, Params const& p) {
 }
 
 // Which work tiles a block runs. One block per tile: tile blockIdx.x. Persistent: tiles from the
-// global counter, handed from the producer warp to the consumers (k counts the block's tiles).
-template <bool kPersistent, int kConsumers>
+// global counter, handed from the producer warp to the consumers (k counts the block's tiles). A
+// producer that issues its copies from kProducerWarps > 1 warps (paged KV caches) shares each fetched
+// index with its other warps through the exchange (TileExchange::share).
+template <bool kPersistent, int kConsumers, int kProducerWarps = 1>
 struct Scheduler {
   using Exchange = TileExchange<kConsumers>;
   static constexpr int kBytes = kPersistent ? Exchange::kBytes : 0;
@@ -52,26 +54,35 @@ struct Scheduler {
   }
   // ---- producer warp
   // True when t is past the last tile (persistent: the consumers are told so).
+  // The producer warp that talks to the consumers: with several producer warps, the leader's only
+  // (TileExchange::share says why the others must not wait on the exchange).
+  __device__ __forceinline__ static bool exchange_warp() { return kProducerWarps == 1 || threadIdx.x < 32; }
   __device__ __forceinline__ bool done(int t, int k, bool leader, Params const& p) const {
     if (t < p.num_tiles) return false;
-    if constexpr (kPersistent) Exchange::publish(slots, k, t, leader);
+    if constexpr (kPersistent) {
+      if (exchange_warp()) Exchange::publish(slots, k, t, leader);
+    }
     return true;
   }
   // Hands tile t (the block's k-th) to the consumers, once: after its first copies are issued.
   __device__ __forceinline__ void publish(int k, int t, bool leader, bool& published) const {
     if constexpr (kPersistent) {
-      if (!published) Exchange::publish(slots, k, t, leader);
+      if (!published && exchange_warp()) Exchange::publish(slots, k, t, leader);
     }
     published = true;
   }
-  // The block's next tile: first come, first served. Every finished tile fetches once, so a
-  // launch makes num_tiles fetches; the last one resets the counter for the next launch.
-  __device__ __forceinline__ int next(bool leader, Params const& p) const {
+  // The block's next tile (its k-th): first come, first served. Every finished tile fetches once, so
+  // a launch makes num_tiles fetches; the last one resets the counter for the next launch.
+  // `warps`: the producer warps that take part (TileExchange::share), at most kProducerWarps.
+  __device__ __forceinline__ int next(bool leader, Params const& p, int k, int warps = 1) const {
     if constexpr (kPersistent) {
       int x = 0;
       if (leader) {
         x = atomicAdd(p.tile_counter, 1);
         if (x == p.num_tiles - 1) atomicExch(p.tile_counter, 0);
+      }
+      if constexpr (kProducerWarps > 1) {
+        if (warps > 1) return Exchange::share(slots, k, int(gridDim.x) + x, leader, 32 * warps);
       }
       return int(gridDim.x) + __shfl_sync(0xffffffffu, x, 0);
     } else {

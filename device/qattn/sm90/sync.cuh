@@ -69,13 +69,14 @@ struct Ring {
   }
 };
 
-// Named barrier ids: 0 is __syncthreads; ours, one id per consumer warpgroup (at most 3) in each
-// range: ping-pong 1-2, epilogue 3-5, a V tile's zeroed tail (zero_rows_from) 6-8. Before 2026-11-29
-// the tails began at 5, so with 3 consumer warpgroups (d64 on Hopper, BM 192) warpgroup 2's epilogue
-// and warpgroup 0's tail shared id 5: warpgroup 0 zeroing a KV cache's tail and warpgroup 2 in its
-// epilogue could meet on one barrier, each releasing the other's warps.
-enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTailBase = 6 };
-static_assert(kBarEpilogueBase >= kBarPingpongBase + 2 && kBarTailBase >= kBarEpilogueBase + 3 && kBarTailBase + 3 <= 16,
+// Named barrier ids: 0 is __syncthreads; ours, each range one id per consumer warpgroup (at most 3):
+// ping-pong 1-2, epilogue 3-5, a V tile's zeroed tail 6-8 (the ranges overlapped before 2026-11-29:
+// with 3 consumer warpgroups, warpgroup 2's epilogue and warpgroup 0's tail shared id 5); 9: the
+// producer warps of a producer that issues its copies from several warps (the tile index they share,
+// TileExchange::share, and a paged tile's copies, load_tile_paged).
+enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTailBase = 6, kBarProducer = 9 };
+static_assert(kBarEpilogueBase >= kBarPingpongBase + 2 && kBarTailBase >= kBarEpilogueBase + 3 &&
+                  kBarProducer >= kBarTailBase + 3 && kBarProducer < 16,
               "named barrier ranges overlap (at most 3 consumer warpgroups, 16 ids)");
 
 // TL Grid `{persistent}`: the producer warp hands the block's k-th tile index to the consumer
@@ -103,6 +104,26 @@ struct TileExchange {
       *reinterpret_cast<volatile int*>(&slots[i]) = tile;
       ptx::mbar_arrive(&bar(slots)[i]);
     }
+  }
+  // A producer of several warps (`threads` threads): the leader's next tile index, the block's k-th,
+  // read by every producer warp. It goes through slot k mod 2, where publish() will put the same
+  // index: the leader's warp waits for the slot as publish() does (the consumers read its previous
+  // index long before), the leader writes it, all read it after a named barrier. The next write to
+  // the slot is the (k + 2)-th tile's, after two more of these barriers, which every producer warp
+  // passes only after reading this one. Only the leader's warp waits on the exchange's mbarriers,
+  // here and in publish(): a phase parity names the phase only while the waiter is at most one phase
+  // behind, and the other producer warps are not held back by the consumers: once the leader has
+  // published tile k the consumers receive it and complete the slot's next phase, and a warp still
+  // on its way to the same wait would then wait for tile k + 2, which the leader never publishes
+  // without it (the four-warp producer's intermittent hang: bench/results/2026-11-29-h200-paged16).
+  __device__ __forceinline__ static int share(int* slots, int k, int tile, bool leader, int threads) {
+    const int i = k & 1;
+    if (threadIdx.x < 32) {  // the leader's warp (warpgroup 0's first), whole: converged at the bar.sync
+      ptx::mbar_wait(&bar(slots)[2 + i], uint32_t((k >> 1) & 1) ^ 1u);
+      if (leader) *reinterpret_cast<volatile int*>(&slots[i]) = tile;
+    }
+    ptx::bar_sync(kBarProducer, threads);
+    return *reinterpret_cast<volatile int*>(&slots[i]);
   }
   __device__ __forceinline__ static int receive(int* slots, int k) {
     const int i = k & 1;

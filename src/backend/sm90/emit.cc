@@ -114,6 +114,13 @@ void Emitter::preamble() {
   w_.line("constexpr bool kReverseM = " + cpp_bool(k_.launch.reverse_m) + ";  // causal: the longest query rows start first");
   w_.line("constexpr bool kPack = " + cpp_bool(k_.sm90.pack) + ";  // TL {pack}: a tile holds the query heads of one kv head");
   w_.line("constexpr bool kSplit = " + cpp_bool(k_.launch.split) + ";  // TL `s = 0: splits`: the part of split keys is a Grid axis");
+  // A paged KV cache's K / V tiles are one copy per page and 64 columns, issued one lane at a time
+  // within a warp (uniform operands): up to four warps of the producer warpgroup share a tile's pages
+  // (load_tile_paged: as many warps as the tile has pages); other kernels issue from one warp.
+  const int producer_warps = k_.scope.paged.empty() ? 1 : 4;
+  w_.line("constexpr int kProducerWarps = " + std::to_string(producer_warps) + ";  // " +
+          (producer_warps > 1 ? "TL {paged}: up to four producer warps issue the K / V pages' copies"
+                              : "one producer warp issues the copies"));
   w_.line("constexpr bool kDeferStoreWait = " + cpp_bool(k_.launch.defer_store_wait) +
           ";  // O has its own tile: a store is waited for before the next one, not at once");
   w_.line();
@@ -277,7 +284,7 @@ void Emitter::kernel() {
             "{reinterpret_cast<uint64_t*>(smem + kBar" + b.name + ")};  // " + b.name + "'s slots and their mbarriers");
     init += ring(b.name) + ".init(kConsumers); ";
   }
-  w_.line("const Scheduler<kPersistent, kConsumers> sched{reinterpret_cast<int*>(smem + kSched)};");
+  w_.line("const Scheduler<kPersistent, kConsumers, kProducerWarps> sched{reinterpret_cast<int*>(smem + kSched)};");
   w_.open("if (threadIdx.x == 0) {");
   w_.line(init + "sched.init();");
   w_.line("ptx::fence_mbar_init();");
@@ -298,7 +305,16 @@ void Emitter::producer() {
   if (r.producer_tl.line) w_.line("// TL " + std::to_string(r.producer_tl.line) + ": " + r.producer_tl.text);
   else w_.line("// the producer warpgroup (the TL states no Role: " + std::to_string(r.producer_regs) + " registers by the sm90 policy)");
   w_.line("producer_registers<" + std::to_string(r.producer_regs) + ">();");
-  w_.line("if (tid >= 32) return;  // one warp issues the copies; its lane 0 leads");
+  const bool paged = !k_.scope.paged.empty();
+  if (paged) {
+    int rows = 0;  // the K / V tiles' rows: as many producer warps as such a tile has pages
+    for (const auto& l : k_.sm90.loads)
+      if (l.global == "K" || l.global == "V") rows = std::max(rows, l.rows);
+    w_.line("const int producer_warps = paged_producer_warps<" + std::to_string(rows) + ", kProducerWarps>(p.page_size);  // one per page of a K / V tile");
+    w_.line("if (tid >= 32 * producer_warps) return;  // the warps that issue the copies; lane 0 of warp 0 leads");
+  } else {
+    w_.line("if (tid >= 32) return;  // one warp issues the copies; its lane 0 leads");
+  }
   w_.line("const bool leader = tid == 0;");
   std::set<std::string> maps;
   for (const auto& l : k_.sm90.loads) maps.insert(std::string(1, char(std::tolower(l.global[0]))));
@@ -309,7 +325,7 @@ void Emitter::producer() {
   for (const auto& b : k_.smem)
     if (b.ring && b.name != "O") poss += (poss.empty() ? "" : ", ") + pos(b.name);
   w_.line("RingPos " + poss + ";");
-  w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p), ++nth) {");
+  w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" + std::string(paged ? ", producer_warps" : "") + "), ++nth) {");
   w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(tile, p), p);");
   w_.line("bool published = false;");
   if (!k_.scope.q_count_cpp.empty()) {
@@ -324,14 +340,15 @@ void Emitter::producer() {
     const std::string args = ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " + l.row_cpp + ", " +
                              l.head_cpp + ", " + l.batch_cpp + ", leader";
     const std::string shape = std::to_string(l.rows) + ", " + std::to_string(l.cols);
+    const std::string only_leader_warp = k_.scope.paged.empty() ? "" : "if (tid < 32) ";
     if (l.packed) {
-      w_.line("load_tile_packed<" + shape + ">(" + args + ", p.pack);");
+      w_.line(only_leader_warp + "load_tile_packed<" + shape + ">(" + args + ", p.pack);");
     } else if (!k_.scope.paged.empty() && (l.global == "K" || l.global == "V")) {  // TL {paged}: page by page
-      w_.line("load_tile_paged<" + shape + ">(" + ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " +
+      w_.line("load_tile_paged<" + shape + ", kProducerWarps>(" + ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " +
               l.row_cpp + ", " + l.head_cpp + ", v.aux_" + k_.scope.paged + " + " + l.batch_cpp + " * p.pages, p.page_size, v.seqlen_k, "
-              "p.num_pages, leader);");
+              "p.num_pages, leader, producer_warps);");
     } else {
-      w_.line("load_tile<" + shape + ">(" + args + ");");
+      w_.line(only_leader_warp + "load_tile<" + shape + ">(" + args + ");");
     }
   };
   std::vector<const kir::Load*> late;

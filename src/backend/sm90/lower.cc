@@ -120,7 +120,7 @@ bool Lower::lower_roles() {
   if (!why.empty()) return error("XL0202", f_.const_stmt_ ? f_.const_stmt_->loc : at, why, "see docs/translation.md, \"Hopper\"");
   kir::Roles& r = k_.roles;
   r.consumer_wg = f_.tile_m_ / pol::kRowsPerConsumer;
-  const pol::RegisterSplit split = pol::register_split(r.consumer_wg, sc.persistent);
+  const pol::RegisterSplit split = pol::register_split(r.consumer_wg, sc.persistent, !info_.paged.empty());
   r.producer_regs = split.producer;
   r.consumer_regs = split.consumer;
   r.pingpong = r.consumer_wg == 2;
