@@ -24,7 +24,9 @@ native) on the contiguous cache; where torch refuses it, a row has no fa2 line a
 of the device runtime (e.g. the parent commit's device/) and, when given, by another qattn compiler (a
 translation change), a cache folder of their own, captured into their
 own CUDA graphs and timed in the same rounds (impl qattn@NAME / qattn-kvcache@NAME): a same-process A/B
-of a runtime change. vs_contiguous compares each with the contiguous cache of its own runtime.
+of a runtime change. vs_contiguous compares each with the contiguous cache of its own runtime. The
+line "speed vs NAME (its time / this runtime's)" under a row gives NAME's time over this tree's: above
+1, this tree is faster (the same direction as vs_cudnn).
 
 --fold: the same calls with the key split folded into the batch (QATTN_SPLIT_MODE=fold: the parts as
 batch entries, the queries copied per part; the split before Hopper) as impl qattn@fold /
@@ -222,7 +224,8 @@ def main():
               + " | ".join(f"kv page {p} {med[f'kv{p}']:7.1f} us ({kv_bytes / med[f'kv{p}'] / 1e3:5.0f} GB/s, "
                            f"{med['cudnn'] / med[f'kv{p}']:.2f}x cudnn)" for p in pages), flush=True)
         for rt in RUNTIMES:
-            print(f"{'':18s} this runtime / {rt}: qattn {med[f'qattn@{rt}'] / med['qattn']:.3f}x | " +
+            # a speed ratio: the other runtime's time over this one's (above 1: this runtime is faster)
+            print(f"{'':18s} speed vs {rt} (its time / this runtime's): qattn {med[f'qattn@{rt}'] / med['qattn']:.3f}x | " +
                   " | ".join(f"kv page {p} {med[f'kv{p}@{rt}'] / med[f'kv{p}']:.3f}x" for p in pages), flush=True)
         del graphs, outs, fns, caches, q, k, v, qt, kt, vt, dst, src256, dst256
         torch.cuda.empty_cache()
