@@ -94,7 +94,8 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
     return b;
   }
   // Registers held by one block: on sm90 setmaxnreg gives each consumer warpgroup the cap and the
-  // producer warpgroup 24 per thread; elsewhere every thread holds its estimate.
+  // producer warpgroup its share of the split (24-48 per thread); elsewhere every thread holds its
+  // estimate.
   const int64_t reg_block = t.sm >= 90 ? int64_t(threads) * cap + 128 * hw::sm90::register_split(c.bm / 64, c.persistent, p.kv_cache == spec::KvCache::Paged).producer
                                        : int64_t(c.warps) * 32 * regs;
   int by_smem = static_cast<int>(t.smem_per_sm / std::max<int64_t>(b.smem_bytes, 1));
