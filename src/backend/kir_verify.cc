@@ -194,7 +194,7 @@ class Verifier {
     // setmaxnreg moves the registers the threads got at launch (hw::sm90::launch_registers)
     const int wgs = r.producer_wg + r.consumer_wg;
     const int64_t regs = 128LL * (r.producer_wg * r.producer_regs + r.consumer_wg * r.consumer_regs);
-    const int64_t launch = std::min<int64_t>(k_.regs_per_sm / (128LL * wgs) / 8 * 8, 256) * 128 * wgs;
+    const int64_t launch = int64_t(hw::sm90::launch_registers(wgs, k_.regs_per_sm)) * 128 * wgs;
     if (regs > launch) return fail("the roles take " + std::to_string(regs) + " registers; the block holds " + std::to_string(launch) + " at launch");
     if (r.pingpong && r.consumer_wg != 2) return fail("ping-pong over " + std::to_string(r.consumer_wg) + " consumer warpgroups");
     return true;

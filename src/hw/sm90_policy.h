@@ -26,8 +26,8 @@ constexpr int kThreadsPerWarpgroup = 128;
 // warpgroups: roles asking for more in total (128 x (producer + consumers x registers) above
 // 128 x warpgroups x this) leave a consumer's setmaxnreg.inc waiting for ever, a hang
 // (48 / 232 / 232 = 512 > 3 x 168: bench/results/2026-11-29-h200-paged-warps).
-constexpr int launch_registers(int warpgroups) {
-  const int r = kRegistersPerSm / (kThreadsPerWarpgroup * (warpgroups < 1 ? 1 : warpgroups)) / 8 * 8;
+constexpr int launch_registers(int warpgroups, int64_t regs_per_sm = kRegistersPerSm) {
+  const int r = int(regs_per_sm / (kThreadsPerWarpgroup * (warpgroups < 1 ? 1 : warpgroups)) / 8 * 8);
   return r < 256 ? r : 256;
 }
 constexpr int kRowsPerConsumer = 64;  // one consumer warpgroup owns 64 rows of the wgmma tile

@@ -340,7 +340,7 @@ void Emitter::producer() {
     const std::string args = ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " + l.row_cpp + ", " +
                              l.head_cpp + ", " + l.batch_cpp + ", leader";
     const std::string shape = std::to_string(l.rows) + ", " + std::to_string(l.cols);
-    const std::string only_leader_warp = k_.scope.paged.empty() ? "" : "if (tid < 32) ";
+    const std::string only_leader_warp = paged ? "if (tid < 32) " : "";
     if (l.packed) {
       w_.line(only_leader_warp + "load_tile_packed<" + shape + ">(" + args + ", p.pack);");
     } else if (!k_.scope.paged.empty() && (l.global == "K" || l.global == "V")) {  // TL {paged}: page by page
