@@ -79,16 +79,19 @@ TEST(KvCacheTranslate, Sm90ReadsThePagesAndZeroesTheTailOfV) {
   EXPECT_NE(cu.find("producer_registers<48>();"), npos);
   EXPECT_NE(cu.find("seqlen_k = min(max(aux_cache_seqlens[b], 0), p.seqlen_k);"), npos) << cu;
   EXPECT_NE(cu.find("sk_ = seqlen_k;"), npos);
-  EXPECT_NE(cu.find("load_tile_paged<128, 128, kProducerWarps>("), npos) << cu;
+  EXPECT_NE(cu.find("load_tile_paged<128, 128, W>("), npos) << cu;
+  // the producer's loop compiled for one warp (pages of a tile or more) and for several
+  EXPECT_NE(cu.find("if (producer_warps == 1) produce(std::integral_constant<int, 1>{});"), npos) << cu;
+  EXPECT_NE(cu.find("else produce(std::integral_constant<int, kProducerWarps>{});"), npos) << cu;
   // the pages' copies from the producer warpgroup's four warps; the fetched tile index shared with them
   EXPECT_NE(cu.find("constexpr int kProducerWarps = 4;"), npos);
   EXPECT_NE(cu.find("const int producer_warps = paged_producer_warps<128, kProducerWarps>(p.page_size);"), npos) << cu;
   EXPECT_NE(cu.find("if (tid >= 32 * producer_warps) return;"), npos);
-  EXPECT_NE(cu.find("sched.next(leader, p, nth + 1, producer_warps)"), npos);
+  EXPECT_NE(cu.find("sched.next(leader, p, nth + 1, warps)"), npos);
   // Q's copy and its ring are the leader warp's alone (the other warps never wait on its barriers)
-  EXPECT_NE(cu.find("if (tid < 32) load_tile"), npos) << cu;
+  EXPECT_NE(cu.find("if (W == 1 || tid < 32) load_tile"), npos) << cu;
   EXPECT_NE(cu.find("Scheduler<kPersistent, kConsumers, kProducerWarps>"), npos);
-  EXPECT_NE(cu.find("v.aux_block_table + v.b * p.pages, p.page_size, v.seqlen_k, p.num_pages, leader, producer_warps);"), npos) << cu;
+  EXPECT_NE(cu.find("v.aux_block_table + v.b * p.pages, p.page_size, v.seqlen_k, p.num_pages, leader, warps);"), npos) << cu;
   EXPECT_NE(cu.find("zero_rows_from<"), npos);
   EXPECT_NE(cu.find("qattn::host::check_paged(*params, 8, "), npos);
   EXPECT_NE(cu.find("kPersistent, true};"), npos);  // KernelShape::paged
@@ -105,7 +108,8 @@ TEST(KvCacheTranslate, Sm90ReadsThePagesAndZeroesTheTailOfV) {
   EXPECT_EQ(c->cuda_source.find("load_tile_paged<"), npos);
   EXPECT_NE(c->cuda_source.find("constexpr int kProducerWarps = 1;"), npos);  // one producer warp
   EXPECT_NE(c->cuda_source.find("if (tid >= 32) return;"), npos);
-  EXPECT_EQ(c->cuda_source.find("if (tid < 32) load_tile"), npos);
+  EXPECT_EQ(c->cuda_source.find("tid < 32) load_tile"), npos);
+  EXPECT_EQ(c->cuda_source.find("produce("), npos);
   EXPECT_EQ(c->cuda_source.find("check_paged"), npos);
   EXPECT_NE(c->cuda_source.find("zero_rows_from<"), npos);
   EXPECT_NE(c->cuda_source.find("sk_ = seqlen_k;"), npos);

@@ -72,8 +72,9 @@ __device__ __forceinline__ int paged_producer_warps(int page_size) {
 // loads' limit (bench/results/2026-11-29-h200-paged-issue). So the producer's kWarps warps share the
 // pages: page i to warp i mod `warps`, lane i / `warps`, with `warps` (at most kWarps) the number
 // of pages a tile has (paged_producer_warps; the producer's other warps have returned: with pages of
-// a tile or more, one warp, as before, though up to 2.4% slower on short caches, the run-time warp
-// count in the loop: bench/results/2026-11-29-h200-paged-warps). Every one of them waits for the
+// a tile or more, one warp: the emitted producer loop is then compiled with kWarps = 1, exactly the
+// single-warp loop; the run-time warp count had cost up to 2.4% on short caches,
+// bench/results/2026-11-29-h200-paged-single-warp). Every one of them waits for the
 // slot and syncs, also those without a page in this tile (each use of a slot needs all of them, so
 // none can be two phases behind the slot's barriers). Only the leader's warp copies Q and talks to the consumers
 // through the tile exchange (TileExchange::share, Scheduler::exchange_warp): a slower warp waiting on

@@ -325,7 +325,12 @@ void Emitter::producer() {
   for (const auto& b : k_.smem)
     if (b.ring && b.name != "O") poss += (poss.empty() ? "" : ", ") + pos(b.name);
   w_.line("RingPos " + poss + ";");
-  w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" + std::string(paged ? ", producer_warps" : "") + "), ++nth) {");
+  if (paged) {  // the loop compiled twice: for one warp (pages of a tile or more) exactly the single-warp producer
+    w_.open("auto produce = [&](auto warps_c) {  // W: the warps issuing the copies, at compile time when one");
+    w_.line("constexpr int W = decltype(warps_c)::value;");
+    w_.line("const int warps = W == 1 ? 1 : producer_warps;");
+  }
+  w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" + std::string(paged ? ", warps" : "") + "), ++nth) {");
   w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(tile, p), p);");
   w_.line("bool published = false;");
   if (!k_.scope.q_count_cpp.empty()) {
@@ -340,13 +345,13 @@ void Emitter::producer() {
     const std::string args = ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " + l.row_cpp + ", " +
                              l.head_cpp + ", " + l.batch_cpp + ", leader";
     const std::string shape = std::to_string(l.rows) + ", " + std::to_string(l.cols);
-    const std::string only_leader_warp = paged ? "if (tid < 32) " : "";
+    const std::string only_leader_warp = paged ? "if (W == 1 || tid < 32) " : "";
     if (l.packed) {
       w_.line(only_leader_warp + "load_tile_packed<" + shape + ">(" + args + ", p.pack);");
     } else if (!k_.scope.paged.empty() && (l.global == "K" || l.global == "V")) {  // TL {paged}: page by page
-      w_.line("load_tile_paged<" + shape + ", kProducerWarps>(" + ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " +
+      w_.line("load_tile_paged<" + shape + ", W>(" + ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " +
               l.row_cpp + ", " + l.head_cpp + ", v.aux_" + k_.scope.paged + " + " + l.batch_cpp + " * p.pages, p.page_size, v.seqlen_k, "
-              "p.num_pages, leader, producer_warps);");
+              "p.num_pages, leader, warps);");
     } else {
       w_.line(only_leader_warp + "load_tile<" + shape + ">(" + args + ");");
     }
@@ -388,6 +393,11 @@ void Emitter::producer() {
   }
   w_.line("sched.publish(nth, tile, leader, published);");
   w_.close();
+  if (paged) {
+    w_.close("};");
+    w_.line("if (producer_warps == 1) produce(std::integral_constant<int, 1>{});");
+    w_.line("else produce(std::integral_constant<int, kProducerWarps>{});");
+  }
   w_.line("return;");
   w_.close();
 }
