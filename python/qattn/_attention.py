@@ -280,6 +280,7 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     if layout not in ("bshd", "bhsd"):
         raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")
     aux, flags = aux_arguments(alibi_slopes, segment_ids, relative_bias)
+    refuse_aux_grad(torch, alibi_slopes, relative_bias)
     variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
     sm_margin = _sm_margin(sm_margin)
     _check_tensors(torch, q, k, v, layout)  # (requires_grad is invisible inside the operator)
@@ -303,6 +304,18 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
                 layout, score_mod, mask_mod, prefix_lm, aux.get("alibi_slopes"), aux.get("seg_q"), aux.get("seg_k"),
                 aux.get("rel_bias"), sm_margin)
     return (o, lse) if return_lse else o
+
+
+def refuse_aux_grad(torch, alibi_slopes=None, relative_bias=None):
+    """PY0109 when ALiBi slopes or a relative-bias table require grad (grad mode on): the backward
+    differentiates through them to Q and K but computes no gradient of its own for them, and autograd
+    would leave their .grad at None without a word."""
+    for name, t in (("alibi_slopes", alibi_slopes), ("relative_bias", relative_bias)):
+        if torch.is_grad_enabled() and isinstance(t, torch.Tensor) and t.requires_grad:
+            raise SpecError(f"{name} requires grad, but qattn computes no gradient for it (only for q, k and v): its "
+                            ".grad would stay None", code="PY0109",
+                            hint=f"pass {name}.detach() to train with fixed values; learnable ALiBi slopes or "
+                                 "bias tables are not supported yet")
 
 
 def _sm_margin(x):

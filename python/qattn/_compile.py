@@ -56,6 +56,9 @@ class Kernel:
                              segment_ids=segment_ids, relative_bias=relative_bias,
                              **self._call_arguments(window, softcap))
         layout = layout or self.spec.get("layout", "bshd")
+        _backward.refuse_grad(torch, f"the compiled kernel {self.name} (a forward kernel)",
+                              "call qattn.attention() to train (it builds the backward too), or call the kernel under "
+                              "torch.no_grad()", q, k, v)
         dt = A._check_tensors(torch, q, k, v, layout)
         qv, kv, vv = A._views(q, k, v, layout)
         A._check_shapes(qv, kv, vv)
@@ -73,6 +76,7 @@ class Kernel:
         if scale is None:
             scale = self.spec.get("softmax_scale")
         aux, _ = aux_arguments(alibi_slopes, segment_ids, relative_bias)
+        A.refuse_aux_grad(torch, alibi_slopes, relative_bias)
         _, args = split_launch_args(_build.fields_of_spec(self.spec))
         if window is not None:
             if "window" not in args:

@@ -306,6 +306,22 @@ def test_auxiliary_inputs_are_checked(gen):
     i = torch.arange(50, device="cuda")
     check(o, None, q, k, v, visible(50, 50, True), 64 ** -0.5,
           bias=-slopes[None, :, None, None] * (i[:, None] - i[None, :]).abs().float())
+    # learnable slopes / bias tables get no gradient: refused, not silently left at .grad None; the
+    # compiled (forward) kernel refuses inputs that require grad
+    table = torch.randn(4, 16, device="cuda", generator=gen)
+    for kw in (dict(alibi_slopes=slopes.clone().requires_grad_()), dict(relative_bias=table.requires_grad_())):
+        with pytest.raises(qattn.SpecError) as e:
+            qattn.attention(q, k, v, causal=True, **kw)
+        assert e.value.code == "PY0109" and next(iter(kw)) in str(e.value) and ".detach()" in e.value.hint
+        with pytest.raises(qattn.SpecError) as e:
+            kern(q, k, v, alibi_slopes=slopes.clone().requires_grad_())
+        assert e.value.code == "PY0109"
+    with torch.no_grad():  # inference: nothing to refuse
+        o2 = qattn.attention(q, k, v, causal=True, alibi_slopes=slopes.clone().requires_grad_())
+    assert torch.equal(o2, qattn.attention(q, k, v, causal=True, alibi_slopes=slopes))
+    with pytest.raises(qattn.SpecError) as e:
+        kern(q.clone().requires_grad_(), k, v, alibi_slopes=slopes)
+    assert e.value.code == "PY0109" and "qattn.attention()" in e.value.hint
 
 
 @pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[4]])
