@@ -16,3 +16,6 @@ for n in 1 2; do
   rc=$?; echo "sweep $n rc=$rc $(( $(date +%s) - S )) s"; [ $rc = 0 ] || { tail -20 $OUT/decode_$n.txt; exit 1; }
 done
 grep -h "speed vs\|^gqa\|^mqa\|^mha" $OUT/decode_1.txt | head -60
+# (second call, the same day: the varlen and flash_attn_interface suites with this tree; chunked
+# prefill over pages of 16 / 64 and flash_attn_with_kvcache over a paged cache)
+# timeout 400 python3 -m pytest -q -x tests/python/test_varlen.py tests/python/test_flash_attn_interface.py
