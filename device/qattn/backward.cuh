@@ -230,6 +230,81 @@ __device__ __forceinline__ void apply_derivative(TiledMma const& mma, Tensor<GEn
   }
 }
 
+// TL `Compute Gradient dS, S0 and accumulate dT at [r, c] with NAME` (the gradient of an auxiliary
+// input T, read by the Score at an index that does not depend on the element: ALiBi's slopes[head]):
+// the sum over this thread's elements of the (M, N) score tile (first query q0, first key k0) of
+// dS * d(score = S0, q, k), elements past seqlen_q / seqlen_k or with dS = 0 left out. The caller
+// keeps the sum in a register over the loop and adds it once (add_grad_uniform). T: keys along rows.
+template <int M, int N, bool T = false, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F>
+__device__ __forceinline__ float grad_sum(TiledMma const& mma, Tensor<GEngine, GLayout> const& ds, Tensor<SEngine, SLayout> const& s0,
+                                          int q0, int k0, int seqlen_q, int seqlen_k, F&& d, int tid) {
+  auto sr = rows_view(s0);
+  auto gr = rows_view(ds);
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  auto cr = rows_view(c);
+  float sum = 0.f;
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(gr); ++i) {
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(gr); ++j) {
+      const int q = T ? q0 + get<1>(cr(i, j)) : q0 + get<0>(cr(i, j));
+      const int k = T ? k0 + get<0>(cr(i, j)) : k0 + get<1>(cr(i, j));
+      if (gr(i, j) == 0.f || q >= seqlen_q || k >= seqlen_k) continue;
+      sum += gr(i, j) * d(sr(i, j), q, k);
+    }
+  }
+  return sum;
+}
+
+// The end of a block's grad_sum: the warp's sums reduced by shuffles, one atomic add per warp into
+// dT[idx]. Every thread of the block calls it (a full-warp shuffle).
+__device__ __forceinline__ void add_grad_uniform(float sum, float* dT, int64_t idx) {
+  CUTE_UNROLL
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (threadIdx.x % 32 == 0 && sum != 0.f) atomicAdd(dT + idx, sum);
+}
+
+// The same where the index's last component depends on the element (a relative-position bias
+// table[head, bucket(k - q)]): each element's dS * d adds to table[bucket(q, k)] in shared memory
+// (`bucket` clamped to [0, E) by the caller's lambda), a run of elements with one bucket (a thread's
+// elements far from the diagonal all clamp to an edge bucket) as one shared atomic add. The caller
+// zeroes the table before the loop and adds it to dT once (add_grad_table).
+template <int M, int N, bool T = false, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F, class B>
+__device__ __forceinline__ void grad_table(TiledMma const& mma, Tensor<GEngine, GLayout> const& ds, Tensor<SEngine, SLayout> const& s0,
+                                           int q0, int k0, int seqlen_q, int seqlen_k, F&& d, B&& bucket, float* table, int tid) {
+  auto sr = rows_view(s0);
+  auto gr = rows_view(ds);
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  auto cr = rows_view(c);
+  int run = -1;
+  float sum = 0.f;
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(gr); ++i) {
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(gr); ++j) {
+      const int q = T ? q0 + get<1>(cr(i, j)) : q0 + get<0>(cr(i, j));
+      const int k = T ? k0 + get<0>(cr(i, j)) : k0 + get<1>(cr(i, j));
+      if (gr(i, j) == 0.f || q >= seqlen_q || k >= seqlen_k) continue;
+      const int e = bucket(q, k);
+      if (e != run) {
+        if (run >= 0) atomicAdd(table + run, sum);
+        run = e;
+        sum = 0.f;
+      }
+      sum += gr(i, j) * d(sr(i, j), q, k);
+    }
+  }
+  if (run >= 0) atomicAdd(table + run, sum);
+}
+
+// The end of a block's grad_table: its E entries added to dT[base, 0..E) (the caller's barrier
+// first: every thread's shared adds are done).
+template <int E, int THREADS>
+__device__ __forceinline__ void add_grad_table(float const* table, float* dT, int64_t base, int tid) {
+  for (int e = tid; e < E; e += THREADS)
+    if (table[e] != 0.f) atomicAdd(dT + base + e, table[e]);
+}
+
 // The columns of an (M, N) accumulator of `mma` this thread holds, in the order of rows_view's
 // second mode: a column vector holds one value for each.
 template <int M, int N, class TiledMma>

@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define QATTN_ABI_VERSION 8
+#define QATTN_ABI_VERSION 9
 
 typedef struct qattn_fwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
@@ -130,6 +130,10 @@ typedef struct qattn_bwd_params {
    * `stream` and writes the workspaces before reading them. NULL / 0 when that function returns 0. */
   int32_t* workspace;
   int64_t workspace_bytes;
+  /* ABI 9: the gradients of auxiliary inputs (learnable ALiBi slopes, bias tables), for kernels whose
+   * TL accumulates them (`Compute Gradient`; qattn_kernel_info()'s "aux_grad" names the inputs, in
+   * this order): fp32, the input's shape, zero at launch; the kernel adds to them. NULL otherwise. */
+  float* daux[4];
 } qattn_bwd_params;
 
 /* Launches the backward kernel on `stream`. */

@@ -9,7 +9,7 @@ import ctypes
 import json
 
 # Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
-QATTN_ABI_VERSION = 8
+QATTN_ABI_VERSION = 9
 
 STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX",
           7: "ERR_ARG"}
@@ -106,12 +106,14 @@ class BwdParams(ctypes.Structure):
         ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_int64),
+        ("daux", ctypes.c_void_p * 4),  # ABI 9: the gradients of auxiliary inputs (info "aux_grad" order)
     ]
 
 
-def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None, softcap=None, aux=None):
+def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None, softcap=None, aux=None, daux=None):
     """BwdParams for (batch, seqlen, heads, dim) views q, k, v, o, dout, dq (fp32), dk, dv; lse
-    (batch, heads_q, seqlen_q) fp32 contiguous. dq (and fp32 dk / dv) must be zero: the kernel adds."""
+    (batch, heads_q, seqlen_q) fp32 contiguous. dq (and fp32 dk / dv) must be zero: the kernel adds.
+    daux: the fp32 gradients of the auxiliary inputs the info's "aux_grad" names, zero, in that order."""
     p = BwdParams()
     p.abi_version = QATTN_ABI_VERSION
     tensors = (("q", "q", q), ("k", "k", k), ("v", "v", v), ("o", "o", o), ("dout", "do", dout), ("dq", "dq", dq),
@@ -131,6 +133,8 @@ def fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=None, window=None, 
     p.softcap = float(softcap) if softcap is not None else 1.0
     for i, t in enumerate(aux or ()):
         p.aux[i] = t.data_ptr() if t is not None else None
+    for i, t in enumerate(daux or ()):
+        p.daux[i] = t.data_ptr() if t is not None else None
     return p
 
 
@@ -208,6 +212,9 @@ def check_info(info):
     need("lse", lambda x: isinstance(x, bool), "true or false")
     out.setdefault("aux", [])
     need("aux", lambda x: isinstance(x, list) and len(x) <= 4, "a list of at most 4 inputs")
+    out.setdefault("aux_grad", [])
+    need("aux_grad", lambda x: isinstance(x, list) and len(x) <= 4 and all(isinstance(a, str) for a in x),
+         "a list of at most 4 input names")
     out.setdefault("arch", "?")
     out.setdefault("args", [])
     need("args", lambda x: isinstance(x, list) and all(a in LAUNCH_ARGS for a in x), "a list of " + ", ".join(LAUNCH_ARGS))

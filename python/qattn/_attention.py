@@ -280,7 +280,6 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     if layout not in ("bshd", "bhsd"):
         raise SpecError(f"layout={layout!r}: expected 'bshd' or 'bhsd'", code="PY0106")
     aux, flags = aux_arguments(alibi_slopes, segment_ids, relative_bias)
-    refuse_aux_grad(torch, alibi_slopes, relative_bias)
     variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
     sm_margin = _sm_margin(sm_margin)
     _check_tensors(torch, q, k, v, layout)  # (requires_grad is invisible inside the operator)
@@ -291,6 +290,7 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
         return eager_attention(q, k, v, causal, window, scale, softcap, return_lse, layout=layout, score_mod=score_mod,
                                mask_mod=mask_mod, prefix_lm=prefix_lm, alibi_slopes=alibi_slopes,
                                segment_ids=segment_ids, relative_bias=relative_bias, sm_margin=sm_margin)
+    refuse_aux_grad(torch, alibi_slopes, relative_bias)  # (learnable slopes / tables: eagerly)
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if grad:  # the operator's autograd formula (qattn._op) needs the LSE and covers the plain attention
         fields = variant_fields(causal, window, softcap, score_mod, mask_mod, prefix_lm, **flags)
@@ -306,16 +306,24 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     return (o, lse) if return_lse else o
 
 
-def refuse_aux_grad(torch, alibi_slopes=None, relative_bias=None):
-    """PY0109 when ALiBi slopes or a relative-bias table require grad (grad mode on): the backward
-    differentiates through them to Q and K but computes no gradient of its own for them, and autograd
-    would leave their .grad at None without a word."""
+def refuse_aux_grad(torch, alibi_slopes=None, relative_bias=None, where="under torch.compile"):
+    """PY0109 when ALiBi slopes or a relative-bias table require grad (grad mode on) on a path that
+    computes no gradient for them (torch.compile's operator, a compiled forward Kernel): autograd
+    would leave their .grad at None without a word. Eagerly, attention() computes them."""
     for name, t in (("alibi_slopes", alibi_slopes), ("relative_bias", relative_bias)):
         if torch.is_grad_enabled() and isinstance(t, torch.Tensor) and t.requires_grad:
-            raise SpecError(f"{name} requires grad, but qattn computes no gradient for it (only for q, k and v): its "
-                            ".grad would stay None", code="PY0109",
-                            hint=f"pass {name}.detach() to train with fixed values; learnable ALiBi slopes or "
-                                 "bias tables are not supported yet")
+            raise SpecError(f"{name} requires grad, but {where} qattn computes no gradient for it: its .grad would "
+                            "stay None", code="PY0109",
+                            hint=f"train learnable {name} with qattn.attention() eagerly (it differentiates them), or "
+                                 f"pass {name}.detach() to keep it fixed")
+
+
+def learnable(torch, aux):
+    """The auxiliary inputs whose gradients autograd asks for (ABI names, the backward kernel's
+    "aux_grad" order): ALiBi slopes and a relative-bias table that require grad, in grad mode."""
+    if not torch.is_grad_enabled():
+        return []
+    return [n for n in ("alibi_slopes", "rel_bias") if isinstance(aux.get(n), torch.Tensor) and aux[n].requires_grad]
 
 
 def _sm_margin(x):
@@ -341,7 +349,7 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     qv, kv, vv = _views(q, k, v, layout)
     _, sq, _, hq, hkv, _, _ = _check_shapes(qv, kv, vv)
     scale = _scale(scale, int(qv.shape[3]))
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or learnable(torch, aux):
         return _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args, aux)
     splits = split_keys(torch, q.device, qv, kv, fields, args, aux)
     if splits > 1 and not return_lse and _compiles_only_for_split(torch, dt, qv, vv, fields, q.device, (hq, hkv, sq)):
@@ -395,26 +403,34 @@ def _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args,
         return _launch(torch, b, qd, kd, vd, layout, scale, True, aux, args)
 
     det = _backward.requested()  # a deterministic_backward() around this call (flash_attn_interface)
+    learn = learnable(torch, aux)  # learnable ALiBi slopes / bias table: the kernel that writes their gradients
 
     def bwd(q_, k_, v_, o_, lse_, do_):
-        return run_backward(torch, dt, fields, args, aux, layout, scale, q_, k_, v_, o_, lse_, do_, deterministic=det)
+        grads = run_backward(torch, dt, fields, args, aux, layout, scale, q_, k_, v_, o_, lse_, do_, deterministic=det,
+                             aux_grad=bool(learn))
+        return tuple(grads[:3]) + tuple(grads[3][n] for n in learn) if learn else grads
 
-    o, lse = _backward.function(torch).apply(q, k, v, run, bwd)
+    o, lse = _backward.function(torch).apply(q, k, v, run, bwd, *(aux[n] for n in learn))
     return (o, lse) if return_lse else o
 
 
-def run_backward(torch, dt, fields, args, aux, layout, scale, q, k, v, o, lse, do, deterministic=None):
+def run_backward(torch, dt, fields, args, aux, layout, scale, q, k, v, o, lse, do, deterministic=None, aux_grad=False):
     """(dQ, dK, dV) in the inputs' layout from the backward kernel of these variant fields (built on
     first use) for the forward's o and lse (batch, heads_q, seqlen_q) and the upstream gradient do.
-    deterministic: the kernel with ordered additions (None: torch.are_deterministic_algorithms_enabled())."""
+    deterministic: the kernel with ordered additions (None: torch.are_deterministic_algorithms_enabled()).
+    aux_grad: the kernel that also writes the gradients of the fp32 auxiliary inputs, returned as a
+    fourth item {ABI name: fp32 gradient} (the slopes' and the bias table's shapes)."""
     qv, kv, vv = _views(q, k, v, layout)
     _, _, _, hq, hkv, dqk, dv = _check_shapes(qv, kv, vv)
     _backward.device_target = _device_target
-    bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q.device, deterministic)
+    bb = _backward.build_for(torch, _device_target, dt, dqk, dv, fields, hq != hkv, q.device, deterministic, aux_grad)
     ov, dov = (o, do) if layout == "bshd" else (o.transpose(1, 2), do.transpose(1, 2))
     aux_list = _aux_tensors(torch, bb, aux or {}, qv, kv)
-    grads = _backward.launch(torch, bb, qv, kv, vv, ov, lse, dov, scale, args.get("window"), args.get("softcap"), aux_list)
-    return grads if layout == "bshd" else tuple(g.transpose(1, 2) for g in grads)
+    grads = _backward.launch(torch, bb, qv, kv, vv, ov, lse, dov, scale, args.get("window"), args.get("softcap"), aux_list,
+                             aux=aux)
+    tail = tuple(grads[3:])
+    grads = grads[:3] if layout == "bshd" else tuple(g.transpose(1, 2) for g in grads[:3])
+    return tuple(grads) + tail
 
 
 # ---- split keys (FlashDecoding) on the host --------------------------------------------------------

@@ -63,18 +63,22 @@ def refuse_grad(torch, what, hint, *tensors):
                         code="PY0109", hint=hint)
 
 
-def kernel_spec(dt, dqk, dv, fields, target, gqa, deterministic=False):
+def kernel_spec(dt, dqk, dv, fields, target, gqa, deterministic=False, aux_grad=False):
     """The spec of the backward library for these compile-time fields (what build_for builds and a
-    kernel pack holds under it): heads (2, 1) for GQA / MQA, (1, 1) for MHA."""
+    kernel pack holds under it): heads (2, 1) for GQA / MQA, (1, 1) for MHA. aux_grad: the kernel
+    also writes the gradients of the fp32 auxiliary inputs (ALiBi slopes, the relative-bias table)."""
     spec = _build.kernel_spec(dt, dqk, dv, fields, False, target)
-    spec["name"] = (spec["name"] + "_bwd" + ("_gqa" if gqa else "") + ("_det" if deterministic else ""))[:128]
+    spec["name"] = (spec["name"] + "_bwd" + ("_gqa" if gqa else "") + ("_det" if deterministic else "") +
+                    ("_ag" if aux_grad else ""))[:128]
     spec["heads_q"], spec["heads_kv"] = (2, 1) if gqa else (1, 1)
     if deterministic:
         spec["deterministic"] = True
+    if aux_grad:
+        spec["aux_grad"] = True
     return spec
 
 
-def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device, deterministic=None):
+def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device, deterministic=None, aux_grad=False):
     """The backward Build of this compile-time tuple: heads (2, 1) for GQA / MQA (dK, dV accumulated in
     fp32), (1, 1) for MHA (stored once per query head). deterministic (default: torch's
     use_deterministic_algorithms setting): the kernel whose additions into dQ (and GQA's dK, dV) go in
@@ -83,13 +87,14 @@ def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device, determinis
         deterministic = bool(torch.are_deterministic_algorithms_enabled())
     idx = device.index if device.index is not None else torch.cuda.current_device()
     target, reason, tag = device_target(torch, device)
-    key = ("bwd", dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), gqa, idx, deterministic)
+    key = ("bwd", dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), gqa, idx, deterministic,
+           aux_grad)
     hit = _build.FAST.get(key)
     if hit is not None:
         if isinstance(hit, Exception):
             raise hit
         return hit
-    spec = kernel_spec(dt, dqk, dv, fields, target, gqa, deterministic)
+    spec = kernel_spec(dt, dqk, dv, fields, target, gqa, deterministic, aux_grad)
     try:
         b = _build.build(spec, target, reason, local_tag=tag, backward=True)
     except SpecError as e:
@@ -102,8 +107,10 @@ def build_for(torch, device_target, dt, dqk, dv, fields, gqa, device, determinis
 device_target = None  # set by _attention (its per-device target cache)
 
 
-def launch(torch, b, q, k, v, o, lse, dout, scale, window, softcap=None, aux_list=None):
-    """dQ, dK, dV for (batch, seqlen, heads, dim) views q, k, v, o, dout and lse (batch, heads_q, seqlen_q)."""
+def launch(torch, b, q, k, v, o, lse, dout, scale, window, softcap=None, aux_list=None, aux=None):
+    """dQ, dK, dV for (batch, seqlen, heads, dim) views q, k, v, o, dout and lse (batch, heads_q, seqlen_q);
+    with a kernel that writes the gradients of auxiliary inputs (info "aux_grad", ABI 9), also a dict
+    {input name: its fp32 gradient} of those inputs (aux: {name: tensor}, their values)."""
     lib = b.library
     bsz, sq, hq, dqk = q.shape
     sk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
@@ -114,21 +121,29 @@ def launch(torch, b, q, k, v, o, lse, dout, scale, window, softcap=None, aux_lis
     make = torch.zeros if acc_kv else torch.empty
     dk = make((bsz, sk, hkv, dqk), device=dev, dtype=kv_dtype)
     dvv = make((bsz, sk, hkv, dv), device=dev, dtype=kv_dtype)
+    names = lib.info.get("aux_grad", [])
+    daux = {n: torch.zeros(tuple((aux or {})[n].shape), device=dev, dtype=torch.float32) for n in names}
+
+    def out(dq_, dk_, dv_):
+        grads = (dq_.to(q.dtype), dk_.to(q.dtype), dv_.to(q.dtype))
+        return grads + (daux,) if names else grads
+
     if dq.numel() == 0 and dk.numel() == 0:
-        return dq.to(q.dtype), dk.to(q.dtype), dvv.to(q.dtype)
+        return out(dq, dk, dvv)
     if sk == 0:
-        return dq.to(q.dtype), dk.to(q.dtype), dvv.to(q.dtype)
+        return out(dq, dk, dvv)
     if sq == 0:  # no query: no gradient reaches K and V
-        return dq.to(q.dtype), torch.zeros_like(dk, dtype=q.dtype), torch.zeros_like(dvv, dtype=q.dtype)
+        return out(dq, torch.zeros_like(dk), torch.zeros_like(dvv))
     tensors = [t if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 else t.contiguous() for t in (q, k, v, o, dout)]
-    p = fill_bwd_params(*tensors, lse.contiguous(), dq, dk, dvv, scale=scale, window=window, softcap=softcap, aux=aux_list)
+    p = fill_bwd_params(*tensors, lse.contiguous(), dq, dk, dvv, scale=scale, window=window, softcap=softcap, aux=aux_list,
+                        daux=[daux[n] for n in names])
     ws = bwd_workspace(torch, lib, p, dev)  # noqa: F841 (a deterministic kernel's turn counters, alive for the launch)
     with torch.cuda.device(dev):
         st = lib.bwd(p, torch.cuda.current_stream(dev).cuda_stream)
     if st != 0:
         raise LaunchError(f"qattn_bwd returned {STATUS.get(st, st)}: {lib.last_error()}", code="PY0501",
                           hint=f"kernel {b.spec['name']} ({b.library_path})")
-    return dq.to(q.dtype), dk.to(q.dtype), dvv.to(q.dtype)
+    return out(dq, dk, dvv)
 
 
 _FUNCTION = None
@@ -141,11 +156,12 @@ def function(torch):
         return _FUNCTION
 
     class AttentionFunction(torch.autograd.Function):
-        """forward(q, k, v, run, bwd) with run() -> (o, lse) the forward launch on detached views and
-        bwd(q, k, v, o, lse, do) -> (dq, dk, dv)."""
+        """forward(q, k, v, run, bwd, *learnable) with run() -> (o, lse) the forward launch on detached
+        views and bwd(q, k, v, o, lse, do) -> (dq, dk, dv, *grads of learnable); learnable: auxiliary
+        inputs that require grad (ALiBi slopes, a bias table: the backward kernel's "aux_grad")."""
 
         @staticmethod
-        def forward(ctx, q, k, v, run, bwd):
+        def forward(ctx, q, k, v, run, bwd, *learnable):
             o, lse = run(q.detach(), k.detach(), v.detach())
             ctx.save_for_backward(q, k, v, o, lse)
             ctx.bwd = bwd
@@ -155,8 +171,8 @@ def function(torch):
         @staticmethod
         def backward(ctx, do, _dlse):
             q, k, v, o, lse = ctx.saved_tensors
-            dq, dk, dv = ctx.bwd(q, k, v, o, lse, do)
-            return dq, dk, dv, None, None
+            grads = ctx.bwd(q, k, v, o, lse, do)
+            return tuple(grads[:3]) + (None, None) + tuple(grads[3:])
 
     _FUNCTION = AttentionFunction
     return _FUNCTION

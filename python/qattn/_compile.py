@@ -76,7 +76,7 @@ class Kernel:
         if scale is None:
             scale = self.spec.get("softmax_scale")
         aux, _ = aux_arguments(alibi_slopes, segment_ids, relative_bias)
-        A.refuse_aux_grad(torch, alibi_slopes, relative_bias)
+        A.refuse_aux_grad(torch, alibi_slopes, relative_bias, f"through the compiled forward kernel {self.name}")
         _, args = split_launch_args(_build.fields_of_spec(self.spec))
         if window is not None:
             if "window" not in args:

@@ -187,6 +187,11 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   const spec::Variants& var = p.variants;
   std::vector<std::string> decls = variant_declarations(p);
   const std::vector<std::string> scores = spec::score_order(var);
+  // the spec's aux_grad: the fp32 input whose gradient a Score's `Compute Gradient` accumulates
+  auto grad_input = [&](const std::string& score) -> std::string {
+    if (!p.aux_grad) return "";
+    return score == "alibi" ? "alibi_slopes" : score == "relpos" ? "rel_bias" : "";
+  };
   // A score modification can make the rows past seqlen_q (zero-filled queries, LSE 0) overflow: P of
   // such a row is exp(modified score) and meets dO's zero rows as inf * 0. Those rows are hidden.
   if (!scores.empty()) decls.push_back("Mask query_rows = q_idx < seqlen_q");
@@ -252,6 +257,13 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
         w.comment(" aux[" + std::to_string(i) + "]: " + aux[i].meaning);
         w.line("Allocate " + aux[i].name + " in global (" + shape + ") " + (aux[i].is_int ? "int32" : "fp32"));
       }
+      for (const auto& a : aux)  // the spec's aux_grad: the gradients of the fp32 inputs (Compute Gradient)
+        if (p.aux_grad && !a.is_int) {
+          std::string shape;
+          for (const auto& dd : a.shape) shape += (shape.empty() ? "" : ", ") + dd;
+          w.comment(" the gradient of " + a.name + " (fp32, zero at launch; daux[] of the C ABI): each block adds its sums");
+          w.line("Allocate d" + a.name + " in global (" + shape + ") fp32");
+        }
       for (const auto& d : decls) w.line(d);
     }
     w.line("Allocate K in shared (BN, " + dqk + ") " + st);
@@ -346,8 +358,11 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     }
     w.line("Compute Subtract dPt, D^T and get dSt");
     w.line("Compute Multiply dSt, Pt");
-    for (size_t k = scores.size(); k-- > 0;)
+    for (size_t k = scores.size(); k-- > 0;) {
+      if (const std::string t = grad_input(scores[k]); !t.empty())
+        w.line("Compute Gradient dSt^T, St" + std::to_string(k) + "^T and accumulate d" + t + att + " with " + scores[k]);
       w.line("Compute Derivative dSt^T, St" + std::to_string(k) + "^T" + att + " with " + scores[k]);
+    }
     w.line("Compute Convert dSt and get dStc " + st);
     copy("dStc", "", "register", "shared");
     // dQ first: its atomic adds to global run while dK's product does
@@ -374,8 +389,11 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
       w.line("Compute Subtract dP, Di and get dS");
     }
     w.line("Compute Multiply dS, P");
-    for (size_t k = scores.size(); k-- > 0;)
+    for (size_t k = scores.size(); k-- > 0;) {
+      if (const std::string t = grad_input(scores[k]); !t.empty())
+        w.line("Compute Gradient dS, S" + std::to_string(k) + " and accumulate d" + t + at + " with " + scores[k]);
       w.line("Compute Derivative dS, S" + std::to_string(k) + at + " with " + scores[k]);
+    }
     w.line("Compute Convert dS and get dSc " + st);
     copy("dSc", "", "register", "shared");
     w.line("Compute GEMM dSc^T, Q and accumulate dK");

@@ -49,6 +49,7 @@ Problem make_problem(const spec::AttentionSpec& s) {
   p.split_keys = s.split_keys;
   p.return_lse = s.return_lse || s.split_keys;  // the parts are merged by their LSE
   p.deterministic = s.deterministic;
+  p.aux_grad = s.aux_grad;
   p.variants = s.variants;
   if (s.problem) p.seqlen_q = s.problem->seqlen_q;
   return p;

@@ -19,6 +19,7 @@ struct Problem {
   tl::MaskSpec::Kind mask = tl::MaskSpec::Kind::None;
   int64_t window_left = -1, window_right = -1;  // Window only; -1 = unbounded on that side
   bool return_lse = false;
+  bool aux_grad = false;       // the backward's gradients of the fp32 auxiliary inputs (`Compute Gradient`)
   bool deterministic = false;  // the backward's additions `{ordered}` (bit-identical gradients); the forward has none
   bool varlen = false;  // TL `Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]` and `{ragged: ...}` (docs/tl.md, "Ragged batches")
   spec::KvCache kv_cache = spec::KvCache::None;  // TL `Let seqlen_k = cache_seqlens[b]` (and `{paged: block_table}`)

@@ -12,7 +12,7 @@ namespace {
 const std::vector<std::string> kFlags{"name",      "dtype",    "mask",          "window",   "heads",    "head-dim",
                                       "layout",    "softmax-scale", "lse",    "gpu",      "batch",    "seqlen",
                                       "descale",   "softcap",  "alibi",         "prefix-lm", "document", "relative-bias",
-                                      "score-mod", "mask-mod", "kv-cache", "varlen", "deterministic", "split-keys"};
+                                      "score-mod", "mask-mod", "kv-cache", "varlen", "deterministic", "aux-grad", "split-keys"};
 const std::vector<std::string> kBooleanFlags{"lse", "alibi", "document"};
 
 std::optional<int> parse_int(std::string_view s) {
@@ -131,6 +131,9 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
       else bad(flag, value, "true or false");
     } else if (key == "deterministic") {
       if (auto b = parse_bool(value)) s.deterministic = *b;
+      else bad(flag, value, "true or false");
+    } else if (key == "auxgrad") {
+      if (auto b = parse_bool(value)) s.aux_grad = *b;
       else bad(flag, value, "true or false");
     } else if (key == "kvcache") {
       if (auto k = parse_kv_cache(value)) s.kv_cache = *k;

@@ -403,6 +403,11 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
     diags.error("SPEC0219", at("/split_keys"), "split_keys with varlen: the packed rows of a ragged batch have no place for the parts",
                 "split the keys of a KV cache or of equal-length sequences (\"split_keys\" without \"varlen\")");
 
+  // The gradients of auxiliary inputs: the fp32 ones (ALiBi's slopes, the relative bias's table).
+  if (s.aux_grad && !s.variants.alibi && !s.variants.relative_bias)
+    diags.error("SPEC0234", at("/aux_grad"), "aux_grad without an fp32 auxiliary input: nothing to differentiate",
+                "give \"variants\": {\"alibi\": true} or {\"relative_bias\": NB}, or remove \"aux_grad\"");
+
   // Problem size.
   if (s.problem) {
     const ProblemSize& p = *s.problem;

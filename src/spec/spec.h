@@ -117,6 +117,7 @@ struct AttentionSpec {
   KvCache kv_cache = KvCache::None;     // keys and values in a cache: per-sequence lengths, pages
   bool varlen = false;                  // packed ragged batches (cu_seqlens_q / cu_seqlens_k, flash_attn_varlen_func)
   bool deterministic = false;           // the backward's sums in a fixed order: bit-identical gradients (`{ordered}`)
+  bool aux_grad = false;                // the backward also writes the gradients of the fp32 auxiliary inputs (`Compute Gradient`)
   bool split_keys = false;              // the forward writes the parts of split keys (TL `s = 0: splits`; with the LSE)
   std::string gpu;                      // target GPU name or alias ("h100", "sm80"); empty: detect
   std::optional<ProblemSize> problem;

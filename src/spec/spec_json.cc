@@ -272,7 +272,7 @@ class Reader {
 
 const std::vector<std::string> kTopKeys{"name",  "preset",  "heads_q",       "heads_kv", "head_dim",
                                         "head_dim_qk", "head_dim_v", "dtype", "fp8", "mask",
-                                        "variants", "softmax_scale", "layout", "return_lse", "kv_cache", "varlen", "deterministic", "split_keys", "gpu", "problem"};
+                                        "variants", "softmax_scale", "layout", "return_lse", "kv_cache", "varlen", "deterministic", "aux_grad", "split_keys", "gpu", "problem"};
 const std::vector<std::string> kDTypes{"fp16", "bf16", "fp8_e4m3"};
 const std::vector<std::string> kMaskStrings{"none", "causal", "causal_top_left"};
 const std::vector<std::string> kMaskKinds{"none", "causal", "window"};
@@ -482,6 +482,7 @@ std::optional<AttentionSpec> read_spec(Reader& r, const json& j) {
   }
   if (j.contains("return_lse")) r.get_bool(j, "return_lse", "", s.return_lse);
   if (j.contains("deterministic")) r.get_bool(j, "deterministic", "", s.deterministic);
+  if (j.contains("aux_grad")) r.get_bool(j, "aux_grad", "", s.aux_grad);
   if (j.contains("kv_cache")) {
     std::string k;
     if (r.get_string(j, "kv_cache", "", k)) {
@@ -603,6 +604,7 @@ std::string to_json(const AttentionSpec& s) {
   if (s.varlen) j["varlen"] = true;
   if (s.split_keys) j["split_keys"] = true;
   if (s.deterministic) j["deterministic"] = true;
+  if (s.aux_grad) j["aux_grad"] = true;
   j["gpu"] = s.gpu;
   if (s.problem) {
     ojson p;

@@ -448,6 +448,8 @@ void Walker::for_stmt(const Stmt& s) {
   std::string header = "for " + f.var + " = " + fmt_expr(f.lo) + ": " + fmt_expr(f.hi);
   auto before = tensors_;
   auto one_walk = [&] {
+    const auto derived_before = derived_here_;  // each walk of the body is one iteration, in TL order
+    derived_here_.clear();
     push_frame();
     loops_.push_back(LoopCtx{header, f.var, {}, {}});
     declare_name(f.var, SymKind::LoopVar, s.loc, s);
@@ -458,6 +460,7 @@ void Walker::for_stmt(const Stmt& s) {
     pop_frame();
     loops_.pop_back();
     ++walks_;
+    derived_here_ = derived_before;
   };
   one_walk();
   // A second walk models the next iteration when layouts changed across the body (a tensor that
@@ -593,6 +596,12 @@ void Walker::finish() {
                    "the scores are modified by Score '" + name + "' but no `Compute Derivative` carries the gradient through it",
                    "keep the scores before the Modify (`Compute Convert S and get S0 fp32`) and, after dS = P * (dP - D), "
                    "write `Compute Derivative dS, S0 at [i, n_block] with " + name + "`");
+    for (const auto& g : info_.aux_grads)
+      if (!grads_accumulated_.count(g))
+        rep_.error("TL0406", global_alloc_.count(g) ? global_alloc_.at(g) : top,
+                   "the gradient " + g + " of the auxiliary input " + g.substr(1) + " is never accumulated",
+                   "add `Compute Gradient dS, S0 and accumulate " + g + " at [i, n_block] with NAME" +
+                       "` before the Score NAME's Derivative, or remove the Allocate");
     // The gradients: dK and dV stored (or accumulated) per key tile, dQ accumulated by every key block.
     for (const char* n : {"dQ", "dK", "dV"}) {
       auto it = global_alloc_.find(n);

@@ -59,6 +59,9 @@ struct CheckInfo {
   std::map<std::string, TensorInfo> tensors;
   std::map<std::string, VariantStmt> variants;  // Score / Mask declarations by name
   std::vector<std::string> aux;                 // auxiliary global tensors, in declaration order
+  // A backward program's gradients of auxiliary inputs (docs/tl.md, "The backward pass"): the fp32
+  // global dT of an fp32 auxiliary input T, accumulated by `Compute Gradient`, in declaration order.
+  std::vector<std::string> aux_grads;
   ScheduleInfo schedule;                        // Role statements and schedule attributes
   // GQA packing: the `{pack: G}` of the global Q, O (and LSE) views, when they carry one (docs/tl.md,
   // "GQA packing"): row r of the view is query r / G of head offset * G + r % G.

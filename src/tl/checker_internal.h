@@ -189,6 +189,7 @@ class Walker {
   void rowop(const Stmt& s);
   void mask(const Stmt& s);
   void derivative(const Stmt& s);
+  void gradient(const Stmt& s);
   void put_result(const Stmt& s, const std::vector<Expr>& shape, Layout layout, const char* code,
                   std::optional<DType> default_dtype);
 
@@ -213,9 +214,13 @@ class Walker {
   // kGradInputs, checker_memory.cc), checked where dQ, dK, dV are stored (TL0413).
   std::map<std::string, unsigned> deps_;
   std::set<std::string> derived_;                // Scores a `Compute Derivative` differentiates
+  std::set<std::string> derived_here_;           // ... earlier in this walk of the innermost loop body
   std::set<std::string> modified_;               // Scores a `Compute Modify` applies
+  std::set<std::string> grads_accumulated_;      // gradients of auxiliary inputs a `Compute Gradient` adds to
+  bool aux_grad_alloc(const Stmt& s);  // a backward program's global Allocate of dT for an auxiliary input T
   void flow_compute(const Stmt& s);
   void check_gradient_flow(const Stmt& s);
+  std::string missing_grad_inputs(const std::string& tensor);  // the inputs of dS a tensor does not derive from
   bool seen_non_header_ = false;
   std::map<std::string, SrcLoc> global_alloc_;  // first global Allocate per name
   std::set<std::string> stored_to_global_;

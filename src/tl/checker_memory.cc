@@ -115,6 +115,45 @@ void Walker::check_gradient_flow(const Stmt& s) {
                         " with dS = P * (dP - D), P from Q, K and LSE, dP = dO V^T and D = rowsum(dO * O)");
 }
 
+std::string Walker::missing_grad_inputs(const std::string& tensor) {
+  const unsigned have = deps_.count(tensor) ? deps_[tensor] : 0;
+  std::string missing;
+  for (unsigned i = 0; i < sizeof(kGradInputs) / sizeof(kGradInputs[0]); ++i)
+    if ((kAllGradInputs & (1u << i)) && !(have & (1u << i))) missing += (missing.empty() ? "" : ", ") + std::string(kGradInputs[i].name);
+  return missing;
+}
+
+// `Allocate dT in global (shape) fp32` in a backward program, T an fp32 auxiliary input declared
+// above: the gradient of T, accumulated by `Compute Gradient ... and accumulate dT` (an output, zero
+// at launch). Its shape is T's, with no offset (TL0406). False for any other Allocate.
+bool Walker::aux_grad_alloc(const Stmt& s) {
+  const AllocateStmt& a = s.alloc;
+  if (!backward() || a.name.size() < 2 || a.name[0] != 'd' || !is_aux(a.name.substr(1))) return false;
+  const std::string t = a.name.substr(1);
+  const TensorInfo& ti = info_.tensors[t];
+  if (ti.global_dtype != DType::F32) {
+    error(s, "TL0406", s.loc, "'" + a.name + "' names the gradient of the auxiliary input " + t + ", which is " +
+          to_string(ti.global_dtype) + ": only fp32 inputs (slopes, bias tables) have gradients",
+          "rename the tensor, or make " + t + " fp32");
+    return true;
+  }
+  const bool same = a.shape.size() == ti.global_shape.size() &&
+                    std::equal(a.shape.begin(), a.shape.end(), ti.global_shape.begin());
+  if (!same || !a.offset.empty() || !a.dtype || *a.dtype != DType::F32 || a.init) {
+    error(s, "TL0406", s.loc,
+          "the gradient " + a.name + " of the auxiliary input " + t + " is a global of " + t + "'s shape " +
+              fmt_shape(ti.global_shape) + ", fp32, without offset or init",
+          "write `Allocate " + a.name + " in global " + fmt_shape(ti.global_shape) + " fp32`");
+  } else if (!loops_.empty()) {
+    error(s, "TL0406", s.loc, "global tensor allocated inside a loop", "allocate global views at the top of the program");
+  } else if (info_.aux_grads.size() >= 4) {
+    error(s, "TL0406", s.loc, "more than 4 gradients of auxiliary inputs", "a kernel writes at most 4 (the C ABI's daux[4])");
+  } else if (std::find(info_.aux_grads.begin(), info_.aux_grads.end(), a.name) == info_.aux_grads.end()) {
+    info_.aux_grads.push_back(a.name);
+  }
+  return true;
+}
+
 void Walker::allocate_stmt(const Stmt& s) {
   const AllocateStmt& a = s.alloc;
   if (a.name.empty()) {
@@ -147,6 +186,8 @@ void Walker::allocate_stmt(const Stmt& s) {
 
   if (a.space == Space::Global && workspace_alloc(s)) {
     for (const auto& e : a.offset) check_expr(e, Ctx::Index, s);
+  } else if (a.space == Space::Global && aux_grad_alloc(s)) {
+    // the gradient of an auxiliary input: checked there
   } else if (a.space == Space::Global) {
     const bool part = a.name == "O_part" || a.name == "LSE_part";  // a combine program's inputs
     // a forward program that splits the keys writes its part's O and LSE at [batch, split, head]

@@ -24,7 +24,7 @@ struct Walker::Opnd {
 
 namespace {
 
-enum class OpClass { Gemm, Binary, Unary, Convert, Reduce, RowOp, Mask, Derivative };
+enum class OpClass { Gemm, Binary, Unary, Convert, Reduce, RowOp, Mask, Derivative, Gradient };
 
 struct OpSpec {
   const char* name;
@@ -39,6 +39,7 @@ const OpSpec kOps[] = {
     {"Log2", OpClass::Unary, 1},    {"Convert", OpClass::Convert, 1}, {"RowMax", OpClass::Reduce, 1},
     {"RowSum", OpClass::Reduce, 1}, {"Rescale", OpClass::RowOp, 2}, {"Normalize", OpClass::RowOp, 2},
     {"Mask", OpClass::Mask, 1},     {"Modify", OpClass::Mask, 1},   {"Derivative", OpClass::Derivative, 2},
+    {"Gradient", OpClass::Gradient, 2},
 };
 
 const OpSpec* find_op(const std::string& n) {
@@ -451,7 +452,8 @@ void Walker::compute_stmt(const Stmt& s) {
           "ops are GEMM Add Subtract Multiply Divide Max Exp Exp2 Log Log2 Convert RowMax RowSum Rescale Normalize Mask");
     return;
   }
-  if (combine() && (op->cls == OpClass::Gemm || c.op == "Mask" || c.op == "Modify" || c.op == "Derivative")) {
+  if (combine() && (op->cls == OpClass::Gemm || c.op == "Mask" || c.op == "Modify" || c.op == "Derivative" ||
+                    c.op == "Gradient")) {
     error(s, "TL0414", s.loc,
           "Compute " + c.op + " in a combine program: it merges rows of partial results, with element-wise and row operations",
           "weight each part by exp(LSE_part - m) (Max, Subtract, Exp, Rescale, Add) and finish with Normalize and Log "
@@ -471,7 +473,7 @@ void Walker::compute_stmt(const Stmt& s) {
       const Operand& o = c.operands[i];
       // `^T` beyond GEMMs: a row vector read down the columns (`Compute Subtract St, LSE^T`), and the
       // score tile of Mask / Modify / Derivative held transposed (keys along its rows: `St^T`).
-      const bool tile_t = op->cls == OpClass::Mask || op->cls == OpClass::Derivative;
+      const bool tile_t = op->cls == OpClass::Mask || op->cls == OpClass::Derivative || op->cls == OpClass::Gradient;
       if (o.transposed && ((op->cls == OpClass::Binary && i == 1) || tile_t)) continue;
       if (o.transposed) {
         error(s, "TL0408", pick(o.loc, s.loc), "`^T` on an operand of " + c.op + "; only GEMM operands are transposed",
@@ -485,7 +487,8 @@ void Walker::compute_stmt(const Stmt& s) {
     error(s, "TL0408", s.loc, "`and get` / `and accumulate` without a name", "write `and get NAME`");
     ok = false;
   }
-  if (c.result == ComputeStmt::Result::Accumulate && op->cls != OpClass::Gemm && op->cls != OpClass::Reduce) {
+  if (c.result == ComputeStmt::Result::Accumulate && op->cls != OpClass::Gemm && op->cls != OpClass::Reduce &&
+      op->cls != OpClass::Gradient) {
     error(s, "TL0408", pick(c.target_loc, s.loc), "`and accumulate` is only for GEMM, RowMax and RowSum",
           "write the update in place (`Compute " + c.op + " " + c.target + ", ...`) or use `and get`");
     ok = false;
@@ -499,17 +502,22 @@ void Walker::compute_stmt(const Stmt& s) {
           "write " + eg);
     ok = false;
   }
-  const bool tile_op = op->cls == OpClass::Mask || op->cls == OpClass::Derivative;  // `at [..] with NAME`
-  if (tile_op && has_target) {
+  const bool tile_op = op->cls == OpClass::Mask || op->cls == OpClass::Derivative ||
+                       op->cls == OpClass::Gradient;  // `at [..] with NAME`
+  if (op->cls == OpClass::Gradient && c.result != ComputeStmt::Result::Accumulate) {
+    error(s, "TL0408", s.loc, "Compute Gradient adds to the gradient of an auxiliary input: `and accumulate dT`",
+          "write `Compute Gradient dS, S0 and accumulate dT at [i, n_block] with NAME` (T the input NAME reads)");
+    ok = false;
+  } else if (tile_op && has_target && op->cls != OpClass::Gradient) {
     error(s, "TL0408", s.loc, c.op + " works in place; it has no result", "remove `and ...`");
     ok = false;
   }
   if (!tile_op && !c.at.empty()) {
-    error(s, "TL0408", s.loc, "`at [...]` is only for Compute Mask, Modify and Derivative", "remove `at [...]`");
+    error(s, "TL0408", s.loc, "`at [...]` is only for Compute Mask, Modify, Derivative and Gradient", "remove `at [...]`");
     ok = false;
   }
   if (!tile_op && c.mask.kind != MaskSpec::Kind::None) {
-    error(s, "TL0408", s.loc, "`with MASK` is only for Compute Mask, Modify and Derivative", "remove `with ...`");
+    error(s, "TL0408", s.loc, "`with MASK` is only for Compute Mask, Modify, Derivative and Gradient", "remove `with ...`");
     ok = false;
   }
   if (!ok) {
@@ -525,6 +533,7 @@ void Walker::compute_stmt(const Stmt& s) {
     case OpClass::RowOp: rowop(s); break;
     case OpClass::Mask: mask(s); break;
     case OpClass::Derivative: derivative(s); break;
+    case OpClass::Gradient: gradient(s); break;
   }
 }
 
@@ -551,6 +560,7 @@ void Walker::derivative(const Stmt& s) {
     return;
   }
   derived_.insert(c.mask.name);
+  derived_here_.insert(c.mask.name);
   if (c.operands.size() == 2 && c.operands[0].transposed != c.operands[1].transposed) {
     error(s, "TL0405", s.loc, "Compute Derivative transposes one of its tiles only: the gradient and the scores are laid out alike",
           "write ^T on both (`Compute Derivative dSt^T, St0^T ...`) or on neither");
@@ -569,6 +579,73 @@ void Walker::derivative(const Stmt& s) {
   read(x.name, Space::Register, x.loc, s);
   read(y.name, Space::Register, y.loc, s);
   write_full(x.name, Space::Register);
+}
+
+// `Compute Gradient dS, S0 and accumulate dT at [r, c] with NAME` (backward programs): dT[idx] +=
+// dS * d NAME / d T[idx] at score = S0, element by element over the score tile at [r, c], T the
+// auxiliary input whose gradient dT is (aux_grad_alloc), idx the index NAME reads it at. dS is the
+// gradient of NAME's output, so the statement comes before `Compute Derivative ... with NAME` and
+// dS must carry the whole gradient (P, dP, D: the data flow of dQ). TL0413.
+void Walker::gradient(const Stmt& s) {
+  const ComputeStmt& c = s.compute;
+  if (!backward()) {
+    error(s, "TL0413", s.loc, "Compute Gradient belongs to a backward program (`Kernel NAME backward`)",
+          "the forward reads the auxiliary input in its Score; its gradient is the backward's");
+    return;
+  }
+  if (!check_named(s, true)) return;
+  if (c.at.size() != 2) {
+    error(s, "TL0408", s.loc, "Compute Gradient needs the score tile's coordinate: `at [r, c]` with 2 indices",
+          "write `Compute Gradient dS, S0 and accumulate " + c.target + " at [i, n_block] with " + c.mask.name + "`");
+  }
+  for (const auto& e : c.at) check_expr(e, Ctx::Index, s);
+  if (std::find(info_.aux_grads.begin(), info_.aux_grads.end(), c.target) == info_.aux_grads.end()) {
+    error(s, "TL0413", pick(c.target_loc, s.loc),
+          "'" + c.target + "' is not the gradient of an auxiliary input: Compute Gradient adds to dT, an fp32 global of "
+          "the shape of the fp32 auxiliary input T",
+          "declare `Allocate d" + std::string("T in global (shape of T) fp32`") + " after T, and accumulate into it");
+    return;
+  }
+  const std::string t = c.target.substr(1);
+  std::string why;
+  if (!derive_aux(info_.variants.at(c.mask.name).expr, t, why)) {
+    error(s, "TL0413", pick(c.mask.loc, s.loc), "Score '" + c.mask.name + "' has no derivative in " + t + ": " + why,
+          "accumulate into the gradient of the input the Score reads, which it reads at one index, through + - * / "
+          "tanh exp exp2 log");
+    return;
+  }
+  if (derived_here_.count(c.mask.name)) {
+    error(s, "TL0413", s.loc,
+          "Compute Gradient with " + c.mask.name + " after its `Compute Derivative`: the gradient tile is then that of " +
+              c.mask.name + "'s input, not of its output",
+          "move the Gradient above `Compute Derivative ... with " + c.mask.name + "`");
+    return;
+  }
+  if (c.operands.size() == 2 && c.operands[0].transposed != c.operands[1].transposed) {
+    error(s, "TL0405", s.loc, "Compute Gradient transposes one of its tiles only: the gradient and the scores are laid out alike",
+          "write ^T on both (`Compute Gradient dSt^T, St0^T ...`) or on neither");
+    return;
+  }
+  Opnd x, y;
+  if (!resolve_tensor_operand(c.operands[0], s, false, x) || !resolve_tensor_operand(c.operands[1], s, false, y)) return;
+  if (x.shape.size() != 2 || !same_shape(x.shape, y.shape)) {
+    error(s, "TL0405", s.loc,
+          "Compute Gradient weighs the gradient tile '" + x.name + "' " + fmt_shape(x.shape) + " by the Score's derivative at '" +
+              y.name + "' " + fmt_shape(y.shape) + ": two score tiles of one shape",
+          "pass the scores the Modify took (`Compute Convert S and get S0 fp32` before it)");
+    return;
+  }
+  read(x.name, Space::Register, x.loc, s);
+  read(y.name, Space::Register, y.loc, s);
+  // the data flow: dS carries P (Q, K, LSE), dP (dO, V) and the D term (O), as dQ does
+  if (const std::string missing = missing_grad_inputs(x.name); !missing.empty()) {
+    error(s, "TL0413", s.loc,
+          "the gradient tile '" + x.name + "' does not depend on " + missing + ": " + c.target +
+              " needs dS = P * (dP - D), P from Q, K and LSE, dP = dO V^T and D = rowsum(dO * O)",
+          "pass the gradient of the scores after `Compute Multiply dS, P`");
+    return;
+  }
+  grads_accumulated_.insert(c.target);
 }
 
 void Walker::reshape_stmt(const Stmt& s) {

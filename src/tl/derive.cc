@@ -8,10 +8,20 @@
 namespace qattn::tl {
 namespace {
 
-bool uses_score(const Expr& e) {
-  if (e.kind == Expr::Kind::Name && e.name == "score") return true;
+// The variable of a derivative: `score` (tensor empty), or every read `tensor[...]` of an auxiliary
+// tensor (`index` keeps the first read's index; a read at another index is no derivative here).
+struct Var {
+  std::string tensor;
+  std::optional<std::vector<Expr>>* index = nullptr;
+  bool is(const Expr& e) const {
+    return tensor.empty() ? e.kind == Expr::Kind::Name && e.name == "score" : e.kind == Expr::Kind::Index && e.name == tensor;
+  }
+};
+
+bool uses_var(const Expr& e, const Var& v) {
+  if (v.is(e)) return true;
   for (const auto& a : e.args)
-    if (uses_score(a)) return true;
+    if (uses_var(a, v)) return true;
   return false;
 }
 
@@ -40,20 +50,35 @@ Expr div(Expr a, Expr b) {
   return Expr::binary("/", std::move(a), std::move(b));
 }
 
-std::optional<Expr> d(const Expr& e, std::string& why) {
-  if (!uses_score(e)) return num(0);
+std::optional<Expr> d(const Expr& e, const Var& var, std::string& why) {
+  if (!uses_var(e, var)) return num(0);
+  if (var.is(e) && !var.tensor.empty()) {  // a read of the auxiliary tensor
+    for (const auto& a : e.args)
+      if (uses_var(a, var)) {
+        why = "'" + var.tensor + "' is read inside its own index";
+        return std::nullopt;
+      }
+    if (!*var.index) {
+      *var.index = e.args;
+    } else if (**var.index != e.args) {
+      why = "'" + var.tensor + "' is read at two different indices";
+      return std::nullopt;
+    }
+    return num(1);
+  }
+  const char* what = var.tensor.empty() ? "the score" : "the auxiliary tensor";
   switch (e.kind) {
     case Expr::Kind::Name: return num(1);  // score itself
     case Expr::Kind::Unary: {
       if (e.op != "-") break;
-      auto a = d(e.args[0], why);
+      auto a = d(e.args[0], var, why);
       if (!a) return std::nullopt;
       return is_num(*a, 0) ? num(0) : Expr::unary("-", std::move(*a));
     }
     case Expr::Kind::Binary: {
       const Expr &u = e.args[0], &v = e.args[1];
       if (e.op == "+" || e.op == "-" || e.op == "*" || e.op == "/") {
-        auto du = d(u, why), dv = d(v, why);
+        auto du = d(u, var, why), dv = d(v, var, why);
         if (!du || !dv) return std::nullopt;
         if (e.op == "+") return add(std::move(*du), std::move(*dv));
         if (e.op == "-") return sub(std::move(*du), std::move(*dv));
@@ -61,12 +86,12 @@ std::optional<Expr> d(const Expr& e, std::string& why) {
         // (u / v)' = u' / v - u v' / v^2
         return sub(div(std::move(*du), v), div(mul(u, std::move(*dv)), mul(v, v)));
       }
-      why = "'" + e.op + "' of the score has no derivative (a comparison or an integer operation)";
+      why = "'" + e.op + "' of " + what + " has no derivative (a comparison or an integer operation)";
       return std::nullopt;
     }
     case Expr::Kind::Call: {
       if (e.args.size() != 1 || !(e.name == "tanh" || e.name == "exp" || e.name == "exp2" || e.name == "log")) break;
-      auto du = d(e.args[0], why);
+      auto du = d(e.args[0], var, why);
       if (!du) return std::nullopt;
       const Expr& u = e.args[0];
       Expr outer;
@@ -79,9 +104,9 @@ std::optional<Expr> d(const Expr& e, std::string& why) {
     default: break;
   }
   if (why.empty())
-    why = e.kind == Expr::Kind::Call ? "'" + e.name + "' of the score has no derivative everywhere (abs, floor, min, max, "
+    why = e.kind == Expr::Kind::Call ? "'" + e.name + "' of " + what + " has no derivative everywhere (abs, floor, min, max, "
                                                       "clamp, cdiv)"
-                                     : "the expression has no derivative in score";
+                                     : std::string("the expression has no derivative in ") + what;
   return std::nullopt;
 }
 
@@ -89,7 +114,19 @@ std::optional<Expr> d(const Expr& e, std::string& why) {
 
 std::optional<Expr> derive_score(const Expr& e, std::string& why) {
   why.clear();
-  return d(e, why);
+  return d(e, Var{}, why);
+}
+
+std::optional<AuxDerivative> derive_aux(const Expr& e, const std::string& tensor, std::string& why) {
+  why.clear();
+  std::optional<std::vector<Expr>> index;
+  auto de = d(e, Var{tensor, &index}, why);
+  if (!de) return std::nullopt;
+  if (!index) {
+    why = "the declaration does not read '" + tensor + "'";
+    return std::nullopt;
+  }
+  return AuxDerivative{std::move(*de), std::move(*index)};
 }
 
 }  // namespace qattn::tl

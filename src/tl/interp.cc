@@ -614,6 +614,7 @@ RunResult Machine::verdict_backward(const Program& p) {
       why += (why.empty() ? "" : "; ") + std::to_string(unwritten) + " elements of " + out.name + " were never written";
     ok = ok && good && unwritten == 0;
   }
+  verdict_aux_grads(p, sum, why, ok);
   r.passed = ok;
   r.summary = sum.str();
   if (!ok)
@@ -623,6 +624,84 @@ RunResult Machine::verdict_backward(const Program& p) {
                              : "run with --precision fp64 to separate algorithm bugs from precision loss; check the D term "
                                "(rowsum(dO * O)), the transposes and the softmax_scale factors");
   return r;
+}
+
+// The gradients of auxiliary inputs (`Compute Gradient`) against the derivative of the loss
+// L = sum(dO * O) in each entry of T, by a central difference of order 4 over fp64 forwards of the
+// reference with that entry moved (independent of the symbolic derivative and of dS): at most
+// kAuxGradEntries entries of each T, evenly spaced. FP64: 1e-6 of the largest entry plus the
+// difference's own rounding; storage:
+// each entry within 4 eps(O) times the sum of its contributions' magnitudes, plus 1e-5 max(1, max
+// |ref|): dS carries the rounding of the stored O (the D term) and of dO, errors of relative size
+// eps that the sums over a tile need not cancel, while the contributions themselves largely do
+// (ALiBi's dS sums to 0 over a row), so a bound relative to |dT| would not hold.
+void Machine::verdict_aux_grads(const Program& p, std::ostringstream& sum, std::string& why, bool& ok) {
+  constexpr int64_t kAuxGradEntries = 48;
+  const Global &q = globals_["Q"], &k = globals_["K"], &v = globals_["V"], &dout = globals_["dO"];
+  for (auto& [name, got_all] : aux_grads_) {
+    spec::AuxTensor& t = aux_.at(name.substr(1));
+    const int64_t n = int64_t(t.data.size());
+    const int64_t step = std::max<int64_t>(1, (n + kAuxGradEntries - 1) / kAuxGradEntries);
+    double lscale = 0;  // sum |dO * O|: the size of the loss's rounding, which the difference divides by h
+    auto loss = [&]() {
+      const spec::ScoreVariant variant = cfg_.reference_variant ? cfg_.reference_variant(aux_) : declared_variant(p);
+      auto fwd = spec::reference_attention(prob_, q.data, k.data, v.data, variant.empty() ? nullptr : &variant);
+      double l = 0, a = 0;
+      for (size_t i = 0; i < fwd.o.size(); ++i) l += dout.data[i] * fwd.o[i], a += std::fabs(dout.data[i] * fwd.o[i]);
+      lscale = std::max(lscale, a);
+      return l;
+    };
+    std::vector<double> got, want, mags;
+    for (int64_t e = 0; e < n; e += step) {
+      const double x = t.data[size_t(e)], h = 1e-3 * std::max(1.0, std::fabs(x));
+      double f[4];
+      const double at[4] = {x - 2 * h, x - h, x + h, x + 2 * h};
+      for (int i = 0; i < 4; ++i) {
+        t.data[size_t(e)] = at[i];
+        f[i] = loss();
+      }
+      t.data[size_t(e)] = x;
+      want.push_back((f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h));
+      got.push_back(got_all[size_t(e)]);
+      mags.push_back(aux_grad_abs_[name][size_t(e)]);
+    }
+    if (*ref_failed_) {
+      ok = false;
+      why += (why.empty() ? "" : "; ") + std::string("the reference of ") + name + " could not be evaluated";
+      continue;
+    }
+    double gmax = 0;
+    for (double w : want) gmax = std::max(gmax, std::fabs(w));
+    const double err = spec::max_abs_diff(got, want), rel = spec::rel_frobenius(got, want);
+    double bound;
+    bool good;
+    if (cfg_.precision == Precision::FP64) {
+      // relative 1e-6 of the largest entry, and at least the difference's own rounding (10 eps
+      // sum |dO * O| / h): a saturated softmax (ALiBi with large slopes) leaves gradients near 0
+      const double floor = 10 * 2.3e-16 * lscale / 1e-3;
+      bound = 1e-6 * gmax + floor;
+      good = err <= bound;
+      sum << " " << name << " rel_err=" << fmt(rel) << " (max_abs_err " << fmt(err) << ", bound " << fmt(bound) << " = 1e-6 max |"
+          << name << "| + " << fmt(floor) << ", " << got.size() << " of " << n << " entries);";
+    } else {
+      const double eps = std::ldexp(1.0, -(globals_["O"].dtype == DType::BF16 ? 8 : 11)), atol = 1e-5 * std::max(1.0, gmax);
+      double worst = 0;  // the largest error / bound over the entries
+      bound = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double b = 4 * eps * mags[i] + atol, r = std::fabs(got[i] - want[i]) / b;
+        if (!(r <= worst)) worst = r, bound = b;
+      }
+      good = worst <= 1;
+      sum << " " << name << " max_abs_err=" << fmt(err) << " (" << fmt(worst) << " of its bound: 4 eps sum |contributions| + "
+          << fmt(atol) << ", " << got.size() << " of " << n << " entries);";
+    }
+    if (!std::isfinite(err)) good = false;
+    if (!good) {
+      ok = false;
+      why += (why.empty() ? "" : "; ") + name + " differs from the derivative of the loss in " + name.substr(1) + ": max_abs_err " +
+             fmt(err) + " > " + fmt(bound);
+    }
+  }
 }
 
 }  // namespace interp

@@ -98,7 +98,7 @@ static void transpose_in_place(Buffer& b) {
 
 bool Machine::exec_compute(const Stmt& s) {
   const auto& op = s.compute.op;
-  const bool tile_op = op == "Mask" || op == "Modify" || op == "Derivative";
+  const bool tile_op = op == "Mask" || op == "Modify" || op == "Derivative" || op == "Gradient";
   for (size_t i = 0; i < s.compute.operands.size(); ++i)
     if (s.compute.operands[i].transposed && op != "GEMM" && !tile_op && !(i == 1 && is_binary_op(op)))
       return error("TL0901", s.compute.operands[i].loc.line ? s.compute.operands[i].loc : s.loc,
@@ -115,7 +115,7 @@ bool Machine::exec_compute(const Stmt& s) {
     }
     for (Buffer* b : bufs) transpose_in_place(*b);
     const bool ok = op == "Mask" ? (s.compute.mask.kind == MaskSpec::Kind::Named ? compute_named_mask(s) : compute_mask(s))
-                  : op == "Modify" ? compute_modify(s) : compute_derivative(s);
+                  : op == "Modify" ? compute_modify(s) : op == "Gradient" ? compute_gradient(s) : compute_derivative(s);
     for (Buffer* b : bufs) transpose_in_place(*b);
     return ok;
   }
@@ -134,6 +134,7 @@ bool Machine::exec_compute(const Stmt& s) {
   if (op == "Mask") return compute_mask(s);
   if (op == "Modify") return compute_modify(s);
   if (op == "Derivative") return compute_derivative(s);
+  if (op == "Gradient") return compute_gradient(s);
   return error("TL0903", s.loc, "unknown Compute op '" + op + "'");
 }
 

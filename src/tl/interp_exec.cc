@@ -166,6 +166,7 @@ bool Machine::exec_allocate(const Stmt& s) {
       return error("TL0903", s.loc, "a global Allocate inside a loop is not supported",
                    "allocate the kernel's arguments at the top of the program");
     if (aux_.count(a.name)) return true;  // an auxiliary input: read by declarations only
+    if (aux_grads_.count(a.name)) return true;  // the gradient of one: `Compute Gradient` adds to it
     if (git == globals_.end()) return error("TL0901", s.loc, "unknown global tensor '" + a.name + "'");
     Global& g = git->second;
     if (parted) {  // offset [b, s, head]: part s of (batch, head)

@@ -247,6 +247,8 @@ class Machine {
   bool compute_modify(const Stmt& s);
   bool compute_named_mask(const Stmt& s);
   bool compute_derivative(const Stmt& s);
+  bool compute_gradient(const Stmt& s);
+  void verdict_aux_grads(const Program& p, std::ostringstream& sum, std::string& why, bool& ok);
   bool skip_iteration(const Stmt& loop, bool& skip);
   spec::ScoreVariant declared_variant(const Program& p);
   // Stores `vals` (shape `shape`) as the result of s: in place into x, into a new register tensor
@@ -282,6 +284,8 @@ class Machine {
   int64_t blocks_ = 0;
   SrcLoc kernel_loc_;
   spec::AuxMap aux_;                                      // auxiliary global tensors
+  std::map<std::string, std::vector<double>> aux_grads_;  // dT of an fp32 auxiliary input T (`Compute Gradient`), T's shape
+  std::map<std::string, std::vector<double>> aux_grad_abs_;  // sum |contribution| per entry (the storage bound)
   std::map<std::string, const VariantStmt*> variants_;    // Score / Mask declarations
   std::vector<const VariantStmt*> decls_;                 // in program order
   std::map<std::string, Expr> derivatives_;               // Score name -> d / d score (derive_score)

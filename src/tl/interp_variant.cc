@@ -32,6 +32,14 @@ bool Machine::setup_variants(const Program& p) {
     if (s.kind != Stmt::Kind::Allocate || s.alloc.space != Space::Global || is_kernel_arg(s.alloc.name)) continue;
     if (auto w = globals_.find(s.alloc.name); w != globals_.end() && w->second.workspace) continue;  // a Phase's output
     const auto& a = s.alloc;
+    if (backward_ && a.name.size() > 1 && a.name[0] == 'd') {  // the gradient dT of an auxiliary input T, zero at launch
+      auto t = aux_.find(a.name.substr(1));
+      if (t != aux_.end() && !t->second.is_int) {
+        aux_grads_[a.name].assign(t->second.data.size(), 0.0);
+        aux_grad_abs_[a.name].assign(t->second.data.size(), 0.0);
+        continue;
+      }
+    }
     const bool is_int = a.dtype && *a.dtype == DType::I32;
     if (!a.dtype || (!is_int && *a.dtype != DType::F32) || !a.offset.empty() || a.shape.empty() || a.shape.size() > 2)
       return error("TL0901", s.loc, "unknown global tensor '" + a.name + "'",
@@ -92,8 +100,9 @@ std::optional<int> Machine::tile_class(const VariantStmt& m, int64_t q_lo, int64
 // The score tile of a Modify / Mask statement: its buffer and element origin.
 Buffer* Machine::score_tile(const Stmt& s, int64_t& q0, int64_t& k0) {
   const auto& c = s.compute;
-  if (c.operands.size() != (c.op == "Derivative" ? 2u : 1u))
-    return error("TL0901", s.loc, c.op + (c.op == "Derivative" ? " takes 2 operands (the gradient, the scores)" : " takes 1 operand (the score tile)")), nullptr;
+  const bool two = c.op == "Derivative" || c.op == "Gradient";
+  if (c.operands.size() != (two ? 2u : 1u))
+    return error("TL0901", s.loc, c.op + (two ? " takes 2 operands (the gradient, the scores)" : " takes 1 operand (the score tile)")), nullptr;
   Buffer* x = operand_tensor(c.operands[0], s, "the operand");
   if (!x) return nullptr;
   if (x->shape.size() != 2 || c.at.size() != 2)
@@ -168,6 +177,59 @@ bool Machine::compute_derivative(const Stmt& s) {
       vals[e] *= *r;
     }
   return store_result(s, x, x->shape, std::move(vals), nullptr);
+}
+
+// `Compute Gradient X, Y and accumulate dT at [r, c] with NAME`: dT[idx] += X * (d NAME / d T[idx])
+// (score = Y), per element of the score tile at [r, c] (derive_aux's derivative and index, evaluated
+// like the declaration, the index clamped as reads are); elements past seqlen_q / seqlen_k and those
+// whose gradient is 0 (masked keys) add nothing.
+bool Machine::compute_gradient(const Stmt& s) {
+  const auto& c = s.compute;
+  auto it = variants_.find(c.mask.name);
+  if (c.mask.kind != MaskSpec::Kind::Named || it == variants_.end() || it->second->is_mask)
+    return error("TL0901", s.loc, "Compute Gradient needs a declared Score: `with NAME`");
+  if (c.operands.size() != 2) return error("TL0901", s.loc, "Compute Gradient takes 2 operands (the gradient, the scores)");
+  auto g = aux_grads_.find(c.target);
+  if (c.result != ComputeStmt::Result::Accumulate || g == aux_grads_.end())
+    return error("TL0901", s.loc, "Compute Gradient accumulates into the gradient dT of an fp32 auxiliary input T");
+  const spec::AuxTensor& t = aux_.at(c.target.substr(1));
+  std::string why;
+  auto de = derive_aux(it->second->expr, c.target.substr(1), why);
+  if (!de) return error("TL0903", s.loc, "Score '" + c.mask.name + "' has no derivative in " + c.target.substr(1) + ": " + why);
+  if (de->index.size() != t.shape.size())
+    return error("TL0901", s.loc, c.target.substr(1) + " is read with " + std::to_string(de->index.size()) + " indices");
+  int64_t q0 = 0, k0 = 0;
+  Buffer* x = score_tile(s, q0, k0);
+  if (!x) return false;
+  Buffer* y = operand_tensor(c.operands[1], s, "the scores");
+  if (!y) return false;
+  if (y->shape != x->shape)
+    return error("TL0901", s.loc, "Compute Gradient: the gradient " + shape_str(x->shape) + " and the scores " +
+                                      shape_str(y->shape) + " differ in shape");
+  if (!count(double(x->data.size()) * 20, s.loc)) return false;
+  const int64_t rows = x->rows(), cols = x->cols();
+  const Expr bound = bind_names(de->derivative, env_);
+  std::vector<Expr> idx;
+  for (const auto& e : de->index) idx.push_back(bind_names(e, env_));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t e = size_t(i * cols + j);
+      const int64_t q = q0 + i, k = k0 + j;
+      if (x->data[e] == 0 || q < 0 || q >= prob_.seqlen_q || k < 0 || k >= block_seqlen_k()) continue;
+      const VLocals at = {{"score", {y->data[e], false}}, {"q_idx", {double(q), true}}, {"kv_idx", {double(k), true}}};
+      auto r = eval_decl(bound, env_, at);
+      if (!r) return false;
+      int64_t flat = 0;
+      for (size_t d = 0; d < idx.size(); ++d) {
+        auto v = eval_decl(idx[d], env_, at);
+        if (!v) return false;
+        const int64_t n = t.shape[d];
+        flat = flat * n + std::clamp(int64_t(std::floor(*v)), int64_t(0), n - 1);
+      }
+      g->second[size_t(flat)] += x->data[e] * *r;
+      aux_grad_abs_[c.target][size_t(flat)] += std::fabs(x->data[e] * *r);
+    }
+  return true;
 }
 
 bool Machine::compute_named_mask(const Stmt& s) {

@@ -19,10 +19,10 @@ constexpr int kMaxErrors = 100;
 
 constexpr const char* kOps[] = {"GEMM", "Add",  "Subtract", "Multiply", "Divide",  "Max",
                                 "Exp",  "Exp2", "Log",      "Log2",     "Convert", "RowMax",
-                                "RowSum", "Rescale", "Normalize", "Mask", "Modify", "Derivative"};
+                                "RowSum", "Rescale", "Normalize", "Mask", "Modify", "Derivative", "Gradient"};
 constexpr const char* kOpsHint =
     "Compute ops are GEMM, Add, Subtract, Multiply, Divide, Max, Exp, Exp2, Log, Log2, Convert, "
-    "RowMax, RowSum, Rescale, Normalize, Mask, Modify, Derivative";
+    "RowMax, RowSum, Rescale, Normalize, Mask, Modify, Derivative, Gradient";
 constexpr const char* kStmtHint =
     "a line starts with Kernel, Dim, Const, Grid, Let, Role, Phase, Allocate, Score, Mask, Copy, Compute, Reshape, for or end";
 constexpr const char* kDTypeHint = "dtypes are fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 (and int32 for auxiliary global tensors)";

@@ -104,4 +104,15 @@ void complete_clauses(Program& p);
 // min, max, clamp, cdiv) or a comparison. Used by `Compute Derivative` (docs/tl.md, "The backward pass").
 std::optional<Expr> derive_score(const Expr& e, std::string& why);
 
+// The derivative of a Score declaration's expression with respect to its reads of the auxiliary
+// tensor `tensor` (`Compute Gradient`, docs/tl.md "The backward pass"): every read is one variable,
+// so they must all have one index (`index`, e.g. [head] for ALiBi's slopes); the same rules as
+// derive_score, with `score` a constant. nullopt, with `why`, when the declaration does not read the
+// tensor, reads it at two indices or inside an index, or through a function without a derivative.
+struct AuxDerivative {
+  Expr derivative;
+  std::vector<Expr> index;
+};
+std::optional<AuxDerivative> derive_aux(const Expr& e, const std::string& tensor, std::string& why);
+
 }  // namespace qattn::tl

@@ -58,22 +58,22 @@ def test_forward_operator_has_an_autograd_formula():
     assert e.value.code == "PY0109"
 
 
-def test_learnable_alibi_slopes_and_bias_tables_are_refused():
-    """ALiBi slopes or a relative-bias table that require grad raise PY0109 before any kernel or
-    device check (qattn computes no gradient for them; autograd would leave .grad at None)."""
+def test_learnable_alibi_slopes_and_bias_tables():
+    """Which auxiliary inputs autograd asks gradients for (qattn._attention.learnable: the backward
+    kernel's aux_grad), and the paths that compute none refuse them (PY0109) instead of leaving their
+    .grad at None: torch.compile's operator, a compiled forward Kernel."""
     import qattn
-    q = torch.empty(1, 40, 4, 64, dtype=torch.bfloat16, device="meta")
-    k = torch.empty(1, 50, 4, 64, dtype=torch.bfloat16, device="meta")
+    from qattn import _attention as A
     slopes = torch.ones(4, requires_grad=True)
     table = torch.zeros(4, 8, requires_grad=True)
+    seg = torch.zeros(1, 40, dtype=torch.int32)
+    assert A.learnable(torch, {"alibi_slopes": slopes, "rel_bias": table, "seg_q": seg}) == ["alibi_slopes", "rel_bias"]
+    assert A.learnable(torch, {"alibi_slopes": slopes.detach(), "rel_bias": table}) == ["rel_bias"]
+    with torch.no_grad():
+        assert A.learnable(torch, {"alibi_slopes": slopes}) == []
+        A.refuse_aux_grad(torch, slopes, table)  # grad mode off: nothing to refuse
     for kw in (dict(alibi_slopes=slopes), dict(relative_bias=table)):
         with pytest.raises(qattn.SpecError) as e:
-            qattn.attention(q, k, k, causal=True, **kw)
-        assert e.value.code == "PY0109" and next(iter(kw)) in str(e.value), str(e.value)
-        # detached, or without grad mode: not this refusal (the meta tensors fail later, elsewhere)
-        for detached in (False, True):
-            args = {n: t.detach() for n, t in kw.items()} if detached else kw
-            with torch.no_grad() if not detached else torch.enable_grad():
-                with pytest.raises(Exception) as e:
-                    qattn.attention(q, k, k, causal=True, **args)
-            assert getattr(e.value, "code", None) != "PY0109", str(e.value)
+            A.refuse_aux_grad(torch, **kw)
+        assert e.value.code == "PY0109" and next(iter(kw)) in str(e.value) and "eagerly" in e.value.hint
+    A.refuse_aux_grad(torch, slopes.detach(), table.detach())

@@ -549,6 +549,43 @@ TEST(checker, TransposedVectorsAndScoreTiles) {
   EXPECT_CODE_AT(run(half), "TL0405", half, "Compute Derivative dSt^T, St0");
 }
 
+TEST(checker, GradientsOfAuxiliaryInputs) {
+  // `Compute Gradient dS, S1 and accumulate drel_bias at [..] with relpos` (tests/tl/backward_aux_grad.tl)
+  std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/backward_aux_grad.tl");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bwd = ss.str();
+  auto r = run(bwd);
+  EXPECT_TRUE(r.ok) << r.rendered;
+  const std::string grad = "  Compute Gradient dS, S1 and accumulate drel_bias at [i, n_block] with relpos\n";
+  const std::string deriv = "  Compute Derivative dS, S1 at [i, n_block] with relpos\n";
+  // after the Score's own Derivative: dS is then the gradient of its input
+  std::string late = replace(bwd, grad + deriv, deriv + grad);
+  EXPECT_CODE_AT(run(late), "TL0413", late, "Compute Gradient dS, S1 and accumulate drel_bias");
+  // into something that is not the gradient of an input the Score reads
+  std::string other = replace(bwd, grad, "  Compute Gradient dS, S1 and accumulate dalibi_slopes at [i, n_block] with relpos\n");
+  EXPECT_CODE_AT(run(other), "TL0413", other, "accumulate dalibi_slopes at [i, n_block] with relpos");
+  std::string notgrad = replace(bwd, grad, "  Compute Gradient dS, S1 and accumulate dK at [i, n_block] with relpos\n");
+  EXPECT_CODE_AT(run(notgrad), "TL0413", notgrad, "accumulate dK at");
+  // without `and accumulate`
+  std::string get = replace(bwd, grad, "  Compute Gradient dS, S1 at [i, n_block] with relpos\n");
+  EXPECT_CODE_AT(run(get), "TL0408", get, "Compute Gradient dS, S1 at");
+  // the gradient's declaration: T's shape, fp32; and it is accumulated somewhere
+  std::string shape = replace(bwd, "Allocate drel_bias in global (heads_q, NB) fp32", "Allocate drel_bias in global (heads_q, BN) fp32");
+  EXPECT_CODE_AT(run(shape), "TL0406", shape, "Allocate drel_bias in global (heads_q, BN)");
+  std::string unused = replace(bwd, grad, "");
+  EXPECT_CODE_AT(run(unused), "TL0406", unused, "Allocate drel_bias in global");
+  // the gradient tile must carry the whole dS (here: without P)
+  std::string nop = replace(bwd, "  Compute Multiply dS, P\n", "");
+  EXPECT_TRUE(run(nop).has("TL0413", line_of(nop, "  Compute Gradient dS, S1 and accumulate drel_bias"))) << run(nop).rendered;
+  // the tiles transposed alike
+  std::string half = replace(bwd, "  Compute Gradient dS, S1 and", "  Compute Gradient dS^T, S1 and");
+  EXPECT_CODE_AT(run(half), "TL0405", half, "Compute Gradient dS^T, S1");
+  // a forward program has no gradients
+  std::string fwd = replace(kFlash, "Compute Rescale O, alpha", "Compute Gradient S, S and accumulate dO at [m_block, j] with causal\nCompute Rescale O, alpha");
+  EXPECT_FALSE(run(fwd).ok);
+}
+
 TEST(checker, SeveralErrorsReported) {
   std::string t = replace(kFlash, "  Reshape P16 from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n", "");
   t = replace(t, "Compute GEMM Q, K^T and get S", "Compute GEMM Q, K and get S");

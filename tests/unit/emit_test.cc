@@ -605,6 +605,59 @@ TEST(EmitBackward, APhaseIsARowWiseKernelAndWhatItCannotLowerIsADiagnostic) {
   expect_refused(code, "Const BM = 64, BN = 128, WARPS = 8", "Const BM = 64, BN = 128, WARPS = 6", "h100", {"XL0202"});
 }
 
+TEST(EmitBackward, GradientsOfAuxiliaryInputs) {
+  // `Compute Gradient`: ALiBi's slopes (read at [head], the same for every element of a block: a
+  // register sum, one atomic add per warp at the block's end) and a relative-bias table (its bucket
+  // depends on the element: a table of NB floats in shared memory, zeroed first, added at the end);
+  // the C ABI's daux[] checked, the kernel info names the inputs. The planner's programs, both forms.
+  for (const char* gpu : {"a100", "h100"}) {
+    SCOPED_TRACE(gpu);
+    const std::string code = plan_backward("llama3-8b", gpu, {{"alibi", ""}, {"relative-bias", "32"}, {"aux-grad", "true"}});
+    ASSERT_NE(code.find("Allocate drel_bias in global (heads_q, NB) fp32"), std::string::npos) << code;
+    ASSERT_NE(code.find("and accumulate dalibi_slopes at [i, n_block] with alibi"), std::string::npos) << code;
+    support::DiagSink d;
+    auto t = xlate(code, gpu, d);
+    ASSERT_TRUE(t.has_value()) << d.render();
+    const std::string& cu = t->cuda_source;
+    EXPECT_NE(cu.find("float acc_dalibi_slopes = 0.f;"), std::string::npos);
+    EXPECT_NE(cu.find("acc_dalibi_slopes += qattn::grad_sum<"), std::string::npos) << cu;
+    EXPECT_NE(cu.find("qattn::grad_table<"), std::string::npos);
+    EXPECT_NE(cu.find("gbucket_drel_bias, table_drel_bias, tid);"), std::string::npos);
+    EXPECT_NE(cu.find("for (int e = tid; e < 32; e += kThreads) table_drel_bias[e] = 0.f;"), std::string::npos);
+    EXPECT_NE(cu.find("qattn::add_grad_table<32, kThreads>(table_drel_bias, g_drel_bias, gbase_drel_bias(), tid);"), std::string::npos);
+    EXPECT_NE(cu.find("qattn::add_grad_uniform(acc_dalibi_slopes, g_dalibi_slopes, gbase_dalibi_slopes());"), std::string::npos);
+    EXPECT_NE(cu.find("float* __restrict__ g_dalibi_slopes = p.daux[0];"), std::string::npos);
+    EXPECT_NE(cu.find("if (p.daux[1] == nullptr) return qattn::host::fail(QATTN_ERR_AUX"), std::string::npos);
+    EXPECT_NE(cu.find("\"aux_grad\":[\"alibi_slopes\",\"rel_bias\"]"), std::string::npos);
+    // the sums end after the loop: the flush is the kernel's last statement group
+    EXPECT_GT(cu.find("qattn::add_grad_uniform("), cu.find("qattn::grad_sum<"));
+    // without aux_grad: none of it, and the info's list is empty
+    support::DiagSink d2;
+    auto plain = xlate(plan_backward("llama3-8b", gpu, {{"alibi", ""}, {"relative-bias", "32"}}), gpu, d2);
+    ASSERT_TRUE(plain.has_value()) << d2.render();
+    EXPECT_EQ(plain->cuda_source.find("daux"), std::string::npos);
+    EXPECT_NE(plain->cuda_source.find("\"aux_grad\":[]"), std::string::npos);
+  }
+  // what the lowering cannot do: a second Gradient into one dT, an index whose first component
+  // depends on the element; both with the statement's line and nothing written
+  std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/backward_aux_grad.tl");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string code = ss.str();
+  auto set = [&](const std::string& from, const std::string& to) {
+    ASSERT_NE(code.find(from), std::string::npos) << from;
+    code.replace(code.find(from), from.size(), to);
+  };
+  set("Dim batch, heads_q, heads_kv, seqlen_q, seqlen_k, d\n", "Dim batch, heads_q, heads_kv, seqlen_q, seqlen_k, d = 64\n");
+  set("Const BM = 16, BN = 32, NB = 8\n", "Const BM = 64, BN = 64, NB = 8, WARPS = 4\n");
+  support::DiagSink d;
+  ASSERT_TRUE(xlate(code, "a100", d).has_value()) << d.render();
+  const std::string grad = "  Compute Gradient dS, S0 and accumulate dalibi_slopes at [i, n_block] with alibi\n";
+  expect_refused(code, grad, grad + grad, "a100", {"XL0301", "a second Compute Gradient into dalibi_slopes"});
+  expect_refused(code, "rel_bias[head, clamp(", "rel_bias[min(q_idx, heads_q - 1), clamp(", "a100",
+                 {"XL0301", "depends on the element, and only its last component may"});
+}
+
 TEST(EmitBackward, RingsOfTwoSlotsLoadTheNextQueryTileAtTheTopOfTheIteration) {
   // H100: Q, dO, LSE and D in rings of 2 slots; the A100's shared memory does not take them
   const std::string code = plan_backward("llama3-8b", "h100");

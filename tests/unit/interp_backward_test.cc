@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "interp_test_util.h"
 #include "tl/interp.h"
+#include "tl/printer.h"
 #include "tl/parser.h"
 #include "tl/variant.h"
 
@@ -98,6 +100,69 @@ TEST(Backward, ScoreDerivativeAtTheWrongScores) {
     EXPECT_FALSE(o.r.passed) << o.r.summary;
     EXPECT_TRUE(o.has("TL0801")) << o.diags;
   }
+}
+TEST(Backward, AuxGradientBeforeALaterScoresDerivative) {
+  // the bias table's gradient taken from the gradient of the softcap's output (before the softcap's
+  // Derivative) instead of relpos's output: the checker cannot see it, the reference does
+  std::string text = slurp(kCorpus / "backward_aux_grad.tl");
+  const std::string a = "  Compute Derivative dS, S2 at [i, n_block] with softcap\n";
+  const std::string g = "  Compute Gradient dS, S1 and accumulate drel_bias at [i, n_block] with relpos\n";
+  ASSERT_NE(text.find(a + g), std::string::npos);
+  text.replace(text.find(a + g), (a + g).size(), g + a);
+  for (const bool bf16 : {false, true})
+    for (Precision prec : {Precision::FP64, Precision::Storage}) {
+      std::string t = text;
+      for (size_t at; bf16 && (at = t.find(" fp16")) != std::string::npos;) t.replace(at, 5, " bf16");
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp16") + (prec == Precision::FP64 ? " fp64" : " storage"));
+      RunConfig cfg = backward_dims(prec, true);
+      cfg.softcap = 2.0;
+      Outcome o = run_text(t, cfg);
+      EXPECT_TRUE(o.r.ran) << o.diags;
+      EXPECT_FALSE(o.r.passed) << o.r.summary;
+      EXPECT_TRUE(o.has("TL0801")) << o.diags;
+      EXPECT_NE(o.diags.find("drel_bias differs"), std::string::npos) << o.diags;
+    }
+}
+TEST(Backward, AuxGradientsPassInBothPrecisionsAndDtypes) {
+  // the golden program (interp_test.cc runs its expect-run lines) also in bf16, over several seeds
+  for (const bool bf16 : {false, true})
+    for (uint64_t seed : {2u, 3u, 4u}) {
+      std::string t = slurp(kCorpus / "backward_aux_grad.tl");
+      for (size_t at; bf16 && (at = t.find(" fp16")) != std::string::npos;) t.replace(at, 5, " bf16");
+      RunConfig cfg = backward_dims(Precision::Storage, seed % 2 == 0);
+      cfg.seed = seed;
+      cfg.softcap = 2.0;
+      Outcome o = run_text(t, cfg);
+      EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
+      EXPECT_NE(o.r.summary.find("dalibi_slopes max_abs_err"), std::string::npos) << o.r.summary;
+      EXPECT_NE(o.r.summary.find("drel_bias max_abs_err"), std::string::npos) << o.r.summary;
+    }
+}
+TEST(Backward, DerivativeInAnAuxiliaryInputIsSymbolic) {
+  support::DiagSink d;
+  Program p = parse("Kernel k\nScore a = score - slopes[head] * abs(q_idx - kv_idx) + 2.0 * slopes[head] * slopes[head]\n"
+                    "Score two = score + t[head, 0] * t[head, 1]\nScore self = score + t[head, t[head, 0]]\n"
+                    "Score flat = score + abs(t[head, 0])\n", d, "t.tl");
+  ASSERT_FALSE(d.has_errors()) << d.render();
+  std::map<std::string, const Expr*> e;
+  for (const auto& st : p.stmts)
+    if (st.kind == Stmt::Kind::Variant) e[st.variant.name] = &st.variant.expr;
+  std::string why;
+  auto da = derive_aux(*e.at("a"), "slopes", why);
+  ASSERT_TRUE(da) << why;
+  ASSERT_EQ(da->index.size(), 1u);
+  EXPECT_EQ(print_expr(da->index[0]), "head");
+  // d/dx (s - x |q - k| + 2 x^2) = -|q - k| + 4 x (product rule on both terms)
+  const std::string text = print_expr(da->derivative);
+  EXPECT_NE(text.find("abs(q_idx - kv_idx)"), std::string::npos) << text;
+  EXPECT_FALSE(derive_aux(*e.at("a"), "t", why)) << "not read";
+  EXPECT_NE(why.find("does not read"), std::string::npos) << why;
+  EXPECT_FALSE(derive_aux(*e.at("two"), "t", why));
+  EXPECT_NE(why.find("two different indices"), std::string::npos) << why;
+  EXPECT_FALSE(derive_aux(*e.at("self"), "t", why));
+  EXPECT_NE(why.find("inside its own index"), std::string::npos) << why;
+  EXPECT_FALSE(derive_aux(*e.at("flat"), "t", why));
+  EXPECT_NE(why.find("abs"), std::string::npos) << why;
 }
 TEST(Backward, DerivativeOfAScoreIsSymbolic) {
   support::DiagSink d;

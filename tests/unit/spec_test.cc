@@ -587,6 +587,37 @@ TEST(specKinds, CausalTopLeftIsOneKind) {
 // tests/hostile/names/name_*.json: a path, a line break that would add TL statements, a shell
 // quote, a leading '.', 129 characters. Each is SPEC0217 at the "name" key (line 3), saying which
 // characters are allowed; the presets' names pass; safe_name makes any name safe.
+// aux_grad (docs/spec.md): round-trips through JSON and the flag; SPEC0234 without an fp32 auxiliary
+// input to differentiate; with ALiBi or a bias table it validates.
+TEST(specValidate, AuxGrad) {
+  AttentionSpec s;
+  s.name = "ag";
+  s.heads_q = 32;
+  s.heads_kv = 8;
+  s.head_dim_qk = s.head_dim_v = 128;
+  s.aux_grad = true;
+  DiagSink d;
+  EXPECT_FALSE(validate(s, d));
+  const Diagnostic* x = find(d, "SPEC0234");
+  ASSERT_NE(x, nullptr) << d.render();
+  EXPECT_NE(x->hint.find("relative_bias"), std::string::npos);
+  s.variants.alibi = true;
+  DiagSink d2;
+  EXPECT_TRUE(validate(s, d2)) << d2.render();
+  EXPECT_NE(to_json(s).find("\"aux_grad\": true"), std::string::npos) << to_json(s);
+  DiagSink d3;
+  auto back = parse_json(to_json(s), d3);
+  ASSERT_TRUE(back) << d3.render();
+  EXPECT_EQ(*back, s);
+  AttentionSpec f = s;
+  f.aux_grad = false;
+  DiagSink d4;
+  EXPECT_TRUE(apply_flags(f, {{"aux-grad", "true"}}, d4)) << d4.render();
+  EXPECT_TRUE(f.aux_grad);
+  DiagSink d5;
+  EXPECT_FALSE(apply_flags(f, {{"aux-grad", "maybe"}}, d5));
+}
+
 // split_keys (docs/spec.md): round-trips through JSON and the flag; SPEC0219 with varlen; a mask and a
 // variant split too (each part applies them to its own key tiles).
 TEST(specValidate, SplitKeys) {

@@ -140,6 +140,7 @@ void Lower::declaration(Out& w, const Stmt& s) {
              (dt == DeclType::Float ? dbody : "float(" + dbody + ")") + "; };  // d " + v.name + " / d score: " +
              tl::print_expr(*de));
     }
+    aux_grad_lambdas(w, v.name);
     return;
   }
   w.line("[[maybe_unused]] auto mask_" + v.name + " = [&](int q_idx, int kv_idx) -> bool { return " + body + "; };");
@@ -205,6 +206,8 @@ void Lower::abi(Out& w) {
     for (size_t k = 0; k < shape.size(); ++k) j << (k ? "," : "") << "\"" << tl::print_expr(shape[k]) << "\"";
     j << "]}";
   }
+  j << "],\"aux_grad\":[";  // ABI 9: the inputs whose gradients daux[] receives, in order
+  for (size_t i = 0; i < info_.aux_grads.size(); ++i) j << (i ? "," : "") << "\"" << info_.aux_grads[i].substr(1) << "\"";
   std::string args = window ? "\"window_left\",\"window_right\"" : "";
   if (reads_softcap_) args += std::string(args.empty() ? "" : ",") + "\"softcap\"";
   j << "],\"args\":[" << args << "],\"deterministic\":" << (ws_counts_.empty() ? "false" : "true") << ",\"tl_hash\":\""
@@ -228,6 +231,9 @@ void Lower::abi(Out& w) {
          ", int(sizeof(Element)), int(sizeof(ElementDK)), " + std::to_string(aux_mask) + "u); st != QATTN_OK)");
   w.line("  return st;");
   w.line("qattn_bwd_params p = *params;");
+  for (const auto& g : aux_grads_)
+    w.line("if (p.daux[" + std::to_string(g.slot) + "] == nullptr) return qattn::host::fail(QATTN_ERR_AUX, \"daux[" +
+           std::to_string(g.slot) + "] (the gradient of " + g.input + ", fp32, zero at launch) must not be NULL\");");
   if (dk_dtype_ != tl::DType::F32)
     w.line("if (p.heads_q != p.heads_kv) return qattn::host::fail(QATTN_ERR_SHAPE, \"this backward kernel stores dK and dV once per "
            "query head (heads_q %d, heads_kv %d): GQA needs the kernel that accumulates them in fp32\", p.heads_q, p.heads_kv);");

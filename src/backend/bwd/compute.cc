@@ -15,6 +15,7 @@ void Lower::compute(Out& w, const Stmt& s) {
   if (c.op == "GEMM") return gemm(w, s);
   if (c.op == "Mask") return mask(w, s);
   if (c.op == "Modify" || c.op == "Derivative") return score_op(w, s);
+  if (c.op == "Gradient") return gradient(w, s);
   const std::string x = c.operands[0].expr.name;
   if (!regs_.count(x)) {
     fail("XL0303", s.loc, "'" + x + "' has no register tile here", "");

@@ -191,6 +191,7 @@ bool Lower::tensors() {
     const auto& a = s.alloc;
     if (a.space == tl::Space::Global) {
       if (find_arg(a.name) || is_workspace(a.name)) return;  // (a workspace: written by a Phase)
+      if (std::find(info_.aux_grads.begin(), info_.aux_grads.end(), a.name) != info_.aux_grads.end()) return;  // plan_aux_grads
       // an auxiliary input of the declarations: qattn_bwd_params::aux[slot], in the checker's order
       int slot = -1;
       for (size_t i = 0; i < info_.aux.size(); ++i)
@@ -265,6 +266,7 @@ bool Lower::tensors() {
     }
   });
   if (!ok) return false;
+  if (!plan_aux_grads(off)) return false;
   smem_bytes_ = off;
   const int64_t limit = target_.smem_per_block > 0 ? int64_t(target_.smem_per_block) : int64_t(166912);
   if (smem_bytes_ > limit)
@@ -338,6 +340,7 @@ void Lower::kernel(Out& w) {
   body(w, prog_.stmts, false);
   if (wg_) wait_before(w, nullptr);
   flush(w);
+  aux_grad_flush(w);
   w.close();
   w.line();
   w.line("}  // namespace qattn_generated");
@@ -378,6 +381,7 @@ void Lower::allocate(Out& w, const Stmt& s) {
     w.line("const float* g" + id(a.name) + " = " + workspace_ptr(a.name, a) + ";  // (seqlen_q), written by a Phase");
     return;
   }
+  if (a.space == tl::Space::Global && aux_grad(a.name)) return aux_grad_init(w, *aux_grad(a.name));
   if (a.space == tl::Space::Global && !find_arg(a.name)) {
     const bool is_int = aux_int_[a.name];
     const std::string t = is_int ? "int" : "float";

@@ -64,6 +64,19 @@ struct RegBuf {
   int col_rows = 0, col_cols = 0;  // a vector read as `X^T` of an (col_rows, col_cols) tile, held by column (wgmma mode)
 };
 
+// The gradient dT of an auxiliary input T (TL `Compute Gradient dS, S0 and accumulate dT at [..]
+// with NAME`): each thread sums its elements' dS * d NAME / d T over the loop and the block adds the
+// sums once at its end. `table`: the index's last component depends on the element (a relative
+// bias's bucket), so the sums go to a table of E floats in shared memory first.
+struct AuxGrad {
+  std::string name, input, score;  // dT, T, the Score NAME
+  int slot = 0;                     // qattn_bwd_params::daux[slot] (ABI 9)
+  bool table = false;
+  int64_t extent = 1, offset = 0;   // the table's E entries and its byte offset in shared memory
+  std::vector<tl::Expr> index;      // where NAME reads T (tl::derive_aux)
+  tl::Expr derivative;              // d NAME / d T
+};
+
 class Lower {
  public:
   Lower(const tl::Program& p, const tl::CheckInfo& info, const plan::Target& t, support::DiagSink& d)
@@ -248,6 +261,13 @@ class Lower {
   std::set<std::string> written_async_, written_sync_;
   std::set<std::string> read_since_barrier_;  // shared buffers read since the last __syncthreads
   std::set<const Stmt*> prefetched_;  // loop Copies issued ahead (loop())
+  std::vector<AuxGrad> aux_grads_;        // the gradients of auxiliary inputs (`Compute Gradient`)
+  bool plan_aux_grads(int64_t& smem_off);  // their form and tables (after the shared buffers)
+  const AuxGrad* aux_grad(const std::string& name) const;
+  void gradient(Out& w, const Stmt& s);
+  void aux_grad_lambdas(Out& w, const std::string& score);
+  void aux_grad_init(Out& w, const AuxGrad& g);
+  void aux_grad_flush(Out& w);
   std::map<std::string, int> aux_slot_;   // auxiliary inputs: ABI aux[] slot
   std::map<std::string, bool> aux_int_;   // ... int32 (else fp32)
   bool reads_softcap_ = false;            // a declaration reads the launch argument softcap
