@@ -235,9 +235,13 @@ __device__ __forceinline__ void apply_derivative(TiledMma const& mma, Tensor<GEn
 // the sum over this thread's elements of the (M, N) score tile (first query q0, first key k0) of
 // dS * d(score = S0, q, k), elements past seqlen_q / seqlen_k or with dS = 0 left out. The caller
 // keeps the sum in a register over the loop and adds it once (add_grad_uniform). T: keys along rows.
-template <int M, int N, bool T = false, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F>
-__device__ __forceinline__ float grad_sum(TiledMma const& mma, Tensor<GEngine, GLayout> const& ds, Tensor<SEngine, SLayout> const& s0,
-                                          int q0, int k0, int seqlen_q, int seqlen_k, F&& d, int tid) {
+// SAFE: d is finite everywhere (no / exp log tanh in it), so a masked element's dS = 0 adds 0 without
+// the test; a tile inside both lengths (every tile but the last ones) runs without the bounds tests.
+template <int M, int N, bool T, bool SAFE, bool CHECK, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout,
+          class F>
+__device__ __forceinline__ float grad_sum_impl(TiledMma const& mma, Tensor<GEngine, GLayout> const& ds,
+                                               Tensor<SEngine, SLayout> const& s0, int q0, int k0, int seqlen_q, int seqlen_k,
+                                               F& d, int tid) {
   auto sr = rows_view(s0);
   auto gr = rows_view(ds);
   Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
@@ -249,29 +253,55 @@ __device__ __forceinline__ float grad_sum(TiledMma const& mma, Tensor<GEngine, G
     for (int j = 0; j < size<1>(gr); ++j) {
       const int q = T ? q0 + get<1>(cr(i, j)) : q0 + get<0>(cr(i, j));
       const int k = T ? k0 + get<0>(cr(i, j)) : k0 + get<1>(cr(i, j));
-      if (gr(i, j) == 0.f || q >= seqlen_q || k >= seqlen_k) continue;
+      if (CHECK && (q >= seqlen_q || k >= seqlen_k)) continue;
+      if (!SAFE && gr(i, j) == 0.f) continue;
       sum += gr(i, j) * d(sr(i, j), q, k);
     }
   }
   return sum;
 }
 
+template <int M, int N, bool T = false, bool SAFE = false, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout,
+          class F>
+__device__ __forceinline__ float grad_sum(TiledMma const& mma, Tensor<GEngine, GLayout> const& ds, Tensor<SEngine, SLayout> const& s0,
+                                          int q0, int k0, int seqlen_q, int seqlen_k, F&& d, int tid) {
+  const bool inside = q0 + (T ? N : M) <= seqlen_q && k0 + (T ? M : N) <= seqlen_k;
+  return inside ? grad_sum_impl<M, N, T, SAFE, false>(mma, ds, s0, q0, k0, seqlen_q, seqlen_k, d, tid)
+                : grad_sum_impl<M, N, T, SAFE, true>(mma, ds, s0, q0, k0, seqlen_q, seqlen_k, d, tid);
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  CUTE_UNROLL
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
 // The end of a block's grad_sum: the warp's sums reduced by shuffles, one atomic add per warp into
 // dT[idx]. Every thread of the block calls it (a full-warp shuffle).
 __device__ __forceinline__ void add_grad_uniform(float sum, float* dT, int64_t idx) {
-  CUTE_UNROLL
-  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  sum = warp_sum(sum);
   if (threadIdx.x % 32 == 0 && sum != 0.f) atomicAdd(dT + idx, sum);
 }
 
 // The same where the index's last component depends on the element (a relative-position bias
 // table[head, bucket(k - q)]): each element's dS * d adds to table[bucket(q, k)] in shared memory
-// (`bucket` clamped to [0, E) by the caller's lambda), a run of elements with one bucket (a thread's
-// elements far from the diagonal all clamp to an edge bucket) as one shared atomic add. The caller
-// zeroes the table before the loop and adds it to dT once (add_grad_table).
-template <int M, int N, bool T = false, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F, class B>
+// (`bucket` clamped to [0, E) by the caller's lambda), a run of elements with one bucket as one
+// shared atomic add. `one(q_lo, q_hi, kv_lo, kv_hi)`: the bucket's interval bounds over the tile
+// are one value (far from the diagonal every element clamps to an edge bucket): then the tile is a
+// grad_sum, one shared atomic add per warp. The caller zeroes the table before the loop and adds it
+// to dT once (add_grad_table). Every thread of the block calls it (one() is the block's, the same
+// for all).
+template <int M, int N, bool T = false, bool SAFE = false, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout,
+          class F, class B, class U>
 __device__ __forceinline__ void grad_table(TiledMma const& mma, Tensor<GEngine, GLayout> const& ds, Tensor<SEngine, SLayout> const& s0,
-                                           int q0, int k0, int seqlen_q, int seqlen_k, F&& d, B&& bucket, float* table, int tid) {
+                                           int q0, int k0, int seqlen_q, int seqlen_k, F&& d, B&& bucket, U&& one, float* table,
+                                           int tid) {
+  constexpr int QN = T ? N : M, KN = T ? M : N;
+  if (one(q0, q0 + QN - 1, k0, k0 + KN - 1)) {
+    const float sum = warp_sum(grad_sum<M, N, T, SAFE>(mma, ds, s0, q0, k0, seqlen_q, seqlen_k, d, tid));
+    if (tid % 32 == 0 && sum != 0.f) atomicAdd(table + bucket(q0, k0), sum);
+    return;
+  }
   auto sr = rows_view(s0);
   auto gr = rows_view(ds);
   Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
@@ -284,7 +314,7 @@ __device__ __forceinline__ void grad_table(TiledMma const& mma, Tensor<GEngine, 
     for (int j = 0; j < size<1>(gr); ++j) {
       const int q = T ? q0 + get<1>(cr(i, j)) : q0 + get<0>(cr(i, j));
       const int k = T ? k0 + get<0>(cr(i, j)) : k0 + get<1>(cr(i, j));
-      if (gr(i, j) == 0.f || q >= seqlen_q || k >= seqlen_k) continue;
+      if (q >= seqlen_q || k >= seqlen_k || (!SAFE && gr(i, j) == 0.f)) continue;
       const int e = bucket(q, k);
       if (e != run) {
         if (run >= 0) atomicAdd(table + run, sum);

@@ -283,6 +283,16 @@ std::optional<Bound> bounds(const Expr& e) {
   }
 }
 
+}  // namespace
+
+std::optional<std::pair<Expr, Expr>> index_bounds(const Expr& e) {
+  auto b = bounds(e);
+  if (!b) return std::nullopt;
+  return std::make_pair(b->lo, b->hi);
+}
+
+namespace {
+
 // (full, empty) of a predicate.
 std::optional<std::pair<Expr, Expr>> classify(const Expr& e) {
   if (e.kind == Expr::Kind::Unary && e.op == "not") {

@@ -109,6 +109,12 @@ std::optional<Expr> derive_score(const Expr& e, std::string& why);
 // so they must all have one index (`index`, e.g. [head] for ALiBi's slopes); the same rules as
 // derive_score, with `score` a constant. nullopt, with `why`, when the declaration does not read the
 // tensor, reads it at two indices or inside an index, or through a function without a derivative.
+// Sound bounds (lo, hi) of an integer expression of q_idx / kv_idx over a tile pair, as expressions of
+// q_lo, q_hi, kv_lo, kv_hi (the interval arithmetic of the tile clauses: + - * / by literals, min, max,
+// abs, clamp); nullopt where the expression is outside that language. Used by the lowering of
+// `Compute Gradient` to find the tiles whose elements all read one entry.
+std::optional<std::pair<Expr, Expr>> index_bounds(const Expr& e);
+
 struct AuxDerivative {
   Expr derivative;
   std::vector<Expr> index;

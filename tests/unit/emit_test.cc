@@ -622,7 +622,13 @@ TEST(EmitBackward, GradientsOfAuxiliaryInputs) {
     EXPECT_NE(cu.find("float acc_dalibi_slopes = 0.f;"), std::string::npos);
     EXPECT_NE(cu.find("acc_dalibi_slopes += qattn::grad_sum<"), std::string::npos) << cu;
     EXPECT_NE(cu.find("qattn::grad_table<"), std::string::npos);
-    EXPECT_NE(cu.find("gbucket_drel_bias, table_drel_bias, tid);"), std::string::npos);
+    EXPECT_NE(cu.find("gbucket_drel_bias, gone_drel_bias, table_drel_bias, tid);"), std::string::npos);
+    // the tiles whose elements all read one bucket (interval bounds of the index), and SAFE (the
+    // derivatives, -|q + off - k| and 1, are finite: no test of dS = 0)
+    EXPECT_NE(cu.find("auto gone_drel_bias = [&](int q_lo, int q_hi, int kv_lo, int kv_hi) -> bool { return ((qattn::iclamp("),
+              std::string::npos) << cu;
+    EXPECT_NE(cu.find(std::string("qattn::grad_sum<") + (std::string(gpu) == "h100" ? "128, 64, true, true>" : "64, 128, false, true>")),
+              std::string::npos);
     EXPECT_NE(cu.find("for (int e = tid; e < 32; e += kThreads) table_drel_bias[e] = 0.f;"), std::string::npos);
     EXPECT_NE(cu.find("qattn::add_grad_table<32, kThreads>(table_drel_bias, g_drel_bias, gbase_drel_bias(), tid);"), std::string::npos);
     EXPECT_NE(cu.find("qattn::add_grad_uniform(acc_dalibi_slopes, g_dalibi_slopes, gbase_dalibi_slopes());"), std::string::npos);

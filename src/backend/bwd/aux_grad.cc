@@ -11,6 +11,24 @@
 namespace qattn::backend::bwd::detail {
 namespace {
 
+// A derivative that is finite wherever it is evaluated (+ - * of names and literals, abs / min / max /
+// clamp): a masked element's dS = 0 then adds 0 without a test (the device helpers' SAFE).
+bool finite(const tl::Expr& e) {
+  switch (e.kind) {
+    case tl::Expr::Kind::Number:
+    case tl::Expr::Kind::Name: return true;
+    case tl::Expr::Kind::Unary: return e.op == "-" && finite(e.args[0]);
+    case tl::Expr::Kind::Binary:
+      return (e.op == "+" || e.op == "-" || e.op == "*") && finite(e.args[0]) && finite(e.args[1]);
+    case tl::Expr::Kind::Call:
+      if (!(e.name == "abs" || e.name == "min" || e.name == "max" || e.name == "clamp")) return false;
+      for (const auto& a : e.args)
+        if (!finite(a)) return false;
+      return true;
+    default: return false;  // an auxiliary read: its values are the caller's
+  }
+}
+
 bool reads_element(const tl::Expr& e) {
   if (e.kind == tl::Expr::Kind::Name && (e.name == "q_idx" || e.name == "kv_idx" || e.name == "score")) return true;
   for (const auto& a : e.args)
@@ -109,6 +127,14 @@ void Lower::aux_grad_lambdas(Out& w, const std::string& score) {
     base = "(" + base + ") * (" + ext.back() + ")";
     if (g.table) {
       w.line("[[maybe_unused]] auto gbase_" + id(g.name) + " = [&]() -> int64_t { return " + base + "; };");
+      // a tile whose elements all read one entry (the bucket's interval bounds meet: far from the diagonal)
+      std::string one = "false";
+      if (auto b = tl::index_bounds(g.index.back())) {
+        DeclType lt, ht;
+        one = "(" + names_.decl_expr(b->first, lt) + ") == (" + names_.decl_expr(b->second, ht) + ")";
+      }
+      w.line("[[maybe_unused]] auto gone_" + id(g.name) + " = [&](int q_lo, int q_hi, int kv_lo, int kv_hi) -> bool { return " + one +
+             "; };");
       w.line("[[maybe_unused]] auto gbucket_" + id(g.name) + " = [&](int q_idx, int kv_idx) -> int { return " +
              clamp(g.index.back(), std::to_string(g.extent)) + "; };  // " + g.input + "[.., " + tl::print_expr(g.index.back()) + "]");
     } else {
@@ -147,10 +173,11 @@ void Lower::gradient(Out& w, const Stmt& s) {
   const std::string M = std::to_string(x->rows), N = std::to_string(x->cols);
   const bool tr = c.operands[0].transposed;  // keys along the tile's rows: q0 from its columns, k0 from its rows
   const std::string q0 = "(" + cint(c.at[0]) + ") * " + (tr ? N : M), k0 = "(" + cint(c.at[1]) + ") * " + (tr ? M : N);
-  const std::string args = "<" + M + ", " + N + (tr ? ", true" : "") + ">(" + (tr ? mma_of(*x) : mma(x->rows, x->wm)) + ", " + x->var +
+  const std::string args = "<" + M + ", " + N + (tr ? ", true" : ", false") + (finite(g->derivative) ? ", true" : ", false") + ">(" +
+                           (tr ? mma_of(*x) : mma(x->rows, x->wm)) + ", " + x->var +
                            ", " + y->var + ", " + q0 + ", " + k0 + ", p.seqlen_q, p.seqlen_k, dgrad_" + id(g->name);
   if (g->table)
-    w.line("qattn::grad_table" + args + ", gbucket_" + id(g->name) + ", table_" + id(g->name) + ", tid);");
+    w.line("qattn::grad_table" + args + ", gbucket_" + id(g->name) + ", gone_" + id(g->name) + ", table_" + id(g->name) + ", tid);");
   else
     w.line("acc_" + id(g->name) + " += qattn::grad_sum" + args + ", tid);");
 }
