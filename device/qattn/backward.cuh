@@ -230,6 +230,13 @@ __device__ __forceinline__ void apply_derivative(TiledMma const& mma, Tensor<GEn
   }
 }
 
+// The (query, key) of element (i, j) of rows_view(c), c the identity partition of an (M, N) score
+// tile whose first query is q0 and first key k0; T: the tile holds the keys along its rows.
+template <bool T, class C>
+__device__ __forceinline__ int2 element_qk(C const& cr, int i, int j, int q0, int k0) {
+  return T ? make_int2(q0 + get<1>(cr(i, j)), k0 + get<0>(cr(i, j))) : make_int2(q0 + get<0>(cr(i, j)), k0 + get<1>(cr(i, j)));
+}
+
 // TL `Compute Gradient dS, S0 and accumulate dT at [r, c] with NAME` (the gradient of an auxiliary
 // input T, read by the Score at an index that does not depend on the element: ALiBi's slopes[head]):
 // the sum over this thread's elements of the (M, N) score tile (first query q0, first key k0) of
@@ -251,8 +258,7 @@ __device__ __forceinline__ float grad_sum_impl(TiledMma const& mma, Tensor<GEngi
   for (int i = 0; i < size<0>(gr); ++i) {
     CUTE_UNROLL
     for (int j = 0; j < size<1>(gr); ++j) {
-      const int q = T ? q0 + get<1>(cr(i, j)) : q0 + get<0>(cr(i, j));
-      const int k = T ? k0 + get<0>(cr(i, j)) : k0 + get<1>(cr(i, j));
+      const auto [q, k] = element_qk<T>(cr, i, j, q0, k0);
       if (CHECK && (q >= seqlen_q || k >= seqlen_k)) continue;
       if (!SAFE && gr(i, j) == 0.f) continue;
       sum += gr(i, j) * d(sr(i, j), q, k);
@@ -312,8 +318,7 @@ __device__ __forceinline__ void grad_table(TiledMma const& mma, Tensor<GEngine, 
   for (int i = 0; i < size<0>(gr); ++i) {
     CUTE_UNROLL
     for (int j = 0; j < size<1>(gr); ++j) {
-      const int q = T ? q0 + get<1>(cr(i, j)) : q0 + get<0>(cr(i, j));
-      const int k = T ? k0 + get<0>(cr(i, j)) : k0 + get<1>(cr(i, j));
+      const auto [q, k] = element_qk<T>(cr, i, j, q0, k0);
       if (q >= seqlen_q || k >= seqlen_k || (!SAFE && gr(i, j) == 0.f)) continue;
       const int e = bucket(q, k);
       if (e != run) {

@@ -404,6 +404,11 @@ def _differentiable(torch, dt, q, k, v, layout, scale, return_lse, fields, args,
 
     det = _backward.requested()  # a deterministic_backward() around this call (flash_attn_interface)
     learn = learnable(torch, aux)  # learnable ALiBi slopes / bias table: the kernel that writes their gradients
+    if learn and (det or (det is None and torch.are_deterministic_algorithms_enabled())):
+        raise SpecError(f"learnable {', '.join(AUX_INPUTS.get(n, n) for n in learn)} with deterministic algorithms: their "
+                        "gradients are added with atomics, in no fixed order", code="PY0109",
+                        hint="detach them (constant slopes / table) for bit-identical gradients, or turn "
+                             "torch.use_deterministic_algorithms off")
 
     def bwd(q_, k_, v_, o_, lse_, do_):
         grads = run_backward(torch, dt, fields, args, aux, layout, scale, q_, k_, v_, o_, lse_, do_, deterministic=det,

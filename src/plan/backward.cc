@@ -31,14 +31,15 @@ std::pair<int, int> backward_layouts(const TileConfig& c) {
 
 // Shared bytes of the backward's buffers: K, V (BN rows), Q, dO, O (BM rows), P and dS (BM, BN) in
 // the storage dtype, LSE (BM) fp32; each rounded to 128 bytes; plus the scratch of D's row sum when
-// the (BM, d) tiles are split over warps along N.
+// the (BM, d) tiles are split over warps along N, and the bias table's gradient (NB fp32, `aux_grad`).
 int64_t backward_smem(const Problem& p, const TileConfig& c) {
   auto r = [](int64_t b) { return (b + 127) / 128 * 128; };
   const int64_t e = p.bytes();
   const int wm = backward_layouts(c).first, wn = c.warps / (wm ? wm : warps_m(c.bm, c.warps));
   const int64_t ring = std::max(1, c.stages);  // Q, dO, O and LSE: rings the loop fills one query tile ahead
   return r(c.bn * p.d_qk * e) + r(c.bn * p.d_v * e) + ring * (r(c.bm * p.d_qk * e) + 2 * r(c.bm * p.d_v * e) + r(c.bm * 4)) +
-         2 * r(c.bm * c.bn * e) + (wn > 1 ? r(int64_t(wn) * c.bm * 4) : 0);
+         2 * r(c.bm * c.bn * e) + (wn > 1 ? r(int64_t(wn) * c.bm * 4) : 0) +
+         (p.aux_grad && p.variants.relative_bias ? r(int64_t(*p.variants.relative_bias) * 4) : 0);
 }
 
 // The backward's tile rule for the mma.sync lowering (src/backend/bwd), by head dim; then the query

@@ -407,6 +407,11 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
   if (s.aux_grad && !s.variants.alibi && !s.variants.relative_bias)
     diags.error("SPEC0234", at("/aux_grad"), "aux_grad without an fp32 auxiliary input: nothing to differentiate",
                 "give \"variants\": {\"alibi\": true} or {\"relative_bias\": NB}, or remove \"aux_grad\"");
+  if (s.aux_grad && s.deterministic)
+    diags.error("SPEC0235", at("/aux_grad"),
+                "aux_grad with deterministic: the gradients of the slopes / the table are added with atomics, in no fixed order",
+                "remove one of them: deterministic dQ, dK, dV with constant slopes / table, or learnable ones without "
+                "bit-identical gradients");
 
   // Problem size.
   if (s.problem) {

@@ -460,7 +460,7 @@ void Walker::for_stmt(const Stmt& s) {
     pop_frame();
     loops_.pop_back();
     ++walks_;
-    derived_here_ = derived_before;
+    derived_here_.insert(derived_before.begin(), derived_before.end());  // what the enclosing body derived, and this loop
   };
   one_walk();
   // A second walk models the next iteration when layouts changed across the body (a tensor that

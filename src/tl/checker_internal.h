@@ -216,6 +216,7 @@ class Walker {
   std::set<std::string> derived_;                // Scores a `Compute Derivative` differentiates
   std::set<std::string> derived_here_;           // ... earlier in this walk of the innermost loop body
   std::set<std::string> modified_;               // Scores a `Compute Modify` applies
+  std::vector<std::string> modify_order_;        // ... in the order of their first Modify
   std::set<std::string> grads_accumulated_;      // gradients of auxiliary inputs a `Compute Gradient` adds to
   bool aux_grad_alloc(const Stmt& s);  // a backward program's global Allocate of dT for an auxiliary input T
   void flow_compute(const Stmt& s);

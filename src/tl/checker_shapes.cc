@@ -418,7 +418,7 @@ void Walker::mask(const Stmt& s) {
   const ComputeStmt& c = s.compute;
   const bool modify = c.op == "Modify";
   if (!check_named(s, modify)) return;
-  if (modify) modified_.insert(c.mask.name);
+  if (modify && modified_.insert(c.mask.name).second) modify_order_.push_back(c.mask.name);
   if (!modify) masks_.push_back(&s);
   if (c.mask.kind == MaskSpec::Kind::None) {
     error(s, "TL0409", pick(c.mask.loc, s.loc), "Compute Mask with mask none does nothing",
@@ -621,6 +621,16 @@ void Walker::gradient(const Stmt& s) {
           "move the Gradient above `Compute Derivative ... with " + c.mask.name + "`");
     return;
   }
+  // dS must be the gradient of NAME's output: every Score applied after NAME already differentiated
+  const auto at = std::find(modify_order_.begin(), modify_order_.end(), c.mask.name);
+  for (auto later = at == modify_order_.end() ? at : at + 1; later != modify_order_.end(); ++later)
+    if (!derived_here_.count(*later)) {
+      error(s, "TL0413", s.loc,
+            "Compute Gradient with " + c.mask.name + " before the `Compute Derivative` of " + *later + ", which modifies the "
+            "scores after " + c.mask.name + ": the gradient tile is not yet that of " + c.mask.name + "'s output",
+            "move the Gradient below `Compute Derivative ... with " + *later + "`");
+      return;
+    }
   if (c.operands.size() == 2 && c.operands[0].transposed != c.operands[1].transposed) {
     error(s, "TL0405", s.loc, "Compute Gradient transposes one of its tiles only: the gradient and the scores are laid out alike",
           "write ^T on both (`Compute Gradient dSt^T, St0^T ...`) or on neither");

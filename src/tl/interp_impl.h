@@ -248,6 +248,7 @@ class Machine {
   bool compute_named_mask(const Stmt& s);
   bool compute_derivative(const Stmt& s);
   bool compute_gradient(const Stmt& s);
+  bool gradient_tiles(const Stmt& s, double cost, Buffer*& x, Buffer*& y, int64_t& q0, int64_t& k0);
   void verdict_aux_grads(const Program& p, std::ostringstream& sum, std::string& why, bool& ok);
   bool skip_iteration(const Stmt& loop, bool& skip);
   spec::ScoreVariant declared_variant(const Program& p);

@@ -140,6 +140,19 @@ bool Machine::compute_modify(const Stmt& s) {
   return store_result(s, x, x->shape, std::move(vals), nullptr);
 }
 
+// The tiles of `Compute Derivative / Gradient X, Y at [r, c] ...`: the gradient X at element origin
+// (q0, k0) and the scores Y of its shape; `cost` evaluations per element are charged.
+bool Machine::gradient_tiles(const Stmt& s, double cost, Buffer*& x, Buffer*& y, int64_t& q0, int64_t& k0) {
+  x = score_tile(s, q0, k0);
+  if (!x) return false;
+  y = operand_tensor(s.compute.operands[1], s, "the scores");
+  if (!y) return false;
+  if (y->shape != x->shape)
+    return error("TL0901", s.loc, "Compute " + s.compute.op + ": the gradient " + shape_str(x->shape) + " and the scores " +
+                                      shape_str(y->shape) + " differ in shape");
+  return count(double(x->data.size()) * cost, s.loc);
+}
+
 // `Compute Derivative X, Y at [r, c] with NAME`: X *= (d NAME / d score)(score = Y), per element of
 // the score tile at [r, c] (the derivative is derive_score's, evaluated like the declaration).
 bool Machine::compute_derivative(const Stmt& s) {
@@ -156,14 +169,8 @@ bool Machine::compute_derivative(const Stmt& s) {
     dit = derivatives_.emplace(c.mask.name, std::move(*de)).first;
   }
   int64_t q0 = 0, k0 = 0;
-  Buffer* x = score_tile(s, q0, k0);
-  if (!x) return false;
-  Buffer* y = operand_tensor(c.operands[1], s, "the scores");
-  if (!y) return false;
-  if (y->shape != x->shape)
-    return error("TL0901", s.loc, "Compute Derivative: the gradient " + shape_str(x->shape) + " and the scores " +
-                                      shape_str(y->shape) + " differ in shape");
-  if (!count(double(x->data.size()) * 10, s.loc)) return false;
+  Buffer *x = nullptr, *y = nullptr;
+  if (!gradient_tiles(s, 10, x, y, q0, k0)) return false;
   std::vector<double> vals(x->data);
   const int64_t rows = x->rows(), cols = x->cols();
   const Expr bound = bind_names(dit->second, env_);
@@ -199,14 +206,8 @@ bool Machine::compute_gradient(const Stmt& s) {
   if (de->index.size() != t.shape.size())
     return error("TL0901", s.loc, c.target.substr(1) + " is read with " + std::to_string(de->index.size()) + " indices");
   int64_t q0 = 0, k0 = 0;
-  Buffer* x = score_tile(s, q0, k0);
-  if (!x) return false;
-  Buffer* y = operand_tensor(c.operands[1], s, "the scores");
-  if (!y) return false;
-  if (y->shape != x->shape)
-    return error("TL0901", s.loc, "Compute Gradient: the gradient " + shape_str(x->shape) + " and the scores " +
-                                      shape_str(y->shape) + " differ in shape");
-  if (!count(double(x->data.size()) * 20, s.loc)) return false;
+  Buffer *x = nullptr, *y = nullptr;
+  if (!gradient_tiles(s, 20, x, y, q0, k0)) return false;
   const int64_t rows = x->rows(), cols = x->cols();
   const Expr bound = bind_names(de->derivative, env_);
   std::vector<Expr> idx;

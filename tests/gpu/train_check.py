@@ -112,8 +112,8 @@ def plant():
     real = _backward.launch
 
     def flipped(*a, **k):
-        dq, dk, dv = real(*a, **k)
-        return dq, -dk, dv
+        dq, dk, dv, *rest = real(*a, **k)  # (+ the gradients of learnable slopes / tables, where asked)
+        return (dq, -dk, dv, *rest)
     _backward.launch = flipped
 
 

@@ -561,7 +561,12 @@ TEST(checker, GradientsOfAuxiliaryInputs) {
   const std::string deriv = "  Compute Derivative dS, S1 at [i, n_block] with relpos\n";
   // after the Score's own Derivative: dS is then the gradient of its input
   std::string late = replace(bwd, grad + deriv, deriv + grad);
-  EXPECT_CODE_AT(run(late), "TL0413", late, "Compute Gradient dS, S1 and accumulate drel_bias");
+  EXPECT_CODE_AT(run(late), "TL0413", late, "  Compute Gradient dS, S1 and accumulate drel_bias");
+  // before the Derivative of a Score applied after it (the softcap): not yet the gradient of its output
+  const std::string cap = "  Compute Derivative dS, S2 at [i, n_block] with softcap\n";
+  std::string early = replace(bwd, cap + grad, grad + cap);
+  EXPECT_CODE_AT(run(early), "TL0413", early, "  Compute Gradient dS, S1 and accumulate drel_bias");
+  EXPECT_NE(run(early).rendered.find("before the `Compute Derivative` of softcap"), std::string::npos) << run(early).rendered;
   // into something that is not the gradient of an input the Score reads
   std::string other = replace(bwd, grad, "  Compute Gradient dS, S1 and accumulate dalibi_slopes at [i, n_block] with relpos\n");
   EXPECT_CODE_AT(run(other), "TL0413", other, "accumulate dalibi_slopes at [i, n_block] with relpos");

@@ -616,6 +616,12 @@ TEST(specValidate, AuxGrad) {
   EXPECT_TRUE(f.aux_grad);
   DiagSink d5;
   EXPECT_FALSE(apply_flags(f, {{"aux-grad", "maybe"}}, d5));
+  // with deterministic: the table's and the slopes' sums are atomic, in no fixed order
+  AttentionSpec det = s;
+  det.deterministic = true;
+  DiagSink d6;
+  EXPECT_FALSE(validate(det, d6));
+  ASSERT_NE(find(d6, "SPEC0235"), nullptr) << d6.render();
 }
 
 // split_keys (docs/spec.md): round-trips through JSON and the flag; SPEC0219 with varlen; a mask and a

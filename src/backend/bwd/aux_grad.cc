@@ -4,6 +4,8 @@
 // its end (device/qattn/backward.cuh: grad_sum and add_grad_uniform where NAME reads T at an index
 // the element does not change, grad_table and add_grad_table where the index's last component
 // depends on the element, through a table of E floats in shared memory).
+#include <cmath>
+
 #include "backend/bwd/lower_impl.h"
 #include "tl/printer.h"
 #include "tl/variant.h"
@@ -12,11 +14,12 @@ namespace qattn::backend::bwd::detail {
 namespace {
 
 // A derivative that is finite wherever it is evaluated (+ - * of names and literals, abs / min / max /
-// clamp): a masked element's dS = 0 then adds 0 without a test (the device helpers' SAFE).
+// clamp; not `score`, which a program may have masked to -inf before the Modify, nor `inf`): a masked
+// element's dS = 0 then adds 0 without a test (the device helpers' SAFE).
 bool finite(const tl::Expr& e) {
   switch (e.kind) {
-    case tl::Expr::Kind::Number:
-    case tl::Expr::Kind::Name: return true;
+    case tl::Expr::Kind::Number: return std::isfinite(e.value);
+    case tl::Expr::Kind::Name: return e.name != "score" && e.name != "inf";
     case tl::Expr::Kind::Unary: return e.op == "-" && finite(e.args[0]);
     case tl::Expr::Kind::Binary:
       return (e.op == "+" || e.op == "-" || e.op == "*") && finite(e.args[0]) && finite(e.args[1]);
