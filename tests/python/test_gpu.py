@@ -352,6 +352,14 @@ def test_learnable_alibi_slopes_and_bias_table(shape, gen):
     for name, g, r, lo in zip(("dq", "dk", "dv", "dslopes", "dtable"), got, ref, low):
         err, low_err = (g.float() - r).abs().max().item(), (lo.float() - r).abs().max().item()
         assert err <= 2 * low_err + 5e-3 * r.abs().max().item(), (name, err, low_err, r.abs().max().item())
+    # with deterministic algorithms: refused (the slopes' and the table's sums are atomic)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with pytest.raises(qattn.SpecError) as e:
+            qattn.attention(q.clone().requires_grad_(), k, v, causal=True, alibi_slopes=slopes, relative_bias=table)
+        assert e.value.code == "PY0109" and "deterministic" in str(e.value)
+    finally:
+        torch.use_deterministic_algorithms(False)
     # only the slopes learnable: the table (constant) gets no gradient, the slopes the same one
     qg2 = q.clone().requires_grad_()
     o2 = qattn.attention(qg2, k, v, causal=True, alibi_slopes=slopes, relative_bias=table.detach())
