@@ -181,9 +181,11 @@ def precompile(specs, out, *, gpu=None, short=False, backward=False, determinist
     backward=True also packs what training uses: the forward kernel with its LSE (attention() under
     autograd runs it) and the backward libraries for MHA and for GQA / MQA (each about a minute of
     nvcc when built on first use); deterministic=True adds the backward libraries of
-    torch.use_deterministic_algorithms(True). Specs whose backward is not generated (custom score_mod /
-    mask_mod) are skipped. The extra kernels build in parallel (jobs). On the deployment machine,
-    qattn.use_pack(out) or QATTN_PACKS=out: attention() then runs those kernels with no compiler."""
+    torch.use_deterministic_algorithms(True); specs with ALiBi slopes or a relative-bias table also get
+    the backward libraries that differentiate them when they require grad (aux_grad). Specs whose
+    backward is not generated (custom score_mod / mask_mod) are skipped. The extra kernels build in
+    parallel (jobs). On the deployment machine, qattn.use_pack(out) or QATTN_PACKS=out: attention()
+    then runs those kernels with no compiler."""
     kernels = compile_many(specs, gpu=gpu, jobs=jobs, verbose=verbose)
     builds = [k._b for k in kernels]
     combines = set()
@@ -220,9 +222,13 @@ def precompile(specs, out, *, gpu=None, short=False, backward=False, determinist
                 continue
             if not lse:  # the forward under autograd runs with its LSE
                 extra.append((_build.kernel_spec(dt, dqk, dv, fields, True, k.target), k, {}))
+            learnable = backward and any((fields.get("variants") or {}).get(n) for n in ("alibi", "relative_bias"))
             for det in ([False] if backward else []) + ([True] if deterministic else []):
                 for gqa in (False, True):
                     extra.append((_backward.kernel_spec(dt, dqk, dv, fields, k.target, gqa, det), k, {"backward": True}))
+                    if learnable and not det:  # learnable slopes / bias table (spec aux_grad; never deterministic)
+                        extra.append((_backward.kernel_spec(dt, dqk, dv, fields, k.target, gqa, False, True), k,
+                                      {"backward": True}))
     seen, todo = set(), []
     for spec, k, kw in extra:  # one build per kernel (two specs may ask for the same LSE twin)
         tag = (json.dumps(spec, sort_keys=True), tuple(sorted(kw)))

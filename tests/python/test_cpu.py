@@ -630,6 +630,13 @@ def test_precompile_backward_packs_what_training_uses(monkeypatch, tmp_path):
     assert got == [("py_bf16_d128_causal_bwd", True, False, False), ("py_bf16_d128_causal_bwd_det", True, True, False),
                    ("py_bf16_d128_causal_bwd_gqa", True, False, True), ("py_bf16_d128_causal_bwd_gqa_det", True, True, True),
                    ("py_bf16_d128_causal_lse", False, False, True)], got
+    # a spec with ALiBi slopes: also the backward libraries that differentiate learnable slopes (aux_grad)
+    built.clear()
+    alibi = [{"heads_q": 2, "head_dim": 64, "dtype": "bf16", "mask": "causal", "variants": {"alibi": True}}]
+    assert qattn.precompile(alibi, str(tmp_path), gpu="h100", backward=True) == 1 + 1 + 4
+    got = sorted((s["name"], s.get("aux_grad", False)) for s, bwd in built if bwd)
+    assert got == [("py_bf16_d64_causal_alibi_bwd", False), ("py_bf16_d64_causal_alibi_bwd_ag", True),
+                   ("py_bf16_d64_causal_alibi_bwd_gqa", False), ("py_bf16_d64_causal_alibi_bwd_gqa_ag", True)], got
     monkeypatch.undo()
     # the pack side: a backward library is found as such, never as the forward kernel of its spec
     spec = _backward.kernel_spec("bf16", 64, 64, {"mask": {"kind": "causal"}}, "h100", False)
