@@ -244,26 +244,35 @@ __device__ __forceinline__ int2 element_qk(C const& cr, int i, int j, int q0, in
 // keeps the sum in a register over the loop and adds it once (add_grad_uniform). T: keys along rows.
 // SAFE: d is finite everywhere (no / exp log tanh in it), so a masked element's dS = 0 adds 0 without
 // the test; a tile inside both lengths (every tile but the last ones) runs without the bounds tests.
+// f(q, k, dS, S0) for every element this thread holds of the (M, N) score tiles ds and s0 (first query
+// q0, first key k0; T: the keys along the rows).
+template <int M, int N, bool T, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout, class F>
+__device__ __forceinline__ void for_each_score(TiledMma const& mma, Tensor<GEngine, GLayout> const& ds,
+                                               Tensor<SEngine, SLayout> const& s0, int q0, int k0, int tid, F&& f) {
+  auto sr = rows_view(s0);
+  auto gr = rows_view(ds);
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  auto cr = rows_view(c);
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(gr); ++i) {
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(gr); ++j) {
+      const int2 qk = element_qk<T>(cr, i, j, q0, k0);
+      f(qk.x, qk.y, float(gr(i, j)), float(sr(i, j)));
+    }
+  }
+}
+
 template <int M, int N, bool T, bool SAFE, bool CHECK, class TiledMma, class GEngine, class GLayout, class SEngine, class SLayout,
           class F>
 __device__ __forceinline__ float grad_sum_impl(TiledMma const& mma, Tensor<GEngine, GLayout> const& ds,
                                                Tensor<SEngine, SLayout> const& s0, int q0, int k0, int seqlen_q, int seqlen_k,
                                                F& d, int tid) {
-  auto sr = rows_view(s0);
-  auto gr = rows_view(ds);
-  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  auto cr = rows_view(c);
   float sum = 0.f;
-  CUTE_UNROLL
-  for (int i = 0; i < size<0>(gr); ++i) {
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(gr); ++j) {
-      const auto [q, k] = element_qk<T>(cr, i, j, q0, k0);
-      if (CHECK && (q >= seqlen_q || k >= seqlen_k)) continue;
-      if (!SAFE && gr(i, j) == 0.f) continue;
-      sum += gr(i, j) * d(sr(i, j), q, k);
-    }
-  }
+  for_each_score<M, N, T>(mma, ds, s0, q0, k0, tid, [&](int q, int k, float g, float s) {
+    if ((CHECK && (q >= seqlen_q || k >= seqlen_k)) || (!SAFE && g == 0.f)) return;
+    sum += g * d(s, q, k);
+  });
   return sum;
 }
 
@@ -308,27 +317,18 @@ __device__ __forceinline__ void grad_table(TiledMma const& mma, Tensor<GEngine, 
     if (tid % 32 == 0 && sum != 0.f) atomicAdd(table + bucket(q0, k0), sum);
     return;
   }
-  auto sr = rows_view(s0);
-  auto gr = rows_view(ds);
-  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  auto cr = rows_view(c);
   int run = -1;
   float sum = 0.f;
-  CUTE_UNROLL
-  for (int i = 0; i < size<0>(gr); ++i) {
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(gr); ++j) {
-      const auto [q, k] = element_qk<T>(cr, i, j, q0, k0);
-      if (q >= seqlen_q || k >= seqlen_k || (!SAFE && gr(i, j) == 0.f)) continue;
-      const int e = bucket(q, k);
-      if (e != run) {
-        if (run >= 0) atomicAdd(table + run, sum);
-        run = e;
-        sum = 0.f;
-      }
-      sum += gr(i, j) * d(sr(i, j), q, k);
+  for_each_score<M, N, T>(mma, ds, s0, q0, k0, tid, [&](int q, int k, float g, float s) {
+    if (q >= seqlen_q || k >= seqlen_k || (!SAFE && g == 0.f)) return;
+    const int e = bucket(q, k);
+    if (e != run) {
+      if (run >= 0) atomicAdd(table + run, sum);
+      run = e;
+      sum = 0.f;
     }
-  }
+    sum += g * d(s, q, k);
+  });
   if (run >= 0) atomicAdd(table + run, sum);
 }
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The learnable-bias backward after the tile fast paths (this tree) against its parent eb4c7d1
-# (out/parent2: device/, python/, include/, data/ and stripped qattn), each runtime in its own
+# (out/parent2: device/, python/, include/, data/ and stripped qattn; $PARENT overrides it), each runtime in its own
 # processes and cache; the kernels built in parallel with this tree's pytest cases, then two timed
 # rounds of bench/bench_aux_grad.py per runtime, alternating. Carry out/carry, out/gpu-py, out/parent2.
 set -u
 tar -xJf out/carry/cutlass.tar.xz
 export QATTN_CUTLASS_INCLUDE=$PWD/.cutlass/include LD_LIBRARY_PATH=$PWD/out/gpu-py/lib PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 QATTN_VERBOSE=0
 new() { QATTN_BIN=$PWD/out/gpu-py/qattn QATTN_HOME=$PWD QATTN_CACHE_DIR=/tmp/qc_new PYTHONPATH=$PWD/python "$@"; }
-old() { QATTN_BIN=$PWD/out/parent2/qattn QATTN_HOME=$PWD/out/parent2 QATTN_CACHE_DIR=/tmp/qc_old PYTHONPATH=$PWD/out/parent2/python "$@"; }
+P=${PARENT:-out/parent2}  # the parent's tree (run 2: PARENT=out/parent3, bb8fc69)
+old() { QATTN_BIN=$PWD/$P/qattn QATTN_HOME=$PWD/$P QATTN_CACHE_DIR=/tmp/qc_old PYTHONPATH=$PWD/$P/python "$@"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 S=$(date +%s)
 B="python3 bench/bench_aux_grad.py"
