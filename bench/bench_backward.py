@@ -3,6 +3,7 @@
 against torch SDPA's cuDNN and FlashAttention-2 backends and FlexAttention, in one process.
 
     python3 bench/bench_backward.py OUT.csv [--seqlens 2048,8192] [--configs NAME,...] [--no-variants]
+                                    [--variants softcap,window,document] [--also NAME=DEVICE_DIR[:QATTN_BIN] ...]
     python3 bench/bench_backward.py --warm I      # builds job I's kernels first (one process per job)
     python3 bench/bench_backward.py --jobs        # how many --warm jobs there are
 
@@ -13,8 +14,11 @@ FLOPs: forward 2 * b * hq * sq * sk * (d_qk + d_v), backward 2 * b * hq * sq * s
 (2.5x the forward's when d_qk = d_v), both scaled by the fraction of (query, key) pairs the mask keeps
 (1/2 + 1/(2 s) for causal; counted exactly for windows and documents). The variants (softcap, sliding
 window, documents; forward + backward) compare with FlexAttention compiled with the same functions.
-Implementations that refuse a shape (FA2 at d_v != d_qk, ...) are skipped with their reason.
-Columns: impl, pass, config, variant, hq, hkv, d_qk, d_v, dtype, causal, seqlen, batch, ms, tflops.
+Implementations that refuse a shape (FA2 at d_v != d_qk, ...) are skipped with their reason. The
+variants also time the forward alone (pass `fwd`, no grad). --also (bench_runtimes.py): the variants
+with the kernels of another runtime too (e.g. the parent commit's device/ and qattn compiler), as impl
+qattn@NAME, in the same process. Columns: impl, pass, config, variant, hq, hkv, d_qk, d_v, dtype,
+causal, seqlen, batch, ms, tflops.
 """
 import argparse
 import os
@@ -27,6 +31,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qattn  # noqa: E402
+from bench_runtimes import RUNTIMES, add_runtime, check_runtimes, in_runtime  # noqa: E402
 from bench_util import write_csv  # noqa: E402
 
 TOKENS = 16384
@@ -97,8 +102,7 @@ def variant_setup(name, b, s):
 def jobs(seqlens, configs, variants):
     """The kernel builds the benchmark needs, one warm job each: (config, causal, variant or None)."""
     out = [(c, causal, None) for c in configs for causal in (False, True)]
-    if variants:
-        out += [(CONFIGS[0], None, v) for v in VARIANTS]
+    out += [(CONFIGS[0], None, v) for v in variants]
     return out
 
 
@@ -150,16 +154,26 @@ def main():
     ap.add_argument("--seqlens", default="2048,8192")
     ap.add_argument("--configs", default=",".join(c[0] for c in CONFIGS))
     ap.add_argument("--no-variants", action="store_true")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR[:QATTN_BIN]")
     ap.add_argument("--warm", type=int)
     ap.add_argument("--jobs", action="store_true")
     args = ap.parse_args()
     seqlens = [int(x) for x in args.seqlens.split(",")]
-    names = args.configs.split(",")
+    names = [n for n in args.configs.split(",") if n]  # (--configs '': the variants alone)
     unknown = [n for n in names if n not in [c[0] for c in CONFIGS]]
     if unknown:
         sys.exit(f"unknown config {unknown[0]!r}: one of {', '.join(c[0] for c in CONFIGS)}")
     configs = [c for c in CONFIGS if c[0] in names]
-    todo = jobs(seqlens, configs, not args.no_variants)
+    variants = [v for v in args.variants.split(",") if v]
+    if any(v not in VARIANTS for v in variants):
+        sys.exit(f"--variants: one or more of {', '.join(VARIANTS)}, got {args.variants!r}")
+    for spec in args.also:
+        try:
+            add_runtime(spec)
+        except ValueError as e:
+            sys.exit(str(e))
+    todo = jobs(seqlens, configs, [] if args.no_variants else variants)
     if args.jobs:
         print(len(todo))
         return 0
@@ -210,7 +224,7 @@ def main():
         name, hq, hk, dqk, dv = cfg
         s = 4096
         b = TOKENS // s
-        for var in VARIANTS:
+        for var in variants:
             q, k, v, dout = inputs(b, s, hq, hk, dqk, dv, 7)
             kw, causal, score_mod, mask_mod, keep = variant_setup(var, b, s)
             bm = create_block_mask(mask_mod, b if var == "document" else None, None, s, s, device="cuda")
@@ -222,16 +236,30 @@ def main():
             def f_fn(q_, k_, v_, score_mod=score_mod, bm=bm):
                 return flex(q_.transpose(1, 2), k_.transpose(1, 2), v_.transpose(1, 2), score_mod=score_mod,
                             block_mask=bm).transpose(1, 2)
+            impls = [("qattn", q_fn)] + [(f"qattn@{rt}", lambda q_, k_, v_, rt=rt: in_runtime(rt, lambda: q_fn(q_, k_, v_))())
+                                         for rt in RUNTIMES]
+            impls.append(("flex", f_fn))
             with torch.no_grad():
-                err = (q_fn(q, k, v).float() - f_fn(q, k, v).float()).abs().max().item()
+                ref = f_fn(q, k, v).float()
+                errs = {impl: (fn(q, k, v).float() - ref).abs().max().item() for impl, fn in impls[:-1]}
+            check_runtimes()
             times = {}
-            for impl, fn in (("qattn", q_fn), ("flex", f_fn)):
+            for impl, fn in impls:
+                with torch.no_grad():
+                    tf = timeit(lambda fn=fn: fn(q, k, v))
                 tb, tfb = time_impl(fn, q, k, v, dout)
-                times[impl] = tfb
+                times[impl] = (tf, tb, tfb)
+                record(impl, "fwd", cfg, var, causal, s, b, tf, f_fwd)
                 record(impl, "bwd", cfg, var, causal, s, b, tb, f_bwd)
                 record(impl, "fwd+bwd", cfg, var, causal, s, b, tfb, f_fwd + f_bwd)
-            print(f"{name} s{s} b{b} {var}: fwd+bwd qattn {times['qattn']:.3f} ms, flex {times['flex']:.3f} ms "
-                  f"(qattn {times['flex'] / times['qattn']:.2f}x), max|o_qattn - o_flex| {err:.2e}", flush=True)
+            line = ", ".join(f"{impl} {t[0]:.3f} / {t[1]:.3f} / {t[2]:.3f}" for impl, t in times.items())
+            print(f"{name} s{s} b{b} {var}: fwd / bwd / fwd+bwd ms: {line}; fwd+bwd qattn "
+                  f"{times['flex'][2] / times['qattn'][2]:.2f}x flex; max|o - o_flex| " +
+                  ", ".join(f"{impl} {e:.2e}" for impl, e in errs.items()), flush=True)
+            for rt in RUNTIMES:
+                t, p = times["qattn"], times[f"qattn@{rt}"]
+                print(f"  speed vs {rt} (its time / this tree's): fwd {p[0] / t[0]:.3f}, bwd {p[1] / t[1]:.3f}, "
+                      f"fwd+bwd {p[2] / t[2]:.3f}", flush=True)
             del q, k, v, dout
     return 0
 

@@ -34,10 +34,8 @@ qattn-kvcache@fold, against the default on Hopper (the kernel that splits the ke
 queries read in place), in the same rounds.
 """
 import argparse
-import contextlib
 import os
 import sys
-import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -46,72 +44,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
+from bench_runtimes import RUNTIMES, add_runtime, check_runtimes, in_runtime  # noqa: E402
 from bench_util import DECODE_ROWS, graphed, replay_rounds, write_csv  # noqa: E402
-from qattn import _build  # noqa: E402
 
 # name: (batch, hq, hkv, seqlen_k): every decoding row of bench_util, and a short cache (the issue's 1k end)
 ROWS = {**DECODE_ROWS, "gqa_32_8_b64_1k": (64, 32, 8, 1024)}
 PAGES = (0, 16, 64, 256)
 COPY_BYTES = 256 << 20  # the second copy of copy_gbs
-
-
-
-
-
-
-RUNTIMES = {}  # NAME: (environment {VAR: value}, its own in-process build tables: _build.FAST and _build._BUILDS)
-
-
-@contextlib.contextmanager
-def runtime(name):
-    """Builds and launches inside use runtime `name`'s kernels (None: this tree's). Both in-process
-    build tables are swapped: _build._BUILDS is keyed by the spec alone, so a runtime sharing it would
-    reuse this tree's kernels (the --also A/Bs before 2026-11-29 did: their two sides ran the same
-    kernels)."""
-    if name is None:
-        yield
-        return
-    env, fast, builds = RUNTIMES[name]
-    saved = (dict(_build.FAST), dict(_build._BUILDS), {var: os.environ.get(var) for var in env})
-    _build.FAST.clear()
-    _build.FAST.update(fast)
-    _build._BUILDS.clear()
-    _build._BUILDS.update(builds)
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        fast.clear()
-        fast.update(_build.FAST)
-        builds.clear()
-        builds.update(_build._BUILDS)
-        _build.FAST.clear()
-        _build.FAST.update(saved[0])
-        _build._BUILDS.clear()
-        _build._BUILDS.update(saved[1])
-        for var, old in saved[2].items():
-            if old is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = old
-
-
-def check_runtimes():
-    """Every --also runtime's kernels are its own builds (libraries in its own cache folder)."""
-    for name, (env, _, builds) in RUNTIMES.items():
-        cache = env.get("QATTN_CACHE_DIR")
-        if cache is None:
-            continue
-        for b in builds.values():
-            assert os.path.abspath(b.dir).startswith(os.path.abspath(cache)), \
-                f"runtime {name} launched {b.dir}, a kernel outside its cache {cache}"
-
-
-def in_runtime(name, fn):
-    def run():
-        with runtime(name):
-            return fn()
-    return run
 
 
 def paged(k, v, page, gen, ordered=False):
@@ -154,15 +93,10 @@ def main():
     if any(p and ROWS[r][3] % p for r in a.rows.split(",") for p in pages):
         ap.error(f"--pages: every page size must divide the rows' key counts, got {a.pages!r}")
     for spec in a.also:
-        name, _, rest = spec.partition("=")
-        device, _, qattn_bin = rest.partition(":")
-        if not name or not os.path.isdir(os.path.join(device, "qattn")) or (qattn_bin and not os.access(qattn_bin, os.X_OK)):
-            ap.error(f"--also wants NAME=DEVICE_DIR[:QATTN_BIN] (a folder holding qattn/*.cuh; an executable qattn "
-                     f"compiler), got {spec!r}")
-        env = {"QATTN_DEVICE_DIR": os.path.abspath(device), "QATTN_CACHE_DIR": tempfile.mkdtemp(prefix=f"qattn_{name}_cache_")}
-        if qattn_bin:
-            env["QATTN_BIN"] = os.path.abspath(qattn_bin)
-        RUNTIMES[name] = (env, {}, {})
+        try:
+            add_runtime(spec)
+        except ValueError as e:
+            ap.error(str(e))
     if a.fold:
         RUNTIMES["fold"] = ({"QATTN_SPLIT_MODE": "fold"}, {}, {})
     gpu = torch.cuda.get_device_name()
