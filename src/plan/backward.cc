@@ -29,16 +29,25 @@ std::pair<int, int> backward_layouts(const TileConfig& c) {
   return {0, 0};
 }
 
-// Shared bytes of the backward's buffers: K, V (BN rows), Q, dO, O (BM rows), P and dS (BM, BN) in
-// the storage dtype, LSE (BM) fp32; each rounded to 128 bytes; plus the scratch of D's row sum when
-// the (BM, d) tiles are split over warps along N, and the bias table's gradient (NB fp32, `aux_grad`).
+// D = rowsum(dO * O) by a Phase (a row-wise kernel of its own, once per query row, launched first)
+// where its (BM, d_v) tile fits the row-wise lowering (at most 64 values a thread); else in the loop.
+bool d_by_phase(const Problem& p, const TileConfig& c) {
+  return p.d_v % 32 == 0 && c.bm <= 128 && c.warps > 0 && c.bm % c.warps == 0 && (c.bm / c.warps) * (p.d_v / 32) <= 64;
+}
+
+// Shared bytes of the backward's buffers: K, V (BN rows), Q, dO (BM rows), P and dS (BM, BN) in the
+// storage dtype, LSE (BM) fp32; with D by a Phase its (BM) fp32 slot, else O (BM rows) and the scratch
+// of D's row sum when the (BM, d) tiles are split over warps along N; each rounded to 128 bytes; plus
+// the bias table's gradient (NB fp32, `aux_grad`).
 int64_t backward_smem(const Problem& p, const TileConfig& c) {
   auto r = [](int64_t b) { return (b + 127) / 128 * 128; };
   const int64_t e = p.bytes();
   const int wm = backward_layouts(c).first, wn = c.warps / (wm ? wm : warps_m(c.bm, c.warps));
-  const int64_t ring = std::max(1, c.stages);  // Q, dO, O and LSE: rings the loop fills one query tile ahead
-  return r(c.bn * p.d_qk * e) + r(c.bn * p.d_v * e) + ring * (r(c.bm * p.d_qk * e) + 2 * r(c.bm * p.d_v * e) + r(c.bm * 4)) +
-         2 * r(c.bm * c.bn * e) + (wn > 1 ? r(int64_t(wn) * c.bm * 4) : 0) +
+  const bool phase = d_by_phase(p, c);
+  const int64_t ring = std::max(1, c.stages);  // Q, dO (O), LSE (D): rings the loop fills one query tile ahead
+  const int64_t slot = r(c.bm * p.d_qk * e) + r(c.bm * p.d_v * e) + r(c.bm * 4) + (phase ? r(c.bm * 4) : r(c.bm * p.d_v * e));
+  return r(c.bn * p.d_qk * e) + r(c.bn * p.d_v * e) + ring * slot + 2 * r(c.bm * c.bn * e) +
+         (!phase && wn > 1 ? r(int64_t(wn) * c.bm * 4) : 0) +
          (p.aux_grad && p.variants.relative_bias ? r(int64_t(*p.variants.relative_bias) * 4) : 0);
 }
 
@@ -52,8 +61,8 @@ TileConfig backward_rule(const Problem& p, const Target& t) {
   if (c.warps == 8 && std::max(p.d_qk, p.d_v) <= 128 && backward_smem(p, two) <= t.smem_per_block) {
     c.stages = 2;
     c.reason += "; the query tile's inputs in rings of 2 slots (`{stages: 2}`): query tile i + 1 loads during all of tile i, with no "
-                "barrier before each load (H200 bf16: 1.01-1.03x one slot at d64 / d128; not measured for larger head dims, which "
-                "keep one slot)";
+                "barrier before each load (H200 bf16: 1.01-1.03x one slot at d64 / d128; the A100's TL run on an H200 1.03-1.09x, "
+                "bench/results/2026-11-29-h200-bwd-sm80; not measured for larger head dims, which keep one slot)";
   }
   return c;
 }
@@ -380,7 +389,6 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.line("Compute Exp2 P");
     w.line("Compute Convert P and get Pc " + st);
     copy("Pc", "", "register", "shared");
-    w.line("Compute GEMM Pc^T, dO and accumulate dV");
     w.line("Compute GEMM dO, V^T and get dP" + wq);
     if (phase_d) {
       if (w.code()) w.comment(" D into registers where it is used");
@@ -397,6 +405,11 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     }
     w.line("Compute Convert dS and get dSc " + st);
     copy("dSc", "", "register", "shared");
+    // dV's product after dS is stored (FlashAttention-2's order): one barrier makes P and dS visible
+    // together, and P^T dO's fragments are not live beside dP and dS (the A100's d64 / d128 TL run on
+    // an H200: 1.01-1.07x dV right after P's store, 1.01-1.05x with the rings, spills 8-40 B -> 0-8 B;
+    // MLA 192/128 and d256 1.00-1.01x; bench/results/2026-11-29-h200-bwd-sm80)
+    w.line("Compute GEMM Pc^T, dO and accumulate dV");
     w.line("Compute GEMM dSc^T, Q and accumulate dK");
     if (w.code() && (layouts.first ? layouts.first : warps_m(tiles->bm, tiles->warps)) < tiles->warps) {
       w.comment(" dS is split over warps along its columns: each warp reads its rows of it back from shared");
@@ -481,10 +494,7 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
   }
   plan.tiles = tiles;
   plan.budget = b;
-  // D = rowsum(dO * O) by a Phase (a row-wise kernel of its own, once per query row, launched first)
-  // where its (BM, d_v) tile fits the row-wise lowering (at most 64 values a thread); else in the loop
-  const bool phase_d = p.d_v % 32 == 0 && tiles.bm <= 128 && tiles.bm % tiles.warps == 0 &&
-                       (tiles.bm / tiles.warps) * (p.d_v / 32) <= 64;
+  const bool phase_d = d_by_phase(p, tiles);
   if (phase_d && !tr && !(opts.bm || opts.bn || opts.warps || opts.stages))
     tiles.reason += "; D = rowsum(dO * O) by a Phase before the main kernel (H200 bf16: 1.07-1.11x D in the loop for MLA "
                     "192/128, d256 and this form at d128; bench/results/2026-11-27-h200-bwd-phase)";
