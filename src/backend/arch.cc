@@ -144,9 +144,11 @@ std::optional<ArchSpec> choose_arch(const plan::Target& target, tl::DType dt, su
   a.reshape_fn = "qattn::acc_to_a_m16n8k16";
   a.cp_async = true;
   if (sm >= 90) {
-    // The sm80 lowering runs on Hopper: PTX for compute_80 compiled to sm_90 machine code (an
-    // sm_80 cubin does not load on sm_90), plus the PTX itself for the driver to JIT elsewhere.
-    a.gencode = {"-gencode=arch=compute_80,code=sm_90", "-gencode=arch=compute_80,code=compute_80"};
+    // The sm80 lowering runs on Hopper (an sm_80 cubin does not load on sm_90): sm_90 machine code
+    // from compute_90 PTX, plus compute_80 PTX for the driver to JIT elsewhere. The same CUDA from
+    // compute_80 PTX ran 1.16-1.33x slower on an H200 (the backward at d64 / d128 / MLA 192/128 / d256,
+    // bench/results/2026-11-29-h200-bwd-sm80).
+    a.gencode = {"-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_80,code=compute_80"};
   } else {
     a.gencode = {"-gencode=arch=compute_" + std::to_string(sm) + ",code=sm_" + std::to_string(sm)};
   }
