@@ -4,6 +4,7 @@
 //               rows past seqlen_q and keys past seqlen_k read the last entry)
 //   fast_tanh   one MUFU instruction
 //   iclamp, fmodfloor, fclamp   TL's clamp / floor-modulo
+//   next_visible  a `{skip: M}` loop's next visited tile (batched `empty when` reads)
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -31,6 +32,33 @@ __device__ __forceinline__ float fast_tanh(float x) {
 #else
   return tanhf(x);
 #endif
+}
+
+// A `{skip: M}` loop's next visited tile: the first t = j + kStep, j + 2 kStep, ... (kStep +1 or -1)
+// that visible(t) accepts, or `end` (the loop's bound: hi going up, lo - 1 going down) when none is
+// left. The next tile alone first (inside a document, the common case: one clause, as a plain walk);
+// past an empty one, visible() is evaluated for kBatch tiles at a time: their `empty when` clauses
+// read independent auxiliary entries, so a run of empty tiles (a document's far side: every tile past
+// the key tile's last document) costs one memory round trip per kBatch tiles instead of one per tile.
+// Tiles past `end` may be evaluated (their reads are clamped: aux_at) but are never returned.
+template <int kBatch, int kStep, class F>
+__device__ __forceinline__ int next_visible(int j, int end, F&& visible) {
+  static_assert(kStep == 1 || kStep == -1, "next_visible walks one tile at a time, up or down");
+  j += kStep;
+  if (kStep > 0 ? j >= end : j <= end) return end;
+  if (visible(j)) return j;
+  for (;;) {
+    bool v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) v[u] = visible(j + kStep * (u + 1));
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int t = j + kStep * (u + 1);
+      if (kStep > 0 ? t >= end : t <= end) return end;
+      if (v[u]) return t;
+    }
+    j += kStep * kBatch;
+  }
 }
 
 __host__ __device__ __forceinline__ int iclamp(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }

@@ -83,8 +83,8 @@ std::string Lowering::emit_skip_lambda(Writer& w) {
   w.line("auto visible_" + v + " = [&](int " + v + ") -> bool { const int row0 = (" + skip_row_ + ") * " + tile_m_expr_ +
          ", col0 = (" + skip_col_ + ") * " + skip_cols_ + "; return !empty_" + skip_mask_ + "(row0, row0 + " + tile_m_expr_ +
          " - 1, col0, col0 + " + skip_cols_ + " - 1); };");
-  w.line("auto next_" + v + " = [&](int " + v + ") -> int { do { ++" + v + "; } while (" + v + " < hi_" + v + " && !visible_" + v +
-         "(" + v + ")); return " + v + "; };");
+  w.line("auto next_" + v + " = [&](int " + v + ") -> int { return qattn::next_visible<4, 1>(" + v + ", hi_" + v +
+         ", visible_" + v + "); };  // four tiles' clauses a round");
   return v;
 }
 

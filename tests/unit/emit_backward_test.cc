@@ -458,6 +458,9 @@ TEST(EmitBackward, SkipVisitsOnlyTheQueryTilesTheMaskShowsAndRingSlotsGoByVisit)
     EXPECT_NE(cu.find("smem + kSmemQ + (it_i + 1) % 2 * 16384"), std::string::npos);
     EXPECT_NE(cu.find("smem + kSmemQ + (0) % 2 * 16384"), std::string::npos);  // the first visit's slot
     EXPECT_EQ(cu.find("smem + kSmemQ + (i) % 2"), std::string::npos);
+    // the next visited tile: four tiles' `empty when` clauses a round (a document's far side)
+    EXPECT_NE(cu.find("auto next_i = [&](int i) -> int { return qattn::next_visible<4, 1>(i, hi_i, visible_i); };"),
+              std::string::npos);
     // the TL decides: without the attribute every tile in the bounds is visited
     std::string all = code;
     all.erase(all.find(" {skip: document}"), 17);

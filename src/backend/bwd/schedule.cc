@@ -210,8 +210,8 @@ bool Lower::skip_lambdas(Out& w, const Stmt& loop) {
   w.line("auto visible_" + lv + " = [&](int " + lv + ") -> bool { const int row0 = (" + cint(mask->compute.at[0]) + ") * " + M +
          ", col0 = (" + cint(mask->compute.at[1]) + ") * " + N + "; return !empty_" + name + "(row0, row0 + " + M +
          " - 1, col0, col0 + " + N + " - 1); };");
-  w.line("auto next_" + lv + " = [&](int " + lv + ") -> int { do { ++" + lv + "; } while (" + lv + " < hi_" + lv + " && !visible_" +
-         lv + "(" + lv + ")); return " + lv + "; };");
+  w.line("auto next_" + lv + " = [&](int " + lv + ") -> int { return qattn::next_visible<4, 1>(" + lv + ", hi_" + lv +
+         ", visible_" + lv + "); };  // four tiles' clauses a round");
   w.line("const int first_" + lv + " = (lo_" + lv + " < hi_" + lv + " && !visible_" + lv + "(lo_" + lv + ")) ? next_" + lv + "(lo_" +
          lv + ") : lo_" + lv + ";");
   skip_ = name;
