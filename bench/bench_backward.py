@@ -31,7 +31,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qattn  # noqa: E402
-from bench_runtimes import RUNTIMES, add_runtime, check_runtimes, in_runtime  # noqa: E402
+from bench_runtimes import RUNTIMES, add_runtimes, check_runtimes, in_runtime  # noqa: E402
 from bench_util import write_csv  # noqa: E402
 
 TOKENS = 16384
@@ -168,11 +168,7 @@ def main():
     variants = [v for v in args.variants.split(",") if v]
     if any(v not in VARIANTS for v in variants):
         sys.exit(f"--variants: one or more of {', '.join(VARIANTS)}, got {args.variants!r}")
-    for spec in args.also:
-        try:
-            add_runtime(spec)
-        except ValueError as e:
-            sys.exit(str(e))
+    add_runtimes(args.also, sys.exit)
     todo = jobs(seqlens, configs, [] if args.no_variants else variants)
     if args.jobs:
         print(len(todo))

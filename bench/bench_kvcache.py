@@ -44,7 +44,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
-from bench_runtimes import RUNTIMES, add_runtime, check_runtimes, in_runtime  # noqa: E402
+from bench_runtimes import RUNTIMES, add_runtimes, check_runtimes, in_runtime  # noqa: E402
 from bench_util import DECODE_ROWS, graphed, replay_rounds, write_csv  # noqa: E402
 
 # name: (batch, hq, hkv, seqlen_k): every decoding row of bench_util, and a short cache (the issue's 1k end)
@@ -92,11 +92,7 @@ def main():
         ap.error(f"--rows: unknown {', '.join(unknown)}; the rows are {', '.join(ROWS)}")
     if any(p and ROWS[r][3] % p for r in a.rows.split(",") for p in pages):
         ap.error(f"--pages: every page size must divide the rows' key counts, got {a.pages!r}")
-    for spec in a.also:
-        try:
-            add_runtime(spec)
-        except ValueError as e:
-            ap.error(str(e))
+    add_runtimes(a.also, ap.error)
     if a.fold:
         RUNTIMES["fold"] = ({"QATTN_SPLIT_MODE": "fold"}, {}, {})
     gpu = torch.cuda.get_device_name()

@@ -31,6 +31,16 @@ def add_runtime(spec):
     return name
 
 
+def add_runtimes(specs, error):
+    """Registers every --also spec; a malformed one is reported by error(message) (argparse's
+    parser.error or sys.exit)."""
+    for spec in specs:
+        try:
+            add_runtime(spec)
+        except ValueError as e:
+            error(str(e))
+
+
 @contextlib.contextmanager
 def runtime(name):
     """Builds and launches inside use runtime `name`'s kernels (None: this tree's)."""

@@ -1,7 +1,9 @@
 """Helpers shared by the benchmarks: CUDA-graph timing (bench_split_kv.py, bench_kvcache.py,
 bench_decode_tiles.py: each implementation captured as one graph of `calls` back-to-back calls, the
 graphs replayed in rounds, adjacent in time and in rotating order, the median per call kept), a call
-under an environment variable (with_env), and the results.csv writer (write_csv)."""
+under an environment variable (with_env), the results.csv writer (write_csv), and the device times of
+the CUDA kernels a call launches (kernel_times: torch.profiler; decode_profile.py,
+bench_variant_kernels.py)."""
 import csv
 import os
 
@@ -81,3 +83,21 @@ def replay_rounds(graphs, rounds, calls):
             torch.cuda.synchronize()
             ts[n].append(e0.elapsed_time(e1) * 1e3 / calls)
     return {n: sorted(v_)[len(v_) // 2] for n, v_ in ts.items()}
+
+
+def kernel_times(fn, reps):
+    """{kernel name: [device us of each launch]} over `reps` profiled calls of fn (one call first,
+    unprofiled: builds and first-launch costs stay out)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.events():
+        if e.device_type.name == "CUDA" and e.device_time > 0:
+            times.setdefault(e.name, []).append(e.device_time)
+    return times

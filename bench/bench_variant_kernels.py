@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 import qattn  # noqa: E402
 from bench_backward import CONFIGS, VARIANTS, inputs, variant_setup  # noqa: E402
-from bench_runtimes import RUNTIMES, add_runtime, check_runtimes, in_runtime  # noqa: E402
-from bench_util import write_csv  # noqa: E402
+from bench_runtimes import RUNTIMES, add_runtimes, check_runtimes, in_runtime  # noqa: E402
+from bench_util import kernel_times, write_csv  # noqa: E402
 
 COLS = ["impl", "variant", "kernel", "us", "calls", "vs_this", "gpu"]
 
@@ -47,19 +47,11 @@ def group(name):
 
 def profile_groups(fn, reps):
     """{group: (us per call, kernels per call)} over `reps` calls of fn."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
     total, count = {}, {}
-    for e in prof.events():
-        if e.device_type.name == "CUDA" and e.device_time > 0:
-            g = group(e.name)
-            total[g] = total.get(g, 0.0) + e.device_time
-            count[g] = count.get(g, 0) + 1
+    for name, times in kernel_times(fn, reps).items():
+        g = group(name)
+        total[g] = total.get(g, 0.0) + sum(times)
+        count[g] = count.get(g, 0) + len(times)
     return {g: (total[g] / reps, count[g] / reps) for g in total}
 
 
@@ -74,11 +66,7 @@ def main():
     variants = [v for v in a.variants.split(",") if v]
     if not variants or any(v not in VARIANTS for v in variants):
         ap.error(f"--variants: one or more of {', '.join(VARIANTS)}, got {a.variants!r}")
-    for spec in a.also:
-        try:
-            add_runtime(spec)
-        except ValueError as e:
-            ap.error(str(e))
+    add_runtimes(a.also, ap.error)
     gpu = torch.cuda.get_device_name()
     print(f"device: {gpu}, torch {torch.__version__}", flush=True)
     name, hq, hk, dqk, dv = CONFIGS[0]

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import qattn  # noqa: E402
 from bench_kvcache import ROWS, paged  # noqa: E402
+from bench_util import kernel_times  # noqa: E402
 
 
 def cudnn(q, k, v):
@@ -38,18 +39,7 @@ def cudnn(q, k, v):
 
 def kernels(fn, reps):
     """{kernel name: median us} and the per-call kernel count over `reps` profiled calls."""
-    fn()
-    torch.cuda.synchronize()
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    times = {}
-    for e in prof.events():
-        if e.device_type.name == "CUDA" and e.device_time > 0:
-            times.setdefault(e.name, []).append(e.device_time)
-    return {n: (statistics.median(t), len(t) / reps) for n, t in times.items()}
+    return {n: (statistics.median(t), len(t) / reps) for n, t in kernel_times(fn, reps).items()}
 
 
 def main():
