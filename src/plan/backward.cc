@@ -18,15 +18,22 @@ namespace {
 // rest of the warps split its columns).
 int warps_m(int rows, int warps) { return std::max(1, std::min(warps, rows / 16)); }
 
-// The warps along the rows of the (BM, x) and (BN, x) register tiles (`{warps_m: N}`; 0: the
-// lowering's default min(WARPS, rows / 16)). FlashAttention-2's sm80 layouts for 64 x 128 tiles on 8
-// warps: S, dP, dQ, dO, O 2 x 4 (32 x 32 per warp at d128) and dK, dV 4 x 2 (32 x 64); 128 x 128 tiles
-// 4 x 2 throughout: fewer shared bytes per MMA than 16-row strips (H200 bf16: 1.06-1.09x at d128,
-// 1.01-1.04x at d64, bench/results/2026-11-27-h200-bwd-warps).
-std::pair<int, int> backward_layouts(const TileConfig& c) {
-  if (c.warps == 8 && c.bm == 64 && c.bn == 128) return {2, 4};
-  if (c.warps == 8 && c.bm == 128 && c.bn == 128) return {4, 4};
-  return {0, 0};
+// The warps along the rows of the register tiles (`{warps_m: N}`; 0: the lowering's default
+// min(WARPS, rows / 16)): `scores` for S, dP, dO, O, LSE, D (BM rows), `kv` for dK, dV (BN rows),
+// `dq` for dQ. FlashAttention-2's sm80 layouts for 64 x 128 tiles on 8 warps: S, dP, dQ, dO, O 2 x 4
+// (32 x 32 per warp at d128) and dK, dV 4 x 2 (32 x 64); 128 x 128 tiles 4 x 2 throughout: fewer
+// shared bytes per MMA than 16-row strips (H200 bf16: 1.06-1.09x at d128, 1.01-1.04x at d64,
+// bench/results/2026-11-27-h200-bwd-warps). d256's 64 x 64 tiles: dK, dV and dQ 2 x 4 (32 x 64 per
+// warp instead of 16 x 128; FlashAttention-2's d256 layouts), the scores 4 x 2 (H200 bf16: 1.07-1.08x,
+// bench/results/2026-11-29-h200-mma-sm90-flags).
+struct BwdLayouts {
+  int scores = 0, kv = 0, dq = 0;
+};
+BwdLayouts backward_layouts(const Problem& p, const TileConfig& c) {
+  if (c.warps == 8 && c.bm == 64 && c.bn == 128) return {2, 4, 2};
+  if (c.warps == 8 && c.bm == 128 && c.bn == 128) return {4, 4, 4};
+  if (c.warps == 8 && c.bm == 64 && c.bn == 64 && p.d_qk == p.d_v && p.d_qk > 128) return {0, 2, 2};
+  return {};
 }
 
 // D = rowsum(dO * O) by a Phase (a row-wise kernel of its own, once per query row, launched first)
@@ -42,7 +49,7 @@ bool d_by_phase(const Problem& p, const TileConfig& c) {
 int64_t backward_smem(const Problem& p, const TileConfig& c) {
   auto r = [](int64_t b) { return (b + 127) / 128 * 128; };
   const int64_t e = p.bytes();
-  const int wm = backward_layouts(c).first, wn = c.warps / (wm ? wm : warps_m(c.bm, c.warps));
+  const int wm = backward_layouts(p, c).scores, wn = c.warps / (wm ? wm : warps_m(c.bm, c.warps));
   const bool phase = d_by_phase(p, c);
   const int64_t ring = std::max(1, c.stages);  // Q, dO (O), LSE (D): rings the loop fills one query tile ahead
   const int64_t slot = r(c.bm * p.d_qk * e) + r(c.bm * p.d_v * e) + r(c.bm * 4) + (phase ? r(c.bm * 4) : r(c.bm * p.d_v * e));
@@ -110,9 +117,10 @@ TileConfig backward_tiles(const Problem& p, const Target& t) {
   }
   c.bn = 64;
   if (d > 128 && backward_smem(p, c) <= t.smem_per_block) {
-    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 8 warps, every tile 4 x 2 warps (dS is read back from "
+    c.reason = "backward d" + std::to_string(d) + ": BM=BN=64 over 8 warps, the scores 4 x 2 warps (dS is read back from "
                "shared for dQ): dK and dV (64 x d) fit the registers without spills at d256 (H200 bf16: "
-               "1.57x 4 warps at d256, 1.08x at MLA 192/128; bench/results/2026-11-27-h200-bwd-warps)";
+               "1.57x 4 warps at d256, 1.08x at MLA 192/128; bench/results/2026-11-27-h200-bwd-warps); at d256 dK, dV and dQ "
+               "2 x 4 (`{warps_m: 2}`, FlashAttention-2's layouts: 1.07-1.08x; bench/results/2026-11-29-h200-mma-sm90-flags)";
     return c;
   }
   c.warps = 4, c.bn = 64;
@@ -181,9 +189,9 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   // (GQA / MQA: fp32 outputs, zero at launch).
   const bool accumulate_kv = p.heads_q != p.heads_kv;
   // the register tiles' warp layouts (the code only): `{warps_m: N}` on the statements that make them
-  const std::pair<int, int> layouts = tiles && !tr ? backward_layouts(*tiles) : std::pair<int, int>{0, 0};
-  const std::string wq = layouts.first ? " {warps_m: " + std::to_string(layouts.first) + "}" : "";
-  const std::string wk = layouts.second ? " {warps_m: " + std::to_string(layouts.second) + "}" : "";
+  const BwdLayouts layouts = tiles && !tr ? backward_layouts(p, *tiles) : BwdLayouts{};
+  auto warps_attr = [](int n) { return n ? " {warps_m: " + std::to_string(n) + "}" : std::string(); };
+  const std::string wq = warps_attr(layouts.scores), wk = warps_attr(layouts.kv), wdq = warps_attr(layouts.dq);
   const std::string dk_t = accumulate_kv ? "fp32" : st;
   const std::string kv_store = accumulate_kv ? " and accumulate" : "";
   if (w.code()) {
@@ -411,13 +419,13 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     // MLA 192/128 and d256 1.00-1.01x; bench/results/2026-11-29-h200-bwd-sm80)
     w.line("Compute GEMM Pc^T, dO and accumulate dV");
     w.line("Compute GEMM dSc^T, Q and accumulate dK");
-    if (w.code() && (layouts.first ? layouts.first : warps_m(tiles->bm, tiles->warps)) < tiles->warps) {
+    if (w.code() && (layouts.scores ? layouts.scores : warps_m(tiles->bm, tiles->warps)) < tiles->warps) {
       w.comment(" dS is split over warps along its columns: each warp reads its rows of it back from shared");
       copy("dSc", "", "shared", "register");
     } else if (w.code()) {
       w.line("Reshape dSc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
     }
-    w.line("Compute GEMM dSc, K and get dQ" + wq);
+    w.line("Compute GEMM dSc, K and get dQ" + wdq);
   }
   w.line("Compute Multiply dQ, softmax_scale");
   // deterministic: every addition into a tile in the blocks' order (`{ordered}`, the code only)

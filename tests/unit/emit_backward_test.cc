@@ -264,6 +264,32 @@ TEST(EmitBackward, WarpLayoutsFollowTheTileRowsAndASplitTileIsNoRegisterAOperand
                  {"Reshape of dSc (32 rows) to an A operand: its tile is split over 8 warps along the columns"});
 }
 
+TEST(EmitBackward, D256TakesFlashAttention2sLayoutsForDkDvAndDq) {
+  // 64 x 64 tiles on 8 warps: the scores keep the default 4 x 2, dK / dV / dQ are 2 x 4 (32 x 64 per
+  // warp)
+  for (const char* gpu : {"a100", "h100"}) {
+    SCOPED_TRACE(gpu);
+    const std::string code = plan_backward("llama3-8b", gpu, {{"head_dim", "256"}});
+    for (const char* line : {"Allocate dK in register (BN, d) fp32 init 0 {warps_m: 2}\n",
+                             "Allocate dV in register (BN, d) fp32 init 0 {warps_m: 2}\n",
+                             "  Compute GEMM dSc, K and get dQ {warps_m: 2}\n", "  Compute GEMM Q, K^T and get S\n",
+                             "  Copy dSc from shared to register\n"})
+      EXPECT_NE(code.find(line), std::string::npos) << line << code;
+    support::DiagSink d;
+    auto t = xlate(code, gpu, d);
+    ASSERT_TRUE(t.has_value()) << d.render();
+    EXPECT_NE(t->kir.find("warps 8: 64 rows 2x4 64 rows 4x2 (along M x N)"), std::string::npos) << t->kir;
+  }
+  // MLA 192/128 on an A100: 64 x 128 like Hopper's, now that the shared-memory estimate leaves O out
+  // (D by a Phase); 64 x 64 before
+  const std::string mla = plan_backward("deepseek-v3-mla-prefill", "a100");
+  EXPECT_NE(mla.find("Const BM = 64, BN = 128, WARPS = 8"), std::string::npos) << mla;
+  support::DiagSink dm;
+  auto tm = xlate(mla, "a100", dm);
+  ASSERT_TRUE(tm.has_value()) << dm.render();
+  EXPECT_LE(tm->smem_bytes, 166912);
+}
+
 TEST(EmitBackward, APhaseIsARowWiseKernelAndWhatItCannotLowerIsADiagnostic) {
   // tests/tl/backward_phase.tl: the phase lowers statement by statement onto the row-wise primitives
   // (the combine's, src/backend/rowwise.h); its tile (BM, d) over the program's WARPS
