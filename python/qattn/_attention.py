@@ -106,20 +106,25 @@ def _scale(scale, dqk):
     return s
 
 
-_SORTED_IDS = {}  # id -> weakref of segment-id tensors their maker built nondecreasing (mark_sorted_segments)
+# id -> (weakref, version) of segment-id tensors known to be nondecreasing along each row: built so by
+# their maker (mark_sorted_segments: version None) or checked by _aux_tensors at that tensor version
+_SORTED_IDS = {}
 
 
-def mark_sorted_segments(*tensors):
+def mark_sorted_segments(*tensors, version=False):
     """Segment ids built nondecreasing along each row by their maker (qattn.integrations.transformers):
-    _aux_tensors skips its check of them (a host synchronisation per call)."""
+    _aux_tensors skips its check of them (a host synchronisation per call). version=True: known
+    sorted only until the tensor is next modified in place (its `_version` moves on): what a passed
+    check records, so that the same ids given to every layer of a model are checked once."""
     import weakref
     for t in tensors:
-        _SORTED_IDS[id(t)] = weakref.ref(t, lambda _, k=id(t): _SORTED_IDS.pop(k, None))
+        _SORTED_IDS[id(t)] = (weakref.ref(t, lambda _, k=id(t): _SORTED_IDS.pop(k, None)),
+                              t._version if version else None)
 
 
 def _known_sorted(t):
-    r = _SORTED_IDS.get(id(t))
-    return r is not None and r() is t
+    entry = _SORTED_IDS.get(id(t))
+    return entry is not None and entry[0]() is t and (entry[1] is None or entry[1] == t._version)
 
 
 def _aux_tensors(torch, b, given, qv, kv):
@@ -142,7 +147,7 @@ def _aux_tensors(torch, b, given, qv, kv):
     for a in want:
         n = a["name"]
         arg = AUX_INPUTS.get(n, n)
-        t = given.get(n)
+        t = given_t = given.get(n)
         sorted_ids = t is not None and _known_sorted(t)
         shape = tuple(a.get("shape", []))
         if t is None:
@@ -164,11 +169,13 @@ def _aux_tensors(torch, b, given, qv, kv):
                             code="PY0110")
         t = t.contiguous()
         # (a host read: skipped under CUDA-graph capture, where the kernel reads the ids as given)
+        # (checked once per tensor version: the same ids given to every layer cost one host read)
         if n in ("seg_q", "seg_k") and not sorted_ids and t.shape[1] > 1 and \
-                not (t.is_cuda and torch.cuda.is_current_stream_capturing()) \
-                and bool((t[:, 1:] < t[:, :-1]).any()):
-            raise SpecError(f"{arg}: segment ids must be nondecreasing along each row (packed sequences)",
-                            code="PY0110", hint="number the packed documents in order of their position")
+                not (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+            if bool((t[:, 1:] < t[:, :-1]).any()):
+                raise SpecError(f"{arg}: segment ids must be nondecreasing along each row (packed sequences)",
+                                code="PY0110", hint="number the packed documents in order of their position")
+            mark_sorted_segments(given_t, version=True)
         out.append(t)
     return out
 

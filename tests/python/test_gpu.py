@@ -280,6 +280,26 @@ def test_alibi_relative_bias_document_prefix_lm(shape, gen):
     check(o, None, q, k, v, (j <= i + off) | (j < 40), scale)
 
 
+def test_segment_ids_are_checked_once_per_version(gen):
+    """The nondecreasing check of segment ids is a host read: it runs once per tensor version, so the
+    same ids given to every layer synchronise once (torch's sync debug mode raises on a sync in the
+    second call); an in-place edit moves the version on and the next call checks, and refuses, again."""
+    b, s, h = 2, 300, 4
+    q, k, v = inputs(b, s, s, h, h, 64, 64, torch.bfloat16, "bshd", gen)
+    seg = packed_segments(b, s, gen)
+    first = qattn.attention(q, k, v, causal=True, segment_ids=(seg, seg))  # builds, checks the ids
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again = qattn.attention(q, k, v, causal=True, segment_ids=(seg, seg))
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.equal(first, again)
+    seg[0, 10] = seg[0, 9] - 1  # in place: the row decreases there
+    with pytest.raises(qattn.SpecError, match="nondecreasing"):
+        qattn.attention(q, k, v, causal=True, segment_ids=(seg, seg))
+
+
 def test_auxiliary_inputs_are_checked(gen):
     q, k, v = inputs(2, 50, 50, 4, 4, 64, 64, torch.bfloat16, "bshd", gen)
     slopes = torch.rand(4, device="cuda", generator=gen)
