@@ -57,6 +57,11 @@ int dtype_bytes(tl::DType t) {
   return 4;
 }
 
+int copy_threads_per_row(int cols, int bytes) {
+  const int chunks = cols * bytes / 16;
+  return chunks % 8 == 0 ? 8 : chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
+}
+
 std::optional<ArchSpec> choose_arch(const plan::Target& target, tl::DType dt, support::DiagSink& diags,
                                     support::SrcLoc where, bool wgmma) {
   const int sm = target.sm;

@@ -43,5 +43,10 @@ const char* cuda_type(tl::DType t);  // the CUDA headers' types: "__half", "__nv
 std::string wgmma_atom(int n, tl::DType t, bool a_mn, bool b_mn);
 int wgmma_atom_n(const std::string& atom);
 int dtype_bytes(tl::DType t);
+// Threads per row of a global -> shared copy of 16 bytes a thread that every tile of `cols` columns
+// of `bytes`-byte elements splits into whole passes (8, 4, 2 or 1: its 16-byte chunks a multiple of it).
+// A copy shared by several tiles takes the smallest over them (not that of the narrowest tile: a
+// 160-column tile beside 128-column ones takes 4, where 8 would leave half a pass on every row).
+int copy_threads_per_row(int cols, int bytes);
 
 }  // namespace qattn::backend

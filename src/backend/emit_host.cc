@@ -80,12 +80,7 @@ void Lowering::emit_preamble(Writer& w, const kir::Kernel& k) {
   w.line("using SmemCopyAtom = Copy_Atom<" + arch_.ldsm_n + ", Element>;   // ldmatrix.x4: K-major operands");
   if (!arch_.ldsm_t.empty()) w.line("using SmemCopyAtomT = Copy_Atom<" + arch_.ldsm_t + ", Element>;  // ldmatrix.x4.trans: B operands stored (K, N)");
   int tpr = 8;
-  for (const auto& [n, b] : shared_) {
-    const int chunks = b.cols * dtype_bytes(b.dtype) / 16;
-    const int t = chunks % 8 == 0 ? 8 : chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
-    tpr = std::min(tpr, t);
-    (void)n;
-  }
+  for (const auto& [n, b] : shared_) tpr = std::min(tpr, copy_threads_per_row(b.cols, dtype_bytes(b.dtype)));
   w.line("using GmemCopy = decltype(qattn::make_g2s_copy<Element, kThreads, " + std::to_string(tpr) + ", " +
          (arch_.cp_async ? "true" : "false") + ">());  // " +
          (arch_.cp_async ? "cp.async" : "ld.global.v4 + st.shared.v4") + ", 16 B per thread, " + std::to_string(tpr) +

@@ -18,6 +18,12 @@ namespace {
 // rest of the warps split its columns).
 int warps_m(int rows, int warps) { return std::max(1, std::min(warps, rows / 16)); }
 
+// D = rowsum(dO * O) by a Phase (a row-wise kernel of its own, once per query row, launched first)
+// where its (BM, d_v) tile fits the row-wise lowering (at most 64 values a thread); else in the loop.
+bool d_by_phase(const Problem& p, const TileConfig& c) {
+  return p.d_v % 32 == 0 && c.bm <= 128 && c.warps > 0 && c.bm % c.warps == 0 && (c.bm / c.warps) * (p.d_v / 32) <= 64;
+}
+
 // The warps along the rows of the register tiles (`{warps_m: N}`; 0: the lowering's default
 // min(WARPS, rows / 16)): `scores` for S, dP, dO, O, LSE, D (BM rows), `kv` for dK, dV (BN rows),
 // `dq` for dQ. FlashAttention-2's sm80 layouts for 64 x 128 tiles on 8 warps: S, dP, dQ, dO, O 2 x 4
@@ -30,16 +36,21 @@ struct BwdLayouts {
   int scores = 0, kv = 0, dq = 0;
 };
 BwdLayouts backward_layouts(const Problem& p, const TileConfig& c) {
-  if (c.warps == 8 && c.bm == 64 && c.bn == 128) return {2, 4, 2};
-  if (c.warps == 8 && c.bm == 128 && c.bn == 128) return {4, 4, 4};
-  if (c.warps == 8 && c.bm == 64 && c.bn == 64 && p.d_qk == p.d_v && p.d_qk > 128) return {0, 2, 2};
-  return {};
-}
-
-// D = rowsum(dO * O) by a Phase (a row-wise kernel of its own, once per query row, launched first)
-// where its (BM, d_v) tile fits the row-wise lowering (at most 64 values a thread); else in the loop.
-bool d_by_phase(const Problem& p, const TileConfig& c) {
-  return p.d_v % 32 == 0 && c.bm <= 128 && c.warps > 0 && c.bm % c.warps == 0 && (c.bm / c.warps) * (p.d_v / 32) <= 64;
+  BwdLayouts l;
+  if (c.warps == 8 && c.bm == 64 && c.bn == 128) l = {2, 4, 2};
+  if (c.warps == 8 && c.bm == 128 && c.bn == 128) l = {4, 4, 4};
+  if (c.warps == 8 && c.bm == 64 && c.bn == 64 && p.d_qk == p.d_v && p.d_qk > 128) l = {0, 2, 2};
+  // a layout every tile of its role splits into (the lowering: rows a multiple of 16 x the warps along
+  // M, columns of 16 x the warps along N); else that role keeps the default (e.g. dQ at d96 / d160:
+  // 96 / 160 columns over 4 warps are not multiples of 16, over the default 2 they are)
+  auto fits = [&](int rows, int cols, int wm) {
+    if (wm == 0) return true;
+    return c.warps % wm == 0 && rows % (16 * wm) == 0 && cols % (16 * (c.warps / wm)) == 0;
+  };
+  if (!fits(c.bm, c.bn, l.scores) || (!d_by_phase(p, c) && !fits(c.bm, p.d_v, l.scores))) l.scores = 0;
+  if (!fits(c.bn, p.d_qk, l.kv) || !fits(c.bn, p.d_v, l.kv)) l.kv = 0;
+  if (!fits(c.bm, p.d_qk, l.dq)) l.dq = 0;
+  return l;
 }
 
 // Shared bytes of the backward's buffers: K, V (BN rows), Q, dO (BM rows), P and dS (BM, BN) in the

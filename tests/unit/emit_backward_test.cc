@@ -290,6 +290,45 @@ TEST(EmitBackward, D256TakesFlashAttention2sLayoutsForDkDvAndDq) {
   EXPECT_LE(tm->smem_bytes, 166912);
 }
 
+TEST(EmitBackward, EveryHeadDimTheBackwardPlansTranslates) {
+  // the planner's warp layouts fit every tile it writes (d96 / d160: dQ's columns over 4 warps are
+  // not multiples of 16, so dQ keeps the default 2 warps along them; d224 / d288: dK and dV keep
+  // theirs); a head dim the tiles do not fit is refused by the planner (PLAN0102), never by the
+  // lowering; and the copies split every tile
+  for (const char* gpu : {"a100", "h100", "l40s"}) {
+    for (int d = 32; d <= 512; d += 32) {
+      SCOPED_TRACE(std::string(gpu) + " d" + std::to_string(d));
+      support::DiagSink d0;
+      spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+      ASSERT_TRUE(spec::apply_flags(s, {{"gpu", gpu}, {"head_dim", std::to_string(d)}}, d0)) << d0.render();
+      plan::PlanOptions o;
+      o.backward = true;
+      auto p = plan::make_plan(s, *hw::find_gpu(gpu), d0, o);
+      if (!p) {
+        EXPECT_NE(d0.render().find("PLAN0102"), std::string::npos) << d0.render();
+        continue;
+      }
+      support::DiagSink dx;
+      auto t = xlate(p->code, gpu, dx);
+      ASSERT_TRUE(t.has_value()) << dx.render() << p->code;
+      // the global -> shared copy's threads per row split every 16-bit tile's 16-byte chunks into
+      // whole passes (d160, d224, d288 built wrong kernels with the narrowest tile's: 8 for 128 columns)
+      const std::string& cu = t->cuda_source;
+      const std::string copy = "make_g2s_copy<Element, kThreads, ";
+      const size_t at = cu.find(copy);
+      ASSERT_NE(at, std::string::npos);
+      const int tpr = std::stoi(cu.substr(at + copy.size()));
+      int tiles = 0;
+      for (size_t i = 0; (i = cu.find("qattn::smem_layout<Element, ", i)) != std::string::npos; ++i, ++tiles) {
+        const size_t comma = cu.find(", ", i + 28);
+        const int cols = std::stoi(cu.substr(comma + 2));
+        EXPECT_EQ(cols * 2 / 16 % tpr, 0) << cols << " columns, " << tpr << " threads per row";
+      }
+      EXPECT_GT(tiles, 0);
+    }
+  }
+}
+
 TEST(EmitBackward, APhaseIsARowWiseKernelAndWhatItCannotLowerIsADiagnostic) {
   // tests/tl/backward_phase.tl: the phase lowers statement by statement onto the row-wise primitives
   // (the combine's, src/backend/rowwise.h); its tile (BM, d) over the program's WARPS

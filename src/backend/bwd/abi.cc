@@ -49,12 +49,14 @@ void Lower::preamble(Out& w) {
   }
   w.line("using SmemCopyAtom = Copy_Atom<" + arch_.ldsm_n + ", Element>;   // ldmatrix: an operand stored K-major");
   w.line("using SmemCopyAtomT = Copy_Atom<" + arch_.ldsm_t + ", Element>;  // ldmatrix.trans: an operand stored MN-major");
-  int narrow = 0;
+  // every tile the copy moves splits into its rows' passes (copy_threads_per_row: the smallest over
+  // the 16-bit tiles; the narrowest tile's alone broke d160, d224 and d288, whose 160 / 224 / 288
+  // columns take fewer threads a row than the 128- or 64-column P and dS)
+  int tpr = 8;
   for (const auto& [n, b] : shared_)
-    if (b.cols > 0 && (narrow == 0 || b.cols < narrow)) narrow = b.cols;
-  if (narrow == 0) narrow = 64;
-  w.line("using GmemCopy = decltype(qattn::make_g2s_copy<Element, kThreads, qattn::g2s_threads_per_row<Element, " +
-         std::to_string(narrow) + ">(), true>());  // cp.async, 16 bytes per thread");
+    if (b.cols > 0) tpr = std::min(tpr, copy_threads_per_row(b.cols, dtype_bytes(b.dtype)));
+  w.line("using GmemCopy = decltype(qattn::make_g2s_copy<Element, kThreads, " + std::to_string(tpr) +
+         ", true>());  // cp.async, 16 bytes per thread, " + std::to_string(tpr) + " threads per row");
   w.line();
   w.line("// ---- shared memory (TL `Allocate ... in shared`) ----");
   for (const auto& [n, b] : shared_) {
