@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -29,16 +30,30 @@ using namespace emit_test;  // NOLINT: the helpers of emit_test_util.h
 
 // ---- the backward pass (src/backend/bwd) -------------------------------------------------------
 
-std::string plan_backward(const std::string& preset, const std::string& gpu, std::map<std::string, std::string> flags = {},
-                          plan::PlanOptions o = {}) {
-  support::DiagSink d;
+// The rules engine's backward plan of a preset on a GPU (nullopt: refused, the reason in d).
+std::optional<plan::Plan> try_plan_backward(const std::string& preset, const std::string& gpu,
+                                            std::map<std::string, std::string> flags, plan::PlanOptions o,
+                                            support::DiagSink& d) {
   spec::AttentionSpec s = *spec::find_preset(preset);
   flags["gpu"] = gpu;
   EXPECT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
   o.backward = true;
-  auto p = plan::make_plan(s, *hw::find_gpu(gpu), d, o);
+  return plan::make_plan(s, *hw::find_gpu(gpu), d, o);
+}
+
+std::string plan_backward(const std::string& preset, const std::string& gpu, std::map<std::string, std::string> flags = {},
+                          plan::PlanOptions o = {}) {
+  support::DiagSink d;
+  auto p = try_plan_backward(preset, gpu, std::move(flags), o, d);
   EXPECT_TRUE(p.has_value()) << preset << " on " << gpu << "\n" << d.render();
   return p ? p->code : std::string();
+}
+
+// How many times `needle` occurs in `text`.
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(needle, at)) != std::string::npos; at += needle.size()) ++n;
+  return n;
 }
 
 // The natural form (S = Q K^T on mma.sync), which sm90 keeps for MLA and d256 and `--bwd-form natural` asks for.
@@ -299,11 +314,7 @@ TEST(EmitBackward, EveryHeadDimTheBackwardPlansTranslates) {
     for (int d = 32; d <= 512; d += 32) {
       SCOPED_TRACE(std::string(gpu) + " d" + std::to_string(d));
       support::DiagSink d0;
-      spec::AttentionSpec s = *spec::find_preset("llama3-8b");
-      ASSERT_TRUE(spec::apply_flags(s, {{"gpu", gpu}, {"head_dim", std::to_string(d)}}, d0)) << d0.render();
-      plan::PlanOptions o;
-      o.backward = true;
-      auto p = plan::make_plan(s, *hw::find_gpu(gpu), d0, o);
+      auto p = try_plan_backward("llama3-8b", gpu, {{"head_dim", std::to_string(d)}}, {}, d0);
       if (!p) {
         EXPECT_NE(d0.render().find("PLAN0102"), std::string::npos) << d0.render();
         continue;
@@ -481,11 +492,8 @@ TEST(EmitBackward, TheNaturalFormAccumulatesDvAfterDsIsStoredBehindOneBarrier) {
     const size_t loop = cu.find("for (int i = lo_i; i < hi_i; ++i) {"), end = cu.find("  // TL", cu.find("qattn::add_acc_global<64", loop));
     ASSERT_NE(loop, std::string::npos);
     const std::string body = cu.substr(loop, end - loop);
-    size_t stores = 0, barriers = 0;
-    for (size_t at = 0; (at = body.find("what the block stored to shared memory is visible", at)) != std::string::npos; ++at) ++stores;
-    for (size_t at = 0; (at = body.find("__syncthreads();", at)) != std::string::npos; ++at) ++barriers;
-    EXPECT_EQ(stores, 1u) << body;
-    EXPECT_EQ(barriers, 2u) << body;  // and the one after the ring's wait
+    EXPECT_EQ(count_of(body, "what the block stored to shared memory is visible"), 1u) << body;
+    EXPECT_EQ(count_of(body, "__syncthreads();"), 2u) << body;  // and the one after the ring's wait
     // the old order is still lowered (the TL decides), with a barrier before each transposed product
     std::string old = code;
     old.erase(old.find("  Compute GEMM Pc^T, dO and accumulate dV\n"), 42);
@@ -493,10 +501,7 @@ TEST(EmitBackward, TheNaturalFormAccumulatesDvAfterDsIsStoredBehindOneBarrier) {
     support::DiagSink d2;
     auto t2 = xlate(old, gpu, d2);
     ASSERT_TRUE(t2.has_value()) << d2.render();
-    size_t stores2 = 0;
-    for (size_t at = 0; (at = t2->cuda_source.find("what the block stored to shared memory is visible", at)) != std::string::npos; ++at)
-      ++stores2;
-    EXPECT_EQ(stores2, 2u);
+    EXPECT_EQ(count_of(t2->cuda_source, "what the block stored to shared memory is visible"), 2u);
   }
 }
 
