@@ -104,8 +104,9 @@ int cmd_plan(const PlanArgs& a) {
   opts.backward = a.backward;
   opts.combine = a.combine;
   if (!a.bwd_form.empty()) {
-    if (a.bwd_form != "natural" && a.bwd_form != "transposed") {
-      diags.error("CLI0005", {}, "--bwd-form '" + a.bwd_form + "' is not a backward form", "write --bwd-form natural or --bwd-form transposed");
+    if (a.bwd_form != "natural" && a.bwd_form != "transposed" && a.bwd_form != "natural-mma") {
+      diags.error("CLI0005", {}, "--bwd-form '" + a.bwd_form + "' is not a backward form",
+                  "write --bwd-form natural, transposed or natural-mma");
       print_diags(diags);
       return kFailed;
     }
@@ -114,7 +115,7 @@ int cmd_plan(const PlanArgs& a) {
       print_diags(diags);
       return kFailed;
     }
-    opts.bwd_form = a.bwd_form == "natural" ? 1 : 2;
+    opts.bwd_form = a.bwd_form == "natural" ? 1 : a.bwd_form == "transposed" ? 2 : 3;
   }
   if (a.backward && a.combine) {
     diags.error("CLI0005", {}, "--backward and --combine name two different kernels", "plan one of them per call");
@@ -193,8 +194,8 @@ void register_plan_commands(CLI::App& app) {
   plan->add_flag("--print", pl.print, "print code.tl instead of writing files");
   plan->add_flag("--backward", pl.backward, "the backward pass: TL code of dQ, dK, dV (docs/tl.md, \"The backward pass\")");
   plan->add_option("--bwd-form", pl.bwd_form,
-                   "the backward's GEMM orientation: natural (S = Q K^T) or transposed (S^T = K Q^T; the sm90 default at d64 / "
-                   "d128, every GEMM a wgmma)");
+                   "the backward's GEMM orientation: natural (S = Q K^T; on wgmma at d256 on sm90), transposed (S^T = K Q^T; the "
+                   "sm90 default at d64 / d128, every GEMM a wgmma) or natural-mma (the natural form on mma.sync's layouts)");
   plan->add_flag("--combine", pl.combine,
                  "the combine step of a split over the keys: TL code that merges partial results by their LSE (docs/tl.md, "
                  "\"Combining partial results\")");

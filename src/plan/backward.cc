@@ -96,6 +96,22 @@ bool backward_transposed(const Problem& p, const Target& t) {
   return t.sm == 90 && p.d_qk == p.d_v && (p.d_qk == 64 || p.d_qk == 128);
 }
 
+// The natural form on wgmma (sm90, d256): S = Q K^T and dP = dO V^T split over the two warpgroups
+// along the keys (32 each), P and dS through shared memory, dV += P^T dO, dK += dS^T Q and dQ = dS K
+// split along d (each warpgroup its 128 columns of a 64-row tile): every GEMM a wgmma, dK / dV 64
+// registers each a thread. The transposed form's dK, dV (64 key rows a warpgroup, all of d) would
+// take 256 registers at d256, and its dQ halves of MLA's 192 columns do not start on a swizzle atom.
+bool backward_natural_wgmma(const Problem& p, const Target& t) { return t.sm == 90 && p.d_qk == 256 && p.d_v == 256; }
+
+TileConfig backward_tiles_wgn(const Problem& p) {
+  TileConfig c;
+  c.warps = 8, c.bm = 64, c.bn = 64, c.stages = 2;
+  c.reason = "backward d" + std::to_string(p.d_qk) + " on sm90, natural form on wgmma: BM=BN=64, S and dP split over two warpgroups "
+             "along the keys, dK, dV and dQ along d (128 columns each), P and dS through shared memory; Q, dO, LSE and D in rings of "
+             "2 slots (H200 bf16: 1.28-1.34x the natural form on mma.sync, bench/results/2026-11-30-h200-bwd-d256-wgmma)";
+  return c;
+}
+
 TileConfig backward_tiles_t(const Problem& p) {
   TileConfig c;
   c.warps = 8, c.bn = 128, c.bm = p.d_qk == 64 ? 128 : 64, c.stages = 2;
@@ -191,7 +207,7 @@ std::string query_hi(const Problem& p) {
 }
 
 // One statement list for both stages: the sketch (no tiles) and the code.
-std::string backward_text(const Problem& p, const Target& t, const TileConfig* tiles, bool tr, bool phase_d) {
+std::string backward_text(const Problem& p, const Target& t, const TileConfig* tiles, bool tr, bool phase_d, bool wgn) {
   BwdWriter w(tiles != nullptr);
   const bool same_d = p.d_qk == p.d_v;
   const std::string dqk = same_d ? "d" : "d_qk", dv = same_d ? "d" : "d_v";
@@ -200,7 +216,7 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   // (GQA / MQA: fp32 outputs, zero at launch).
   const bool accumulate_kv = p.heads_q != p.heads_kv;
   // the register tiles' warp layouts (the code only): `{warps_m: N}` on the statements that make them
-  const BwdLayouts layouts = tiles && !tr ? backward_layouts(p, *tiles) : BwdLayouts{};
+  const BwdLayouts layouts = tiles && !tr && !wgn ? backward_layouts(p, *tiles) : BwdLayouts{};
   auto warps_attr = [](int n) { return n ? " {warps_m: " + std::to_string(n) + "}" : std::string(); };
   const std::string wq = warps_attr(layouts.scores), wk = warps_attr(layouts.kv), wdq = warps_attr(layouts.dq);
   const std::string dk_t = accumulate_kv ? "fp32" : st;
@@ -400,6 +416,8 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.line("Compute GEMM dStc, Q and accumulate dK");
   } else {
     w.line("Compute GEMM Q, K^T and get S" + wq);
+    // on wgmma dP's product runs while P is computed (the lowering waits for S only)
+    if (wgn) w.line("Compute GEMM dO, V^T and get dP");
     const std::string at = w.code() ? " at [i, n_block]" : "";
     score_and_mask("S", "");
     if (w.code()) w.comment(" P recomputed from the forward's LSE, in the exp2 domain");
@@ -408,7 +426,7 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
     w.line("Compute Exp2 P");
     w.line("Compute Convert P and get Pc " + st);
     copy("Pc", "", "register", "shared");
-    w.line("Compute GEMM dO, V^T and get dP" + wq);
+    if (!wgn) w.line("Compute GEMM dO, V^T and get dP" + wq);
     if (phase_d) {
       if (w.code()) w.comment(" D into registers where it is used");
       copy("D", "", "shared", "register");
@@ -496,7 +514,9 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
     return std::nullopt;
   }
   const bool tr = opts.bwd_form == 2 || (opts.bwd_form == 0 && backward_transposed(p, t));
-  TileConfig tiles = tr ? backward_tiles_t(p) : backward_rule(p, t);
+  // the natural form on wgmma unless the mma.sync form is asked for (--bwd-form natural-mma)
+  const bool wgn = !tr && opts.bwd_form != 3 && backward_natural_wgmma(p, t);
+  TileConfig tiles = tr ? backward_tiles_t(p) : wgn ? backward_tiles_wgn(p) : backward_rule(p, t);
   if (opts.bm) tiles.bm = opts.bm;
   if (opts.bn) tiles.bn = opts.bn;
   if (opts.warps) tiles.warps = opts.warps;
@@ -518,8 +538,8 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
     tiles.reason += "; D = rowsum(dO * O) by a Phase before the main kernel (H200 bf16: 1.07-1.11x D in the loop for MLA "
                     "192/128, d256 and this form at d128; bench/results/2026-11-27-h200-bwd-phase)";
   plan.tiles = tiles;
-  plan.sketch = backward_text(p, t, nullptr, tr, phase_d);
-  plan.code = backward_text(p, t, &tiles, tr, phase_d);
+  plan.sketch = backward_text(p, t, nullptr, tr, phase_d, wgn);
+  plan.code = backward_text(p, t, &tiles, tr, phase_d, wgn);
   support::DiagSink inner("code.tl");
   if (!check_written(plan.sketch, plan.code, inner)) {
     for (const auto& d : inner.all()) diags.add(d);

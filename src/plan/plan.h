@@ -24,7 +24,9 @@ struct PlanOptions {
   // (make_backward_plan, backward.cc).
   bool backward = false;
   // The backward's GEMM orientation (`--bwd-form`): 0 the rule's (the transposed form on sm90 where it
-  // has wgmma forms), 1 the natural form (S = Q K^T; mma.sync), 2 the transposed form (S^T = K Q^T).
+  // has wgmma forms), 1 the natural form (S = Q K^T; on wgmma at d256 on sm90, else mma.sync), 2 the
+  // transposed form (S^T = K Q^T), 3 the natural form with mma.sync's layouts (sm90 d256: the form
+  // before the wgmma one, for A/B runs).
   int bwd_form = 0;
   // The combine step (`qattn plan --combine`): the TL of the kernel that merges the partial results
   // of a split over the keys by their LSE (make_combine_plan, combine.cc).

@@ -86,6 +86,8 @@ def _grad_reference(q, k, v, dout, causal, window, layout):
     ((2, 257, 257, 2, 2, 128), False, None, "bshd"),      # MHA d128, no mask
     ((1, 300, 290, 8, 1, 128), True, None, "bshd"),       # MQA d128
     ((1, 200, 230, 2, 2, 64), False, (37, 5), "bshd"),    # sliding window (launch argument)
+    ((2, 141, 203, 2, 2, 256), True, None, "bshd"),       # MHA d256 (Hopper: the natural form on wgmma)
+    ((1, 97, 330, 4, 2, 256), False, (70, 0), "bshd"),    # GQA d256, window: dK / dV accumulated in fp32
 ])
 def test_attention_backward_matches_autograd(gen, shape, causal, window, layout):
     b, sq, sk, hq, hk, d = shape

@@ -202,8 +202,73 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   ASSERT_TRUE(tp.has_value()) << dpin.render();
   EXPECT_EQ(tp->cuda_source.find("wg_gemm"), std::string::npos);
   EXPECT_NE(tp->kir.find("gemm mma.sync (no wgmma form: TL "), std::string::npos) << tp->kir;
-  // MLA (192 / 128) and d256 keep the natural form
+  // MLA (192 / 128) and d256 keep the natural form (d256's on wgmma: the next test)
   EXPECT_NE(plan_backward("deepseek-v3-mla-prefill", "h100").find("Compute GEMM Q, K^T and get S"), std::string::npos);
+}
+
+// The sm90 rule's d256 backward: the natural form with every GEMM a wgmma, S / dP split over the two
+// warpgroups along the keys and dK, dV, dQ along d (their Allocate'd accumulators laid out as the
+// products that add to them); the mma.sync form it replaced is still `--bwd-form natural-mma`.
+plan::PlanOptions natural_mma() {
+  plan::PlanOptions o;
+  o.bwd_form = 3;
+  return o;
+}
+
+TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
+  const std::string code = plan_backward("llama3-8b", "h100", {{"head_dim", "256"}});
+  EXPECT_NE(code.find("Const BM = 64, BN = 64, WARPS = 8"), std::string::npos) << code;
+  EXPECT_EQ(code.find("warps_m"), std::string::npos) << code;
+  EXPECT_NE(code.find("Allocate Q in shared (BM, d) bf16 {stages: 2}"), std::string::npos) << code;
+  // dP's product issued right after S's: both run while P is computed
+  EXPECT_NE(code.find("  Compute GEMM Q, K^T and get S\n  Compute GEMM dO, V^T and get dP\n"), std::string::npos) << code;
+  support::DiagSink d;
+  auto t = xlate(code, "h100", d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  EXPECT_EQ(count_of(cu, "qattn::sm90::wg_gemm_ss<"), 5u) << cu;
+  EXPECT_EQ(cu.find("qattn::gemm_ss<"), std::string::npos);
+  // GQA (llama3-8b): dK and dV are fp32 sums of the query heads, added with the warpgroups' halves
+  for (const char* acc : {"rdK", "rdV"})
+    EXPECT_NE(cu.find(std::string("Tensor ") + acc + " = partition_fragment_C(MmaCols<64, 256, 2>{}, Shape<Int<64>, Int<256>>{});"),
+              std::string::npos) << acc;
+  EXPECT_NE(cu.find("qattn::add_acc_global<64, 256>(MmaCols<64, 256, 2>{}, rdK, mdK, n_block, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::add_acc_global<64, 256>(MmaCols<64, 256, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
+  // dV += P^T dO: A (P^T) and B (dO) MN-major from shared, accumulated, each warpgroup its 128 columns
+  EXPECT_NE(cu.find("qattn::sm90::Wgmma<128, __nv_bfloat16, qattn::sm90::Major::MN, qattn::sm90::Major::MN>, true, true, 64, 64, 64, "
+                    "true>(raw_pointer_cast(sPc.data()), 0, raw_pointer_cast(sdO.data()), 128 * wg, qattn::sm90::regs<float>(rdV));"),
+            std::string::npos) << cu;
+  EXPECT_NE(cu.find("qattn::apply_mask<qattn::MaskKind::Causal, 64, 64>(MmaCols<64, 64, 2>{}, rS,"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::wgmma_wait<1>();  // S ready"), std::string::npos) << cu;
+  // every helper that places a score by its coordinates takes the tile's own layout (the first GPU
+  // run of this form failed softcap and documents: their keep masks took the mma.sync layout)
+  for (const auto& [flags, call] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"head_dim", "256"}, {"softcap", "30"}}, "qattn::apply_keep<64, 64>(MmaCols<64, 64, 2>{}, rS, row0, col0, p.seqlen_k, full, "
+                                                      "mask_query_rows, tid);"},
+           {{{"head_dim", "256"}, {"softcap", "30"}}, "qattn::apply_score<64, 64>(MmaCols<64, 64, 2>{}, rS, "},
+           {{{"head_dim", "256"}, {"softcap", "30"}}, "qattn::apply_derivative<64, 64>(MmaCols<64, 64, 2>{}, rdS, rS0, "},
+           {{{"head_dim", "256"}, {"document", "true"}}, "qattn::apply_keep<64, 64>(MmaCols<64, 64, 2>{}, rS, row0, col0, p.seqlen_k, full, "
+                                                         "mask_document, tid);"}}) {
+    support::DiagSink dv;
+    auto tv = xlate(plan_backward("llama3-8b", "h100", flags), "h100", dv);
+    ASSERT_TRUE(tv.has_value()) << dv.render();
+    EXPECT_NE(tv->cuda_source.find(call), std::string::npos) << call;
+    EXPECT_EQ(tv->cuda_source.find("(Mma<64>{}, rS"), std::string::npos) << call;
+  }
+  // the mma.sync form on request, as before (FlashAttention-2's d256 layouts, one slot)
+  const std::string mma = plan_backward("llama3-8b", "h100", {{"head_dim", "256"}}, natural_mma());
+  EXPECT_NE(mma.find("Allocate dK in register (BN, d) fp32 init 0 {warps_m: 2}"), std::string::npos) << mma;
+  support::DiagSink dm;
+  auto tm = xlate(mma, "h100", dm);
+  ASSERT_TRUE(tm.has_value()) << dm.render();
+  EXPECT_EQ(tm->cuda_source.find("wg_gemm"), std::string::npos);
+  // other head dims keep mma.sync on Hopper: MLA's dK / dQ halves of 96 columns start inside a
+  // 64-column swizzle atom (no wgmma form for them)
+  const std::string mla = plan_backward("deepseek-v3-mla-prefill", "h100");
+  support::DiagSink dl;
+  auto tl = xlate(mla, "h100", dl);
+  ASSERT_TRUE(tl.has_value()) << dl.render();
+  EXPECT_EQ(tl->cuda_source.find("wg_gemm"), std::string::npos);
 }
 
 TEST(EmitBackward, TheTlIsTheSourceOfTruth) {
@@ -284,7 +349,8 @@ TEST(EmitBackward, D256TakesFlashAttention2sLayoutsForDkDvAndDq) {
   // warp)
   for (const char* gpu : {"a100", "h100"}) {
     SCOPED_TRACE(gpu);
-    const std::string code = plan_backward("llama3-8b", gpu, {{"head_dim", "256"}});
+    // (Hopper's rule is the natural form on wgmma: the mma.sync form on request)
+    const std::string code = plan_backward("llama3-8b", gpu, {{"head_dim", "256"}}, std::string(gpu) == "h100" ? natural_mma() : plan::PlanOptions{});
     for (const char* line : {"Allocate dK in register (BN, d) fp32 init 0 {warps_m: 2}\n",
                              "Allocate dV in register (BN, d) fp32 init 0 {warps_m: 2}\n",
                              "  Compute GEMM dSc, K and get dQ {warps_m: 2}\n", "  Compute GEMM Q, K^T and get S\n",
@@ -625,11 +691,12 @@ TEST(EmitBackward, PlainStoresRefuseGqaAndOldGpusAreRefused) {
   EXPECT_NE(t->info_json.find("\"dk_dtype\":\"bf16\""), std::string::npos);
   // the variants' statements lower: the Score, its derivative (derived from the declaration), the
   // Modify and the Derivative, the softcap at launch; ALiBi's slopes through aux[0]
+  // (gemma2-9b: d256, the natural form on wgmma on Hopper: the scores split along the keys)
   support::DiagSink dv;
   auto g = xlate(plan_backward("gemma2-9b", "h100"), "h100", dv);
   ASSERT_TRUE(g.has_value()) << dv.render();
   EXPECT_NE(g->cuda_source.find("auto dscore_softcap = [&](float score, int q_idx, int kv_idx) -> float"), std::string::npos);
-  EXPECT_NE(g->cuda_source.find("qattn::apply_derivative<64, 64>(Mma<64>{}, rdS, rS0, (i) * 64, (n_block) * 64, dscore_softcap, tid);"),
+  EXPECT_NE(g->cuda_source.find("qattn::apply_derivative<64, 64>(MmaCols<64, 64, 2>{}, rdS, rS0, (i) * 64, (n_block) * 64, dscore_softcap, tid);"),
             std::string::npos);
   EXPECT_NE(g->info_json.find("\"args\":[\"softcap\"]"), std::string::npos) << g->info_json;
   support::DiagSink da;

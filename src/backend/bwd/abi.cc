@@ -94,7 +94,7 @@ void Lower::mask(Out& w, const Stmt& s) {
     w.open("{");
     w.line("const int row0 = (" + cint(c.at[0]) + ") * " + M + ", col0 = (" + cint(c.at[1]) + ") * " + N + ";");
     w.line("const bool full = full_" + m.name + "(row0, row0 + " + M + " - 1, col0, col0 + " + N + " - 1);");
-    w.line("qattn::apply_keep<" + M + ", " + N + ">(" + mma(rp->rows, rp->wm) + ", " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
+    w.line("qattn::apply_keep<" + M + ", " + N + ">(" + mma_of(*rp) + ", " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
            ", tid);");
     w.close();
     return;
@@ -116,7 +116,7 @@ void Lower::mask(Out& w, const Stmt& s) {
            ", " + args + ", tid);  // the tile holds keys along its rows");
     return;
   }
-  w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma(r.rows, r.wm) + ", " +
+  w.line("qattn::apply_mask<qattn::MaskKind::" + kind + ", " + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma_of(r) + ", " +
          r.var + ", (" + cint(c.at[0]) + ") * " + std::to_string(r.rows) + ", (" + cint(c.at[1]) + ") * " + std::to_string(r.cols) +
          ", " + args + ", tid);");
 }
@@ -176,13 +176,13 @@ void Lower::score_op(Out& w, const Stmt& s) {
   }
   const std::string r0 = "(" + cint(c.at[0]) + ") * " + M, c0 = "(" + cint(c.at[1]) + ") * " + N;
   if (c.op == "Modify") {
-    w.line("qattn::apply_score<" + M + ", " + N + ">(" + mma(x->rows, x->wm) + ", " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
+    w.line("qattn::apply_score<" + M + ", " + N + ">(" + mma_of(*x) + ", " + x->var + ", " + r0 + ", " + c0 + ", score_" + c.mask.name +
            ", tid);");
     return;
   }
   const RegBuf* y = c.operands.size() > 1 ? rg(c.operands[1].expr.name, s) : nullptr;
   if (!y || !same_rows(*x, *y, s)) return;
-  w.line("qattn::apply_derivative<" + M + ", " + N + ">(" + mma(x->rows, x->wm) + ", " + x->var + ", " + y->var + ", " + r0 + ", " + c0 +
+  w.line("qattn::apply_derivative<" + M + ", " + N + ">(" + mma_of(*x) + ", " + x->var + ", " + y->var + ", " + r0 + ", " + c0 +
          ", dscore_" + c.mask.name + ", tid);");
 }
 

@@ -177,7 +177,7 @@ void Lower::gradient(Out& w, const Stmt& s) {
   const bool tr = c.operands[0].transposed;  // keys along the tile's rows: q0 from its columns, k0 from its rows
   const std::string q0 = "(" + cint(c.at[0]) + ") * " + (tr ? N : M), k0 = "(" + cint(c.at[1]) + ") * " + (tr ? M : N);
   const std::string args = "<" + M + ", " + N + (tr ? ", true" : ", false") + (finite(g->derivative) ? ", true" : ", false") + ">(" +
-                           (tr ? mma_of(*x) : mma(x->rows, x->wm)) + ", " + x->var +
+                           mma_of(*x) + ", " + x->var +
                            ", " + y->var + ", " + q0 + ", " + k0 + ", p.seqlen_q, p.seqlen_k, dgrad_" + id(g->name);
   if (g->table)
     w.line("qattn::grad_table" + args + ", gbucket_" + id(g->name) + ", gone_" + id(g->name) + ", table_" + id(g->name) + ", tid);");

@@ -431,6 +431,10 @@ void Lower::allocate(Out& w, const Stmt& s) {
            ", " + std::to_string(tc) + ") tile");
   } else if (r.cols == 0) {
     w.line("Tensor " + r.var + " = qattn::rows_for<" + std::to_string(r.rows) + ">(" + mma(r.rows, r.wm) + ");  // (" + std::to_string(r.rows) + ")");
+  } else if (wg_ && split_acc_.count(a.name)) {
+    r.layout = split_acc_.at(a.name);
+    w.line("Tensor " + r.var + " = partition_fragment_C(" + r.layout + ", " + shape(r.rows, r.cols) +
+           ");  // (MMA, MMA_M, MMA_N) fp32: each warpgroup's half of the columns (a product split along N adds to it)");
   } else {
     if (!layout_ok(r.rows, r.cols, r.wm, s, "register tile " + a.name)) return;
     w.line("Tensor " + r.var + " = partition_fragment_C(" + mma(r.rows, r.wm) + ", " + shape(r.rows, r.cols) + ");  // (MMA, MMA_M, MMA_N) fp32");
@@ -554,9 +558,10 @@ void Lower::gemm(Out& w, const Stmt& s) {
     if (c.result == tl::ComputeStmt::Result::Accumulate) {
       acc = rg(c.target, s);
       if (!acc) return;
-      if (!acc->layout.empty() || acc->rows != g->m || acc->cols != g->n) {
+      const std::string want = g->split_n ? "MmaCols<" + std::to_string(g->m) + ", " + std::to_string(g->n) + ", 2>{}" : "";
+      if (acc->layout != want || acc->rows != g->m || acc->cols != g->n) {
         fail("XL0303", s.loc, "the accumulator " + c.target + " is not a (" + std::to_string(g->m) + ", " + std::to_string(g->n) +
-                                  ") tile split along M", "");
+                                  ") tile split along " + (g->split_n ? "N" : "M"), "");
         return;
       }
     } else {

@@ -286,6 +286,7 @@ class Lower {
   int64_t row_scratch_bytes_ = 0;         // shared scratch of row reductions across warps (after the buffers)
   bool wg_ = false;                       // wgmma mode (sm90): the GEMMs on warpgroup MMA
   std::string wg_reason_;                 // ... or why an sm90 kernel keeps mma.sync
+  std::map<std::string, std::string> split_acc_;  // wgmma: accumulators added to by products split along N -> their MmaCols layout
   std::map<std::string, std::pair<int, int>> col_vecs_;  // vectors used only as `X^T` of a (rows, cols) tile, filled from shared
   std::map<std::string, std::pair<int, int>> col_use_;   // every vector used as `X^T`: the tile it is read by column of
   std::set<std::string> row_use_;                        // vectors also read by row (a second operand without ^T)

@@ -8,7 +8,8 @@
 //   - A may come from registers (a converted accumulator after its Reshape) when the product is split
 //     along M (each warpgroup holds its rows of A) and B is read as stored.
 // A register tile's layout is then the wgmma accumulator's: Mma<R> with its 16-row warps along M
-// (a warpgroup's 4 warps cover its 64 rows), or MmaCols<64, C, 2> for a product split along N. Any
+// (a warpgroup's 4 warps cover its 64 rows), or MmaCols<64, C, 2> for a product split along N (also an
+// Allocate'd accumulator that such a product adds to: dK, dV of a 64-row key tile at d256). Any
 // `{warps_m: N}` (the mma.sync layouts of the sm80 form) keeps the kernel on mma.sync.
 #include "backend/bwd/lower_impl.h"
 
@@ -61,8 +62,6 @@ std::optional<Lower::WgGemm> Lower::wg_form(const Stmt& s, std::string& why) con
     if (g.n % 16 != 0 || half > 256 || (g.b_mn && half % 64 != 0))
       return why = line + "a 64-row product split along N needs " + (g.b_mn ? "halves of 64-column blocks" : "N a multiple of 16"), std::nullopt;
     if (g.rs) return why = line + "a register A operand needs the product split along M", std::nullopt;
-    if (c.result == tl::ComputeStmt::Result::Accumulate)
-      return why = line + "an accumulation into a product split along N is not lowered", std::nullopt;
   } else {
     return why = line + "the product has " + std::to_string(g.m) + " rows: not 64 per warpgroup (" + std::to_string(wgs) + " of them)",
            std::nullopt;
@@ -119,10 +118,15 @@ bool Lower::wgmma_plan() {
       if (a.key == "warps_m") ok = false, wg_reason_ = "TL " + std::to_string(s.loc.line) + ": `{warps_m}` states an mma.sync layout";
     if (ok && s.kind == Stmt::Kind::Compute && s.compute.op == "GEMM") {
       std::string why;
-      if (!wg_form(s, why)) ok = false, wg_reason_ = why;
+      auto g = wg_form(s, why);
+      if (!g) ok = false, wg_reason_ = why;
+      // an accumulator that a product split along N adds to (dK, dV of a 64-row key tile): its
+      // Allocate lays it out as the product's warpgroup halves of the columns
+      else if (g->split_n && s.compute.result == tl::ComputeStmt::Result::Accumulate)
+        split_acc_[s.compute.target] = "MmaCols<" + std::to_string(g->m) + ", " + std::to_string(g->n) + ", 2>{}";
     }
   });
-  if (!ok) return false;
+  if (!ok) return split_acc_.clear(), false;
   wg_ = true;
   return true;
 }
