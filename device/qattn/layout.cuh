@@ -23,9 +23,11 @@ constexpr int swizzle_atom_cols() {
   return COLS % per128 == 0 ? per128 : COLS % (per128 / 2) == 0 ? per128 / 2 : per128 / 4;
 }
 
-template <class T, int ROWS, int COLS>
+// ATOM: the atom's columns (by default the widest that divides COLS; a wgmma operand read from a
+// column that is a multiple of 32 only takes 32 16-bit elements: the 64-byte swizzle).
+template <class T, int ROWS, int COLS, int ATOM = swizzle_atom_cols<T, COLS>()>
 CUTE_HOST_DEVICE constexpr auto smem_layout() {
-  constexpr int kAtomCols = swizzle_atom_cols<T, COLS>();
+  constexpr int kAtomCols = ATOM;
   constexpr int kElemsPer16B = 16 / int(sizeof(T));
   constexpr int kChunks = kAtomCols / kElemsPer16B;  // 2, 4 or 8 chunks of 16 bytes per atom row
   static_assert(COLS % kAtomCols == 0 && ROWS % 8 == 0, "tile does not tile by the swizzle atom");

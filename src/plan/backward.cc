@@ -101,14 +101,23 @@ bool backward_transposed(const Problem& p, const Target& t) {
 // split along d (each warpgroup its 128 columns of a 64-row tile): every GEMM a wgmma, dK / dV 64
 // registers each a thread. The transposed form's dK, dV (64 key rows a warpgroup, all of d) would
 // take 256 registers at d256, and its dQ halves of MLA's 192 columns do not start on a swizzle atom.
-bool backward_natural_wgmma(const Problem& p, const Target& t) { return t.sm == 90 && p.d_qk == 256 && p.d_v == 256; }
+bool backward_natural_wgmma(const Problem& p, const Target& t) {
+  return t.sm == 90 && ((p.d_qk == 256 && p.d_v == 256) || (p.d_qk == 192 && (p.d_v == 192 || p.d_v == 128)));
+}
 
+// BN = 128 where dK and dV of 128 key rows (64 a warpgroup, split along M) and dQ's half fit the
+// registers (MLA 192/128: 96 + 64 + 48 a thread); else 64 key rows, dK and dV split along d too.
 TileConfig backward_tiles_wgn(const Problem& p) {
   TileConfig c;
-  c.warps = 8, c.bm = 64, c.bn = 64, c.stages = 2;
-  c.reason = "backward d" + std::to_string(p.d_qk) + " on sm90, natural form on wgmma: BM=BN=64, S and dP split over two warpgroups "
-             "along the keys, dK, dV and dQ along d (128 columns each), P and dS through shared memory; Q, dO, LSE and D in rings of "
-             "2 slots (H200 bf16: 1.28-1.34x the natural form on mma.sync, bench/results/2026-11-30-h200-bwd-d256-wgmma)";
+  c.warps = 8, c.bm = 64, c.bn = p.d_v <= 128 ? 128 : 64, c.stages = 2;
+  const std::string dims = p.d_qk == p.d_v ? "d" + std::to_string(p.d_qk) : std::to_string(p.d_qk) + "/" + std::to_string(p.d_v);
+  c.reason = "backward " + dims + " on sm90, natural form on wgmma: BM=64, BN=" + std::to_string(c.bn) +
+             ", S and dP split over two warpgroups along the keys, dQ along d (halves that are not whole 64-column blocks read from "
+             "tiles of the 64-byte swizzle), P and dS through shared memory, Q, dO, LSE and D in rings of 2 slots; " +
+             (c.bn == 128 ? "dK and dV 64 key rows a warpgroup (H200 bf16 MLA 192/128: 1.28-1.42x the natural form on mma.sync, "
+                            "1.36-1.58x 64 key rows; bench/results/2026-11-30-h200-bwd-mla-wgmma)"
+                          : "dK and dV split along d, 64 key rows (H200 bf16: d256 1.28-1.34x the natural form on mma.sync, "
+                            "bench/results/2026-11-30-h200-bwd-d256-wgmma; d192 1.10-1.15x, bench/results/2026-11-30-h200-bwd-mla-wgmma)");
   return c;
 }
 

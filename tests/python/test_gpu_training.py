@@ -88,15 +88,18 @@ def _grad_reference(q, k, v, dout, causal, window, layout):
     ((1, 200, 230, 2, 2, 64), False, (37, 5), "bshd"),    # sliding window (launch argument)
     ((2, 141, 203, 2, 2, 256), True, None, "bshd"),       # MHA d256 (Hopper: the natural form on wgmma)
     ((1, 97, 330, 4, 2, 256), False, (70, 0), "bshd"),    # GQA d256, window: dK / dV accumulated in fp32
+    ((2, 150, 211, 4, 4, 192, 128), True, None, "bshd"),  # MLA 192/128 (Hopper: 64-byte-swizzled tiles)
+    ((1, 333, 129, 4, 2, 192), False, None, "bshd"),      # GQA d192
 ])
 def test_attention_backward_matches_autograd(gen, shape, causal, window, layout):
-    b, sq, sk, hq, hk, d = shape
+    b, sq, sk, hq, hk, d = shape[:6]
+    dv = shape[6] if len(shape) > 6 else d
     dt = torch.bfloat16
 
-    def t(s, h):
-        x = torch.randn(b, s, h, d, device="cuda", generator=gen).to(dt)
+    def t(s, h, dim=d):
+        x = torch.randn(b, s, h, dim, device="cuda", generator=gen).to(dt)
         return (x if layout == "bshd" else x.transpose(1, 2).contiguous()).requires_grad_()
-    q, k, v = t(sq, hq), t(sk, hk), t(sk, hk)
+    q, k, v = t(sq, hq), t(sk, hk), t(sk, hk, dv)
     o = qattn.attention(q, k, v, causal=causal, window=window, layout=layout)
     assert o.requires_grad and o.grad_fn is not None
     dout = torch.randn(o.shape, device="cuda", generator=gen).to(dt)

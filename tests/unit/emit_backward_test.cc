@@ -262,13 +262,42 @@ TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
   auto tm = xlate(mma, "h100", dm);
   ASSERT_TRUE(tm.has_value()) << dm.render();
   EXPECT_EQ(tm->cuda_source.find("wg_gemm"), std::string::npos);
-  // other head dims keep mma.sync on Hopper: MLA's dK / dQ halves of 96 columns start inside a
-  // 64-column swizzle atom (no wgmma form for them)
+}
+
+TEST(EmitBackward, MlaAndD192OnHopperReadHalvesOf192ColumnsFromTilesOfThe64ByteSwizzle) {
+  // MLA 192/128: 128 key rows (dK, dV split along M, 64 a warpgroup), dQ = dS K split along d: each
+  // warpgroup reads K from column 96 * wg, inside a 64-column atom of the 128-byte swizzle, so K is
+  // laid out in atoms of 32 columns (the 64-byte swizzle) for every GEMM that reads it
   const std::string mla = plan_backward("deepseek-v3-mla-prefill", "h100");
+  EXPECT_NE(mla.find("Const BM = 64, BN = 128, WARPS = 8"), std::string::npos) << mla;
   support::DiagSink dl;
   auto tl = xlate(mla, "h100", dl);
   ASSERT_TRUE(tl.has_value()) << dl.render();
-  EXPECT_EQ(tl->cuda_source.find("wg_gemm"), std::string::npos);
+  const std::string& cu = tl->cuda_source;
+  EXPECT_EQ(count_of(cu, "qattn::sm90::wg_gemm_ss<"), 5u) << cu;
+  EXPECT_NE(cu.find("using SmemLayoutK = decltype(qattn::smem_layout<Element, 128, 192, 32>());"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("using SmemLayoutQ = decltype(qattn::smem_layout<Element, 64, 192>());"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("Tensor rdK = partition_fragment_C(Mma<128>{}, Shape<Int<128>, Int<192>>{});"), std::string::npos);
+  // S = Q K^T: Q in 64-column atoms, K in 32; dQ = dS K: the halves of 96 columns
+  EXPECT_NE(cu.find("qattn::sm90::Major::K, qattn::sm90::Major::K>, false, false, 64, 128, 192, false, 64, 32>(raw_pointer_cast(sQ.data()), "
+                    "0, raw_pointer_cast(sK.data()), 64 * wg,"),
+            std::string::npos) << cu;
+  EXPECT_NE(cu.find("qattn::sm90::Wgmma<96, __nv_bfloat16, qattn::sm90::Major::K, qattn::sm90::Major::MN>, false, true, 64, 128, 128, "
+                    "false, 64, 32>(raw_pointer_cast(sdSc.data()), 0, raw_pointer_cast(sK.data()), 96 * wg,"),
+            std::string::npos) << cu;
+  // d192 (MHA): 64 key rows, dK and dQ halves of 96 columns from Q and K: both in 32-column atoms
+  support::DiagSink d192;
+  auto t192 = xlate(plan_backward("llama3-8b", "h100", {{"head_dim", "192"}}), "h100", d192);
+  ASSERT_TRUE(t192.has_value()) << d192.render();
+  for (const char* l : {"using SmemLayoutQ = decltype(qattn::smem_layout<Element, 64, 192, 32>());",
+                        "using SmemLayoutK = decltype(qattn::smem_layout<Element, 64, 192, 32>());",
+                        "Tensor rdK = partition_fragment_C(MmaCols<64, 192, 2>{}, Shape<Int<64>, Int<192>>{});"})
+    EXPECT_NE(t192->cuda_source.find(l), std::string::npos) << l;
+  // a split that no atom takes stays on mma.sync (d160: halves of 80 columns), and the kernel says why
+  support::DiagSink d160;
+  auto t160 = xlate(plan_backward("llama3-8b", "h100", {{"head_dim", "160"}}), "h100", d160);
+  ASSERT_TRUE(t160.has_value()) << d160.render();
+  EXPECT_EQ(t160->cuda_source.find("wg_gemm"), std::string::npos);
 }
 
 TEST(EmitBackward, TheTlIsTheSourceOfTruth) {
@@ -285,14 +314,15 @@ TEST(EmitBackward, TheTlIsTheSourceOfTruth) {
   ASSERT_TRUE(cut.has_value()) << d2.render();
   EXPECT_EQ(cut->cuda_source.find("ew_scalar<qattn::op::Mul>(rdK"), std::string::npos);
   // other tiles in the TL give other constants and other warp layouts: BN = 64 puts dK and dV (64 rows)
-  // on 4 x 2 of the 8 warps; without the TL's `{warps_m: 4}` the 128-row tiles take 8 x 1
+  // on 4 x 2 of the 8 warps; without the TL's `{warps_m: 4}` the 128-row tiles take 8 x 1 (on mma.sync:
+  // an A100; on Hopper this TL has a wgmma form for every GEMM, dK and dV split along d)
   std::string wide = code;
   for (size_t at; (at = wide.find(" {warps_m: 4}")) != std::string::npos;) wide.erase(at, 13);
   const std::string tiles = "Const BM = 128, BN = 128, WARPS = 8";
   ASSERT_NE(wide.find(tiles), std::string::npos) << code;
   wide.replace(wide.find(tiles), tiles.size(), "Const BM = 128, BN = 64, WARPS = 8");
   support::DiagSink d3;
-  auto w = xlate(wide, "h100", d3);
+  auto w = xlate(wide, "a100", d3);
   ASSERT_TRUE(w.has_value()) << d3.render();
   EXPECT_NE(w->cuda_source.find("Tensor rS = partition_fragment_C(Mma<128>{}, Shape<Int<128>, Int<64>>{})"), std::string::npos);
   EXPECT_NE(w->cuda_source.find("Tensor rdK = partition_fragment_C(Mma<64>{}, Shape<Int<64>, Int<64>>{})"), std::string::npos);

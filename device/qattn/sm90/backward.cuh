@@ -2,7 +2,8 @@
 // lowered to warpgroup MMA (src/backend/bwd, wgmma mode). Each warpgroup (4 warps, 128 threads)
 // issues its share of a GEMM:
 //   wg_gemm_ss   both operands from shared tiles of the lowering's swizzled layout (64-element
-//                column blocks, 128-byte swizzle: qattn::smem_layout); an operand stored with its
+//                column blocks, 128-byte swizzle, or 32-element blocks, 64-byte swizzle:
+//                qattn::smem_layout); an operand stored with its
 //                K dimension along the rows (a transposed A, a plain B) is MN-major for the wgmma
 //   wg_gemm_rs   A from this warpgroup's registers (a converted accumulator: the TL Reshape), B
 //                from a shared tile stored (K, N)
@@ -35,14 +36,17 @@ __device__ __forceinline__ auto& regs(Tensor<Engine, Layout>& t) {
 // rows), B likewise from b_off of `b` (B_ROWS rows). Issued and committed as one group, not waited
 // for: the lowering places `wgmma_wait<N>` (and `fence_regs` on the accumulator) before the first
 // statement that touches the accumulator or rewrites an operand (wait_before).
-template <class Atom, bool A_MN, bool B_MN, int A_ROWS, int B_ROWS, int K_DIM, bool ACCUMULATE, class Element, int NACC>
+// A_AC / B_AC: the tiles' swizzle atom widths (64: 128-byte swizzle; 32: 64-byte, qattn::smem_layout's
+// ATOM of a tile read from a column that is a multiple of 32 only).
+template <class Atom, bool A_MN, bool B_MN, int A_ROWS, int B_ROWS, int K_DIM, bool ACCUMULATE, int A_AC = 64, int B_AC = 64,
+          class Element, int NACC>
 __device__ __forceinline__ void wg_gemm_ss(const Element* a, int a_off, const Element* b, int b_off, float (&acc)[NACC]) {
   fence_regs(acc);
   wgmma_fence();
-  const uint64_t da0 = operand_desc<A_MN, A_ROWS>(a, a_off), db0 = operand_desc<B_MN, B_ROWS>(b, b_off);
+  const uint64_t da0 = operand_desc<A_MN, A_ROWS, Element, A_AC>(a, a_off), db0 = operand_desc<B_MN, B_ROWS, Element, B_AC>(b, b_off);
   CUTE_UNROLL
   for (int k = 0; k < K_DIM / 16; ++k) {
-    const uint64_t da = da0 + operand_step<A_MN, A_ROWS, Element>(k), db = db0 + operand_step<B_MN, B_ROWS, Element>(k);
+    const uint64_t da = da0 + operand_step<A_MN, A_ROWS, Element, A_AC>(k), db = db0 + operand_step<B_MN, B_ROWS, Element, B_AC>(k);
     Atom::ss(da, db, acc, ACCUMULATE || k > 0);
   }
   wgmma_commit();
@@ -51,16 +55,16 @@ __device__ __forceinline__ void wg_gemm_ss(const Element* a, int a_off, const El
 // acc += A B: A this warpgroup's (64, K_DIM) register fragment (4 registers of bf16/fp16 pairs per k16
 // step, the converted accumulator), B a (K_DIM, N) tile stored (K rows, N columns): MN-major. Issued
 // and committed, not waited for (the A registers stay live until the wait: fence_regs after it).
-template <class Atom, int K_DIM, class Element, int NA, int NACC>
+template <class Atom, int K_DIM, int B_AC = 64, class Element, int NA, int NACC>
 __device__ __forceinline__ void wg_gemm_rs(uint32_t (&a)[NA], const Element* b, float (&acc)[NACC]) {
   static_assert(NA == K_DIM / 4, "A fragment: 4 registers per k16 step");
   fence_regs(a);
   fence_regs(acc);
   wgmma_fence();
-  const uint64_t db0 = operand_desc<true, K_DIM>(b, 0);
+  const uint64_t db0 = operand_desc<true, K_DIM, Element, B_AC>(b, 0);
   CUTE_UNROLL
   for (int k = 0; k < K_DIM / 16; ++k) {
-    const uint64_t db = db0 + operand_step<true, K_DIM, Element>(k);
+    const uint64_t db = db0 + operand_step<true, K_DIM, Element, B_AC>(k);
     Atom::rs(&a[4 * k], db, acc, true);
   }
   wgmma_commit();

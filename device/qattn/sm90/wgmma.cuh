@@ -23,35 +23,42 @@
 
 namespace qattn::sm90 {
 
-// Shared-memory matrix descriptor of a 128-byte-swizzled operand.
-//   K-major (Q, K: rows of 64 contiguous elements): SBO = 1024 B between 8-row groups; LBO unused.
-//   MN-major (V as B of the second GEMM): LBO = stride between 64-column blocks, SBO = 1024 B
-//   between groups of 8 rows (the K direction).
-__device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+// Shared-memory matrix descriptor of a swizzled operand, in tiles of the lowering's layout
+// (qattn::smem_layout: atoms of 8 rows x AC contiguous elements, AC = 64 16-bit elements: the
+// 128-byte swizzle; AC = 32: the 64-byte swizzle, for tiles that a wgmma reads from a column that is
+// a multiple of 32 but not of 64, e.g. the halves of MLA's 192 columns).
+//   K-major (Q, K: rows of AC contiguous elements): SBO = 8 rows x the atom row between 8-row groups;
+//   LBO unused.
+//   MN-major (V as B of the second GEMM): LBO = stride between AC-column blocks, SBO = 8 rows x the
+//   atom row between groups of 8 rows (the K direction).
+__device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes, uint32_t swizzle = 1) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   uint64_t d = 0;
   d |= uint64_t((addr & 0x3FFFF) >> 4);
   d |= uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16;
   d |= uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32;
-  d |= uint64_t(1) << 62;  // 128-byte swizzle
+  d |= uint64_t(swizzle) << 62;  // 1: 128-byte swizzle, 2: 64-byte
   return d;
 }
 
-// Descriptor of an operand in a (ROWS, cols) shared tile of 64-column blocks, at its first k16 step:
+// Descriptor of an operand in a (ROWS, cols) shared tile of AC-column blocks, at its first k16 step:
 //   K-major (the operand's K runs along the tile's columns): its rows start at row `off`.
-//   MN-major (K runs along the tile's rows): its M / N starts at column `off` (a multiple of 64).
-template <bool MN, int ROWS, class Element>
+//   MN-major (K runs along the tile's rows): its M / N starts at column `off` (a multiple of AC).
+template <bool MN, int ROWS, class Element, int AC = 64>
 __device__ __forceinline__ uint64_t operand_desc(const Element* base, int off) {
-  if constexpr (MN) return smem_desc(base + (off / 64) * ROWS * 64, ROWS * 128, 1024);
-  else return smem_desc(base + off * 64, 16, 1024);
+  static_assert(AC == 64 || AC == 32, "atoms of 64 (128-byte swizzle) or 32 (64-byte) 16-bit elements");
+  constexpr uint32_t kRow = AC * 2, kSwizzle = AC == 64 ? 1 : 2;
+  if constexpr (MN) return smem_desc(base + (off / AC) * ROWS * AC, ROWS * kRow, 8 * kRow, kSwizzle);
+  else return smem_desc(base + off * AC, 16, 8 * kRow, kSwizzle);
 }
 // ... and the step from there to k16 step `k`: a compile-time number of 16-byte units added to the
 // descriptor's start-address field (the tile lies inside shared memory, so the field never carries),
 // instead of a descriptor computed from an address per step.
-template <bool MN, int ROWS, class Element>
+template <bool MN, int ROWS, class Element, int AC = 64>
 __device__ __forceinline__ constexpr uint64_t operand_step(int k) {
-  if constexpr (MN) return uint64_t(k * 16 * 64 * int(sizeof(Element))) >> 4;
-  else return uint64_t(((k / 4) * ROWS * 64 + (k % 4) * 16) * int(sizeof(Element))) >> 4;
+  constexpr int kSteps = AC / 16;  // k16 steps per atom row (K-major)
+  if constexpr (MN) return uint64_t(k * 16 * AC * int(sizeof(Element))) >> 4;
+  else return uint64_t(((k / kSteps) * ROWS * AC + (k % kSteps) * 16) * int(sizeof(Element))) >> 4;
 }
 
 // The dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle of a wgmma

@@ -62,7 +62,8 @@ void Lower::preamble(Out& w) {
   for (const auto& [n, b] : shared_) {
     if (b.cols > 0)
       w.line("using " + b.layout + " = decltype(qattn::smem_layout<Element, " + std::to_string(b.rows) + ", " +
-             std::to_string(b.cols) + ">());  // " + n + " (" + std::to_string(b.rows) + ", " + std::to_string(b.cols) + ")");
+             std::to_string(b.cols) + (b.atom ? ", " + std::to_string(b.atom) : "") + ">());  // " + n + " (" + std::to_string(b.rows) +
+             ", " + std::to_string(b.cols) + ")" + (b.atom ? ": atoms of " + std::to_string(b.atom) + " columns (64-byte swizzle)" : ""));
     w.line("constexpr int kSmem" + id(n) + " = " + std::to_string(b.offset) + ";  // " + n + ": " + std::to_string(b.bytes) + " bytes");
   }
   if (row_scratch_bytes_ > 0)

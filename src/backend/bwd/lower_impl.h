@@ -49,6 +49,7 @@ struct SharedBuf {
   tl::DType dtype = tl::DType::F16;
   int64_t offset = 0, bytes = 0;  // bytes of one slot
   int stages = 1;                  // `{stages: 2}`: a ring of two slots, the loop fills the next one
+  int atom = 0;                    // wgmma mode: the swizzle atom's columns when not smem_layout's default (32: 64-byte swizzle)
 };
 
 struct RegBuf {

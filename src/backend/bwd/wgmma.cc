@@ -59,8 +59,8 @@ std::optional<Lower::WgGemm> Lower::wg_form(const Stmt& s, std::string& why) con
   } else if (g.m == 64 && wgs == 2) {
     g.split_n = true;
     const int half = g.n / 2;
-    if (g.n % 16 != 0 || half > 256 || (g.b_mn && half % 64 != 0))
-      return why = line + "a 64-row product split along N needs " + (g.b_mn ? "halves of 64-column blocks" : "N a multiple of 16"), std::nullopt;
+    if (g.n % 16 != 0 || half > 256 || (g.b_mn && half % 32 != 0))
+      return why = line + "a 64-row product split along N needs " + (g.b_mn ? "halves of 32-column blocks" : "N a multiple of 16"), std::nullopt;
     if (g.rs) return why = line + "a register A operand needs the product split along M", std::nullopt;
   } else {
     return why = line + "the product has " + std::to_string(g.m) + " rows: not 64 per warpgroup (" + std::to_string(wgs) + " of them)",
@@ -112,6 +112,7 @@ bool Lower::wgmma_plan() {
   if (target_.sm != 90) return false;
   if (warps_ != 4 && warps_ != 8) return wg_reason_ = "WARPS = " + std::to_string(warps_) + " is not 1 or 2 warpgroups", false;
   bool ok = true;
+  std::set<std::string> narrow;
   walk(prog_.stmts, [&](const Stmt& s) {
     if (!ok) return;
     for (const auto& a : s.attrs)
@@ -122,11 +123,17 @@ bool Lower::wgmma_plan() {
       if (!g) ok = false, wg_reason_ = why;
       // an accumulator that a product split along N adds to (dK, dV of a 64-row key tile): its
       // Allocate lays it out as the product's warpgroup halves of the columns
-      else if (g->split_n && s.compute.result == tl::ComputeStmt::Result::Accumulate)
-        split_acc_[s.compute.target] = "MmaCols<" + std::to_string(g->m) + ", " + std::to_string(g->n) + ", 2>{}";
+      else {
+        if (g->split_n && s.compute.result == tl::ComputeStmt::Result::Accumulate)
+          split_acc_[s.compute.target] = "MmaCols<" + std::to_string(g->m) + ", " + std::to_string(g->n) + ", 2>{}";
+        // a B read MN-major from a column that is a multiple of 32 only (the halves of MLA's 192
+        // columns): its tile in atoms of 32 columns, the 64-byte swizzle, for every GEMM that reads it
+        if (g->split_n && g->b_mn && (g->n / 2) % 64 != 0) narrow.insert(s.compute.operands[1].expr.name);
+      }
     }
   });
   if (!ok) return split_acc_.clear(), false;
+  for (const auto& n : narrow) shared_.at(n).atom = 32;
   wg_ = true;
   return true;
 }
@@ -142,6 +149,8 @@ void Lower::wg_gemm(Out& w, const Stmt& s, RegBuf& acc, const WgGemm& g) {
   const std::string atom = wg_atom(g);
   const std::string pb = "raw_pointer_cast(" + shared_.at(B.expr.name).var + ".data())";
   const std::string acc_regs = "qattn::sm90::regs<float>(" + acc.var + ")";
+  auto atom_of = [&](const std::string& n) { return shared_.at(n).atom ? shared_.at(n).atom : 64; };
+  const int b_ac = atom_of(B.expr.name);
   if (g.rs) {
     const RegBuf* ra = regs_.count(A.expr.name) ? &regs_.at(A.expr.name) : nullptr;
     if (!ra || ra->a_view.empty()) {
@@ -151,17 +160,19 @@ void Lower::wg_gemm(Out& w, const Stmt& s, RegBuf& acc, const WgGemm& g) {
     }
     if (!same_rows(*ra, acc, s)) return;
     if (!accumulate) w.line("clear(" + acc.var + ");");
-    w.line("qattn::sm90::wg_gemm_rs<" + atom + ", " + std::to_string(g.k) + ">(qattn::sm90::regs<uint32_t>(" + ra->var + "), " + pb + ", " +
+    w.line("qattn::sm90::wg_gemm_rs<" + atom + ", " + std::to_string(g.k) + (b_ac != 64 ? ", " + std::to_string(b_ac) : "") +
+           ">(qattn::sm90::regs<uint32_t>(" + ra->var + "), " + pb + ", " +
            acc_regs + ");  // wgmma: A from this warpgroup's registers, B (K, N) from shared");
     wg_pending_.push_back({c.target, A.expr.name, {B.expr.name}});
     return;
   }
   const std::string pa = "raw_pointer_cast(" + shared_.at(A.expr.name).var + ".data())";
+  const int a_ac = atom_of(A.expr.name);
   // this warpgroup's rows of A (K-major: a row offset; MN-major: a column offset), or its columns of B
   const std::string a_off = g.split_n ? "0" : "64 * wg", b_off = g.split_n ? std::to_string(g.n / 2) + " * wg" : "0";
   w.line("qattn::sm90::wg_gemm_ss<" + atom + ", " + (g.a_mn ? "true" : "false") + ", " + (g.b_mn ? "true" : "false") + ", " +
          std::to_string(g.a_rows) + ", " + std::to_string(g.b_rows) + ", " + std::to_string(g.k) + ", " + (accumulate ? "true" : "false") +
-         ">(" + pa + ", " + a_off + ", " + pb + ", " + b_off + ", " + acc_regs + ");  // wgmma: A " + (g.a_mn ? "MN" : "K") + "-major, B " +
+         (a_ac != 64 || b_ac != 64 ? ", " + std::to_string(a_ac) + ", " + std::to_string(b_ac) : "") + ">(" + pa + ", " + a_off + ", " + pb + ", " + b_off + ", " + acc_regs + ");  // wgmma: A " + (g.a_mn ? "MN" : "K") + "-major, B " +
          (g.b_mn ? "MN" : "K") + "-major, the warpgroups along " + (g.split_n ? "N" : "M"));
   wg_pending_.push_back({c.target, "", {A.expr.name, B.expr.name}});
 }
