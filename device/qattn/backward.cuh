@@ -373,6 +373,29 @@ __device__ __forceinline__ void ew_cols(X const& x, C const& c, Z& z) {
   }
 }
 
+// Z = X op sX[column], the column vector read from the shared vector sX (N) where it is used instead
+// of held in registers (its N / 4 values a thread are replicated over the 8 lanes of a column
+// quad: at d64's 128 columns 32 registers live across the products): a broadcast load per column
+// pair, no bank conflicts.
+// `scale`: each value multiplied by it first (a `Compute Multiply X, c` of the vector folded in).
+template <class Op, int M, int N, class TiledMma, class X, class Z>
+__device__ __forceinline__ void ew_cols_smem(TiledMma const& mma, X const& x, float const* sX, Z& z, int tid, float scale = 1.f) {
+  Tensor c = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  auto cr = rows_view(c);
+  auto xr = rows_view(x);
+  auto zr = rows_view(z);
+  CUTE_UNROLL
+  for (int k = 0; k < size<1>(xr); ++k) {
+    float v = sX[get<1>(cr(0, k))] * scale;
+    if constexpr (std::is_same_v<Op, op::Sub>) v = v == -INFINITY ? 0.f : v;
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(xr); ++i) {
+      if constexpr (std::is_same_v<Op, op::Sub>) zr(i, k) = xr(i, k) - v;
+      else zr(i, k) = Op{}(xr(i, k), v);
+    }
+  }
+}
+
 // A row vector `r` of the (RM, x) tiles of `rmma` into the column vector `c` of an (CM, RM) tile of
 // `cmma` (its columns are r's rows): through the shared scratch (RM floats). Two __syncthreads; the
 // caller's control flow must be uniform over the block.

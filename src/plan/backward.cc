@@ -333,8 +333,13 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
       w.line("Allocate dO in register (BM, " + dv + ") " + st + wq);
       w.line("Allocate O in register (BM, " + dv + ") " + st + wq);
     }
-    w.line("Allocate LSE in register (BM) fp32" + wq);
-    if (phase_d) w.line("Allocate D in register (BM) fp32" + wq);
+    // the transposed form with 128 query columns on Hopper (d64): LSE and D read from their ring slot
+    // where `St - LSE^T` and `dPt - D^T` use them, not held in 32 registers each across the products
+    // (H200 bf16 d64: 116-124 B of spills -> none, 1.06-1.09x; bench/results/2026-11-30-h200-bwd-lazy-cols)
+    const bool at_use = tr && t.sm == 90 && tiles->bm >= 128 && tiles->stages > 1 && phase_d;
+    if (at_use) w.comment(" LSE and D read from shared memory where they are used (`{at_use}`): 32 registers each at BM = 128");
+    w.line("Allocate LSE in register (BM) fp32" + wq + (at_use ? " {at_use}" : ""));
+    if (phase_d) w.line("Allocate D in register (BM) fp32" + wq + (at_use ? " {at_use}" : ""));
     if (tr) {
       w.comment(" dS^T is read transposed by dQ = dS K: staged in shared memory");
       w.line("Allocate dStc in shared (BN, BM) " + st);

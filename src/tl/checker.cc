@@ -364,6 +364,17 @@ void Walker::attrs(const Stmt& s) {
         check_expr(*a.value, Ctx::Static, s);
       continue;
     }
+    if (a.key == "at_use") {  // a register vector read from shared memory where it is used (backward)
+      const bool vec = s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Register && s.alloc.shape.size() == 1;
+      if (!backward() || !vec || a.value)
+        rep_.error("TL0420", pick(a.loc, s.loc),
+                   !backward() ? "`at_use` is lowered in backward programs only"
+                   : !vec      ? "`at_use` belongs on the Allocate of a register vector: `Allocate D in register (BM) fp32 {at_use}`"
+                               : "`at_use` takes no value",
+                   "write `{at_use}` on a register vector that is copied from a shared ring and read by column (`D^T`), or "
+                   "remove it");
+      continue;
+    }
     if (a.key == "ordered") {  // deterministic sums: the additions into each tile in a fixed order (backward)
       const bool adds = s.kind == Stmt::Kind::Copy && s.copy.accumulate && s.copy.from == Space::Register &&
                         s.copy.to == Space::Global;
@@ -380,7 +391,7 @@ void Walker::attrs(const Stmt& s) {
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
                "wait: X and release: X (any statement), overlap (the key loop), stage: N (its statements), persistent (the "
-               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), unroll: U (a combine program's loop), warps_m: N (a backward program's register tiles), ordered (a backward program's accumulating stores); remove `{" + a.key +
+               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), unroll: U (a combine program's loop), warps_m: N (a backward program's register tiles), ordered (a backward program's accumulating stores), at_use (a backward program's register vectors); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }

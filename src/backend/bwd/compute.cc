@@ -22,6 +22,30 @@ void Lower::compute(Out& w, const Stmt& s) {
     return;
   }
   RegBuf& rx = regs_[x];
+  // an `{at_use}` vector: scaled in place by a constant (folded into its reads) or read by column
+  for (size_t k = 0; k < c.operands.size(); ++k) {
+    const auto& o = c.operands[k];
+    if (o.expr.kind != tl::Expr::Kind::Name || !regs_.count(o.expr.name) || !regs_.at(o.expr.name).at_use) continue;
+    const bool scale = k == 0 && c.op == "Multiply" && c.result == tl::ComputeStmt::Result::InPlace && c.operands.size() == 2 &&
+                       !is_tensor(c.operands[1]);
+    const bool by_col = k == 1 && o.transposed && c.operands.size() == 2 && c.op != "GEMM";
+    if (!scale && !by_col) {
+      fail("XL0301", o.loc.line ? o.loc : s.loc, "'" + o.expr.name + "' is `{at_use}`: it is read by column (`" + o.expr.name +
+                                                   "^T`) or scaled in place by a constant, nothing else",
+           "remove `{at_use}` from its Allocate");
+      return;
+    }
+    if (scale) {
+      RegBuf& v = regs_[o.expr.name];
+      v.at_use_scale = (v.at_use_scale.empty() ? "" : v.at_use_scale + " * ") + "(" + cfloat(c.operands[1].expr) + ")";
+      w.line("// (folded into the reads of " + o.expr.name + ")");
+      return;
+    }
+  }
+  if (c.target.size() && regs_.count(c.target) && regs_.at(c.target).at_use) {
+    fail("XL0301", s.loc, "'" + c.target + "' is `{at_use}`: nothing writes it but its Copy from shared memory", "remove `{at_use}`");
+    return;
+  }
   // the result: in place, a new tensor (get) or an existing one (accumulate)
   auto target = [&](int rows, int cols, const std::string& like) -> RegBuf* {
     if (c.result == tl::ComputeStmt::Result::InPlace) return &rx;
@@ -144,6 +168,18 @@ void Lower::compute(Out& w, const Stmt& s) {
     if (!same_rows(rx, *z, s)) return;
     if (mma_of(rx) != mma(rx.rows)) {
       fail("XL0202", s.loc, "'" + x + "' is not laid out with its warps along the rows: a column vector of it is not lowered", "");
+      return;
+    }
+    if (ry.at_use) {
+      if (ry.col_rows != rx.rows || ry.col_cols != rx.cols) {
+        fail("XL0202", s.loc, "'" + y.expr.name + "^T' is read by column of a (" + std::to_string(ry.col_rows) + ", " +
+                                  std::to_string(ry.col_cols) + ") tile elsewhere; '" + x + "' is (" + std::to_string(rx.rows) + ", " +
+                                  std::to_string(rx.cols) + ")", "");
+        return;
+      }
+      w.line("qattn::ew_cols_smem<" + op + ", " + std::to_string(rx.rows) + ", " + std::to_string(rx.cols) + ">(" + mma(rx.rows) + ", " +
+             rx.var + ", " + shared_.at(y.expr.name).var + ", " + z->var + ", tid" +
+             (ry.at_use_scale.empty() ? "" : ", " + ry.at_use_scale) + ");  // " + y.expr.name + " read from shared (`{at_use}`)");
       return;
     }
     std::string cv = ry.var;

@@ -151,9 +151,11 @@ bool Lower::header() {
       if (a.key == "warps_m") continue;  // the checker placed it (a register Allocate, a GEMM's `and get`)
       if (a.key == "skip" && s.kind == Stmt::Kind::For) continue;  // the query loop skips empty tile pairs (schedule.cc)
       if (a.key == "ordered") continue;  // deterministic additions (ordered.cc; the checker placed it)
+      if (a.key == "at_use") continue;   // a register vector read from shared where it is used (allocate checks it)
       return fail("XL0301", a.loc.line ? a.loc : s.loc, "the attribute `" + a.key + "` is not lowered in a backward program",
                   "the backward lowering takes `{stages: 2}` on a shared Allocate (a ring the query loop fills ahead), "
-                  "`{warps_m: N}` on a register tile and `{skip: NAME}` on the loop; it has no Hopper schedule or packing yet: remove the attribute");
+                  "`{warps_m: N}` or `{at_use}` on a register tile or vector and `{skip: NAME}` on the loop; it has no Hopper schedule or "
+                  "packing yet: remove the attribute");
     }
   }
   kernel_stmt_ = h.kernel, grid_stmt_ = h.grid;
@@ -419,6 +421,23 @@ void Lower::allocate(Out& w, const Stmt& s) {
   RegBuf* rp = rg(a.name, s);
   if (!rp) return;
   RegBuf& r = *rp;
+  if (std::any_of(s.attrs.begin(), s.attrs.end(), [](const tl::Attr& at) { return at.key == "at_use"; })) {
+    // `{at_use}`: a vector read only by column (`X^T`) and filled from a shared ring: each Compute that
+    // reads it loads its values from the iteration's slot (broadcast loads) instead of registers
+    // holding them across the products (d64's 128 columns: 32 registers a vector)
+    auto b = shared_.find(a.name);
+    if (r.cols != 0 || !col_vecs_.count(a.name) || b == shared_.end() || b->second.cols != 0 || b->second.stages < 2) {
+      fail("XL0301", s.loc, "`{at_use}` on " + a.name + ": lowered for a register vector read only by column (`" + a.name +
+                                "^T`) and copied from a shared vector of the same name in a ring (`{stages: 2}`)",
+           "remove `{at_use}`, or ring the shared vector");
+      return;
+    }
+    const auto [tr, tc] = col_vecs_.at(a.name);
+    r.col_rows = tr, r.col_cols = tc;
+    r.at_use = true;
+    w.line("// (" + a.name + " is read from s" + id(a.name) + " where a Compute reads it by column: `{at_use}`)");
+    return;
+  }
   if (!computed_.count(a.name) && !elementwise_.count(a.name)) {
     w.line("// (a GEMM operand: its fragments are loaded from s" + id(a.name) + " inside the GEMM)");
     return;
@@ -482,6 +501,10 @@ void Lower::copy(Out& w, const Stmt& s) {
       return;
     }
     before_read(w, c.name);
+    if (r.at_use) {
+      w.line("// (" + c.name + " `{at_use}`: read from s" + id(c.name) + " by the Computes that use it)");
+      return;
+    }
     if (b.cols == 0 && r.col_rows)
       w.line("qattn::load_cols<" + std::to_string(r.col_rows) + ", " + std::to_string(r.col_cols) + ">(" + mma(r.col_rows) + ", " + b.var +
              ", " + r.var + ", tid);");
