@@ -1,12 +1,7 @@
 #!/bin/bash
-# Translate and build every TL of out/mlaw/tl into out/mlaw/NAME.so (ptxas -v into NAME.log),
-# on the device machine (16 cores): QATTN_TRANSLATE, CUTLASS at .cutlass/include.
-cd out/mlaw
-one() {
-  b=$1; T=${QATTN_TRANSLATE:-../gpu-py/qattn_translate}
-  $T tl/$b.tl --gpu h100 -o $b.cu || { echo "$b TRANSLATE FAIL"; return; }
-  nvcc $($T tl/$b.tl --gpu h100 --flags) -I../../include -I../../device -I../../.cutlass/include -shared -Xcompiler -fPIC -Xptxas -v \
-    -o $b.so $b.cu > $b.log 2>&1 && echo "$b ok $(grep -o 'Used [0-9]* registers' $b.log | tail -1) $(grep -o '[0-9]* bytes spill stores' $b.log | sort -n | tail -1)" || { echo "$b FAIL"; tail -5 $b.log; }
-}
-export -f one
-ls tl/*.tl | sed 's#tl/##; s/\.tl$//' | xargs -P 16 -I{} bash -c 'one {}'
+# The TL files of out/mlaw/tl translated (out/gpu-py/qattn_translate) and built into out/mlaw, all at once:
+# tests/gpu/build_bwd_kernels.sh with each file as a --tl library and none of its own configs. (The
+# logs of this folder were made by an inline copy of the same translate + nvcc commands.)
+args=()
+for f in out/mlaw/tl/*.tl; do args+=(--tl "$(basename "$f" .tl)=$f"); done
+exec bash tests/gpu/build_bwd_kernels.sh out/mlaw --bin out/gpu-py --only '^$' "${args[@]}"
