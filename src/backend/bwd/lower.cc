@@ -502,6 +502,7 @@ void Lower::copy(Out& w, const Stmt& s) {
     }
     before_read(w, c.name);
     if (r.at_use) {
+      r.at_use_scale.clear();  // the Copy gives the vector the slot's values again: no scale folded yet
       w.line("// (" + c.name + " `{at_use}`: read from s" + id(c.name) + " by the Computes that use it)");
       return;
     }
