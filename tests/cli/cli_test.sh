@@ -57,6 +57,8 @@ expect "--backward with --combine refused" 1 "CLI0005" -- $Q plan --preset llama
 [ ! -e "$T/both" ] && ok "--backward with --combine wrote nothing" || bad "--backward with --combine left files"
 expect "--bwd-form transposed is the sm90 default" 0 "Compute GEMM K, Q\^T and get St" -- $Q plan --preset llama3-8b --gpu h100 --backward --print
 expect "--bwd-form natural plans S = Q K^T" 0 "Compute GEMM Q, K\^T and get S" -- $Q plan --preset llama3-8b --gpu h100 --backward --bwd-form natural --print
+expect "--bwd-form natural at d256 on sm90 is the natural form on wgmma" 0 "natural form on wgmma: BM=64, BN=64" -- $Q plan --preset llama3-8b --head-dim 256 --gpu h100 --backward --bwd-form natural --print
+expect "--bwd-form natural-mma keeps mma.sync's layouts" 0 "warps_m: 2" -- $Q plan --preset llama3-8b --head-dim 256 --gpu h100 --backward --bwd-form natural-mma --print
 expect "--bwd-form with a hostile value refused" 1 "CLI0005" -- $Q plan --preset llama3-8b --gpu h100 --backward --bwd-form 'natural; rm -rf /' --out "$T/form"
 [ ! -e "$T/form" ] && ok "a refused --bwd-form wrote nothing" || bad "a refused --bwd-form left files"
 expect "--bwd-form without --backward refused" 1 "CLI0005" -- $Q plan --preset llama3-8b --gpu h100 --bwd-form natural --out "$T/form2"
