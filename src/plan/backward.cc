@@ -111,9 +111,11 @@ TileConfig backward_tiles_wgn(const Problem& p) {
   TileConfig c;
   c.warps = 8, c.bm = 64, c.bn = p.d_v <= 128 ? 128 : 64, c.stages = 2;
   const std::string dims = p.d_qk == p.d_v ? "d" + std::to_string(p.d_qk) : std::to_string(p.d_qk) + "/" + std::to_string(p.d_v);
+  const bool narrow = (p.d_qk / 2) % 64 != 0 || (c.bn == 64 && (p.d_v / 2) % 64 != 0);
   c.reason = "backward " + dims + " on sm90, natural form on wgmma: BM=64, BN=" + std::to_string(c.bn) +
-             ", S and dP split over two warpgroups along the keys, dQ along d (halves that are not whole 64-column blocks read from "
-             "tiles of the 64-byte swizzle), P and dS through shared memory, Q, dO, LSE and D in rings of 2 slots; " +
+             ", S and dP split over two warpgroups along the keys, dQ along d" +
+             (narrow ? " (its halves of " + std::to_string(p.d_qk / 2) + " columns read from tiles of the 64-byte swizzle)" : "") +
+             ", P and dS through shared memory, Q, dO, LSE and D in rings of 2 slots; " +
              (c.bn == 128 ? "dK and dV 64 key rows a warpgroup (H200 bf16 MLA 192/128: 1.28-1.42x the natural form on mma.sync, "
                             "1.36-1.58x 64 key rows; bench/results/2026-11-30-h200-bwd-mla-wgmma)"
                           : "dK and dV split along d, 64 key rows (H200 bf16: d256 1.28-1.34x the natural form on mma.sync, "

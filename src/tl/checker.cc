@@ -366,10 +366,12 @@ void Walker::attrs(const Stmt& s) {
     }
     if (a.key == "at_use") {  // a register vector read from shared memory where it is used (backward)
       const bool vec = s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Register && s.alloc.shape.size() == 1;
-      if (!backward() || !vec || a.value)
+      const bool init = vec && s.alloc.init.has_value();
+      if (!backward() || !vec || a.value || init)
         rep_.error("TL0420", pick(a.loc, s.loc),
                    !backward() ? "`at_use` is lowered in backward programs only"
                    : !vec      ? "`at_use` belongs on the Allocate of a register vector: `Allocate D in register (BM) fp32 {at_use}`"
+                   : init      ? "`at_use` on a vector with `init`: it holds no values of its own, only its ring slot's"
                                : "`at_use` takes no value",
                    "write `{at_use}` on a register vector that is copied from a shared ring and read by column (`D^T`), or "
                    "remove it");

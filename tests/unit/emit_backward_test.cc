@@ -302,6 +302,56 @@ TEST(EmitBackward, AtUseVectorsAreReadFromTheirRingSlotWhereTheyAreUsed) {
   auto scaled = xlate(by_row, "h100", ds);
   ASSERT_TRUE(scaled.has_value()) << ds.render();
   EXPECT_NE(scaled->cuda_source.find("(Mma<128>{}, rdPt, sD, rdSt, tid, (2.0f));"), std::string::npos) << scaled->cuda_source;
+  // (a review's cases) read before its Copy in the body: the slot holds this iteration's values, the
+  // program means the last one's; `init` with `{at_use}`: no values of its own (TL0420)
+  std::string early = code;  // D copied from global and to registers once, before the loop
+  const std::string copy = "  Copy D from shared to register\n", dload = "  Copy D (BM) in coordinate [i] from global to shared\n";
+  ASSERT_NE(early.find(copy), std::string::npos);
+  ASSERT_NE(early.find(dload), std::string::npos);
+  early.erase(early.find(copy), copy.size());
+  early.erase(early.find(dload), dload.size());
+  const std::string loop = "\nfor i = ";
+  ASSERT_NE(early.find(loop), std::string::npos);
+  early.insert(early.find(loop) + 1, "Copy D (BM) in coordinate [0] from global to shared\nCopy D from shared to register\n");
+  refused(early, "D used in the loop, copied before it");
+  std::string with_init = code;
+  const std::string al = "Allocate D in register (BM) fp32 {at_use}";
+  with_init.replace(with_init.find(al), al.size(), "Allocate D in register (BM) fp32 init 0 {at_use}");
+  support::DiagSink di;
+  EXPECT_FALSE(xlate(with_init, "h100", di).has_value());
+  EXPECT_NE(di.render().find("TL0420"), std::string::npos) << di.render();
+  // a ring written twice in the body is refused (its reads would take another slot than its writes)
+  std::string twice_copied = code;
+  ASSERT_NE(twice_copied.find(dload), std::string::npos);
+  twice_copied.replace(twice_copied.find(use), use.size(), use + "\n" + dload.substr(0, dload.size() - 1));
+  refused(twice_copied, "a ring with a second writer");
+}
+
+TEST(EmitBackward, TilesOf96ColumnsTakeThe64ByteSwizzleInEveryWgmmaThatReadsThem) {
+  // smem_layout lays a tile of 96 (160, 224) columns out in 32-column atoms: every wgmma that reads
+  // it builds 64-byte-swizzle descriptors (a review found them built for the 128-byte swizzle)
+  std::string code = plan_backward("llama3.2-1b", "h100");
+  const std::string dim = ", d = 64\n";
+  ASSERT_NE(code.find(dim), std::string::npos);
+  code.replace(code.find(dim), dim.size(), ", d = 96\n");
+  support::DiagSink d;
+  auto t = xlate(code, "h100", d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  EXPECT_NE(cu.find("false, false, 128, 128, 96, false, 32, 32>(raw_pointer_cast(sK.data()), 64 * wg,"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("qattn::sm90::Major::MN>, 128, 32>(qattn::sm90::regs<uint32_t>(rPtc), raw_pointer_cast(sdO.data()),"),
+            std::string::npos) << cu;
+  // and a split-along-N tile read back from shared memory takes its own layout (d256's dV)
+  std::string d256 = plan_backward("llama3-8b", "h100", {{"head_dim", "256"}, {"heads", "16,16"}});
+  for (size_t at; (at = d256.find(" {stages: 2}")) != std::string::npos;) d256.erase(at, 12);
+  const std::string alloc = "Allocate dV in register (BN, d) fp32 init 0\n";
+  ASSERT_NE(d256.find(alloc), std::string::npos) << d256;
+  d256.replace(d256.find(alloc), alloc.size(), alloc + "Allocate dV in shared (BN, d) bf16\n");
+  d256 += "Copy dV from register to shared\nCopy dV from shared to register\nCompute Multiply dV, 1.0\n";
+  support::DiagSink d2;
+  auto t2 = xlate(d256, "h100", d2);
+  ASSERT_TRUE(t2.has_value()) << d2.render();
+  EXPECT_NE(t2->cuda_source.find("qattn::load_acc(MmaCols<64, 256, 2>{}, sdV, rdV, tid);"), std::string::npos) << t2->cuda_source;
 }
 
 TEST(EmitBackward, MlaAndD192OnHopperReadHalvesOf192ColumnsFromTilesOfThe64ByteSwizzle) {

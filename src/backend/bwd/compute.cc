@@ -35,6 +35,12 @@ void Lower::compute(Out& w, const Stmt& s) {
            "remove `{at_use}` from its Allocate");
       return;
     }
+    if (!regs_.at(o.expr.name).at_use_loaded) {  // its values are the ring slot's of this iteration only
+      fail("XL0301", o.loc.line ? o.loc : s.loc, "'" + o.expr.name + "' is `{at_use}`: it is used before its `Copy " + o.expr.name +
+                                                   " from shared to register` in this iteration of the loop (or outside the loop)",
+           "copy it from its shared ring in the loop body before it is used, or remove `{at_use}`");
+      return;
+    }
     if (scale) {
       RegBuf& v = regs_[o.expr.name];
       v.at_use_scale = (v.at_use_scale.empty() ? "" : v.at_use_scale + " * ") + "(" + cfloat(c.operands[1].expr) + ")";

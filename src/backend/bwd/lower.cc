@@ -503,6 +503,7 @@ void Lower::copy(Out& w, const Stmt& s) {
     before_read(w, c.name);
     if (r.at_use) {
       r.at_use_scale.clear();  // the Copy gives the vector the slot's values again: no scale folded yet
+      r.at_use_loaded = loop_stmt_ != nullptr;  // read this iteration's slot only after this Copy, in the loop
       w.line("// (" + c.name + " `{at_use}`: read from s" + id(c.name) + " by the Computes that use it)");
       return;
     }
@@ -512,7 +513,7 @@ void Lower::copy(Out& w, const Stmt& s) {
     else if (b.cols == 0)
       w.line("qattn::load_rows<" + std::to_string(b.rows) + ">(" + mma(b.rows, r.wm) + ", " + b.var + ", " + r.var + ", tid);");
     else
-      w.line("qattn::load_acc(" + mma(r.rows, r.wm) + ", " + b.var + ", " + r.var + ", tid);");
+      w.line("qattn::load_acc(" + mma_of(r) + ", " + b.var + ", " + r.var + ", tid);");
     return;
   }
   if (c.from == tl::Space::Register && c.to == tl::Space::Shared) {

@@ -62,6 +62,7 @@ struct RegBuf {
   bool from_shared = false; // after `Copy X from shared to register` of a GEMM-only tile: the GEMM reads shared
   bool at_use = false;      // `{at_use}` vector: not held in registers, read from its shared ring slot where a Compute reads it by column
   std::string at_use_scale; // ... times this (a `Compute Multiply X, c` folded into those reads); empty: 1
+  bool at_use_loaded = false; // ... its Copy from shared came earlier in this iteration of the loop (else a read is XL0301)
   int wm = 0;               // `{warps_m: N}` (or inherited from the operand): warps along the rows; 0: the default
   std::string layout;       // wgmma mode: the layout type of an N-split tile (`MmaCols<R, C, WGN>{}`); empty: Mma<R, WM>
   int col_rows = 0, col_cols = 0;  // a vector read as `X^T` of an (col_rows, col_cols) tile, held by column (wgmma mode)

@@ -73,6 +73,12 @@ void Lower::loop(Out& w, const Stmt& s) {
         last = long(j);
       }
     }
+    if ((other_writer || first <= long(k)) && shared_.at(c.copy.name).stages > 1) {
+      fail("XL0301", c.loc, "the ring " + c.copy.name + " (`{stages: 2}`) is filled by this Copy only when it is the buffer's one writer in "
+                            "the loop body and comes before its first read there",
+           "copy the tile once, at the top of the body, or remove `{stages: 2}`");
+      return;
+    }
     if (other_writer || first <= long(k)) continue;
     if (shared_.at(c.copy.name).stages > 1) {  // a ring: the next iteration's tile goes to the other slot at the top
       ring.push_back(&c);
@@ -136,6 +142,7 @@ void Lower::loop(Out& w, const Stmt& s) {
     read_since_barrier_.erase(c->copy.name);  // the previous iteration read the other slot
   }
   ring_pending_ = ring;
+  for (auto& [name, r] : regs_) r.at_use_loaded = false;  // `{at_use}` vectors: copied again in each iteration
   for (size_t k = 0; k < body_stmts.size() && !failed_; ++k) {
     one(w, body_stmts[k]);
     auto it = after.find(k);
@@ -165,6 +172,7 @@ void Lower::loop(Out& w, const Stmt& s) {
   }
   loop_var_.clear();
   loop_stmt_ = nullptr;
+  for (auto& [name, r] : regs_) r.at_use_loaded = false;  // after the loop no slot is this iteration's
   next_.clear();
   fill_slot_.clear();
   if (!written_sync_.empty()) barrier(w, "the block's stores are visible");

@@ -149,7 +149,12 @@ void Lower::wg_gemm(Out& w, const Stmt& s, RegBuf& acc, const WgGemm& g) {
   const std::string atom = wg_atom(g);
   const std::string pb = "raw_pointer_cast(" + shared_.at(B.expr.name).var + ".data())";
   const std::string acc_regs = "qattn::sm90::regs<float>(" + acc.var + ")";
-  auto atom_of = [&](const std::string& n) { return shared_.at(n).atom ? shared_.at(n).atom : 64; };
+  // the tile's swizzle atom as qattn::smem_layout lays it out: the lowering's choice, else the widest
+  // atom that divides its columns (32 for 96, 160, 224 columns: the 64-byte swizzle too)
+  auto atom_of = [&](const std::string& n) {
+    const SharedBuf& b = shared_.at(n);
+    return b.atom ? b.atom : (b.cols % 64 == 0 ? 64 : 32);
+  };
   const int b_ac = atom_of(B.expr.name);
   if (g.rs) {
     const RegBuf* ra = regs_.count(A.expr.name) ? &regs_.at(A.expr.name) : nullptr;
