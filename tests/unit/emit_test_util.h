@@ -1,5 +1,5 @@
-// Helpers of the translator's text tests (emit_test.cc: the forward; emit_backward_test.cc: the
-// backward pass): the target of a GPU name, the planner's TL for a preset, a translation, and an edit
+// Helpers of the translator's text tests (emit_test.cc: the forward; emit_backward_test.cc and
+// emit_backward_wgmma_test.cc: the backward pass): the target of a GPU name, the planner's TL for a preset, a translation, and an edit
 // of a program that the translation must refuse with given diagnostics.
 #pragma once
 #include <gtest/gtest.h>
@@ -66,6 +66,48 @@ inline void expect_refused(const std::string& code, const std::string& from, con
   EXPECT_FALSE(xlate(edited, gpu, d).has_value()) << "`" << to << "` translated";
   EXPECT_TRUE(d.has_errors());
   for (const char* n : needles) EXPECT_NE(d.render().find(n), std::string::npos) << n << "\n" << d.render();
+}
+
+// ---- the backward pass (emit_backward_test.cc, emit_backward_wgmma_test.cc) ----
+
+// The rules engine's backward plan of a preset on a GPU (nullopt: refused, the reason in d).
+inline std::optional<plan::Plan> try_plan_backward(const std::string& preset, const std::string& gpu,
+                                                   std::map<std::string, std::string> flags, plan::PlanOptions o,
+                                                   support::DiagSink& d) {
+  spec::AttentionSpec s = *spec::find_preset(preset);
+  flags["gpu"] = gpu;
+  EXPECT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
+  o.backward = true;
+  return plan::make_plan(s, *hw::find_gpu(gpu), d, o);
+}
+
+inline std::string plan_backward(const std::string& preset, const std::string& gpu, std::map<std::string, std::string> flags = {},
+                                 plan::PlanOptions o = {}) {
+  support::DiagSink d;
+  auto p = try_plan_backward(preset, gpu, std::move(flags), o, d);
+  EXPECT_TRUE(p.has_value()) << preset << " on " << gpu << "\n" << d.render();
+  return p ? p->code : std::string();
+}
+
+// How many times `needle` occurs in `text`.
+inline size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(needle, at)) != std::string::npos; at += needle.size()) ++n;
+  return n;
+}
+
+// The natural form (S = Q K^T; `--bwd-form natural`): on mma.sync, except at d192 / d256 / MLA on sm90 (wgmma).
+inline plan::PlanOptions natural_form() {
+  plan::PlanOptions o;
+  o.bwd_form = 1;
+  return o;
+}
+
+// The natural form on mma.sync's layouts (`--bwd-form natural-mma`): the d256 form before the wgmma one.
+inline plan::PlanOptions natural_mma() {
+  plan::PlanOptions o;
+  o.bwd_form = 3;
+  return o;
 }
 
 }  // namespace qattn::backend::emit_test
