@@ -5,10 +5,8 @@
 # built first by parallel --warm jobs (the disk cache keeps them). Carried: out/carry, out/gpu-py.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-mkdir -p .cutlass && tar -xJf out/carry/cutlass.tar.xz
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/gpu.txt"
-export QATTN_BIN=$PWD/out/gpu-py/qattn QATTN_HOME=$PWD QATTN_CUTLASS_INCLUDE=$PWD/.cutlass/include \
-  LD_LIBRARY_PATH=$PWD/out/gpu-py/lib QATTN_CACHE_DIR=/tmp/qc PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 QATTN_VERBOSE=0
+source tests/gpu/device_env.sh  # CUTLASS extracted, the package on the carried compiler
 J=$(python3 bench/bench_backward.py --jobs --no-variants 2>/dev/null | tail -1)
 for i in $(seq 0 $((J - 1))); do timeout 300 python3 bench/bench_backward.py --warm $i --no-variants > "$OUT/warm_$i.log" 2>&1 & done
 wait

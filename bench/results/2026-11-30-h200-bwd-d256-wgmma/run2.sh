@@ -7,10 +7,8 @@
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 D=bench/results/2026-11-30-h200-bwd-d256-wgmma
-mkdir -p .cutlass && tar -xJf out/carry/cutlass.tar.xz
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/gpu.txt"
-export QATTN_BIN=$PWD/out/gpu-py/qattn QATTN_HOME=$PWD QATTN_CUTLASS_INCLUDE=$PWD/.cutlass/include \
-  LD_LIBRARY_PATH=$PWD/out/gpu-py/lib QATTN_CACHE_DIR=/tmp/qc PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 QATTN_VERBOSE=0
+source tests/gpu/device_env.sh  # CUTLASS extracted, the package on the carried compiler
 # the package's kernels build in the background while the libraries are built and checked
 J=$(python3 bench/bench_backward.py --jobs --configs mha-d256 --no-variants 2>/dev/null | tail -1)
 for i in $(seq 0 $((J - 1))); do python3 bench/bench_backward.py --warm $i --configs mha-d256 --no-variants > "$OUT/warm_$i.txt" 2>&1 & done

@@ -5,9 +5,7 @@
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 D=bench/results/2026-11-30-h200-bwd-mla-wgmma
-mkdir -p .cutlass && tar -xJf out/carry/cutlass.tar.xz
-export QATTN_BIN=$PWD/out/gpu-py/qattn QATTN_HOME=$PWD QATTN_CUTLASS_INCLUDE=$PWD/.cutlass/include \
-  LD_LIBRARY_PATH=$PWD/out/gpu-py/lib QATTN_CACHE_DIR=/tmp/qc PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 QATTN_VERBOSE=0
+source tests/gpu/device_env.sh  # CUTLASS extracted, the package on the carried compiler
 J=$(python3 bench/bench_backward.py --jobs --configs mla-prefill --no-variants 2>/dev/null | tail -1)
 for i in $(seq 0 $((J - 1))); do python3 bench/bench_backward.py --warm $i --configs mla-prefill --no-variants > "$OUT/warm3_$i.log" 2>&1 & done
 ( timeout 400 python3 -m pytest -q tests/python/test_gpu_training.py -k "backward_matches and (shape7 or shape8)" -rs > "$OUT/pytest3.txt" 2>&1
