@@ -164,7 +164,10 @@ def time_ms(fn, reps=20):
     return times[len(times) // 2]
 
 
-def bench(lib, shape, rows, name):
+def bench(lib, shape, rows, name, dq_heads_first=False):
+    """Times the library's backward and SDPA's cuDNN / FA2 backward on one shape into rows.
+    dq_heads_first: the fp32 dQ accumulator laid out (batch, heads, seqlen, d) (each head's rows
+    contiguous) instead of q's (batch, seqlen, heads, d); the kernel reads its strides."""
     from torch.nn.attention import SDPBackend
     info = lib.info
     dt = DT[info["dtype"]]
@@ -191,7 +194,10 @@ def bench(lib, shape, rows, name):
         lse = torch.zeros(b, hq, sq, device="cuda", dtype=torch.float32)  # timing only (values do not change the work)
         del keep
     dk_dt = DT[info["dk_dtype"]]
-    dq = torch.zeros(b, sq, hq, d, device="cuda", dtype=torch.float32)
+    if dq_heads_first:
+        dq = torch.zeros(b, hq, sq, d, device="cuda", dtype=torch.float32).transpose(1, 2)
+    else:
+        dq = torch.zeros(b, sq, hq, d, device="cuda", dtype=torch.float32)
     dk = torch.zeros(b, sk, hk, d, device="cuda", dtype=dk_dt)
     dv = torch.zeros(b, sk, hk, dv_, device="cuda", dtype=dk_dt)
     p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=d ** -0.5, aux=aux)
@@ -214,7 +220,8 @@ def bench(lib, shape, rows, name):
     ms = time_ms(ours)
     # 5 GEMMs: S, dK, dQ over d_qk; dP, dV over d_v (2.5x the forward's two when d_qk == d_v)
     flops = 2 * b * hq * sq * sk * (3 * d + 2 * dv_) * kept
-    row = {"kernel": name, "shape": f"b{b} h{hq}/{hk} s{sq}x{sk} d{d}" + (f"/{dv_}" if dv_ != d else ""), "mask": info["mask"]
+    row = {"kernel": name + (" dq-heads-first" if dq_heads_first else ""),
+           "shape": f"b{b} h{hq}/{hk} s{sq}x{sk} d{d}" + (f"/{dv_}" if dv_ != d else ""), "mask": info["mask"]
            + (" documents" if aux else ""), "qattn_ms": ms, "qattn_tflops": flops / ms / 1e9}
     # SDPA's cuDNN and FA2 backends take no document mask: their rows time the mask without documents
     for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):

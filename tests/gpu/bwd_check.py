@@ -32,6 +32,8 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--random", type=int, default=0, help="random shapes per library after the fixed ones")
     ap.add_argument("--bench-shapes", default="4,16,16,4096,4096;2,16,16,8192,8192;4,32,8,4096,4096")
+    ap.add_argument("--dq-heads-first", action="store_true",
+                    help="--bench also with the fp32 dQ laid out (batch, heads, seqlen, d): every library timed both ways")
     ap.add_argument("--repeat", type=int, default=0,
                     help="launch each library RUNS times on the same inputs: a deterministic one must give the same bits")
     ap.add_argument("--repeat-shape", default="2,8,2,1030,2049")
@@ -88,6 +90,8 @@ def main():
                 if lib.info["dk_dtype"] != "fp32" and shape[1] != shape[2]:
                     continue  # a plain-store kernel serves MHA only
                 bench(lib, shape, rows, os.path.basename(path))
+                if args.dq_heads_first:
+                    bench(lib, shape, rows, os.path.basename(path), dq_heads_first=True)
         if args.csv and rows:
             with open(args.csv, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))

@@ -42,7 +42,12 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   EXPECT_NE(cu.find("qattn::sm90::Wgmma<64, __nv_bfloat16, qattn::sm90::Major::MN, qattn::sm90::Major::MN>, true, true, 128, 128, 128, "
                     "false>(raw_pointer_cast(sdStc.data()), 0, raw_pointer_cast(sK.data()), 64 * wg, qattn::sm90::regs<float>(rdQ));"),
             std::string::npos);
-  EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
+  // dQ, dK, dV added by float4 reductions (value pairs traded within lane pairs), never the pair-wise atomics
+  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);  // fp32 atomics"),
+            std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<128, 128>(Mma<128>{}, rdK, mdK, n_block, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<128, 128>(Mma<128>{}, rdV, mdV, n_block, tid);"), std::string::npos);
+  EXPECT_EQ(cu.find("qattn::add_acc_global<"), std::string::npos);
   // LSE and D loaded by column; the mask transposed
   EXPECT_NE(cu.find("qattn::load_cols<128, 64>(Mma<128>{}, sLSE, rLSE, tid);"), std::string::npos);
   EXPECT_NE(cu.find("qattn::load_cols<128, 64>(Mma<128>{}, sD, rD, tid);"), std::string::npos);
@@ -68,8 +73,6 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   for (const char* wait : {"qattn::sm90::wgmma_wait<1>();  // St ready", "qattn::sm90::wgmma_wait<1>();  // dPt ready",
                            "qattn::sm90::wgmma_wait<1>();  // dV, dQ ready", "qattn::sm90::wgmma_wait<0>();  // dK ready"})
     EXPECT_NE(cu.find(wait), std::string::npos) << wait;
-  // dQ's additions: two neighbouring columns per vector reduction on sm90
-  EXPECT_NE(cu.find("qattn::add_acc_global<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
   EXPECT_NE(cu.find("qattn::apply_mask<qattn::MaskKind::Causal, 128, 64, true>(Mma<128>{}, rSt, (i) * 64, (n_block) * 128,"), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::fence_async_smem();"), std::string::npos);
   EXPECT_NE(t->kir.find("gemm wgmma.mma_async m64nNk16 (sm_90a): 2 warpgroups"), std::string::npos) << t->kir;
@@ -121,8 +124,8 @@ TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
   for (const char* acc : {"rdK", "rdV"})
     EXPECT_NE(cu.find(std::string("Tensor ") + acc + " = partition_fragment_C(MmaCols<64, 256, 2>{}, Shape<Int<64>, Int<256>>{});"),
               std::string::npos) << acc;
-  EXPECT_NE(cu.find("qattn::add_acc_global<64, 256>(MmaCols<64, 256, 2>{}, rdK, mdK, n_block, tid);"), std::string::npos);
-  EXPECT_NE(cu.find("qattn::add_acc_global<64, 256>(MmaCols<64, 256, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<64, 256>(MmaCols<64, 256, 2>{}, rdK, mdK, n_block, tid);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<64, 256>(MmaCols<64, 256, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
   // dV += P^T dO: A (P^T) and B (dO) MN-major from shared, accumulated, each warpgroup its 128 columns
   EXPECT_NE(cu.find("qattn::sm90::Wgmma<128, __nv_bfloat16, qattn::sm90::Major::MN, qattn::sm90::Major::MN>, true, true, 64, 64, 64, "
                     "true>(raw_pointer_cast(sPc.data()), 0, raw_pointer_cast(sdO.data()), 128 * wg, qattn::sm90::regs<float>(rdV));"),
@@ -151,6 +154,9 @@ TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
   auto tm = xlate(mma, "h100", dm);
   ASSERT_TRUE(tm.has_value()) << dm.render();
   EXPECT_EQ(tm->cuda_source.find("wg_gemm"), std::string::npos);
+  // mma.sync fragments keep the pair-wise reductions (add_acc_global_v4 takes a wgmma fragment)
+  EXPECT_NE(tm->cuda_source.find("qattn::add_acc_global<"), std::string::npos);
+  EXPECT_EQ(tm->cuda_source.find("add_acc_global_v4"), std::string::npos);
 }
 
 // `{at_use}`: the transposed form at d64 on Hopper (128 query columns) reads LSE and D from their ring

@@ -7,6 +7,9 @@
 //                K dimension along the rows (a transposed A, a plain B) is MN-major for the wgmma
 //   wg_gemm_rs   A from this warpgroup's registers (a converted accumulator: the TL Reshape), B
 //                from a shared tile stored (K, N)
+//   add_acc_global_v4  TL `Copy X ... from register to global and accumulate` (fp32 atomics): each
+//                lane of a quad pair trades one value pair with its partner, so that it holds four
+//                consecutive columns, and adds them with one red.global.add.v4.f32
 // The accumulators are register tiles of the lowering's Mma<R> (warps along M, 16 rows each) or
 // MmaCols<R, C, WGN> (warpgroups side by side along N): for both the CuTe fragment of a thread is
 // exactly the wgmma accumulator of its warpgroup, so every element-wise helper of backward.cuh works
@@ -68,6 +71,54 @@ __device__ __forceinline__ void wg_gemm_rs(uint32_t (&a)[NA], const Element* b, 
     Atom::rs(&a[4 * k], db, acc, true);
   }
   wgmma_commit();
+}
+
+// TL `Copy X (M, N) in coordinate [tile_row, 0] from register to global and accumulate` (X fp32,
+// several blocks add to one tile) for a wgmma accumulator: half the reductions of add_acc_global and
+// 64 contiguous bytes of a row per lane quad (two sectors per request instead of one). A thread holds,
+// per 8-column block j and row half h, the value pair at columns 8j + 2q, +1 (q = lane % 4); for each
+// pair of blocks (j, j + 1) an even lane sends its block-(j + 1) pair to lane ^ 1 and receives that
+// lane's block-j pair (columns 8j + 2q + 2, +3), an odd lane the other way round: each then adds four
+// consecutive columns. The fragment must be the wgmma layout (value v: pair element v % 2, row half
+// (v / 2) % 2, block v / 4; one tile along M) and the view 16-byte aligned (its base and row stride):
+// otherwise add_acc_global. Every thread of the block calls it (shuffles); rows past the end skipped.
+template <int M, int N, class TiledMma, class AEngine, class ALayout, class GEngine, class GLayout>
+__device__ __forceinline__ void add_acc_global_v4(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
+                                                  Tensor<GEngine, GLayout> const& mX, int tile_row, int tid) {
+  constexpr bool kWgmmaLayout = decltype(size<0>(acc))::value == 4 && decltype(size<1>(acc))::value == 1 &&
+                                decltype(size<2>(acc))::value % 2 == 0;
+  if constexpr (!kWgmmaLayout) {
+    add_acc_global<M, N>(mma, acc, mX, tile_row, tid);
+  } else {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(raw_pointer_cast(mX.data()));
+    const uintptr_t row_bytes = uintptr_t(get<0>(stride(mX))) * sizeof(float);
+    if (((base | row_bytes) & 15) != 0) {  // uniform over the block: the view's base and row stride
+      add_acc_global<M, N>(mma, acc, mX, tile_row, tid);
+      return;
+    }
+    auto [tXgX, tXcX, rows_left] = acc_global_part<M, N>(mma, mX, tile_row, tid);
+    const bool odd = tid & 1;
+    constexpr int kN = decltype(size(acc))::value;
+    CUTE_UNROLL
+    for (int jp = 0; jp < kN / 8; ++jp) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int v0 = 8 * jp + 2 * h, v1 = v0 + 4;  // block 2jp's pair, block 2jp+1's pair (row half h)
+        const float s0 = odd ? acc(v0) : acc(v1), s1 = odd ? acc(v0 + 1) : acc(v1 + 1);
+        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+        const int v = odd ? v1 : v0;  // the pair this lane keeps; an odd lane's four start two columns before it
+        if (get<0>(tXcX(v)) < rows_left) {
+          float* x = &tXgX(v) - (odd ? 2 : 0);
+          const float a = odd ? r0 : acc(v0), b = odd ? r1 : acc(v0 + 1), c = odd ? acc(v1) : r0, d = odd ? acc(v1 + 1) : r1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(x), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+          atomicAdd(x, a), atomicAdd(x + 1, b), atomicAdd(x + 2, c), atomicAdd(x + 3, d);
+#endif
+        }
+      }
+    }
+  }
 }
 
 }  // namespace qattn::sm90
