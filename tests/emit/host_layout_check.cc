@@ -5,10 +5,14 @@
 //     order V^T is stored in);
 //  2. acc_rowcol: mode 0 of the row view walks rows (one row per index, all columns of it);
 //  3. the GEMM loops of gemm.cuh: ldmatrix block c of a retiled fragment covers exactly MMA k-blocks
-//     R*c .. R*c+R-1.
+//     R*c .. R*c+R-1;
+//  4. the lane exchange of qattn::sm90::add_acc_global_v4 (sm90/backward.cuh) on the backward's wgmma
+//     accumulators: each lane of a quad pair adds four consecutive columns of one row from a multiple
+//     of 4, and every element of the tile is added once.
 // Prints one line per check and exits non-zero on any mismatch.
 #include <cstdio>
 #include <set>
+#include <vector>
 
 #include <cute/tensor.hpp>
 
@@ -73,6 +77,55 @@ int check_k_blocks(const char* name) {
   return bad;
 }
 
+// The backward's register tiles in wgmma mode, as src/backend/bwd/abi.cc writes them (8 warps):
+// Mma<R> 16-row warps along M, MmaCols<R, C, WGN> the warpgroups side by side along N.
+namespace bwd {
+constexpr int kWarps = 8;
+template <int R, int WM = (R / 16 < kWarps ? R / 16 : kWarps)>
+using Mma = TiledMMA<MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>, Layout<Shape<Int<WM>, Int<kWarps / WM>, _1>>,
+                     Tile<Int<16 * WM>, Int<16 * (kWarps / WM)>, _16>>;
+template <int R, int C, int WGN>
+using MmaCols = TiledMMA<MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>, Layout<Shape<Int<kWarps / WGN>, Int<WGN>, _1>>,
+                         Tile<Int<R>, Layout<Shape<_8, Int<WGN>, Int<C / (8 * WGN)>>, Stride<_1, Int<C / WGN>, _8>>, _16>>;
+}  // namespace bwd
+
+// add_acc_global_v4's exchange for the block pair jp and row half h: an even lane adds its pair
+// v0 = 8 jp + 2 h then lane ^ 1's pair v0; an odd lane lane ^ 1's pair v1 = v0 + 4 then its own.
+template <class TiledMma, int M, int N>
+int check_v4_exchange(const char* name) {
+  TiledMma mma;
+  std::vector<int> seen(M * N, 0);
+  int bad = 0;
+  for (int t = 0; t < int(size(mma)); ++t) {
+    auto c = mma.get_slice(t).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+    auto p = mma.get_slice(t ^ 1).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+    if (size<0>(c) != 4 || size<1>(c) != 1 || size<2>(c) % 2 != 0) {  // add_acc_global_v4's condition
+      std::printf("v4 %s: fragment %d x %d x %d is not the wgmma layout\n", name, int(size<0>(c)), int(size<1>(c)), int(size<2>(c)));
+      return 1;
+    }
+    for (int jp = 0; jp < int(size(c)) / 8; ++jp)
+      for (int h = 0; h < 2; ++h) {
+        const int v0 = 8 * jp + 2 * h, v1 = v0 + 4;
+        const bool odd = t & 1;
+        const int row[4] = {odd ? int(get<0>(p(v1))) : int(get<0>(c(v0))), odd ? int(get<0>(p(v1 + 1))) : int(get<0>(c(v0 + 1))),
+                            odd ? int(get<0>(c(v1))) : int(get<0>(p(v0))), odd ? int(get<0>(c(v1 + 1))) : int(get<0>(p(v0 + 1)))};
+        const int col[4] = {odd ? int(get<1>(p(v1))) : int(get<1>(c(v0))), odd ? int(get<1>(p(v1 + 1))) : int(get<1>(c(v0 + 1))),
+                            odd ? int(get<1>(c(v1))) : int(get<1>(p(v0))), odd ? int(get<1>(c(v1 + 1))) : int(get<1>(p(v0 + 1)))};
+        // the kernel's address: the kept pair's column, two before it for an odd lane
+        const int at = odd ? int(get<1>(c(v1))) - 2 : int(get<1>(c(v0)));
+        if (at % 4 != 0 || col[0] != at) ++bad;
+        for (int k = 0; k < 4; ++k) {
+          if (row[k] != row[0] || col[k] != at + k) ++bad;
+          if (row[k] >= 0 && row[k] < M && col[k] >= 0 && col[k] < N) ++seen[row[k] * N + col[k]];
+        }
+      }
+  }
+  for (int n : seen)
+    if (n != 1) ++bad;
+  std::printf("v4 %s: %d mismatches\n", name, bad);
+  return bad;
+}
+
 int main() {
   int bad = 0;
   bad += check_reshape<SM80_16x8x16_F32BF16BF16F32_TN, 16>("sm80 m16n8k16", [](auto l) { return qattn::acc_to_a_m16n8k16(l); }, false);
@@ -84,5 +137,11 @@ int main() {
   bad += check_k_blocks<SM75_16x8x8_F32F16F16F32_TN, 16, half_t, SM75_U32x4_LDSM_N, SM75_U16x8_LDSM_T, 64, 128, 64>("sm75 P V");
   bad += check_k_blocks<SM89_16x8x32_F32E4M3E4M3F32_TN, 32, float_e4m3_t, SM75_U32x4_LDSM_N, SM75_U32x4_LDSM_N, 128, 64, 128>("sm89 Q K^T");
   bad += check_k_blocks<SM89_16x8x32_F32E4M3E4M3F32_TN, 32, float_e4m3_t, SM75_U32x4_LDSM_N, SM75_U32x4_LDSM_N, 128, 128, 64>("sm89 P V^T");
+  bad += check_v4_exchange<bwd::Mma<128>, 128, 64>("d64 dQ: Mma<128> (128, 64)");
+  bad += check_v4_exchange<bwd::Mma<128>, 128, 128>("dK / dV: Mma<128> (128, 128)");
+  bad += check_v4_exchange<bwd::Mma<128>, 128, 192>("MLA dK: Mma<128> (128, 192)");
+  bad += check_v4_exchange<bwd::MmaCols<64, 128, 2>, 64, 128>("d128 dQ: MmaCols<64, 128, 2>");
+  bad += check_v4_exchange<bwd::MmaCols<64, 192, 2>, 64, 192>("d192 / MLA dQ: MmaCols<64, 192, 2>");
+  bad += check_v4_exchange<bwd::MmaCols<64, 256, 2>, 64, 256>("d256 dQ, dK: MmaCols<64, 256, 2>");
   return bad != 0;
 }

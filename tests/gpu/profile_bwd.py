@@ -6,8 +6,10 @@ and DRAM throughput, stall reasons), measured for ours and cuDNN's under the sam
     ncu --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \\
         -k 'regex:bwd|cudnn|dgrad' python3 tests/gpu/profile_bwd.py LIB.so [LIB2.so ...] [--shape B,HQ,HKV,S]
 
-Fresh random bf16 inputs (the forward's O and LSE from SDPA, so the work is the real one); dQ (and
-fp32 dK / dV) zeroed as the ABI asks. Each library's status is checked; nothing is timed here.
+The libraries are bf16 kernels of one config without auxiliary inputs (the first one's head dims and
+mask are used for all; a document-mask kernel is refused by its own check). Fresh random inputs (the
+forward's O from SDPA and its LSE, top-left causal on these square shapes, so the work is the real
+one); dQ (and fp32 dK / dV) zeroed as the ABI asks. Each library's status is checked; nothing is timed.
 """
 import argparse
 import os
@@ -39,8 +41,7 @@ def main():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=hq != hk)
-    with torch.no_grad():
-        scores = None  # LSE from a blockwise logsumexp (no (s, s) matrix for long rows)
+    with torch.no_grad():  # LSE from a blockwise logsumexp (no (s, s) matrix for long rows)
         lse = torch.empty(b, hq, s, device="cuda", dtype=torch.float32)
         kr = kt.detach().repeat_interleave(hq // hk, dim=1).float()
         for r0 in range(0, s, 1024):

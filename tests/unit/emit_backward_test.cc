@@ -467,6 +467,10 @@ TEST(EmitBackward, OrderedAdditionsTakeTurnsInTheBlocksOrder) {
   EXPECT_NE(td->cuda_source.find("cudaMemsetAsync(p.workspace + (1 * int64_t(p.batch) * p.heads_q * p.seqlen_q), 0, size_t(4 * (0 + "),
             std::string::npos);
   EXPECT_NE(td->cuda_source.find("int* ws_dQ = p.workspace + (1 * int64_t(p.batch) * p.heads_q * p.seqlen_q) + "), std::string::npos);
+  // on wgmma too the ordered additions take their turns: no float4 atomics (add_acc_global_v4)
+  EXPECT_NE(td->cuda_source.find("qattn::add_acc_global_ordered<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);"), std::string::npos);
+  EXPECT_EQ(td->cuda_source.find("add_acc_global_v4"), std::string::npos);
+  EXPECT_EQ(td->cuda_source.find("add_acc_global<"), std::string::npos);
   EXPECT_NE(a->info_json.find("\"deterministic\":false"), std::string::npos);
   // MHA stores dK, dV once: only dQ is ordered; with documents the turns count the visits {skip} allows
   const std::string mha = plan_backward("llama3.2-1b", "h100", {{"deterministic", "true"}, {"heads", "16,16"}, {"document", "true"}});

@@ -48,6 +48,15 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<128, 128>(Mma<128>{}, rdK, mdK, n_block, tid);"), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<128, 128>(Mma<128>{}, rdV, mdV, n_block, tid);"), std::string::npos);
   EXPECT_EQ(cu.find("qattn::add_acc_global<"), std::string::npos);
+  // the register layouts add_acc_global_v4's lane exchange is checked on (tests/emit/host_layout_check.cc,
+  // which spells them the same way: keep the two in step)
+  EXPECT_NE(cu.find("using Mma = TiledMMA<MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>, Layout<Shape<Int<WM>, Int<kWarps / WM>, _1>>,\n"
+                    "                     Tile<Int<16 * WM>, Int<16 * (kWarps / WM)>, _16>>;"),
+            std::string::npos);
+  EXPECT_NE(cu.find("using MmaCols = TiledMMA<MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>, Layout<Shape<Int<kWarps / WGN>, Int<WGN>, _1>>,\n"
+                    "                         Tile<Int<R>, Layout<Shape<_8, Int<WGN>, Int<C / (8 * WGN)>>, Stride<_1, Int<C / WGN>, _8>>, _16>>;"),
+            std::string::npos);
+  EXPECT_NE(cu.find("constexpr int kWarps = 8, kThreads = 256;"), std::string::npos);
   // LSE and D loaded by column; the mask transposed
   EXPECT_NE(cu.find("qattn::load_cols<128, 64>(Mma<128>{}, sLSE, rLSE, tid);"), std::string::npos);
   EXPECT_NE(cu.find("qattn::load_cols<128, 64>(Mma<128>{}, sD, rD, tid);"), std::string::npos);

@@ -545,7 +545,7 @@ void Lower::copy(Out& w, const Stmt& s) {
       }
     // on warpgroup MMA an added tile goes by float4 reductions (value pairs traded within lane pairs:
     // device/qattn/sm90/backward.cuh; H200: 1.05-1.15x red.global.add.v2 per pair over d64-d256 and MLA,
-    // bench/results/2026-11-30-h200-bwd-dq-bulk)
+    // bench/results/2026-11-30-h200-bwd-dq-adds)
     const std::string fn = !c.accumulate ? "qattn::store_acc_global<" : wg_ ? "qattn::sm90::add_acc_global_v4<" : "qattn::add_acc_global<";
     w.line(fn + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma_of(r) + ", " + r.var + ", m" + n + ", " +
            coord0() + ", tid);" + (c.accumulate ? "  // fp32 atomics" : ""));
