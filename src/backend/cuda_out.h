@@ -44,15 +44,16 @@ inline void abi_end(W& w) {
 
 // The launch of the TL Grid (C++ extents, x y z): checked against CUDA's limits (an empty axis
 // launches nothing), `before_launch` lines (e.g. raising the shared-memory limit), the launch on
-// `stream`, and the status of the launch.
+// `stream` with `args` (the kernel's arguments), and the status of the launch.
 inline void launch_grid(CudaOut& w, const std::string (&ext)[3], const std::string& kernel, const std::string& threads,
-                        const std::string& smem, const std::vector<std::string>& before_launch = {}) {
+                        const std::string& smem, const std::vector<std::string>& before_launch = {},
+                        const std::string& args = "p") {
   w.line("const long long gx = " + ext[0] + ", gy = " + ext[1] + ", gz = " + ext[2] + ";");
   w.line("bool empty = false;");
   w.line("if (int st = qattn::host::check_grid(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;");
   for (const auto& l : before_launch) w.line(l);
   w.line(kernel + "<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), " + threads + ", " + smem +
-         ", static_cast<cudaStream_t>(stream)>>>(p);");
+         ", static_cast<cudaStream_t>(stream)>>>(" + args + ");");
   w.line("return qattn::host::launch_status(cudaGetLastError(), \"" + kernel + " launch\");");
 }
 

@@ -112,6 +112,27 @@ def test_attention_backward_matches_autograd(gen, shape, causal, window, layout)
         assert err <= bound, f"{name}: max abs err {err:.3e} > {bound:.3e}"
 
 
+@pytest.mark.parametrize("expand", ["all", "heads"])
+def test_attention_backward_with_a_broadcast_gradient(gen, expand):
+    """dout with zero strides (the gradient of `o.sum()`: copied, its last stride is 0; or one broadcast
+    over the heads: on Hopper read through a TMA tensor map whose head stride is 0); the gradients match."""
+    b, sq, sk, hq, hk, d = 2, 150, 211, 4, 2, 128
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=gen).to(torch.bfloat16).requires_grad_()
+               for s, h in ((sq, hq), (sk, hk), (sk, hk)))
+    o = qattn.attention(q, k, v, causal=True)
+    if expand == "all":
+        dout = torch.ones((), device="cuda", dtype=o.dtype).expand(o.shape)
+    else:
+        dout = torch.randn(b, sq, 1, d, device="cuda", generator=gen).to(o.dtype).expand(o.shape)
+    assert 0 in dout.stride()
+    got = torch.autograd.grad(o, (q, k, v), dout)
+    ref, low = _grad_reference(q, k, v, dout.contiguous(), True, None, "bshd")
+    for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
+        err = (g.float() - r).abs().max().item()
+        bound = 2 * (lo.float() - r).abs().max().item() + 1e-4 * max(1.0, r.abs().max().item())
+        assert err <= bound, f"{name}: max abs err {err:.3e} > {bound:.3e}"
+
+
 def test_deterministic_backward_is_bit_identical(gen):
     """Under torch.use_deterministic_algorithms(True) attention()'s backward takes the kernel whose
     additions go in a fixed order (TL `{ordered}`): 10 backward passes give the same bits (GQA: dQ, dK

@@ -333,11 +333,25 @@ TEST(EmitBackward, RingsOfTwoSlotsLoadTheNextQueryTileAtTheTopOfTheIteration) {
   EXPECT_NE(cu.find("Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem + kSmemQ + (i) % 2 * 16384)), SmemLayoutQ{});  "
                     "// this iteration's slot of the ring"),
             std::string::npos);
-  const size_t wait = cu.find("qattn::wait<0>();  // the cp.async copies into shared memory have landed", cu.find("for (int i = lo_i"));
+  // (on Hopper by TMA: waited for on the slot's mbarrier, the other slot filled after the iteration's
+  // first barrier: emit_backward_wgmma_test; on the A100 by cp.async, right after the loop's top barrier)
+  const size_t wait = cu.find("qattn::sm90::ptx::mbar_wait(ring_full + (i) % 2, ((i - lo_i) >> 1) & 1);", cu.find("for (int i = lo_i"));
   const size_t fill = cu.find("// Q, dO, LSE, D of iteration i + 1 into the other slot of their rings");
   ASSERT_NE(wait, std::string::npos);
   ASSERT_NE(fill, std::string::npos);
   EXPECT_LT(wait, fill);
+  {
+    support::DiagSink da;
+    auto ta = xlate(plan_backward("llama3-8b", "a100"), "a100", da);
+    ASSERT_TRUE(ta.has_value()) << da.render();
+    const std::string& ca = ta->cuda_source;
+    const size_t wait_a = ca.find("qattn::wait<0>();  // the cp.async copies into shared memory have landed", ca.find("for (int i = lo_i"));
+    const size_t fill_a = ca.find("// Q, dO, LSE, D of iteration i + 1 into the other slot of their rings");
+    ASSERT_NE(wait_a, std::string::npos);
+    ASSERT_NE(fill_a, std::string::npos);
+    EXPECT_LT(wait_a, fill_a);
+    EXPECT_LT(ca.find("__syncthreads();  // ... for every thread", wait_a), fill_a);
+  }
   EXPECT_EQ(cu.find("issued after i's last read"), std::string::npos);  // no mid-iteration load (and its barrier) left
   EXPECT_NE(cu.find("float* sLSE = reinterpret_cast<float*>(smem + kSmemLSE + (i) % 2 * 256);"), std::string::npos);
   EXPECT_NE(t->kir.find("shared Q bf16 (64, 128) @"), std::string::npos) << t->kir;
@@ -410,8 +424,16 @@ TEST(EmitBackward, SkipVisitsOnlyTheQueryTilesTheMaskShowsAndRingSlotsGoByVisit)
     EXPECT_EQ(cu.find("i + 1 < hi_i"), std::string::npos);
     EXPECT_NE(t->kir.find("skip query tiles where empty_document"), std::string::npos) << t->kir;
     EXPECT_NE(cu.find("smem + kSmemQ + (it_i) % 2 * 16384"), std::string::npos);
-    EXPECT_NE(cu.find("smem + kSmemQ + (it_i + 1) % 2 * 16384"), std::string::npos);
-    EXPECT_NE(cu.find("smem + kSmemQ + (0) % 2 * 16384"), std::string::npos);  // the first visit's slot
+    if (std::string(gpu) == "a100") {
+      EXPECT_NE(cu.find("smem + kSmemQ + (it_i + 1) % 2 * 16384"), std::string::npos);
+      EXPECT_NE(cu.find("smem + kSmemQ + (0) % 2 * 16384"), std::string::npos);  // the first visit's slot
+    } else {  // (the TMA ring: the slot and its mbarrier's phase by visit too)
+      EXPECT_NE(cu.find("const int ring_slot = (it_i + 1) % 2;"), std::string::npos);
+      EXPECT_NE(cu.find("const int ring_slot = (0) % 2;"), std::string::npos);  // the first visit's slot
+      EXPECT_NE(cu.find("qattn::sm90::ptx::mbar_wait(ring_full + (it_i) % 2, ((it_i) >> 1) & 1);"), std::string::npos);
+      EXPECT_NE(cu.find("[[maybe_unused]] const bool handoff_wait_i = it_i != 0, handoff_pass_i = nx_i < hi_i;"), std::string::npos);
+      EXPECT_NE(cu.find("if (handoff_wait_i) qattn::sm90::ptx::bar_sync(1 + wg, kThreads);"), std::string::npos);
+    }
     EXPECT_EQ(cu.find("smem + kSmemQ + (i) % 2"), std::string::npos);
     // the next visited tile: four tiles' `empty when` clauses a round (a document's far side)
     EXPECT_NE(cu.find("auto next_i = [&](int i) -> int { return qattn::next_visible<4, 1>(i, hi_i, visible_i); };"),

@@ -85,6 +85,65 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   EXPECT_NE(cu.find("qattn::apply_mask<qattn::MaskKind::Causal, 128, 64, true>(Mma<128>{}, rSt, (i) * 64, (n_block) * 128,"), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::fence_async_smem();"), std::string::npos);
   EXPECT_NE(t->kir.find("gemm wgmma.mma_async m64nNk16 (sm_90a): 2 warpgroups"), std::string::npos) << t->kir;
+  // the query ring by TMA: Q and dO through tensor maps built by qattn_bwd, LSE and D by cp.async from
+  // 64 threads, all on the slot's mbarrier (1 + 64 arrivals); the loop waits on it, with no
+  // cp.async.wait_group and no __syncthreads at its top
+  EXPECT_NE(cu.find("flash_bwd_llama3_8b_sm90(const __grid_constant__ qattn_bwd_params p, const __grid_constant__ CUtensorMap tmQ, "
+                    "const __grid_constant__ CUtensorMap tmdO) {"),
+            std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::ptx::mbar_init(ring_full, 65);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::ptx::mbar_arrive_expect_tx(ring_full + ring_slot, 32768);"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::tma_load_tile<64, 128>(&tmQ, ring_full + ring_slot, reinterpret_cast<Element*>(smem + kSmemQ + "
+                    "ring_slot * 16384), (i) * 64, head, b);"),
+            std::string::npos);
+  EXPECT_NE(cu.find("qattn::copy_rows_g2s<64, 64>(gD, p.seqlen_q, i, reinterpret_cast<float*>(smem + kSmemD + ring_slot * 256), tid);"),
+            std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::ptx::cp_async_arrive_noinc(ring_full + ring_slot);"), std::string::npos);
+  EXPECT_NE(cu.find("if (int r = qattn::sm90::make_tile_map(&tmdO, p.dout, true, 128, p.seqlen_q, p.heads_q, p.batch, p.do_row_stride, "
+                    "p.do_head_stride, p.do_batch_stride, 64); r != 0)"),
+            std::string::npos);
+  EXPECT_NE(cu.find("static_cast<cudaStream_t>(stream)>>>(p, tmQ, tmdO);"), std::string::npos);
+  const size_t loop = cu.find("  for (int i = lo_i; i < hi_i; ++i) {");
+  ASSERT_NE(loop, std::string::npos);
+  const std::string body = cu.substr(loop, cu.find("\n  }\n", loop) - loop);
+  EXPECT_EQ(body.find("qattn::wait<0>();"), std::string::npos) << body;
+  EXPECT_NE(body.find("qattn::sm90::ptx::mbar_wait(ring_full + (i) % 2, ((i - lo_i) >> 1) & 1);"), std::string::npos) << body;
+  // one block-wide barrier an iteration (dS^T stored, before dQ = dS K reads it); the next slot's
+  // copies right after it
+  size_t syncs = 0;
+  for (size_t at = 0; (at = body.find("__syncthreads();", at)) != std::string::npos; ++at) ++syncs;
+  EXPECT_EQ(syncs, 1u) << body;
+  const size_t mid = body.find("__syncthreads();  // what the block stored to shared memory is visible");
+  EXPECT_LT(mid, body.find("qattn::sm90::tma_load_tile<64, 128>(&tmQ"));
+  EXPECT_LT(body.find("qattn::sm90::tma_load_tile<64, 128>(&tmQ"), body.find("raw_pointer_cast(sdStc.data()), 0, raw_pointer_cast(sK.data())"));
+  // dS^T handed between the warpgroups: its store waits for the other warpgroup's dQ product of the
+  // previous iteration (named barrier 1 + wg), which arrives once that product has completed
+  EXPECT_NE(body.find("[[maybe_unused]] const bool handoff_wait_i = i - lo_i != 0, handoff_pass_i = i + 1 < hi_i;"), std::string::npos)
+      << body;
+  const size_t sync = body.find("if (handoff_wait_i) qattn::sm90::ptx::bar_sync(1 + wg, kThreads);");
+  const size_t store = body.find("qattn::store_acc_smem(Mma<128>{}, rdStc, sdStc, tid);");
+  const size_t dq_done = body.find("qattn::sm90::wgmma_wait<1>();  // dV, dQ ready");
+  const size_t arrive = body.find("if (g != wg) qattn::sm90::ptx::bar_arrive(1 + g, kThreads);");
+  ASSERT_NE(sync, std::string::npos);
+  ASSERT_NE(arrive, std::string::npos);
+  EXPECT_LT(sync, store);
+  EXPECT_LT(store, mid);
+  EXPECT_LT(dq_done, arrive);
+  EXPECT_NE(body.find("if (handoff_pass_i)  // done reading the scratch tiles"), std::string::npos);
+  EXPECT_NE(t->kir.find("ring D LSE Q dO: 2 slots filled by TMA (Q, dO) and cp.async (fp32 rows), one mbarrier per slot"),
+            std::string::npos) << t->kir;
+  // a view whose (batch, head) are not the Grid's own axes keeps the cp.async ring (TMA would bound the
+  // computed coordinate by the map's extents), and with the loop-top barrier no named barrier
+  std::string offset = code;
+  const std::string alloc_q = "Allocate Q in global (seqlen_q, d) bf16 with offset [b, head]";
+  ASSERT_NE(offset.find(alloc_q), std::string::npos);
+  offset.replace(offset.find(alloc_q), alloc_q.size(), "Allocate Q in global (seqlen_q, d) bf16 with offset [b, head * 1]");
+  support::DiagSink doff;
+  auto toff = xlate(offset, "h100", doff);
+  ASSERT_TRUE(toff.has_value()) << doff.render();
+  EXPECT_EQ(toff->cuda_source.find("CUtensorMap"), std::string::npos);
+  EXPECT_NE(toff->cuda_source.find("qattn::wait<0>();  // the cp.async copies into shared memory have landed"), std::string::npos);
+  EXPECT_EQ(toff->cuda_source.find("bar_sync"), std::string::npos);
   // d64: BM = 128, so dQ splits along its rows like every other product
   support::DiagSink d64;
   auto t64 = xlate(plan_backward("llama3.2-1b", "h100"), "h100", d64);
@@ -99,6 +158,8 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   ASSERT_TRUE(ta.has_value()) << da.render();
   EXPECT_EQ(ta->arch, "sm80");
   EXPECT_EQ(ta->cuda_source.find("wg_gemm"), std::string::npos);
+  EXPECT_EQ(ta->cuda_source.find("CUtensorMap"), std::string::npos);  // (cp.async)
+  EXPECT_EQ(ta->cuda_source.find("bar_sync"), std::string::npos);
   EXPECT_NE(ta->cuda_source.find("qattn::load_cols<128, 64>("), std::string::npos);
   // the TL decides: a `{warps_m}` layout keeps the GEMMs on mma.sync, and says why
   std::string pinned = code;
@@ -141,6 +202,15 @@ TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
             std::string::npos) << cu;
   EXPECT_NE(cu.find("qattn::apply_mask<qattn::MaskKind::Causal, 64, 64>(MmaCols<64, 64, 2>{}, rS,"), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::wgmma_wait<1>();  // S ready"), std::string::npos) << cu;
+  // P and dS, both scratch handed between the warpgroups: one named-barrier wait before P's store covers
+  // both (the arrival comes after the last product that reads either, dQ = dS K); 4 boxes a 256-column tile
+  EXPECT_EQ(count_of(cu, "qattn::sm90::ptx::bar_sync(1 + wg, kThreads);"), 1u) << cu;
+  EXPECT_LT(cu.find("bar_sync(1 + wg, kThreads);  // the other warpgroups' wgmma of the previous iteration are done reading Pc"),
+            cu.find("qattn::store_acc_smem(MmaCols<64, 64, 2>{}, rPc, sPc, tid);"))
+      << cu;
+  EXPECT_LT(cu.find("qattn::sm90::wgmma_wait<0>();  // dQ ready"), cu.find("qattn::sm90::ptx::bar_arrive(1 + g, kThreads);"));
+  EXPECT_EQ(count_of(cu, "__syncthreads();  // every warp is done reading"), 0u) << cu;
+  EXPECT_NE(cu.find("qattn::sm90::ptx::mbar_arrive_expect_tx(ring_full + ring_slot, 65536);"), std::string::npos) << cu;
   // every helper that places a score by its coordinates takes the tile's own layout (the first GPU
   // run of this form failed softcap and documents: their keep masks took the mma.sync layout)
   for (const auto& [flags, call] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
@@ -245,6 +315,11 @@ TEST(EmitBackward, TilesOf96ColumnsTakeThe64ByteSwizzleInEveryWgmmaThatReadsThem
   EXPECT_NE(cu.find("false, false, 128, 128, 96, false, 32, 32>(raw_pointer_cast(sK.data()), 64 * wg,"), std::string::npos) << cu;
   EXPECT_NE(cu.find("qattn::sm90::Major::MN>, 128, 32>(qattn::sm90::regs<uint32_t>(rPtc), raw_pointer_cast(sdO.data()),"),
             std::string::npos) << cu;
+  // tiles of 32-column atoms are no TMA boxes: the ring stays on cp.async, waited for at the loop's
+  // top by every thread (so no named barrier hands dS^T over either)
+  EXPECT_EQ(cu.find("CUtensorMap"), std::string::npos);
+  EXPECT_NE(cu.find("qattn::wait<0>();  // the cp.async copies into shared memory have landed"), std::string::npos);
+  EXPECT_EQ(cu.find("bar_sync"), std::string::npos);
   // and a split-along-N tile read back from shared memory takes its own layout (d256's dV)
   std::string d256 = plan_backward("llama3-8b", "h100", {{"head_dim", "256"}, {"heads", "16,16"}});
   for (size_t at; (at = d256.find(" {stages: 2}")) != std::string::npos;) d256.erase(at, 12);

@@ -45,6 +45,11 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
+// An arrive on `bar` once every cp.async this thread issued so far has landed, counted against the
+// phase's expected arrivals (.noinc): a ring whose slot some threads fill by cp.async and one by TMA.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
 #if defined(QATTN_WATCHDOG_CYCLES)
 // A debugging build's watchdog (-DQATTN_WATCHDOG_CYCLES=N, e.g. through tests/gpu/nvcc_watchdog.sh):
 // a wait on an mbarrier longer than N clock cycles prints the block, the warp, the barrier's offset

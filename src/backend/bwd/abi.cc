@@ -19,6 +19,10 @@ void Lower::preamble(Out& w) {
   w.line("#include \"qattn/runtime.cuh\"");
   w.line("#include \"qattn/backward.cuh\"");
   if (wg_) w.line("#include \"qattn/sm90/backward.cuh\"");
+  if (!tma_tiles_.empty()) {
+    w.line("#include \"qattn/sm90/tma.cuh\"  // the loop's ring by TMA");
+    w.line("#include \"qattn/sm90/tensor_map.h\"");
+  }
   if (!phases_.empty()) w.line("#include \"qattn/rowwise.cuh\"  // the phases' row-wise kernels");
   w.line();
   w.line("#pragma GCC visibility push(hidden)  // only the C ABI below is exported");
@@ -69,6 +73,8 @@ void Lower::preamble(Out& w) {
   if (row_scratch_bytes_ > 0)
     w.line("constexpr int kSmemRowScratch = " + std::to_string(smem_bytes_ - row_scratch_bytes_) + ";  // row reductions across warps: " +
            std::to_string(row_scratch_bytes_) + " bytes");
+  if (tma_bar_off_ >= 0)
+    w.line("constexpr int kSmemRingFull = " + std::to_string(tma_bar_off_) + ";  // the ring's two mbarriers (one per slot)");
   w.line("constexpr int kSmemBytes = " + std::to_string(smem_bytes_) + ";");
   w.line();
 }
@@ -269,13 +275,27 @@ void Lower::abi(Out& w) {
   for (const auto& n : runtime_dims_) dims += (dims.empty() ? "" : ", ") + id(n) + " = p." + n;
   if (!dims.empty()) w.line("[[maybe_unused]] const int " + dims + ";");
   w.line("[[maybe_unused]] const int window_left = p.window_left, window_right = p.window_right;");
+  // the TMA ring's tensor maps (before any launch: a refused map launches nothing): each tile's 4-D view
+  // (columns, rows, heads, batch), boxes of 64 columns x the tile's rows
+  for (const auto& t : tma_tiles_) {
+    const std::string m = "tm" + id(t.name), g = t.arg->stride;
+    w.line("CUtensorMap " + m + ";");
+    w.line("if (int r = qattn::sm90::make_tile_map(&" + m + ", p." + t.arg->field + ", " + (elem_ == tl::DType::BF16 ? "true" : "false") +
+           ", " + std::to_string(t.cols) + ", " + (t.rows_k ? "p.seqlen_k" : "p.seqlen_q") + ", " + (t.rows_k ? "p.heads_kv" : "p.heads_q") +
+           ", p.batch, p." + g + "_row_stride, p." + g + "_head_stride, p." + g + "_batch_stride, " + std::to_string(t.rows) + "); r != 0)");
+    w.line("  return qattn::host::fail(QATTN_ERR_LAUNCH, \"cuTensorMapEncodeTiled refused " + t.name +
+           " (%s %d): strides must be multiples of 16 bytes below 2^40; the driver must support TMA\", r == -1 ? \"no "
+           "cuTensorMapEncodeTiled in the driver\" : \"CUresult\", r);");
+  }
   phase_launches(w);
   w.line(ref(*grid_stmt_));
   std::string ext[3] = {"1", "1", "1"};
   for (size_t i = 0; i < grid_stmt_->grid.items.size(); ++i) ext[i] = cint(grid_stmt_->grid.items[i].extent);
-  launch_grid(w, ext, kernel_name_, "kThreads", "kSmemBytes",
-              {"cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);",
-               "if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");"});
+  std::vector<std::string> before = {"cudaError_t e = qattn::host::allow_smem(" + kernel_name_ + ", kSmemBytes);",
+                                     "if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");"};
+  std::string launch_args = "p";
+  for (const auto& t : tma_tiles_) launch_args += ", tm" + id(t.name);
+  launch_grid(w, ext, kernel_name_, "kThreads", "kSmemBytes", before, launch_args);
   w.close();
   abi_end(w);
 }
@@ -291,6 +311,18 @@ std::string Lower::kir_text() const {
   o << " (along M x N)\n";
   if (wg_) o << "  gemm wgmma.mma_async m64nNk16 (sm_90a): " << warps_ / 4 << " warpgroups, 64 rows of each product per warpgroup\n";
   else if (!wg_reason_.empty()) o << "  gemm mma.sync (no wgmma form: " << wg_reason_ << ")\n";
+  if (!tma_tiles_.empty()) {
+    o << "  ring";
+    for (const auto& n : tma_ring_) o << " " << n;
+    o << ": 2 slots filled by TMA (";
+    for (size_t k = 0; k < tma_tiles_.size(); ++k) o << (k ? ", " : "") << tma_tiles_[k].name;
+    o << ")" << (tma_ring_.size() > tma_tiles_.size() ? " and cp.async (fp32 rows)" : "") << ", one mbarrier per slot\n";
+  }
+  if (!handed_.empty()) {
+    o << "  scratch";
+    for (const auto& n : handed_) o << " " << n;
+    o << ": written once the other warpgroups' products of the previous iteration read it (named barriers 1 + wg)\n";
+  }
   if (!skip_.empty()) o << "  skip query tiles where empty_" << skip_ << "\n";
   for (const auto& ph : phases_) o << "  " << ph.kir << ", launched first\n";
   if (!workspaces_.empty()) {

@@ -17,6 +17,11 @@ std::optional<Translation> Lower::run() {
     arch_.name = "sm90";
     arch_.gencode = {"-gencode=arch=compute_90a,code=sm_90a"};  // wgmma needs the sm_90a target
     kernel_name_ = kernel_stmt_->kernel.name + "_" + arch_.name;
+    plan_tma_ring();
+    if (!tma_tiles_.empty()) {  // the ring's two mbarriers after the buffers
+      tma_bar_off_ = (smem_bytes_ + 7) / 8 * 8;
+      smem_bytes_ = tma_bar_off_ + 16;
+    }
     smem_bytes_ += 1024;  // the kernel aligns its shared memory to 1024 bytes (the swizzle's period)
   }
   // The phases' kernels, then the main kernel: it decides which Mma<R> and how much row-reduction
@@ -309,7 +314,9 @@ bool Lower::tensors() {
 }
 
 void Lower::kernel(Out& w) {
-  w.open("__global__ void __launch_bounds__(kThreads, 1) " + kernel_name_ + "(const __grid_constant__ qattn_bwd_params p) {");
+  std::string maps;  // the TMA ring's tensor maps (plan_tma_ring)
+  for (const auto& t : tma_tiles_) maps += ", const __grid_constant__ CUtensorMap tm" + id(t.name);
+  w.open("__global__ void __launch_bounds__(kThreads, 1) " + kernel_name_ + "(const __grid_constant__ qattn_bwd_params p" + maps + ") {");
   if (wg_) {
     w.line("char* smem = qattn::sm90::smem_aligned();  // 1024-byte aligned for the wgmma operands");
     w.line("const int tid = threadIdx.x;");

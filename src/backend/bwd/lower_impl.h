@@ -279,6 +279,47 @@ class Lower {
   std::vector<const Stmt*> ring_pending_; // ring copies of iteration loop_var_ + 1 not yet issued
   std::string next_;                      // C++ index of the iteration after loop_var_'s (`i + 1`, `nx_i` with {skip})
   std::string fill_slot_;                 // C++ counter of the ring slot emit_g2s fills
+
+  // ---- the loop's ring by TMA (wgmma mode; schedule.cc) -------------------------------------------
+  // When every Copy the loop prefetches fills a 2-slot ring, and each 2-D one is a whole-width 16-bit
+  // tile of a kernel input in 128-byte swizzled column blocks, the ring is filled by TMA (thread 0, one
+  // tensor map per 2-D tile, built by qattn_bwd) and its fp32 rows by cp.async from the first 64
+  // threads, all completing on the slot's mbarrier: the iteration waits on that mbarrier where it first
+  // reads the ring (no cp.async.wait_group and __syncthreads at the loop's top), and the next tile is
+  // issued right after the iteration's first block-wide barrier, when every warp is past the previous
+  // iteration (the slot's last reader). H200: 1.03-1.17x (bench/results/2026-11-30-h200-bwd-tma-loads).
+  struct TmaTile {
+    std::string name, batch, head;  // the buffer; the C++ batch and head of its global Allocate's offset
+    const GlobalArg* arg = nullptr;
+    int rows = 0, cols = 0;
+    bool rows_k = false;  // rows along seqlen_k (K, V), else seqlen_q (only query tiles take the TMA ring now)
+  };
+  std::vector<TmaTile> tma_tiles_;  // empty: the ring (if any) is filled by cp.async
+  std::set<std::string> tma_ring_;  // every buffer of the TMA ring, its fp32 rows included
+  int64_t tma_bar_off_ = -1;        // the two mbarriers' byte offset in shared memory
+  bool tma_wait_due_ = false;       // this iteration's slot not waited for yet
+  bool tma_issue_due_ = false;      // the next iteration's tiles not issued yet
+  std::string tma_slot_, tma_parity_;  // C++: this iteration's slot and the parity its mbarrier completes
+  static constexpr int kRingRowThreads = 64;  // the threads that copy the ring's fp32 rows
+
+  // ---- scratch handed between the warpgroups (wgmma mode, two or more warpgroups; schedule.cc) ---
+  // A shared tile the loop body writes once from registers and then reads only in wgmma GEMMs (dS^T
+  // for dQ = dS K, P and dS in the natural form): when no __syncthreads separates the previous
+  // iteration's reads from the write (the TMA ring has none at the loop's top), the write waits on a
+  // named barrier of its own warpgroup (id 1 + wg), on which every other warpgroup arrives once its
+  // last wgmma reading such a tile has completed; the first visit waits for nothing and the last
+  // arrives on nothing, so every sync meets its arrivals. A warpgroup running ahead then waits only
+  // for the others' reads, not for them to reach the same statement.
+  std::set<std::string> handoff_;      // the loop's scratch tiles
+  int handoff_reads_left_ = 0;         // their GEMMs not yet issued in this iteration
+  bool handoff_synced_ = false;        // this iteration's write waited on the named barrier
+  bool handoff_arrived_ = false;       // ... and the arrival on the others' is emitted
+  std::string visit_;                  // C++: the loop's visit index (0 on the first iteration)
+  std::set<std::string> handed_;       // the scratch tiles some write waited on the named barrier for (kernel.kir)
+  void handoff_plan(const Stmt& loop);
+  void handoff_arrive(Out& w);  // after a wgmma wait: the arrival once every scratch read completed
+  void plan_tma_ring();
+  void tma_issue(Out& w, const std::vector<const Stmt*>& copies, const std::string& slot);
   std::string skip_;                      // the loop's `{skip: NAME}` (for the kernel IR)
   std::string skip_m_, skip_n_;           // ... its tile pair's rows and columns
   tl::Expr skip_at_[2];                   // ... and the Mask's `at [r, c]`

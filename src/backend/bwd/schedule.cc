@@ -14,9 +14,17 @@ void Lower::barrier(Out& w, const std::string& why) {
   w.line("__syncthreads();  // " + why);
   read_since_barrier_.clear();
   written_sync_.clear();  // (a barrier also publishes the block's stores so far)
+  if (tma_issue_due_) {  // every warp is past the previous iteration: its ring slot is free
+    tma_issue_due_ = false;
+    issue_ring(w);
+  }
 }
 
 void Lower::before_read(Out& w, const std::string& name) {
+  if (tma_wait_due_ && tma_ring_.count(name)) {
+    w.line("qattn::sm90::ptx::mbar_wait(ring_full + " + tma_slot_ + ", " + tma_parity_ + ");  // this iteration's ring slot has landed");
+    tma_wait_due_ = false;
+  }
   if (written_async_.count(name)) {
     w.line("qattn::commit();");
     w.line("qattn::wait<0>();  // the cp.async copies into shared memory have landed");
@@ -30,6 +38,13 @@ void Lower::before_read(Out& w, const std::string& name) {
 }
 
 void Lower::before_write(Out& w, const std::string& name, bool async) {
+  if (read_since_barrier_.count(name) && handoff_.count(name) && !handoff_synced_ && !loop_var_.empty()) {
+    // only the previous iteration read it (one write, reads after it): wait for the other warpgroups' reads
+    w.line("if (handoff_wait_" + loop_var_ + ") qattn::sm90::ptx::bar_sync(1 + wg, kThreads);  // the other warpgroups' wgmma of the previous "
+           "iteration are done reading " + name);
+    handoff_synced_ = true;
+    for (const auto& n : handoff_) read_since_barrier_.erase(n), handed_.insert(n);
+  }
   if (read_since_barrier_.count(name)) barrier(w, "every warp is done reading " + name);
   (async ? written_async_ : written_sync_).insert(name);
 }
@@ -111,7 +126,30 @@ void Lower::loop(Out& w, const Stmt& s) {
   loop_var_ = v;
   loop_stmt_ = &s;
   fill_slot_ = skip ? "0" : v;  // (a ring's first tile goes to the slot of the first visit)
-  if (!ahead.empty()) {
+  const bool tma = !tma_tiles_.empty();
+  if (tma) {
+    // the ring's mbarriers, published to every thread (with the copies before the loop) by one barrier
+    w.line("// the ring's mbarriers: one per slot; a phase completes when the TMA bytes and the cp.async of the fp32 rows landed");
+    w.line("uint64_t* ring_full = reinterpret_cast<uint64_t*>(smem + kSmemRingFull);");
+    w.open("if (tid == 0) {");
+    const std::string arrivals = std::to_string(1 + (tma_ring_.size() > tma_tiles_.size() ? kRingRowThreads : 0));
+    w.line("qattn::sm90::ptx::mbar_init(ring_full, " + arrivals + ");");
+    w.line("qattn::sm90::ptx::mbar_init(ring_full + 1, " + arrivals + ");");
+    w.line("qattn::sm90::ptx::fence_mbar_init();");
+    w.close();
+    if (!written_async_.empty()) {
+      w.line("qattn::commit();");
+      w.line("qattn::wait<0>();  // the copies before the loop have landed");
+    }
+    written_sync_.insert("ring_full");  // (a barrier follows: also the fence for the cp.async tiles)
+    barrier(w, "the mbarriers and the copies so far are visible to every thread");
+    written_async_.clear();
+    w.line("// the first iteration's ring slot, issued before the loop (each later one during the iteration before)");
+    w.open("if (" + first + " < hi_" + v + ") {");
+    w.line("const int " + v + " = " + first + ";");
+    tma_issue(w, ring, fill_slot_);
+    w.close();
+  } else if (!ahead.empty()) {
     w.line("// the first iteration's copies, issued before the loop (each later one during the iteration before)");
     for (const Stmt* c : ahead)
       if (read_since_barrier_.count(c->copy.name)) {
@@ -124,7 +162,8 @@ void Lower::loop(Out& w, const Stmt& s) {
     w.close();
   }
   std::set<std::string> in_flight = written_async_;
-  for (const Stmt* c : ahead) in_flight.insert(c->copy.name);
+  if (!tma)  // (a TMA ring is waited for on its mbarrier)
+    for (const Stmt* c : ahead) in_flight.insert(c->copy.name);
   if (skip) {
     w.open("for (int " + v + " = " + first + ", it_" + v + " = 0, nx_" + v + "; " + v + " < hi_" + v + "; " + v + " = nx_" + v +
            ", ++it_" + v + ") {");
@@ -142,6 +181,16 @@ void Lower::loop(Out& w, const Stmt& s) {
     read_since_barrier_.erase(c->copy.name);  // the previous iteration read the other slot
   }
   ring_pending_ = ring;
+  visit_ = skip ? "it_" + v : v + " - lo_" + v;
+  handoff_plan(s);
+  if (!handoff_.empty())  // (named here: a refill block below rebinds the loop variable)
+    w.line("[[maybe_unused]] const bool handoff_wait_" + v + " = " + visit_ + " != 0, handoff_pass_" + v + " = " + next_ + " < hi_" + v +
+           ";  // a previous iteration's products read the scratch tiles; a next one will write them");
+  if (tma) {
+    tma_wait_due_ = tma_issue_due_ = true;
+    tma_slot_ = "(" + count + ") % 2";
+    tma_parity_ = "((" + (skip ? count : v + " - lo_" + v) + ") >> 1) & 1";  // the k-th visit of a slot completes phase k
+  }
   for (auto& [name, r] : regs_) r.at_use_loaded = false;  // `{at_use}` vectors: copied again in each iteration
   for (size_t k = 0; k < body_stmts.size() && !failed_; ++k) {
     one(w, body_stmts[k]);
@@ -176,7 +225,10 @@ void Lower::loop(Out& w, const Stmt& s) {
   next_.clear();
   fill_slot_.clear();
   if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
-  if (!ahead.empty()) w.line("qattn::commit();  // the next iteration's copies: one group");
+  if (!ahead.empty() && !tma) w.line("qattn::commit();  // the next iteration's copies: one group");
+  tma_wait_due_ = tma_issue_due_ = false;
+  handoff_.clear();
+  handoff_synced_ = handoff_arrived_ = false;
   w.close();
   written_async_.clear();  // after the loop: the last iteration issued none (nothing in flight to read)
   read_since_barrier_ = body_reads;
@@ -247,7 +299,9 @@ void Lower::issue_ring(Out& w) {
   w.open("{");
   w.line("const int " + v + " = " + v + "_next;");
   fill_slot_ = next_ == "nx_" + v ? "it_" + v + " + 1" : v;  // (v is the next iteration's here)
-  for (const Stmt* c : ring_pending_) emit_g2s(w, *c);
+  if (!tma_tiles_.empty()) tma_issue(w, ring_pending_, fill_slot_);
+  else
+    for (const Stmt* c : ring_pending_) emit_g2s(w, *c);
   w.close();
   w.close();
   ring_pending_.clear();
@@ -270,6 +324,150 @@ void Lower::emit_g2s(Out& w, const Stmt& st) {
     w.line("qattn::copy_g2s(gmem_copy, m" + id(c.name) + ", " + coord + ", " + b->var + ", tid);  // TL " +
            std::to_string(st.loc.line));
   if (b->stages > 1 && !loop_var_.empty()) w.close();
+}
+
+void Lower::plan_tma_ring() {
+  tma_tiles_.clear();
+  tma_ring_.clear();
+  if (!wg_) return;
+  const Stmt* loop = nullptr;
+  for (const auto& st : prog_.stmts)
+    if (st.kind == Stmt::Kind::For) {
+      if (loop) return;  // (one loop: the backward's form)
+      loop = &st;
+    }
+  if (!loop) return;
+  const auto& body = loop->loop.body;
+  std::vector<TmaTile> tiles;
+  std::set<std::string> ring;
+  for (size_t k = 0; k < body.size(); ++k) {
+    const Stmt& c = body[k];
+    if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Global || c.copy.to != tl::Space::Shared) continue;
+    if (!shared_.count(c.copy.name)) continue;
+    long first = -1;
+    bool other_writer = false;
+    for (size_t j = 0; j < body.size(); ++j) {
+      if (j != k && writes_shared(body[j], c.copy.name)) other_writer = true;
+      if (first < 0 && reads(body[j], c.copy.name)) first = long(j);
+    }
+    if (other_writer || first <= long(k)) continue;  // copied in place, waited for where it is (loop())
+    const SharedBuf& b = shared_.at(c.copy.name);
+    if (b.stages != 2) return;  // prefetched into one slot: the cp.async overlap
+    if (c.copy.coord.size() > 2 || (c.copy.coord.size() == 2 && !(c.copy.coord[1].kind == tl::Expr::Kind::Number && c.copy.coord[1].value == 0)))
+      return;
+    ring.insert(c.copy.name);
+    if (b.cols == 0) continue;  // fp32 rows: cp.async on the slot's mbarrier
+    const GlobalArg* g = find_arg(c.copy.name);
+    const Stmt* alloc = nullptr;
+    for (const auto& st : prog_.stmts)
+      if (st.kind == Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == c.copy.name) alloc = &st;
+    const std::string& n = c.copy.name;
+    const int width = (n == "V" || n == "O" || n == "dO" || n == "dV") ? d_v_ : d_qk_;
+    // a box is 64 columns of one 128-byte swizzle atom and at most 256 rows; the tile spans the row;
+    // the view's (batch, head) are the Grid's own axes over batch and heads_q (TMA bounds its
+    // coordinates by the map's extents: an offset computed otherwise stays on cp.async's plain address)
+    auto grid_axis = [&](const tl::Expr& e, const char* extent) {
+      if (e.kind != tl::Expr::Kind::Name || !grid_stmt_) return false;
+      for (const auto& it : grid_stmt_->grid.items)
+        if (it.var == e.name) return it.extent.kind == tl::Expr::Kind::Name && it.extent.name == extent;
+      return false;
+    };
+    if (!g || g->out || !alloc || alloc->alloc.offset.size() != 2 || b.atom != 0 || b.cols % 64 != 0 || b.cols != width ||
+        b.rows > 256 || n == "K" || n == "V" || !grid_axis(alloc->alloc.offset[0], "batch") ||
+        !grid_axis(alloc->alloc.offset[1], "heads_q"))
+      return;
+    TmaTile t;
+    t.name = n;
+    t.arg = g;
+    t.batch = cint(alloc->alloc.offset[0]);
+    t.head = cint(alloc->alloc.offset[1]);
+    t.rows = b.rows;
+    t.cols = b.cols;
+    t.rows_k = false;  // (query rows: K and V stay on cp.async)
+    tiles.push_back(t);
+  }
+  if (tiles.empty()) return;
+  tma_tiles_ = tiles;
+  tma_ring_ = ring;
+}
+
+void Lower::tma_issue(Out& w, const std::vector<const Stmt*>& copies, const std::string& slot) {
+  int64_t bytes = 0;
+  for (const auto& t : tma_tiles_) bytes += int64_t(t.rows) * t.cols * 2;
+  w.line("const int ring_slot = (" + slot + ") % 2;");
+  w.open("if (tid == 0) {");
+  w.line("qattn::sm90::ptx::mbar_arrive_expect_tx(ring_full + ring_slot, " + std::to_string(bytes) + ");");
+  for (const Stmt* c : copies) {
+    const SharedBuf& b = shared_.at(c->copy.name);
+    if (b.cols == 0) continue;
+    const TmaTile* t = nullptr;
+    for (const auto& x : tma_tiles_)
+      if (x.name == c->copy.name) t = &x;
+    if (!t) continue;
+    const std::string coord = c->copy.coord.empty() ? std::string("0") : cint(c->copy.coord[0]);
+    w.line("qattn::sm90::tma_load_tile<" + std::to_string(b.rows) + ", " + std::to_string(b.cols) + ">(&tm" + id(t->name) +
+           ", ring_full + ring_slot, reinterpret_cast<Element*>(smem + kSmem" + id(t->name) + " + ring_slot * " + std::to_string(b.bytes) + "), (" + coord +
+           ") * " + std::to_string(b.rows) + ", " + t->head + ", " + t->batch + ");  // TL " + std::to_string(c->loc.line));
+  }
+  w.close();
+  if (tma_ring_.size() == tma_tiles_.size()) return;
+  w.open("if (tid < " + std::to_string(kRingRowThreads) + ") {");
+  for (const Stmt* c : copies) {
+    const SharedBuf& b = shared_.at(c->copy.name);
+    if (b.cols != 0) continue;
+    const std::string coord = c->copy.coord.empty() ? std::string("0") : cint(c->copy.coord[0]);
+    w.line("qattn::copy_rows_g2s<" + std::to_string(b.rows) + ", " + std::to_string(kRingRowThreads) + ">(g" + id(c->copy.name) +
+           ", p.seqlen_q, " + coord + ", reinterpret_cast<float*>(smem + kSmem" + id(c->copy.name) + " + ring_slot * " + std::to_string(b.bytes) +
+           "), tid);  // TL " + std::to_string(c->loc.line));
+  }
+  w.line("qattn::sm90::ptx::cp_async_arrive_noinc(ring_full + ring_slot);  // when this thread's copies have landed");
+  w.close();
+}
+
+void Lower::handoff_plan(const Stmt& loop) {
+  handoff_.clear();
+  handoff_synced_ = handoff_arrived_ = false;
+  handoff_reads_left_ = 0;
+  if (!wg_ || warps_ < 8 || warps_ % 4 != 0) return;
+  const auto& body = loop.loop.body;
+  auto is_gemm_reading = [&](const Stmt& st, const std::string& n) {
+    return st.kind == Stmt::Kind::Compute && st.compute.op == "GEMM" && reads(st, n);
+  };
+  for (const auto& [name, b] : shared_) {
+    if (b.cols == 0 || b.stages != 1) continue;
+    long write = -1, writes = 0;
+    bool ok = true;
+    for (size_t k = 0; k < body.size(); ++k) {
+      const Stmt& st = body[k];
+      if (st.kind == Stmt::Kind::Copy && st.copy.name == name && st.copy.to == tl::Space::Shared) {
+        ++writes;
+        write = long(k);
+        if (st.copy.from != tl::Space::Register) ok = false;
+      }
+      // a read before the write, or not by a GEMM (a Copy to registers of a tile only GEMMs read moves no
+      // data: the GEMMs read it from shared memory)
+      const bool gemm_only_copy = st.kind == Stmt::Kind::Copy && st.copy.to == tl::Space::Register && !elementwise_.count(name);
+      if (reads(st, name) && ((!is_gemm_reading(st, name) && !gemm_only_copy) || write < 0)) ok = false;
+    }
+    if (ok && writes == 1) handoff_.insert(name);
+  }
+  for (const auto& st : body)
+    for (const auto& n : handoff_)
+      if (is_gemm_reading(st, n)) {
+        ++handoff_reads_left_;
+        break;
+      }
+}
+
+void Lower::handoff_arrive(Out& w) {
+  if (!handoff_synced_ || handoff_arrived_ || handoff_reads_left_ > 0) return;
+  for (const auto& g : wg_pending_)
+    for (const auto& n : handoff_)
+      if (g.smem.count(n)) return;
+  w.line("if (handoff_pass_" + loop_var_ + ")  // done reading the scratch tiles: the other warpgroups may write them");
+  w.line("  for (int g = 0; g < kThreads / 128; ++g)");
+  w.line("    if (g != wg) qattn::sm90::ptx::bar_arrive(1 + g, kThreads);");
+  handoff_arrived_ = true;
 }
 
 }  // namespace qattn::backend::bwd::detail

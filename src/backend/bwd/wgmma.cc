@@ -169,6 +169,7 @@ void Lower::wg_gemm(Out& w, const Stmt& s, RegBuf& acc, const WgGemm& g) {
            ">(qattn::sm90::regs<uint32_t>(" + ra->var + "), " + pb + ", " +
            acc_regs + ");  // wgmma: A from this warpgroup's registers, B (K, N) from shared");
     wg_pending_.push_back({c.target, A.expr.name, {B.expr.name}});
+    if (handoff_.count(A.expr.name) || handoff_.count(B.expr.name)) --handoff_reads_left_;  // (A from registers: no read)
     return;
   }
   const std::string pa = "raw_pointer_cast(" + shared_.at(A.expr.name).var + ".data())";
@@ -180,6 +181,7 @@ void Lower::wg_gemm(Out& w, const Stmt& s, RegBuf& acc, const WgGemm& g) {
          (a_ac != 64 || b_ac != 64 ? ", " + std::to_string(a_ac) + ", " + std::to_string(b_ac) : "") + ">(" + pa + ", " + a_off + ", " + pb + ", " + b_off + ", " + acc_regs + ");  // wgmma: A " + (g.a_mn ? "MN" : "K") + "-major, B " +
          (g.b_mn ? "MN" : "K") + "-major, the warpgroups along " + (g.split_n ? "N" : "M"));
   wg_pending_.push_back({c.target, "", {A.expr.name, B.expr.name}});
+  if (handoff_.count(A.expr.name) || handoff_.count(B.expr.name)) --handoff_reads_left_;
 }
 
 void Lower::wait_upto(Out& w, long idx) {
@@ -195,6 +197,7 @@ void Lower::wait_upto(Out& w, long idx) {
     if (!g.a.empty()) w.line("qattn::sm90::fence_regs(qattn::sm90::regs<uint32_t>(" + regs_.at(g.a).var + "));  // (A, live until now)");
   }
   wg_pending_.erase(wg_pending_.begin(), wg_pending_.begin() + idx + 1);
+  handoff_arrive(w);
 }
 
 void Lower::wait_before(Out& w, const Stmt* s) {

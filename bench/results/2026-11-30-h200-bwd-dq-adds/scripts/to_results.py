@@ -4,13 +4,19 @@
 "v4"), qattn (the parent's CUDA of the same TL, variant "parent"), cudnn, fa2 (SDPA backends, timed
 next to each library; the first timing of each shape is kept). d128 rows with "dq-heads-first" carry
 that variant suffix.
-  python3 to_results.py OUT.csv IN.csv [IN.csv ...]
+  python3 to_results.py [--variant NAME] OUT.csv IN.csv [IN.csv ...]
+NAME (default v4) names the rows of the libraries called new_*; an fp16_* config's rows are fp16.
+(bench/results/2026-11-30-h200-bwd-tma-loads uses it with --variant tma-ring.)
 """
 import csv
 import re
 import sys
 
-out, ins = sys.argv[1], sys.argv[2:]
+args = sys.argv[1:]
+variant = "v4"
+if args[:1] == ["--variant"]:
+    variant, args = args[1], args[2:]
+out, ins = args[0], args[1:]
 rows, seen = [], set()
 for path in ins:
     for r in csv.DictReader(open(path)):
@@ -20,9 +26,9 @@ for path in ins:
         kernel = r["kernel"]
         who, config = kernel.split(".so")[0].split("_", 1)
         suffix = " dq-heads-first" if "dq-heads-first" in kernel else ""
-        base = dict(pass_="bwd", config=config, hq=hq, hkv=hk, d_qk=dqk, d_v=dv, dtype="bf16",
+        base = dict(pass_="bwd", config=config, hq=hq, hkv=hk, d_qk=dqk, d_v=dv, dtype="fp16" if config.startswith("fp16") else "bf16",
                     causal=r["mask"].startswith("causal"), seqlen=sq, batch=b)
-        rows.append(dict(impl="qattn", variant=("v4" if who == "new" else "parent") + suffix, ms=r["qattn_ms"],
+        rows.append(dict(impl="qattn", variant=(variant if who == "new" else "parent") + suffix, ms=r["qattn_ms"],
                          tflops=r["qattn_tflops"], **base))
         for impl in ("cudnn", "fa2"):
             key = (impl, config, sq, b, r["mask"])
