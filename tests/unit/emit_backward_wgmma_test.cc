@@ -114,6 +114,8 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   for (size_t at = 0; (at = body.find("__syncthreads();", at)) != std::string::npos; ++at) ++syncs;
   EXPECT_EQ(syncs, 1u) << body;
   const size_t mid = body.find("__syncthreads();  // what the block stored to shared memory is visible");
+  ASSERT_NE(mid, std::string::npos) << body;
+  ASSERT_NE(body.find("qattn::sm90::tma_load_tile<64, 128>(&tmQ"), std::string::npos) << body;
   EXPECT_LT(mid, body.find("qattn::sm90::tma_load_tile<64, 128>(&tmQ"));
   EXPECT_LT(body.find("qattn::sm90::tma_load_tile<64, 128>(&tmQ"), body.find("raw_pointer_cast(sdStc.data()), 0, raw_pointer_cast(sK.data())"));
   // dS^T handed between the warpgroups: its store waits for the other warpgroup's dQ product of the
@@ -125,6 +127,8 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   const size_t dq_done = body.find("qattn::sm90::wgmma_wait<1>();  // dV, dQ ready");
   const size_t arrive = body.find("if (g != wg) qattn::sm90::ptx::bar_arrive(1 + g, kThreads);");
   ASSERT_NE(sync, std::string::npos);
+  ASSERT_NE(store, std::string::npos);
+  ASSERT_NE(dq_done, std::string::npos);
   ASSERT_NE(arrive, std::string::npos);
   EXPECT_LT(sync, store);
   EXPECT_LT(store, mid);
@@ -205,10 +209,13 @@ TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
   // P and dS, both scratch handed between the warpgroups: one named-barrier wait before P's store covers
   // both (the arrival comes after the last product that reads either, dQ = dS K); 4 boxes a 256-column tile
   EXPECT_EQ(count_of(cu, "qattn::sm90::ptx::bar_sync(1 + wg, kThreads);"), 1u) << cu;
-  EXPECT_LT(cu.find("bar_sync(1 + wg, kThreads);  // the other warpgroups' wgmma of the previous iteration are done reading Pc"),
-            cu.find("qattn::store_acc_smem(MmaCols<64, 64, 2>{}, rPc, sPc, tid);"))
+  const size_t p_store = cu.find("qattn::store_acc_smem(MmaCols<64, 64, 2>{}, rPc, sPc, tid);");
+  const size_t p_arrive = cu.find("qattn::sm90::ptx::bar_arrive(1 + g, kThreads);");
+  ASSERT_NE(p_store, std::string::npos) << cu;
+  ASSERT_NE(p_arrive, std::string::npos) << cu;
+  EXPECT_LT(cu.find("bar_sync(1 + wg, kThreads);  // the other warpgroups' wgmma of the previous iteration are done reading Pc"), p_store)
       << cu;
-  EXPECT_LT(cu.find("qattn::sm90::wgmma_wait<0>();  // dQ ready"), cu.find("qattn::sm90::ptx::bar_arrive(1 + g, kThreads);"));
+  EXPECT_LT(cu.find("qattn::sm90::wgmma_wait<0>();  // dQ ready"), p_arrive);
   EXPECT_EQ(count_of(cu, "__syncthreads();  // every warp is done reading"), 0u) << cu;
   EXPECT_NE(cu.find("qattn::sm90::ptx::mbar_arrive_expect_tx(ring_full + ring_slot, 65536);"), std::string::npos) << cu;
   // every helper that places a score by its coordinates takes the tile's own layout (the first GPU

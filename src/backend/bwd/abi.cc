@@ -281,8 +281,7 @@ void Lower::abi(Out& w) {
     const std::string m = "tm" + id(t.name), g = t.arg->stride;
     w.line("CUtensorMap " + m + ";");
     w.line("if (int r = qattn::sm90::make_tile_map(&" + m + ", p." + t.arg->field + ", " + (elem_ == tl::DType::BF16 ? "true" : "false") +
-           ", " + std::to_string(t.cols) + ", " + (t.rows_k ? "p.seqlen_k" : "p.seqlen_q") + ", " + (t.rows_k ? "p.heads_kv" : "p.heads_q") +
-           ", p.batch, p." + g + "_row_stride, p." + g + "_head_stride, p." + g + "_batch_stride, " + std::to_string(t.rows) + "); r != 0)");
+           ", " + std::to_string(t.cols) + ", p.seqlen_q, p.heads_q, p.batch, p." + g + "_row_stride, p." + g + "_head_stride, p." + g + "_batch_stride, " + std::to_string(t.rows) + "); r != 0)");
     w.line("  return qattn::host::fail(QATTN_ERR_LAUNCH, \"cuTensorMapEncodeTiled refused " + t.name +
            " (%s %d): strides must be multiples of 16 bytes below 2^40; the driver must support TMA\", r == -1 ? \"no "
            "cuTensorMapEncodeTiled in the driver\" : \"CUresult\", r);");

@@ -129,6 +129,10 @@ class Lower {
   // The statements of `body` that read the shared buffer of `name` (GEMM operands, Copies from shared).
   static bool reads(const Stmt& st, const std::string& name);
   static bool writes_shared(const Stmt& st, const std::string& name);
+  // A global -> shared Copy at `k` of a loop body that the loop issues ahead (for the next iteration):
+  // its buffer has no other writer in the body and the Copy comes before its first read. `last`: that
+  // buffer's last read in the body (-1: none).
+  static bool prefetchable(const std::vector<Stmt>& body, size_t k, long* last = nullptr);
 
   // The loop's copy/compute overlap (chosen here; the TL states what is copied, not when): a global ->
   // shared Copy of the loop body, whose buffer no other statement of the body writes, is issued for
@@ -291,8 +295,7 @@ class Lower {
   struct TmaTile {
     std::string name, batch, head;  // the buffer; the C++ batch and head of its global Allocate's offset
     const GlobalArg* arg = nullptr;
-    int rows = 0, cols = 0;
-    bool rows_k = false;  // rows along seqlen_k (K, V), else seqlen_q (only query tiles take the TMA ring now)
+    int rows = 0, cols = 0;  // (query tiles: rows along seqlen_q, heads_q heads)
   };
   std::vector<TmaTile> tma_tiles_;  // empty: the ring (if any) is filled by cp.async
   std::set<std::string> tma_ring_;  // every buffer of the TMA ring, its fp32 rows included

@@ -71,6 +71,21 @@ bool Lower::writes_shared(const Stmt& st, const std::string& name) {
   return st.kind == Stmt::Kind::Copy && st.copy.name == name && st.copy.to == tl::Space::Shared;
 }
 
+bool Lower::prefetchable(const std::vector<Stmt>& body, size_t k, long* last) {
+  const std::string& name = body[k].copy.name;
+  long first = -1, end = -1;
+  bool other_writer = false;
+  for (size_t j = 0; j < body.size(); ++j) {
+    if (j != k && writes_shared(body[j], name)) other_writer = true;
+    if (reads(body[j], name)) {
+      if (first < 0) first = long(j);
+      end = long(j);
+    }
+  }
+  if (last) *last = end;
+  return !other_writer && first > long(k);
+}
+
 void Lower::loop(Out& w, const Stmt& s) {
   const auto& body_stmts = s.loop.body;
   std::map<size_t, std::vector<const Stmt*>> after;  // statement index -> Copies to issue for i + 1 after it
@@ -79,22 +94,15 @@ void Lower::loop(Out& w, const Stmt& s) {
     const Stmt& c = body_stmts[k];
     if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Global || c.copy.to != tl::Space::Shared) continue;
     if (!shared_.count(c.copy.name)) continue;
-    long first = -1, last = -1;
-    bool other_writer = false;
-    for (size_t j = 0; j < body_stmts.size(); ++j) {
-      if (j != k && writes_shared(body_stmts[j], c.copy.name)) other_writer = true;
-      if (reads(body_stmts[j], c.copy.name)) {
-        if (first < 0) first = long(j);
-        last = long(j);
-      }
-    }
-    if ((other_writer || first <= long(k)) && shared_.at(c.copy.name).stages > 1) {
+    long last = -1;
+    const bool ahead_ok = prefetchable(body_stmts, k, &last);
+    if (!ahead_ok && shared_.at(c.copy.name).stages > 1) {
       fail("XL0301", c.loc, "the ring " + c.copy.name + " (`{stages: 2}`) is filled by this Copy only when it is the buffer's one writer in "
                             "the loop body and comes before its first read there",
            "copy the tile once, at the top of the body, or remove `{stages: 2}`");
       return;
     }
-    if (other_writer || first <= long(k)) continue;
+    if (!ahead_ok) continue;
     if (shared_.at(c.copy.name).stages > 1) {  // a ring: the next iteration's tile goes to the other slot at the top
       ring.push_back(&c);
       ahead.push_back(&c);
@@ -343,14 +351,7 @@ void Lower::plan_tma_ring() {
   for (size_t k = 0; k < body.size(); ++k) {
     const Stmt& c = body[k];
     if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Global || c.copy.to != tl::Space::Shared) continue;
-    if (!shared_.count(c.copy.name)) continue;
-    long first = -1;
-    bool other_writer = false;
-    for (size_t j = 0; j < body.size(); ++j) {
-      if (j != k && writes_shared(body[j], c.copy.name)) other_writer = true;
-      if (first < 0 && reads(body[j], c.copy.name)) first = long(j);
-    }
-    if (other_writer || first <= long(k)) continue;  // copied in place, waited for where it is (loop())
+    if (!shared_.count(c.copy.name) || !prefetchable(body, k)) continue;  // copied in place, waited for where it is (loop())
     const SharedBuf& b = shared_.at(c.copy.name);
     if (b.stages != 2) return;  // prefetched into one slot: the cp.async overlap
     if (c.copy.coord.size() > 2 || (c.copy.coord.size() == 2 && !(c.copy.coord[1].kind == tl::Expr::Kind::Number && c.copy.coord[1].value == 0)))
@@ -383,7 +384,6 @@ void Lower::plan_tma_ring() {
     t.head = cint(alloc->alloc.offset[1]);
     t.rows = b.rows;
     t.cols = b.cols;
-    t.rows_k = false;  // (query rows: K and V stay on cp.async)
     tiles.push_back(t);
   }
   if (tiles.empty()) return;
