@@ -15,7 +15,7 @@ from ._abi import QATTN_ABI_VERSION
 from ._attention import attention
 from ._compile import Explanation, Kernel, compile, compile_many, explain, precompile
 from ._build import cache_dir, clear_memory_cache, kernel_spec
-from ._kvcache import attention_with_kvcache
+from ._kvcache import attention_with_kvcache, flash_mla_with_kvcache
 from ._varlen import attention_varlen
 from ._cli import find_executable, repo_root
 from ._pack import COMMON_KERNELS, use_pack
@@ -38,7 +38,7 @@ if "torch" in _sys.modules:
         pass
 
 __all__ = [
-    "attention", "attention_with_kvcache", "attention_varlen", "compile", "compile_many", "explain", "precompile", "use_pack", "COMMON_KERNELS", "Kernel", "Explanation",
+    "attention", "attention_with_kvcache", "flash_mla_with_kvcache", "attention_varlen", "compile", "compile_many", "explain", "precompile", "use_pack", "COMMON_KERNELS", "Kernel", "Explanation",
     "QattnError", "SpecError", "ToolchainError", "BuildError", "DeviceError", "LaunchError",
     "cache_dir", "clear_memory_cache", "kernel_spec", "find_executable", "repo_root",
     "target_for_capability", "target_for_gpu", "TARGET_POLICY", "QATTN_ABI_VERSION",

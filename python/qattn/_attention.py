@@ -230,23 +230,24 @@ def run_fwd(torch, b, p, device):
 
 
 def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, shape=None, kv_cache=None, varlen=False,
-               split=False):
+               split=False, v_from_k=False):
     """The Build for this compile-time tuple on `device`; shape (heads_q, heads_kv, seqlen_q) picks
     the packed kernel for short GQA/MQA queries on Hopper (_build.short_queries); kv_cache: "lengths"
     or "paged" (qattn._kvcache); varlen: packed ragged batches (qattn._varlen); split: the kernel that
-    writes the parts of split keys (tl_split)."""
+    writes the parts of split keys (tl_split); v_from_k: V is K's first dv columns (absorbed MLA,
+    qattn._kvcache)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
     target, reason, tag = _device_target(torch, device)
-    short = shape is not None and _build.short_queries(target, *shape, fields)
+    short = shape is not None and _build.short_queries(target, *shape, fields, v_from_k=v_from_k)
     key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx, short,
-           kv_cache, bool(varlen), bool(split))
+           kv_cache, bool(varlen), bool(split), bool(v_from_k))
     hit = _build.FAST.get(key)
     if hit is not None:
         if isinstance(hit, Exception):
             raise hit
         return hit
     spec = _build.kernel_spec(dt, dqk, dv, fields, return_lse or split, target, short=short, kv_cache=kv_cache,
-                              varlen=varlen, split=split)
+                              varlen=varlen, split=split, v_from_k=v_from_k)
     try:
         b = _build.build(spec, target, reason, local_tag=tag, verbose=verbose)
     except SpecError as e:  # deterministic: do not run the pipeline again for the same request
@@ -372,14 +373,18 @@ def eager_attention(q, k, v, causal=False, window=None, scale=None, softcap=None
     return _launch(torch, b, q, k, v, layout, scale, return_lse, aux, args)
 
 
-def _build_split(torch, dt, dqk, dv, fields, return_lse, device, shape, splits, kv_cache=None):
+def _build_split(torch, dt, dqk, dv, fields, return_lse, device, shape, splits, kv_cache=None, v_from_k=False):
     """The kernel a call whose keys split into `splits` parts (1: none) launches, and whether it splits
     them in its TL (Hopper, tl_split: split_fields, the part a Grid axis) rather than as batch entries
     (the fold: the call's own kernel); split kernels always write their LSE. shape: (heads_q, heads_kv,
-    seqlen_q). attention(), attention_with_kvcache() and explain() pick their kernel here."""
+    seqlen_q). attention(), attention_with_kvcache() and explain() pick their kernel here. v_from_k
+    (absorbed MLA: V is K's first dv columns): never split (the spec refuses split_keys with it)."""
+    if v_from_k and splits > 1:
+        raise SpecError(f"absorbed MLA (V read from K's first {dv} columns) does not split the keys ({splits} parts "
+                        "asked)", code="PY0105", hint="num_splits=0 or 1")
     in_tl = splits > 1 and tl_split(torch, device)
     b = _build_for(torch, dt, dqk, dv, split_fields(fields, shape[2]) if in_tl else fields, return_lse or splits > 1, device,
-                   shape=shape, kv_cache=kv_cache, split=in_tl)
+                   shape=shape, kv_cache=kv_cache, split=in_tl, v_from_k=v_from_k)
     return b, in_tl
 
 

@@ -13,6 +13,13 @@ part. Elsewhere (or with QATTN_SPLIT_MODE=fold) the cache's capacity is cut into
 the batch (the block table's rows reshaped, each part's key count clamped from cache_seqlens on the
 device, the queries copied per part). Either way the partial results are merged by the TL combine
 kernel (qattn._combine), which handles the empty parts of short sequences.
+
+Absorbed MLA (DeepSeek-V2/V3 decoding; v_cache=None, head_dim_v=512): one latent cache of d_qk = 576
+columns (512 latent + 64 rotary) whose first head_dim_v columns are also the values. The kernel is
+built with the spec's v_from_k (V read from K's shared tile: each key tile is loaded once) and its
+C ABI demands v == k: the launch passes k_cache as both (pointer and strides) with d_v = head_dim_v.
+Hopper only; no key split, no window, no softcap; the 128 query heads of the one kv head are packed
+into 64-row tiles (_build.short_queries).
 """
 from . import _attention, _backward, _combine
 from ._abi import fill_params
@@ -21,10 +28,45 @@ from ._variants import split_launch_args, variant_fields
 from .errors import DeviceError, SpecError
 
 
-def _check(torch, q, k_cache, v_cache, cache_seqlens, block_table):
+def check_v_from_k(d_qk, head_dim_v, num_splits=0, fields=None, v_new_given=False):
+    """The arguments of an absorbed-MLA call (v_cache=None: V is k_cache's first head_dim_v columns),
+    checked without torch; returns head_dim_v. d_qk: q's head dim (None when q is not a 4-D tensor:
+    _check reports that). PY0105: head_dim_v missing, not an int, not below d_qk or not a multiple of
+    64; num_splits > 1; v_new given. PY0107: a sliding window or a softcap (fields: the call's
+    variant fields), which the spec's v_from_k does not take."""
+    if head_dim_v is None:
+        raise SpecError("v_cache=None reads V from k_cache's first head_dim_v columns (absorbed MLA), and head_dim_v "
+                        "was not given", code="PY0105",
+                        hint="DeepSeek-V3: head_dim_v=512 with q and k_cache of head dim 576 (512 latent + 64 rotary); "
+                             "or pass a v_cache of its own")
+    if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int):
+        raise SpecError(f"head_dim_v={head_dim_v!r}: expected an int (V's columns, the first of k_cache's)",
+                        code="PY0105")
+    if head_dim_v <= 0 or head_dim_v % 64 or (d_qk is not None and head_dim_v >= d_qk):
+        raise SpecError(f"head_dim_v={head_dim_v}: V is the first head_dim_v columns of k_cache, so it must be a "
+                        f"multiple of 64 below the head dim of q and k_cache ({d_qk})", code="PY0105",
+                        hint="DeepSeek-V3: head_dim_v=512 with a head dim of 576")
+    if num_splits > 1:
+        raise SpecError(f"num_splits={num_splits}: absorbed MLA (v_cache=None) does not split the keys", code="PY0105",
+                        hint="num_splits=0 or 1 (one launch; its 128 query heads per token fill the GPU's tiles)")
+    if v_new_given:
+        raise SpecError("v_new with v_cache=None: V is the first head_dim_v columns of the keys, so there is no value "
+                        "cache to write to", code="PY0105", hint="pass k_new alone (its first head_dim_v columns are the "
+                                                                 "new values)")
+    fields = fields or {}
+    if (fields.get("mask") or {}).get("kind") == "window" or fields.get("variants"):
+        what = "a sliding window" if (fields.get("mask") or {}).get("kind") == "window" else "a softcap"
+        raise SpecError(f"absorbed MLA (v_cache=None) with {what} is not supported", code="PY0107",
+                        hint="call it without window / softcap (causal is supported), or pass a v_cache of its own")
+    return head_dim_v
+
+
+def _check(torch, q, k_cache, v_cache, cache_seqlens, block_table, head_dim_v=None):
     """Shapes, dtypes and devices; returns (batch, seqlen_q, heads_q, d_qk, heads_kv, d_v, capacity,
-    page_size, pages) with page_size = pages = 0 for a contiguous cache."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+    page_size, pages) with page_size = pages = 0 for a contiguous cache. v_cache None: V is k_cache's
+    first head_dim_v columns (absorbed MLA; check_v_from_k has checked head_dim_v), d_v = head_dim_v."""
+    tensors = (("q", q), ("k_cache", k_cache)) + ((("v_cache", v_cache),) if v_cache is not None else ())
+    for name, t in tensors:
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise SpecError(f"{name}: expected a 4-D tensor", code="PY0101",
                             hint="q (batch, seqlen_q, heads_q, d); a cache (batch, capacity, heads_kv, d) or, paged, "
@@ -34,10 +76,19 @@ def _check(torch, q, k_cache, v_cache, cache_seqlens, block_table):
         if t.dtype != q.dtype:
             raise SpecError(f"{name} has dtype {t.dtype}, q {q.dtype}", code="PY0102")
     bsz, sq, hq, dqk = (int(x) for x in q.shape)
-    if k_cache.shape[:3] != v_cache.shape[:3] or int(k_cache.shape[3]) != dqk:
-        raise SpecError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} do not match each other and "
-                        f"q's head dim {dqk}", code="PY0105")
-    hkv, dv = int(k_cache.shape[2]), int(v_cache.shape[3])
+    if v_cache is None:
+        if int(k_cache.shape[3]) != dqk:
+            raise SpecError(f"k_cache {tuple(k_cache.shape)} does not match q's head dim {dqk}", code="PY0105")
+        dv = int(head_dim_v)
+    else:
+        if k_cache.shape[:3] != v_cache.shape[:3] or int(k_cache.shape[3]) != dqk:
+            raise SpecError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} do not match each other "
+                            f"and q's head dim {dqk}", code="PY0105")
+        dv = int(v_cache.shape[3])
+        if head_dim_v is not None and head_dim_v != dv:
+            raise SpecError(f"head_dim_v={head_dim_v!r} but v_cache has {dv} columns", code="PY0105",
+                            hint="head_dim_v is for v_cache=None (V read from k_cache's first columns); leave it out")
+    hkv = int(k_cache.shape[2])
     if hkv <= 0 or hq % hkv:
         raise SpecError(f"heads_q {hq} is not a multiple of the cache's heads_kv {hkv}", code="PY0105")
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dim() != 1 or int(cache_seqlens.shape[0]) != bsz \
@@ -69,7 +120,7 @@ def append_to_cache(torch, k_cache, v_cache, k_new, v_new, lens, block_table=Non
     lens[b] ..., through block_table when paged; device indexing, in place) and returns lens + new
     (int32, the caller's tensor untouched). That they fit is checked on the host (PY0105) except
     under CUDA-graph capture, which leaves it to the caller (rows past the capacity then land on
-    its last row)."""
+    its last row). v_cache None (absorbed MLA: V is K's first columns): k_new alone is written."""
     b, new = int(k_new.shape[0]), int(k_new.shape[1])
     page = int(k_cache.shape[1])
     s_cache = int(block_table.shape[1]) * page if block_table is not None else page
@@ -81,11 +132,13 @@ def append_to_cache(torch, k_cache, v_cache, k_new, v_new, lens, block_table=Non
     if block_table is not None:
         pg = torch.gather(block_table.to(torch.int64), 1, (pos // page).clamp_(max=block_table.shape[1] - 1))
         k_cache[pg, pos % page] = k_new
-        v_cache[pg, pos % page] = v_new
+        if v_cache is not None:
+            v_cache[pg, pos % page] = v_new
     else:
         rows = torch.arange(b, device=lens.device)[:, None].expand(b, new)
         k_cache[rows, pos.clamp(max=s_cache - 1)] = k_new
-        v_cache[rows, pos.clamp(max=s_cache - 1)] = v_new
+        if v_cache is not None:
+            v_cache[rows, pos.clamp(max=s_cache - 1)] = v_new
     return (lens + new).to(torch.int32)
 
 
@@ -113,7 +166,7 @@ def _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, in_tl=False, n
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None, v_new=None, *, causal=False,
-                           window=None, scale=None, softcap=None, return_lse=False, num_splits=0):
+                           window=None, scale=None, softcap=None, return_lse=False, num_splits=0, head_dim_v=None):
     """Attention of q (batch, seqlen_q, heads_q, d) over each sequence's first cache_seqlens[b] keys of
     the cache: k_cache / v_cache (batch, capacity, heads_kv, d), or with block_table (batch, pages)
     int32 the paged (num_pages, page_size, heads_kv, d). The queries are the last seqlen_q positions
@@ -125,34 +178,57 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     the parts the keys are split into, as flash_attn_with_kvcache's: 0 qattn's choice
     (_attention.split_keys), 1 none, N > 1 N parts (on Hopper any N, each sequence's key tiles cut
     into N; elsewhere at most N, a divisor of the capacity, and only where the fold may split).
+    v_cache=None with head_dim_v (absorbed MLA, DeepSeek-V3: q (batch, seqlen_q, 128, 576), k_cache
+    (..., 1, 576), head_dim_v=512): V is k_cache's first head_dim_v columns, read in place (no copy);
+    head_dim_v a multiple of 64 below d; Hopper only; num_splits 0 or 1 (never split); no window,
+    no softcap; k_new alone may be appended (v_new refused). PY0105 / PY0107 otherwise.
     Returns o (batch, seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
     torch = import_torch()
     _backward.refuse_grad(torch, "qattn.attention_with_kvcache", "a KV cache serves inference: call it under "
                           "torch.no_grad()", q, k_cache, v_cache, k_new, v_new)
-    bsz, sq, hq, dqk, hkv, dv, capacity, page_size, pages = _check(torch, q, k_cache, v_cache, cache_seqlens, block_table)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= 65535:
         raise SpecError(f"num_splits={num_splits!r}: expected an int from 0 (qattn chooses) to 65535", code="PY0105")
-    dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
+    v_from_k = v_cache is None
+    if v_from_k:  # absorbed MLA: its own argument checks first (on any device)
+        d_q = int(q.shape[3]) if isinstance(q, torch.Tensor) and q.dim() == 4 else None
+        head_dim_v = check_v_from_k(d_q, head_dim_v, num_splits, fields, v_new is not None)
+    bsz, sq, hq, dqk, hkv, dv, capacity, page_size, pages = _check(torch, q, k_cache, v_cache, cache_seqlens, block_table,
+                                                                   head_dim_v)
+    dt = _attention._dtype_name(torch, q.dtype)
+    if v_from_k:
+        target = _attention._device_target(torch, q.device)[0]
+        if target not in ("h100", "h200"):
+            raise SpecError(f"absorbed MLA (v_cache=None: V read from k_cache's first {dv} columns) is built for Hopper "
+                            f"(H100 / H200) only; {q.device} is planned as {target}", code="PY0105",
+                            hint="on other GPUs pass v_cache=k_cache[..., :head_dim_v] (a view: the plain kernel reads it "
+                                 "as a separate V)")
     kv = "paged" if block_table is not None else "lengths"
     o = q.new_empty((bsz, sq, hq, dv))
     lse = torch.empty((bsz, hq, sq), device=q.device, dtype=torch.float32) if return_lse else None
     lens = cache_seqlens.to(torch.int32).contiguous()
-    if (k_new is None) != (v_new is None):
+    if not v_from_k and (k_new is None) != (v_new is None):
         raise SpecError("k_new and v_new: pass both or neither", code="PY0105")
     if k_new is not None:
-        for name, t, c in (("k_new", k_new, k_cache), ("v_new", v_new, v_cache)):
+        new_rows = (("k_new", k_new, k_cache),) + ((("v_new", v_new, v_cache),) if not v_from_k else ())
+        for name, t, c in new_rows:
             if not isinstance(t, torch.Tensor) or t.dim() != 4 or int(t.shape[0]) != bsz or t.shape[2:] != c.shape[2:] \
                     or t.device != q.device or t.dtype != q.dtype:
                 raise SpecError(f"{name}: expected a (batch, new, heads_kv, d) tensor like the cache's rows on q's device",
                                 code="PY0105")
-        if int(k_new.shape[1]) != int(v_new.shape[1]):
+        if not v_from_k and int(k_new.shape[1]) != int(v_new.shape[1]):
             raise SpecError("k_new and v_new hold different numbers of rows", code="PY0105")
         if int(k_new.shape[1]):
             lens = append_to_cache(torch, k_cache, v_cache, k_new, v_new, lens, block_table)
     if o.numel() == 0:
         return (o, lse) if return_lse else o
     table = block_table.to(torch.int32).contiguous() if block_table is not None else None
+    if v_from_k:  # one launch, never split; one bottom-right causal query sees every key: the unmasked kernel
+        b, _ = _attention._build_split(torch, dt, dqk, dv, _attention.split_fields(fields, sq), return_lse, q.device,
+                                       (hq, hkv, sq), 1, kv_cache=kv, v_from_k=True)
+        _launch(torch, b, q, k_cache, k_cache, o, lse, lens, table, capacity, page_size, pages,
+                _attention._scale(scale, dqk), args, d_v=dv)
+        return (o, lse) if return_lse else o
     splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, _attention.tl_split(torch, q.device), num_splits)
     b, in_tl = _attention._build_split(torch, dt, dqk, dv, fields, return_lse, q.device, (hq, hkv, sq), splits, kv_cache=kv)
     s = _attention._scale(scale, dqk)
@@ -191,9 +267,11 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     return (o, lse_out) if return_lse else o
 
 
-def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, scale, args, splits=1):
+def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, scale, args, splits=1, d_v=None):
     """One qattn_fwd of Build b over the cache (capacity rows per sequence; pages of page_size); splits:
-    the parts of a kernel that splits the keys (o, lse hold batch * splits entries)."""
+    the parts of a kernel that splits the keys (o, lse hold batch * splits entries). d_v: a v_from_k
+    kernel's head_dim_v (absorbed MLA), launched with v = k: the ABI's v pointer and v strides are k's
+    (the kernel reads V from K's memory and refuses anything else) and d_v is V's width, not k's."""
     names = [a["name"] for a in b.library.info.get("aux", [])]
     roles = b.library.info.get("kv_cache", {})
     given = {roles.get("lengths"): lens, roles.get("block_table"): table}
@@ -202,7 +280,26 @@ def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, 
                         code="PY0110")
     p = fill_params(q, k, v, o, lse, scale, aux=[given[n] for n in names], window=args.get("window"),
                     softcap=args.get("softcap"), splits=splits)
+    if d_v is not None:
+        if v is not k:
+            raise SpecError("internal: a v_from_k kernel must be launched with v = k", code="PY0105")
+        p.d_v = int(d_v)  # fill_params took v's (k's) last dim; pointer and strides of v are k's
     p.seqlen_k = capacity
     if table is not None:
         p.page_size, p.pages, p.num_pages = page_size, pages, int(k.shape[0])
     _attention.run_fwd(torch, b, p, q.device)
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale=None, causal=False,
+                           return_lse=False):
+    """Absorbed-MLA decoding in FlashMLA's argument order (DeepSeek-V3): q (batch, seqlen_q, heads_q,
+    576), the latent cache k_cache (num_pages, page_size, 1, 576) read through block_table (batch,
+    pages) int32 (or, with block_table None, contiguous (batch, capacity, 1, 576)), cache_seqlens
+    (batch,) int32, head_dim_v (512): V is the cache's first head_dim_v columns, read in place.
+    softmax_scale: default 1/sqrt(576); causal: bottom-right (seqlen_q > 1: speculative tokens).
+    = attention_with_kvcache(q, k_cache, None, cache_seqlens, block_table, causal=causal,
+    scale=softmax_scale, return_lse=return_lse, head_dim_v=head_dim_v). Returns o (batch, seqlen_q,
+    heads_q, head_dim_v), or (o, lse (batch, heads_q, seqlen_q) fp32) with return_lse. (FlashMLA's
+    tile-scheduler metadata and num_splits have no counterpart: one launch, never split.)"""
+    return attention_with_kvcache(q, k_cache, None, cache_seqlens, block_table, causal=causal, scale=softmax_scale,
+                                  return_lse=return_lse, head_dim_v=head_dim_v)

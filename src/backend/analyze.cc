@@ -195,7 +195,17 @@ bool Lowering::analyze_tensors() {
     return it == info_.tensors.end() ? nullptr : &it->second;
   };
   const tl::TensorInfo *q = find("Q"), *k = find("K"), *v = find("V"), *o = find("O");
-  if (!q || !k || !v || !o || !q->in_global || !k->in_global || !v->in_global || !o->in_global) {
+  // TL `Allocate V in shared ... {view: K}` (absorbed MLA): V is K's first d_v columns, no global V
+  bool v_view = false;
+  walk(prog_.stmts, [&](const tl::Stmt& s) {
+    if (s.kind == tl::Stmt::Kind::Allocate && s.alloc.space == tl::Space::Shared && s.alloc.name == "V")
+      for (const auto& a : s.attrs) v_view = v_view || (a.key == "view" && a.value && a.value->kind == tl::Expr::Kind::Name && a.value->name == "K");
+  });
+  if (v_view && v && v->in_global) {
+    diags_.error("XL0301", v->decl, "V is both a global tensor and a view of K's shared tile", "drop `Allocate V in global ...`: the view reads K's columns");
+    return false;
+  }
+  if (!q || !k || !o || !q->in_global || !k->in_global || !o->in_global || (!v_view && (!v || !v->in_global))) {
     diags_.error("XL0301", {}, "the program lacks a global Q, K, V or O", "the checker should have reported this");
     return false;
   }
@@ -206,8 +216,8 @@ bool Lowering::analyze_tensors() {
   if (!a) return false;
   arch_ = *a;
   kernel_name_ = tl_kernel_name_ + "_" + arch_.name;
-  if (k->global_dtype != elem_ || v->global_dtype != elem_) {
-    diags_.error("XL0102", v->decl, "Q, K and V of different dtypes are not lowered",
+  if (k->global_dtype != elem_ || (!v_view && v->global_dtype != elem_)) {
+    diags_.error("XL0102", k->decl, "Q, K and V of different dtypes are not lowered",
                  "store Q, K and V in one dtype (the MMA reads both operands in it)");
     return false;
   }
@@ -225,7 +235,7 @@ bool Lowering::analyze_tensors() {
     expr = cpp_int(t->global_shape[1]);
     return true;
   };
-  if (!fixed_cols(q, d_qk_, q_cols_expr_) || !fixed_cols(v, d_v_, v_cols_expr_)) return false;
+  if (!fixed_cols(q, d_qk_, q_cols_expr_) || !fixed_cols(v_view ? o : v, d_v_, v_cols_expr_)) return false;
   auto bind_rows = [&](const tl::TensorInfo* t, const std::string& field) {
     const tl::Expr& r = t->global_shape[0];
     if (r.kind == tl::Expr::Kind::Name && runtime_dims_.count(r.name)) {
@@ -241,7 +251,7 @@ bool Lowering::analyze_tensors() {
                  "write `Allocate " + t->name + " in global (" + field + ", d) ...` with `Dim " + field + "`");
     return false;
   };
-  if (!bind_rows(q, "seqlen_q") || !bind_rows(o, "seqlen_q") || !bind_rows(k, "seqlen_k") || !bind_rows(v, "seqlen_k"))
+  if (!bind_rows(q, "seqlen_q") || !bind_rows(o, "seqlen_q") || !bind_rows(k, "seqlen_k") || (!v_view && !bind_rows(v, "seqlen_k")))
     return false;
   for (auto& [name, field] : runtime_dims_) {
     if (!field.empty()) continue;

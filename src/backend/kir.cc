@@ -15,7 +15,7 @@ void registers_of(const Op& op, std::set<std::string>& r, std::set<std::string>&
       r.insert(op.result);
       w.insert(op.result);
       break;
-    case K::Scale: case K::Mask: case K::Modify: case K::QuadSum:
+    case K::Scale: case K::Mask: case K::Modify: case K::QuadSum: case K::RowCombine:
       r.insert(op.a);
       w.insert(op.a);
       break;
@@ -35,7 +35,7 @@ void registers_of(const Op& op, std::set<std::string>& r, std::set<std::string>&
       w.insert(op.result);
       break;
     case K::Fill: w.insert(op.a); break;
-    case K::StoreO: case K::StoreRows: r.insert(op.a); break;
+    case K::StoreO: case K::StoreRows: case K::StoreShared: r.insert(op.a); break;
     default: break;
   }
 }

@@ -106,6 +106,8 @@ struct SharedBuf {
   bool ring = false;              // filled by {async} Copies: guarded by mbarriers
   int64_t barrier_offset = 0;     // ring: its 2 * stages mbarriers
   std::string alias_of;           // O staging in another buffer's space ("Q"), else ""
+  std::string view_of;            // TL `{view: K}`: the first `cols` columns of K's slots, no storage of its own
+  bool from_registers = false;    // filled by `Copy X from register to shared` (a split-columns P tile)
   TlRef tl;
 };
 
@@ -155,6 +157,9 @@ struct Op {
     Fill,         // a = scalar (a folded value made real)
     StoreO,       // a (tile) -> global O through shared `buffer` and TMA
     StoreRows,    // a (rows) -> global LSE
+    // split columns (Roles::split_columns): the consumer warpgroups share every row
+    RowCombine,   // a (rows) = op(a, the other warpgroups' a): exchanged through shared memory (op Max or Add)
+    StoreShared,  // a (OperandA) -> its columns of the shared tile `buffer`, then a barrier of the warpgroups
   };
   Kind kind = Kind::Stmt;
   TlRef tl;
@@ -172,6 +177,7 @@ struct Op {
   std::vector<std::string> regs;  // GemmWait: registers to fence
   std::string atom;            // GEMM: the wgmma atom (CuTe type)
   int a_rows = 0, b_rows = 0, k_dim = 0;  // GemmSS: the A buffer's rows, the B slot's rows, K
+  bool b_mn = false;           // GemmSS: B read MN-major (a view of a ring: O += P V with P staged in shared memory)
 };
 
 // The register tensors an op reads and writes (a GEMM writes its accumulator and reads its register
@@ -210,6 +216,9 @@ struct Loop {
 struct Roles {
   int producer_wg = 1, producer_regs = 24, consumer_wg = 2, consumer_regs = 240;
   bool pingpong = true;
+  // TL `split columns`: every consumer warpgroup holds all BM rows; warpgroup w computes key columns
+  // [w BN / n, (w + 1) BN / n) of the score tile and columns [w d_v / n, ...) of O (n = consumer_wg)
+  bool split_columns = false;
   TlRef producer_tl, consumer_tl;  // the Role statements (line 0: the policy's defaults)
 };
 
@@ -240,6 +249,7 @@ struct Sm90 {
   std::vector<Op> released_after_loop;  // implicit releases of buffers copied once per tile
   std::vector<Op> after;              // after the loop (Normalize, LSE, the stores)
   std::string lse_global;             // the global LSE tensor's name ("" = no LSE)
+  int64_t exchange_offset = -1;       // split columns: the warpgroups' row exchange in shared memory
 };
 
 // ---- the mma.sync program (sm75 / sm80 / sm89) --------------------------------------------------

@@ -38,6 +38,9 @@ std::string op_text(const Op& o) {
     case K::TurnWait: return "turn wait (pingpong)";
     case K::TurnPass: return "turn pass (pingpong)";
     case K::GemmSS:
+      if (o.b_mn)
+        return "gemm.ss #" + std::to_string(o.group) + " " + o.result + acc + " " + o.a + " x " + o.b + " (MN-major)  K " +
+               std::to_string(o.k_dim) + "  (" + o.atom + ")";
       return "gemm.ss #" + std::to_string(o.group) + " " + o.result + acc + " " + o.a + "[64 rows] x " + o.b + "^T  K " +
              std::to_string(o.k_dim) + "  (" + o.atom + ")";
     case K::GemmRS: return "gemm.rs #" + std::to_string(o.group) + " " + o.result + acc + " " + o.a + " x " + o.b + "  (" + o.atom + ")";
@@ -64,6 +67,8 @@ std::string op_text(const Op& o) {
     case K::Fill: return o.a + " = " + o.scalar_cpp + "  (folded value)";
     case K::StoreO: return "store " + o.a + " -> global (staged in " + o.buffer + ", TMA) head " + o.head_cpp + " batch " + o.batch_cpp;
     case K::StoreRows: return "store " + o.a + " -> global LSE head " + o.head_cpp + " batch " + o.batch_cpp;
+    case K::RowCombine: return o.a + " = " + o.op + " over the warpgroups (shared memory, barrier)";
+    case K::StoreShared: return "store " + o.a + " -> its columns of shared " + o.buffer + ", barrier of the warpgroups";
   }
   return "?";
 }
@@ -94,7 +99,7 @@ std::string print(const Kernel& k) {
     line("  producer " + std::to_string(k.roles.producer_wg) + " warpgroup x " + std::to_string(k.roles.producer_regs) + " registers" +
          at(k.roles.producer_tl));
     line("  consumer " + std::to_string(k.roles.consumer_wg) + " warpgroups x " + std::to_string(k.roles.consumer_regs) + " registers" +
-         (k.roles.pingpong ? " pingpong" : "") + at(k.roles.consumer_tl));
+         (k.roles.pingpong ? " pingpong" : "") + (k.roles.split_columns ? " split columns" : "") + at(k.roles.consumer_tl));
   } else {
     const Mma& m = k.mma;
     line("  warps " + std::to_string(m.warps) + ", each " + std::to_string(m.tile_m / std::max(1, m.warps)) + " of the " +
@@ -107,6 +112,8 @@ std::string print(const Kernel& k) {
     std::string x = "  " + b.name + "  @" + std::to_string(b.offset) + "  (" + std::to_string(b.rows) + ", " + std::to_string(b.cols) +
                     ") " + tl::to_string(b.dtype) + " x " + std::to_string(b.stages) + "  " + std::to_string(b.bytes) + " B";
     if (!b.alias_of.empty()) x += "  in " + b.alias_of + "'s rows";
+    if (!b.view_of.empty()) x += "  view: the first columns of " + b.view_of + "'s slots";
+    if (b.from_registers) x += "  written from registers";
     if (b.ring && b.name != "O") x += "  ring, mbarriers @" + std::to_string(b.barrier_offset);
     line(x + (b.tl.line ? at(b.tl) : "  (" + b.tl.text + ")"));
   }

@@ -186,7 +186,8 @@ class Verifier {
   bool roles() {
     const Roles& r = k_.roles;
     if (r.producer_wg != 1) return fail(std::to_string(r.producer_wg) + " producer warpgroups");
-    if (r.consumer_wg * 64 != k_.sm90.bm || r.consumer_wg < 1 || r.consumer_wg > 3)
+    if (r.split_columns ? (r.consumer_wg != 2 || k_.sm90.bm != 64 || r.pingpong)
+                        : (r.consumer_wg * 64 != k_.sm90.bm || r.consumer_wg < 1 || r.consumer_wg > 3))
       return fail(std::to_string(r.consumer_wg) + " consumer warpgroups for BM = " + std::to_string(k_.sm90.bm));
     if (k_.launch.threads != 128 * (r.producer_wg + r.consumer_wg)) return fail("threads do not match the roles");
     for (int x : {r.producer_regs, r.consumer_regs})
@@ -239,10 +240,17 @@ class Verifier {
           if (backend::wgmma_atom_n(o.atom) != c->cols) return fail("`" + op_text(o) + "`: the atom's N is not the accumulator's");
           const SharedBuf* bb = buf(o.b);
           if (!bb || !bb->ring) return fail("`" + op_text(o) + "`: B is not a ring");
-          if (o.kind == Op::Kind::GemmSS) {
+          const int split = k_.roles.split_columns ? k_.roles.consumer_wg : 1;
+          if (o.kind == Op::Kind::GemmSS && o.b_mn) {
+            // O += P V: A the staged (BM, BN) P tile, B a view of the ring's first columns, split over the warpgroups
+            const SharedBuf* ab = buf(o.a);
+            if (!ab || !ab->from_registers || ab->rows != k_.sm90.bm || o.k_dim != ab->cols || o.k_dim % 16 != 0 || bb->rows != o.k_dim ||
+                c->cols * split > bb->cols || !k_.roles.split_columns)
+              return fail("`" + op_text(o) + "`: the operand shapes do not tile");
+          } else if (o.kind == Op::Kind::GemmSS) {
             const SharedBuf* ab = buf(o.a);
             if (!ab || o.a_rows != k_.sm90.bm || o.k_dim % 16 != 0 || o.k_dim != ab->cols_padded || bb->cols_padded != o.k_dim ||
-                bb->rows != c->cols)
+                bb->rows != c->cols * split)
               return fail("`" + op_text(o) + "`: the operand shapes do not tile");
           } else {
             const Reg* a = reg(o.a);
@@ -260,6 +268,10 @@ class Verifier {
           flight.erase(flight.begin(), flight.end() - o.pending);
           continue;
         }
+        if (o.kind == Op::Kind::StoreShared)
+          for (const auto& f : flight)
+            if (f.a_shared == o.buffer)
+              return fail("`" + op_text(o) + "` while GEMM #" + std::to_string(f.group) + " still reads " + o.buffer);
         if (o.kind == Op::Kind::RingRelease) {
           for (const auto& f : flight)
             if (f.ring == o.buffer || f.a_shared == o.buffer)
@@ -342,7 +354,8 @@ class Verifier {
           case K::Normalize: want = {{o.a, RegKind::Tile}, {o.b, RegKind::Rows}}; break;
           case K::Convert: want = {{o.a, RegKind::Tile}, {o.result, RegKind::OperandA}}; break;
           case K::Mask: case K::Modify: case K::StoreO: want = {{o.a, RegKind::Tile}}; break;
-          case K::QuadSum: case K::StoreRows: want = {{o.a, RegKind::Rows}}; break;
+          case K::QuadSum: case K::StoreRows: case K::RowCombine: want = {{o.a, RegKind::Rows}}; break;
+          case K::StoreShared: want = {{o.a, RegKind::OperandA}}; break;
           default: break;
         }
         for (const auto& [name, kind] : want) {
@@ -412,7 +425,7 @@ class Verifier {
       for (const auto& o : *blk) {
         if (o.kind == Op::Kind::RingWait) held[o.buffer] = true;
         if (o.kind == Op::Kind::RingRelease) held[o.buffer] = false;
-        if (o.kind == Op::Kind::GemmSS && !held[o.a]) return fail("`" + op_text(o) + "` reads " + o.a + " without a wait");
+        if (o.kind == Op::Kind::GemmSS && !o.b_mn && !held[o.a]) return fail("`" + op_text(o) + "` reads " + o.a + " without a wait");
         if ((o.kind == Op::Kind::GemmSS || o.kind == Op::Kind::GemmRS) && !held[o.b])
           return fail("`" + op_text(o) + "` reads " + o.b + " without a wait");
       }

@@ -47,7 +47,17 @@ SmemPlan smem_plan(int bm, int bn, int d_qk, int d_v, int stages, int elem_bytes
 // Why a tile shape cannot run on the sm90 kernel ("" when it can): BM a multiple of 64 up to 192
 // (64-row consumer warpgroups, at most 3), BN a multiple of 16 up to 256 (the N of the S = Q K^T
 // wgmma), head dims up to 256 with d_v a multiple of 8 and not above d_qk rounded up to 64.
-std::string tile_problem(int bm, int bn, int d_qk, int d_v);
+std::string tile_problem(int bm, int bn, int d_qk, int d_v, int split_columns = 1);
+
+// Split columns (TL `Role consumer warpgroups N ... split columns`, DeepSeek's absorbed MLA: d_qk 576,
+// d_v 512 as a view of K's first columns): N warpgroups share the BM = 64 rows; each holds BN / N
+// score columns and d_v / N columns of O. Shared memory: Q, `stages` K slots (V is a view of them),
+// the P tile (BM, BN) that the second GEMM reads, the warpgroups' row exchange, the barriers of Q's
+// and K's rings, the persistent tile exchange and the alignment slack; O is staged in Q's rows.
+constexpr int kSplitExchangeBytes = 2 * 2 * 64 * 4;  // 2 parities x 2 warpgroups x 64 rows of fp32 (1 KB: Q and 2 K stages
+                                                      // of d 576 leave 2 KB of the 227 KB)
+constexpr int kMaxSplitHeadDim = 576;                 // d_qk: DeepSeek's 512 latent + 64 rotary columns
+SmemPlan smem_plan_split(int bm, int bn, int d_qk, int stages, int elem_bytes, bool persistent);
 bool wgmma_n_ok(int n);  // a wgmma atom MMA_64xNx16 exists: N = 8..256 in steps of 8
 
 }  // namespace qattn::hw::sm90

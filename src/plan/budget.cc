@@ -11,7 +11,7 @@ namespace {
 
 
 int consumer_threads(const Target& t, const TileConfig& c) {
-  if (t.sm >= 90) return (c.bm / 64) * 128;  // one warpgroup per 64 rows; the producer is extra
+  if (t.sm >= 90) return c.consumer_wgs() * 128;  // one warpgroup per 64 rows (or sharing them); the producer is extra
   return c.warps * 32;
 }
 
@@ -23,7 +23,7 @@ int register_cap(const Problem& p, const Target& t, const TileConfig& c) {
   if (t.sm < 90) return t.regs_per_thread;
   // setmaxnreg: the producer warpgroup keeps few registers and hands the rest to the consumers
   // (the sm90 policy's split, which the TL writer and the lowering use too).
-  return hw::sm90::register_split(c.bm / 64, c.persistent, p.kv_cache == spec::KvCache::Paged).consumer;
+  return hw::sm90::register_split(c.consumer_wgs(), c.persistent, p.kv_cache == spec::KvCache::Paged).consumer;
 }
 
 Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
@@ -36,7 +36,8 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
   // sm90: the kernel's own layout (hw/sm90_policy.h): tiles padded to 64 columns, the ring
   // mbarriers, the tile exchange, alignment; O staged in Q's tile (its smallest footprint).
   if (t.sm >= 90 && c.bm > 0 && c.bn > 0 && c.stages > 0)
-    b.smem_bytes = hw::sm90::smem_plan(c.bm, c.bn, p.d_qk, p.d_v, c.stages, eb, false, c.persistent).total;
+    b.smem_bytes = c.split_columns > 1 ? hw::sm90::smem_plan_split(c.bm, c.bn, p.d_qk, c.stages, eb, c.persistent).total
+                                       : hw::sm90::smem_plan(c.bm, c.bn, p.d_qk, p.d_v, c.stages, eb, false, c.persistent).total;
 
   // Alignment first: a misaligned configuration is not a configuration.
   const int kgran = (p.dtype == tl::DType::F8E4M3 || p.dtype == tl::DType::F8E5M2) ? 32 : 16;
@@ -55,11 +56,15 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
     return b;
   }
   if (t.sm >= 90) {
-    if (const std::string why = hw::sm90::tile_problem(c.bm, c.bn, p.d_qk, p.d_v); !why.empty()) {
+    if (p.v_from_k != (c.split_columns > 1)) {
+      b.why_not = p.v_from_k ? "V as a view of K is lowered with split-columns consumers only" : "split columns need V as a view of K";
+      return b;
+    }
+    if (const std::string why = hw::sm90::tile_problem(c.bm, c.bn, p.d_qk, p.d_v, c.split_columns); !why.empty()) {
       b.why_not = why;
       return b;
     }
-    if (c.warps != 4 * (c.bm / 64 + 1)) {
+    if (c.warps != 4 * (c.consumer_wgs() + 1)) {
       b.why_not = "warps must be 4 per consumer warpgroup plus one producer warpgroup";
       return b;
     }
@@ -96,7 +101,7 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
   // Registers held by one block: on sm90 setmaxnreg gives each consumer warpgroup the cap and the
   // producer warpgroup its share of the split (24-48 per thread); elsewhere every thread holds its
   // estimate.
-  const int64_t reg_block = t.sm >= 90 ? int64_t(threads) * cap + 128 * hw::sm90::register_split(c.bm / 64, c.persistent, p.kv_cache == spec::KvCache::Paged).producer
+  const int64_t reg_block = t.sm >= 90 ? int64_t(threads) * cap + 128 * hw::sm90::register_split(c.consumer_wgs(), c.persistent, p.kv_cache == spec::KvCache::Paged).producer
                                        : int64_t(c.warps) * 32 * regs;
   int by_smem = static_cast<int>(t.smem_per_sm / std::max<int64_t>(b.smem_bytes, 1));
   int by_regs = static_cast<int>(t.regs_per_sm / std::max<int64_t>(reg_block, 1));

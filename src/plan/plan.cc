@@ -51,6 +51,7 @@ Problem make_problem(const spec::AttentionSpec& s) {
   p.deterministic = s.deterministic;
   p.aux_grad = s.aux_grad;
   p.variants = s.variants;
+  p.v_from_k = s.v_from_k;
   if (s.problem) p.seqlen_q = s.problem->seqlen_q;
   return p;
 }
@@ -59,7 +60,9 @@ std::string pack_gqa_decision(const Problem& p, const Target& t, const TileConfi
   pack = false;
   const int group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
   if (t.sm < 90 || group <= 1 || p.heads_q % p.heads_kv != 0) return "";
-  if (64 % group != 0) return "GQA packing off: a group of " + std::to_string(group) + " query heads does not divide a 64-row warpgroup tile";
+  // a group of a multiple of the tile's rows: each tile holds BM of a kv head's query heads (absorbed MLA: 128 heads, BM 64)
+  const bool whole_tiles = p.v_from_k && tiles.bm > 0 && group % tiles.bm == 0;
+  if (64 % group != 0 && !whole_tiles) return "GQA packing off: a group of " + std::to_string(group) + " query heads does not divide a 64-row warpgroup tile";
   if (p.varlen) return "GQA packing off: ragged batches keep each sequence's rows of one head together";
   if (p.variants.any()) return "";
   if (p.seqlen_q <= 0 || tiles.bm <= 0) return "";
@@ -160,6 +163,22 @@ std::optional<Plan> make_plan(const spec::AttentionSpec& s, const hw::GpuFacts& 
   plan.candidates = enumerate_candidates(p, t);
 
   auto rule = rule_for(p, t);
+  if (p.v_from_k) {
+    if (t.sm < 90 || t.sm >= 100) {
+      diags.error("PLAN0103", {}, "v_from_k (V as K's first head_dim_v columns, DeepSeek's absorbed MLA) is planned for Hopper only, not " + t.name,
+                  "plan it for an H100 / H200 (`--gpu h100`)");
+      return std::nullopt;
+    }
+    // FlashMLA's shape: 64 query rows (64 query heads of one token) over 64-key tiles of the latent cache, two
+    // consumer warpgroups sharing the rows (O is 64 x d_v fp32: 128 registers per thread each for d_v 512)
+    rule = TileConfig{64, 64, 12, 2,
+                      "absorbed MLA (V = K's first " + std::to_string(p.d_v) + " columns): BM=64 rows shared by 2 consumer warpgroups "
+                      "(split columns: 32 score columns and " + std::to_string(p.d_v / 2) + " columns of O each); Q " +
+                          std::to_string(64 * p.d_qk * p.bytes() / 1024) + " KB + 2 stages of K " +
+                          std::to_string(64 * p.d_qk * p.bytes() / 1024) + " KB, V read from K's slot; persistent",
+                      true};
+    rule->split_columns = 2;
+  }
   TileConfig tiles;
   if (rule) {
     tiles = *rule;

@@ -24,6 +24,7 @@ struct Problem {
   bool varlen = false;  // TL `Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]` and `{ragged: ...}` (docs/tl.md, "Ragged batches")
   spec::KvCache kv_cache = spec::KvCache::None;  // TL `Let seqlen_k = cache_seqlens[b]` (and `{paged: block_table}`)
   bool split_keys = false;  // TL `s = 0: splits`, O and LSE at [b, s, head] (docs/tl.md, "Splitting the keys"); implies LSE
+  bool v_from_k = false;     // V is K's first d_v columns (TL `Allocate V in shared ... {view: K}`; absorbed MLA)
   spec::Variants variants;   // score modifications and extra masks (TL Score / Mask declarations)
   int64_t seqlen_q = 0;      // the spec's `problem.seqlen_q` when it states one (0: not stated; the kernel
                              // is generic in the lengths, this only informs choices such as GQA packing)
@@ -51,6 +52,8 @@ struct TileConfig {
   bool persistent = false;  // sm90: TL Grid `{persistent}` (one block per SM takes the tiles in turn)
   bool pack_gqa = false;    // sm90: TL `{pack: heads_q / heads_kv}`: a tile holds a kv head's query heads
   int unroll = 0;           // the combine: TL `{unroll: U}` on the loop over the parts (0: none)
+  int split_columns = 1;    // sm90: TL `Role consumer warpgroups N ... split columns` (N > 1: they share the BM rows)
+  int consumer_wgs() const { return split_columns > 1 ? split_columns : bm / 64; }  // sm90 consumer warpgroups
 };
 
 // What a configuration costs. Filled by plan::estimate (budget.cc).

@@ -156,7 +156,9 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   // producer warp also runs the tile scheduler; 8 more for a paged KV cache's producer, whose warps
   // share the pages' copies); one consumer warpgroup per 64 rows of Q.
   const bool schedule = smem_operands && w.params();
-  const int consumers = tiles ? std::max(1, tiles->bm / 64) : 0;
+  const int consumers = tiles ? std::max(1, tiles->consumer_wgs()) : 0;
+  const bool split_cols = schedule && tiles->split_columns > 1;  // the consumer warpgroups share the rows (absorbed MLA)
+  const bool vk = p.v_from_k;  // V is K's first d_v columns: no V of its own, read from K's slots
   const bool persistent = schedule && tiles->persistent;
   const bool pack = schedule && tiles->pack_gqa;  // GQA packing (TL `{pack}`)
   const hw::sm90::RegisterSplit split = hw::sm90::register_split(consumers, persistent, p.kv_cache == spec::KvCache::Paged);
@@ -211,7 +213,13 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
                                         : " " + kind + ": " + group + " query heads share one kv head");
       w.line("Let kv_head = head / (heads_q / heads_kv)");
     }
-    if (schedule) {
+    if (schedule && split_cols) {
+      w.comment(" Hopper schedule: 1 producer warpgroup (TMA) and " + std::to_string(consumers) +
+                " consumer warpgroups sharing the BM query rows: each computes BN / " + std::to_string(consumers) +
+                " score columns and d_v / " + std::to_string(consumers) + " columns of O (WARPS = 4 x " + std::to_string(consumers + 1) + ")");
+      w.line("Role producer warpgroups 1 registers " + std::to_string(producer_regs));
+      w.line("Role consumer warpgroups " + std::to_string(consumers) + " registers " + std::to_string(consumer_regs) + " split columns");
+    } else if (schedule) {
       w.comment(" Hopper schedule: 1 producer warpgroup (TMA) and " + std::to_string(consumers) + " consumer warpgroup" +
                 (consumers == 1 ? "" : "s") + " of 64 query rows (WARPS = 4 x " + std::to_string(consumers + 1) + ")");
       w.line("Role producer warpgroups 1 registers " + std::to_string(producer_regs));
@@ -250,7 +258,8 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
                                             : " with offset [b, split, head]";
     w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qview + q_attr);
     w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]" + kv_attr);
-    w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]" + kv_attr);
+    if (vk) w.comment(" V is K's first " + dv + " columns (DeepSeek's absorbed MLA: one latent cache): no V in global memory");
+    else w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]" + kv_attr);
     w.line("Allocate O in global (seqlen_q, " + dv + ") " + out + oview + q_attr);
     if (p.return_lse) w.line("Allocate LSE in global (seqlen_q) fp32" + oview + q_attr);
     if (!decls.empty()) {
@@ -267,7 +276,9 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     }
     w.line("Allocate Q in shared (BM, " + dqk + ") " + st);
     w.line("Allocate K in shared (BN, " + dqk + ") " + st + sched("stages: STAGES"));
-    w.line("Allocate V in shared (BN, " + dv + ") " + st + sched("stages: STAGES"));
+    if (vk) w.line("Allocate V in shared (BN, " + dv + ") " + st + " {view: K}");
+    else w.line("Allocate V in shared (BN, " + dv + ") " + st + sched("stages: STAGES"));
+    if (vk) w.line("Allocate Pc in shared (BM, BN) " + st);
     if (!smem_operands) {
       w.line("Allocate Q in register (BM, " + dqk + ") " + st);
       w.line("Allocate K in register (BN, " + dqk + ") " + st);
@@ -289,7 +300,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   const std::string skip = skip_mask(p);
   std::string loop_attrs;
   if (!skip.empty()) loop_attrs = "skip: " + skip;
-  if (schedule) loop_attrs += (loop_attrs.empty() ? "" : ", ") + std::string("overlap");
+  if (schedule && !split_cols) loop_attrs += (loop_attrs.empty() ? "" : ", ") + std::string("overlap");
   std::string lo = loop_lo(p, pack), hi = loop_hi(p, pack);
   if (p.split_keys) {  // the part's tiles within the mask's
     lo = lo == "0" ? "split * tiles_per_split" : "max(" + lo + ", split * tiles_per_split)";
@@ -299,7 +310,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   w.indent();
   copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared", sched("async"));
   if (!smem_operands) copy("K", "", "shared", "register");
-  w.line("Compute GEMM Q, K^T and get S" + sched("wait: Q, wait: K, release: K"));
+  w.line("Compute GEMM Q, K^T and get S" + sched(vk ? "wait: Q, wait: K" : "wait: Q, wait: K, release: K"));
   const std::string at = w.params() ? " at [m_block, j]" : "";
   const std::vector<std::string> scores = spec::score_order(var);
   if (scores.empty()) {
@@ -323,10 +334,15 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   w.line("Compute Add l, l_tile");
   w.line("Compute Rescale O, alpha");
   w.line("Compute Convert P and get Pc " + st);
-  if (w.params()) w.line("Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
-  copy("V", "(BN, " + dv + ") in coordinate [j, 0]", "global", "shared", sched("async"));
-  if (!smem_operands) copy("V", "", "shared", "register");
-  w.line("Compute GEMM Pc, V and accumulate O" + sched("wait: V, release: V"));
+  if (vk) {  // the warpgroups' columns of P meet in shared memory; V is K's slot, released after this GEMM
+    copy("Pc", "", "register", "shared");
+    w.line("Compute GEMM Pc, V and accumulate O" + sched("release: K"));
+  } else {
+    if (w.params()) w.line("Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
+    copy("V", "(BN, " + dv + ") in coordinate [j, 0]", "global", "shared", sched("async"));
+    if (!smem_operands) copy("V", "", "shared", "register");
+    w.line("Compute GEMM Pc, V and accumulate O" + sched("wait: V, release: V"));
+  }
   w.line("Compute Max m, m_new");
   w.dedent();
   w.line("end");

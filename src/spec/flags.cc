@@ -12,7 +12,7 @@ namespace {
 const std::vector<std::string> kFlags{"name",      "dtype",    "mask",          "window",   "heads",    "head-dim",
                                       "layout",    "softmax-scale", "lse",    "gpu",      "batch",    "seqlen",
                                       "descale",   "softcap",  "alibi",         "prefix-lm", "document", "relative-bias",
-                                      "score-mod", "mask-mod", "kv-cache", "varlen", "deterministic", "aux-grad", "split-keys"};
+                                      "score-mod", "mask-mod", "kv-cache", "varlen", "deterministic", "aux-grad", "split-keys", "v-from-k"};
 const std::vector<std::string> kBooleanFlags{"lse", "alibi", "document"};
 
 std::optional<int> parse_int(std::string_view s) {
@@ -125,6 +125,9 @@ bool apply_flags(AttentionSpec& s, const std::map<std::string, std::string>& fla
       s.gpu = value;
     } else if (key == "varlen") {
       if (auto b = parse_bool(value)) s.varlen = *b;
+      else bad(flag, value, "true or false");
+    } else if (key == "vfromk") {
+      if (auto b = parse_bool(value)) s.v_from_k = *b;
       else bad(flag, value, "true or false");
     } else if (key == "splitkeys") {
       if (auto b = parse_bool(value)) s.split_keys = *b;

@@ -238,10 +238,12 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-void check_head_dim(const char* field, int d, DiagSink& diags, const SourceMap* where) {
+void check_head_dim(const char* field, int d, DiagSink& diags, const SourceMap* where, bool v_from_k = false) {
   const auto& ok = supported_head_dims();
   if (std::find(ok.begin(), ok.end(), d) != ok.end()) return;
   SrcLoc loc = where ? where->at(std::string("/") + field) : SrcLoc{};
+  // DeepSeek's absorbed MLA: one latent cache of 512 + 64 rotary columns (`v_from_k`)
+  if (v_from_k && std::string(field) == "head_dim_qk" && d > 512 && d <= 576 && d % 64 == 0) return;
   // Other multiples of 32 up to 512 are accepted: the planner's resource model decides whether a
   // tile fits the target (and explains when none does); they have no tuned rules-table row.
   if (d > 0 && d <= 512 && d % 32 == 0) {
@@ -351,7 +353,7 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
   }
 
   // Head dims.
-  check_head_dim("head_dim_qk", s.head_dim_qk, diags, where);
+  check_head_dim("head_dim_qk", s.head_dim_qk, diags, where, s.v_from_k);
   check_head_dim("head_dim_v", s.head_dim_v, diags, where);
   if (s.head_dim_v > s.head_dim_qk) {
     diags.error("SPEC0204", at("/head_dim_v"),
@@ -404,6 +406,17 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
                 "split the keys of a KV cache or of equal-length sequences (\"split_keys\" without \"varlen\")");
 
   // The gradients of auxiliary inputs: the fp32 ones (ALiBi's slopes, the relative bias's table).
+  // V inside K (DeepSeek's absorbed MLA): a narrower V than K's columns, on a forward of its own kind.
+  if (s.v_from_k && s.head_dim_v >= s.head_dim_qk)
+    diags.error("SPEC0236", at("/v_from_k"),
+                "v_from_k with head_dim_v = " + std::to_string(s.head_dim_v) + " >= head_dim_qk = " + std::to_string(s.head_dim_qk) +
+                    ": V is the first head_dim_v columns of K",
+                "DeepSeek-V3's absorbed MLA: \"head_dim_qk\": 576, \"head_dim_v\": 512");
+  if (s.v_from_k && (s.varlen || s.split_keys || s.variants.any() || s.dtype == DType::F8E4M3))
+    diags.error("SPEC0237", at("/v_from_k"),
+                std::string("v_from_k with ") + (s.varlen ? "varlen" : s.split_keys ? "split_keys" : s.variants.any() ? "variants" : "fp8") +
+                    " is not planned yet",
+                "absorbed MLA decoding: bf16 / fp16 over a KV cache (\"kv_cache\": \"paged\" or \"lengths\") or contiguous keys, with a mask");
   if (s.aux_grad && !s.variants.alibi && !s.variants.relative_bias)
     diags.error("SPEC0234", at("/aux_grad"), "aux_grad without an fp32 auxiliary input: nothing to differentiate",
                 "give \"variants\": {\"alibi\": true} or {\"relative_bias\": NB}, or remove \"aux_grad\"");

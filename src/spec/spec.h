@@ -119,6 +119,7 @@ struct AttentionSpec {
   bool deterministic = false;           // the backward's sums in a fixed order: bit-identical gradients (`{ordered}`)
   bool aux_grad = false;                // the backward also writes the gradients of the fp32 auxiliary inputs (`Compute Gradient`)
   bool split_keys = false;              // the forward writes the parts of split keys (TL `s = 0: splits`; with the LSE)
+  bool v_from_k = false;                // V is the first head_dim_v columns of K (DeepSeek's absorbed MLA: one latent cache, d_qk 576)
   std::string gpu;                      // target GPU name or alias ("h100", "sm80"); empty: detect
   std::optional<ProblemSize> problem;
 

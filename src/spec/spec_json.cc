@@ -272,7 +272,7 @@ class Reader {
 
 const std::vector<std::string> kTopKeys{"name",  "preset",  "heads_q",       "heads_kv", "head_dim",
                                         "head_dim_qk", "head_dim_v", "dtype", "fp8", "mask",
-                                        "variants", "softmax_scale", "layout", "return_lse", "kv_cache", "varlen", "deterministic", "aux_grad", "split_keys", "gpu", "problem"};
+                                        "variants", "softmax_scale", "layout", "return_lse", "kv_cache", "varlen", "deterministic", "aux_grad", "split_keys", "v_from_k", "gpu", "problem"};
 const std::vector<std::string> kDTypes{"fp16", "bf16", "fp8_e4m3"};
 const std::vector<std::string> kMaskStrings{"none", "causal", "causal_top_left"};
 const std::vector<std::string> kMaskKinds{"none", "causal", "window"};
@@ -492,6 +492,7 @@ std::optional<AttentionSpec> read_spec(Reader& r, const json& j) {
   }
   if (j.contains("varlen")) r.get_bool(j, "varlen", "", s.varlen);
   if (j.contains("split_keys")) r.get_bool(j, "split_keys", "", s.split_keys);
+  if (j.contains("v_from_k")) r.get_bool(j, "v_from_k", "", s.v_from_k);
   if (j.contains("gpu")) r.get_string(j, "gpu", "", s.gpu);
   if (j.contains("problem")) read_problem(r, j.at("problem"), s);
   if (r.diags_.error_count() != errors_before) return std::nullopt;
@@ -603,6 +604,7 @@ std::string to_json(const AttentionSpec& s) {
   if (s.kv_cache != KvCache::None) j["kv_cache"] = to_string(s.kv_cache);
   if (s.varlen) j["varlen"] = true;
   if (s.split_keys) j["split_keys"] = true;
+  if (s.v_from_k) j["v_from_k"] = true;
   if (s.deterministic) j["deterministic"] = true;
   if (s.aux_grad) j["aux_grad"] = true;
   j["gpu"] = s.gpu;

@@ -177,12 +177,18 @@ struct ForStmt {
 // everything else (each owns BM / warpgroups rows of the query tile). `registers` is the per-thread
 // register count the role runs with after reallocation (setmaxnreg); `pingpong` (consumer only):
 // two consumer warpgroups alternate so that one's softmax runs under the other's GEMMs.
-// See docs/tl.md, "Hopper schedule".
+// `split columns` (consumer only, at least 2 warpgroups, not with pingpong): the N consumer
+// warpgroups share every row of the query tile instead; warpgroup w computes the score tile's key
+// columns [w BN / N, (w + 1) BN / N) and the output's columns [w d_v / N, (w + 1) d_v / N), the row
+// statistics are combined through shared memory, and the P tile the second GEMM reads is staged in
+// shared memory by the program (`Copy Pc from register to shared`). A schedule fact: the values do
+// not change. See docs/tl.md, "Hopper schedule".
 struct RoleStmt {
   bool producer = false;  // true: `Role producer`, false: `Role consumer`
   Expr warpgroups;        // a compile-time integer >= 1
   Expr registers;         // a compile-time integer in [24, 256], a multiple of 8
   bool pingpong = false;
+  bool split_columns = false;  // `split columns`
 };
 struct CommentStmt {  // a whole-line comment, text without the leading '#'
   std::string text;

@@ -264,6 +264,11 @@ Buffer& Walker::declare_buffer(const std::string& name, Space sp, SrcLoc loc, bo
 void Walker::read(const std::string& name, Space sp, SrcLoc at, const Stmt& s) {
   Buffer* b = buffer(name, sp);
   if (!b) return;
+  if (sp == Space::Shared && !b->view_of.empty()) {  // a view reads its base (one level: a refused view of a view reads nothing)
+    const Buffer* base = buffer(b->view_of, sp);
+    if (base && base->view_of.empty()) read(b->view_of, sp, at, s);
+    return;
+  }
   if (sp == Space::Register) {
     for (size_t i = 0; i < loops_.size(); ++i) {
       if (b->loop_depth <= static_cast<int>(i) && !loops_[i].written.count(name)) loops_[i].read_first.insert(name);
@@ -307,7 +312,9 @@ void Walker::write_full(const std::string& name, Space sp) {
   if (!b) return;
   b->defined = true;
   b->written_since_decl = true;
+  b->staged = -1;  // (a Copy from register that stages the whole tile sets it again)
   if (sp == Space::Register) {
+    b->version = ++write_seq_;
     for (auto& l : loops_) l.written.insert(name);
   }
 }
@@ -389,11 +396,17 @@ void Walker::attrs(const Stmt& s) {
                    "write `{ordered}` on the `... and accumulate` Copies of dQ (and dK, dV), or remove it");
       continue;
     }
+    if (a.key == "view") {  // checked with the Allocate it belongs to (checker_views.cc)
+      if (s.kind != Stmt::Kind::Allocate)
+        error(s, "TL0421", pick(a.loc, s.loc), "`view` applies to the Allocate of a shared buffer (the first columns of another)",
+              "write `Allocate V in shared (BN, dv) bf16 {view: K}`, or remove it");
+      continue;
+    }
     if (is_schedule_attr(a.key)) continue;
     rep_.error("TL0701", pick(a.loc, s.loc), "unknown schedule attribute `" + a.key + "`",
                "the attributes are skip: MASK (loops), stages: N (shared Allocate), async (global -> shared Copy), "
                "wait: X and release: X (any statement), overlap (the key loop), stage: N (its statements), persistent (the "
-               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), unroll: U (a combine program's loop), warps_m: N (a backward program's register tiles), ordered (a backward program's accumulating stores), at_use (a backward program's register vectors); remove `{" + a.key +
+               "Grid), pack: G (the global Q, O, LSE), paged: TABLE (the global K, V), ragged: CU_SEQLENS (the global Q, K, V, O, LSE), view: B (a shared Allocate), unroll: U (a combine program's loop), warps_m: N (a backward program's register tiles), ordered (a backward program's accumulating stores), at_use (a backward program's register vectors); remove `{" + a.key +
                    (a.value ? ": ..." : "") + "}` from this line");
   }
 }
@@ -594,6 +607,7 @@ void Walker::finish() {
     rep_.error("TL0414", kernel_->loc, "a combine program merges finished results: the Kernel line declares no mask",
                "write `Kernel " + kernel_->kernel.name + " combine`");
   for (const char* n : required) {
+    if (std::string(n) == "V" && v_is_view_of_k()) continue;  // V is K's first columns (`{view: K}`)
     if (!global_alloc_.count(n)) {
       rep_.error("TL0406", top,
                  std::string("the ") + (backward() ? "backward " : combine() ? "combine " : "") +
@@ -717,6 +731,8 @@ void Walker::phase_stmt(const Stmt& s) {
 }
 
 void Walker::run() {
+  for (const auto& s : prog_.stmts)  // (the Role's own checks: checker_schedule.cc)
+    if (s.kind == Stmt::Kind::Role && !s.role.producer && s.role.split_columns) split_columns_ = true;
   frames_.clear();
   frames_.emplace_back();
   walk_body(prog_.stmts);

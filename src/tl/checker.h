@@ -35,6 +35,9 @@ struct TensorInfo {
   bool written_to_global = false;  // some Copy ... to global of it exists
   bool loop_carried = false;       // register tensor read before written in some loop iteration
   SrcLoc decl;                     // first Allocate
+  // `Allocate X in shared (rows, cols) DTYPE {view: B}`: X's shared buffer is no storage of its own
+  // but the first `cols` columns of B's shared buffer (B's current ring slot); empty otherwise.
+  std::string shared_view_of;
 };
 
 // The Hopper (sm90) schedule of a program (docs/tl.md, "Hopper schedule"): its warp Roles and the
@@ -42,8 +45,12 @@ struct TensorInfo {
 struct ScheduleInfo {
   bool present = false;  // the program declares its warp Roles (then both: producer and consumer)
   int producer_wg = 0, producer_regs = 0;  // `Role producer warpgroups N registers R`
-  int consumer_wg = 0, consumer_regs = 0;  // `Role consumer warpgroups N registers R [pingpong]`
+  int consumer_wg = 0, consumer_regs = 0;  // `Role consumer warpgroups N registers R [pingpong | split columns]`
   bool pingpong = false;
+  // `split columns`: the consumer warpgroups share every row of the query tile, warpgroup w taking
+  // the w-th of consumer_wg equal parts of the score tile's key columns and of the output's columns
+  // (row statistics combined through shared memory, P staged in shared memory by the program).
+  bool split_columns = false;
   // Ring size per shared buffer: every shared buffer with `{stages: N}` and every shared buffer an
   // `{async}` Copy fills (1 when it has no stages attribute).
   std::map<std::string, int> stages;

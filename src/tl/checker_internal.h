@@ -3,7 +3,7 @@
 // GEMM / element-wise / reductions / Mask, Reshape, layouts), checker_ranges.cc (abstract execution
 // over sample dims: TL0601-TL0604), checker_variants.cc (Score / Mask, skip), checker_schedule.cc
 // (the Hopper schedule: Role, stages / async / wait / release / overlap: TL0702-TL0716) and
-// checker_util.cc (formatting, Reporter).
+// checker_views.cc (shared views: TL0421, TL0422) and checker_util.cc (formatting, Reporter).
 // Not part of the public API; see checker.h.
 #pragma once
 #include <map>
@@ -75,6 +75,9 @@ struct Buffer {
   Layout layout = Layout::Unknown;
   std::string loop_header;       // "for j = 0: cdiv(seqlen_k, BN)" enclosing the declaration
   std::string decl_text;         // the Allocate as written, for hints
+  std::string view_of;           // shared: `{view: B}`, the first columns of B's shared buffer (reads read B)
+  long version = 0;              // register: the latest write (Walker::write_seq_)
+  long staged = -1;              // shared: the register version a whole-buffer `Copy X from register to shared` holds
 };
 
 struct TensorState {
@@ -171,6 +174,11 @@ class Walker {
   bool is_input(const std::string& name) const;
   VType_ vexpr(const Expr& e, const Stmt& s, const std::vector<std::string>& locals, int depth);
 
+  // ---- checker_views.cc: `Allocate V in shared (...) {view: K}` (TL0421, TL0422) ----
+  void check_view(const Stmt& s, const Attr& a, Buffer& b);
+  bool copy_into_view(const Stmt& s);  // TL0422; true when reported
+  bool v_is_view_of_k() const;         // a forward program without a global V whose shared V is a view of K
+
   // ---- checker_schedule.cc ----
   void role_stmt(const Stmt& s);  // names in the Role's expressions (the rest: check_schedule)
 
@@ -232,6 +240,8 @@ class Walker {
   bool ragged_refused_ = false;                   // a `{ragged}` was refused (TL0416): no follow-up errors
   std::set<std::string> split_outputs_;          // forward O / LSE written at [batch, split, head]
   int walks_ = 0;                                // loop-body walks (bounded)
+  long write_seq_ = 0;                           // register writes so far (Buffer::version, staged GEMM A operands)
+  bool split_columns_ = false;                   // `Role consumer ... split columns`: P is staged in shared memory
   bool phase_ = false;                           // this walker checks a Phase's body
   std::vector<const Stmt*> header_;              // the Kernel, Dim and Const statements (a phase's header)
   std::map<std::string, const Stmt*> workspace_decl_;  // the global Allocate of each workspace a phase wrote

@@ -179,7 +179,8 @@ void Walker::finish_ragged() {
   };
   auto fail_at = [&](SrcLoc at, const std::string& why) { rep_.error("TL0416", at, why, kRaggedHint); };
   auto fail = [&](const std::string& why) { fail_at(pick(ragged_.begin()->second->loc, SrcLoc{}), why); };
-  const std::string q = table("Q"), o = table("O"), l = table("LSE"), k = table("K"), v = table("V");
+  const std::string q = table("Q"), o = table("O"), l = table("LSE"), k = table("K");
+  const std::string v = v_is_view_of_k() ? k : table("V");  // V as a view of K: K's rows
   const std::string qs = q.empty() ? o.empty() ? l : o : q, ks = k.empty() ? v : k;
   if (q != o || (global_alloc_.count("LSE") && l != q))
     return fail_at(where({"Q", "O", "LSE"}, qs), "Q, O and LSE are rows of the same sequences: give all of them `{ragged: " + qs +
@@ -199,7 +200,8 @@ void Walker::finish_ragged() {
 void Walker::finish_kv_cache() {
   finish_ragged();
   if (paged_.empty()) return;
-  const bool k = paged_.count("K"), v = paged_.count("V");
+  const bool v_view = v_is_view_of_k();  // V is K's first columns: in K's pages
+  const bool k = paged_.count("K"), v = v_view ? k : paged_.count("V");
   if (k != v) {
     const char* missing = k ? "V" : "K";
     rep_.error("TL0416", global_alloc_.count(missing) ? global_alloc_.at(missing) : pick(paged_.begin()->second->loc, SrcLoc{}),
@@ -207,7 +209,7 @@ void Walker::finish_kv_cache() {
                "same pages", kPagedHint);
     return;
   }
-  if (paged_.at("K")->value->name != paged_.at("V")->value->name) {
+  if (!v_view && paged_.at("K")->value->name != paged_.at("V")->value->name) {
     rep_.error("TL0416", pick(paged_.at("V")->loc, SrcLoc{}), "K and V are paged by different block tables", kPagedHint);
     return;
   }

@@ -280,6 +280,8 @@ void Walker::allocate_stmt(const Stmt& s) {
                   ? DType::F32 : DType::F16;
   }
   b.decl_text = decl_text;
+  for (const auto& at : s.attrs)
+    if (at.key == "view") check_view(s, at, b);  // the first columns of an earlier shared buffer
   if (a.space == Space::Global) {
     b.defined = is_input(a.name);
     if (!global_alloc_.count(a.name)) global_alloc_[a.name] = s.loc;
@@ -313,6 +315,7 @@ void Walker::copy_stmt(const Stmt& s) {
   if (c.to == Space::Global) {  // an attempted store counts for "never stored" (TL0406)
     stored_to_global_.insert(c.name);
   }
+  if (copy_into_view(s)) return;
   for (const auto& e : c.tile) check_expr(e, Ctx::Static, s);
   for (const auto& e : c.coord) check_expr(e, Ctx::Index, s);
   const std::string route = std::string(to_string(c.from)) + " to " + to_string(c.to);
@@ -462,6 +465,8 @@ void Walker::copy_stmt(const Stmt& s) {
   if (c.to == Space::Register) {
     if (Buffer* r = buffer(c.name, Space::Register)) r->layout = Layout::Operand;
   }
+  if (c.from == Space::Register && c.to == Space::Shared && c.tile.empty())  // the whole register tile, staged
+    if (Buffer* r = buffer(c.name, Space::Register)) dst->staged = r->version;
   if (c.to == Space::Global) info_.tensors[c.name].written_to_global = true;
 }
 

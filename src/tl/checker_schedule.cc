@@ -18,6 +18,8 @@
 //   TL0716 a release of a buffer this iteration does not hold (not waited, already released)
 //   TL0717 `persistent` not on the Grid statement, or with a value
 //   TL0718 `stage` not on a statement of an `{overlap}` loop, or not 0 / 1
+//   TL0719 `split columns` on the producer, with fewer than 2 consumer warpgroups, or with `pingpong`
+//   TL0720 `wait` / `release` naming a shared view (`{view: K}`): its base K's slots are waited for
 // The async-copy protocol is a forward data-flow analysis: each async-filled buffer has a set of
 // possible states {empty, pending, held, released}; loops iterate to a fixed point (the first
 // iteration and the back edge), then the body is walked once more to report. Names only: the
@@ -178,6 +180,11 @@ class Schedule {
         error("TL0706", s.loc, s.loc, "`pingpong` on the producer Role: it alternates consumer warpgroups",
               "remove `pingpong` here and write it on the consumer Role: `Role consumer warpgroups 2 registers 240 pingpong`");
       }
+      if (r.split_columns && r.producer) {
+        error("TL0719", s.loc, s.loc, "`split columns` on the producer Role: it divides the consumer warpgroups' columns",
+              "remove `split columns` here and write it on the consumer Role: `Role consumer warpgroups 2 registers 232 split "
+              "columns`");
+      }
       if (ok) {
         wg[i] = int(*w);
         regs[i] = int(*g);
@@ -197,6 +204,19 @@ class Schedule {
               "`pingpong` alternates two consumer warpgroups, but this Role has " + std::to_string(wg[0]),
               "remove `pingpong`, or declare `Role consumer warpgroups 2 ...` (BM = 128)");
       }
+      // split columns: every consumer warpgroup holds every row, a share of the columns
+      if (c.split_columns && c.pingpong) {
+        error("TL0719", role[0]->loc, role[0]->loc,
+              "`split columns` together with `pingpong`: split warpgroups work on the same rows in lockstep (their row "
+              "statistics are combined every tile), so they cannot take turns",
+              "keep one: `Role consumer warpgroups 2 registers 232 split columns` (one query tile, its columns split) or `... "
+              "pingpong` (two tiles of rows, alternating)");
+      } else if (c.split_columns && valid[0] && wg[0] < 2) {
+        error("TL0719", role[0]->loc, role[0]->loc,
+              "`split columns` divides the columns among the consumer warpgroups, but this Role has " + std::to_string(wg[0]),
+              "remove `split columns`, or declare `Role consumer warpgroups 2 registers 232 split columns`");
+      }
+      si.split_columns = c.split_columns;
     }
     if (role[1] != nullptr) {
       si.producer_wg = wg[1];
@@ -242,7 +262,13 @@ class Schedule {
   void attributes() {
     // Buffers that async Copies fill, and their first Copy; shared buffers by name.
     walk_all(prog_.stmts, 0, [&](const Stmt& s, int) {
-      if (is_async_copy(s) && !async_.count(s.copy.name)) {
+      if (s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Shared)
+        for (const auto& a : s.attrs)  // a view reads its base's slots (the structural pass checks the base)
+          if (const std::string* b = a.key == "view" ? attr_name(a) : nullptr; b && *b != s.alloc.name) views_.emplace(s.alloc.name, *b);
+    });
+    walk_all(prog_.stmts, 0, [&](const Stmt& s, int) {
+      // (a Copy into a view is TL0422: the view gets no ring)
+      if (is_async_copy(s) && !async_.count(s.copy.name) && !views_.count(s.copy.name)) {
         async_.insert(s.copy.name);
         first_copy_[s.copy.name] = s.loc;
       }
@@ -279,6 +305,14 @@ class Schedule {
           if (!n) {
             error("TL0710", a.loc, s.loc, "`" + a.key + "` names the shared buffer it " + (a.key == "wait" ? "waits for" : "releases"),
                   "write `{" + a.key + ": K}`");
+          } else if (views_.count(*n)) {
+            const std::string& b = views_.at(*n);
+            error("TL0720", a.loc, s.loc,
+                  "`" + a.key + ": " + *n + "`: '" + *n + "' is a view of " + b + " (`{view: " + b + "}`), with no ring of its own: "
+                      "its reads see " + b + "'s current slot",
+                  "write `{" + a.key + ": " + b + "}`: " + (a.key == "wait" ? "wait for " : "release ") + b +
+                      "'s tile, which the reads of " + *n + " use" +
+                      (a.key == "release" ? " (after the last statement that reads " + b + " or " + *n + ")" : std::string()));
           } else if (!async_.count(*n)) {
             error("TL0710", a.loc, s.loc,
                   "`" + a.key + ": " + *n + "`: '" + *n + "' is not a shared buffer that an `{async}` Copy fills",
@@ -394,14 +428,17 @@ class Schedule {
     }
   }
 
-  void read(const std::string& n, SrcLoc at, Flow& f, bool report) {
+  void read(const std::string& name, SrcLoc at, Flow& f, bool report) {
+    auto view = views_.find(name);
+    const std::string& n = view != views_.end() ? view->second : name;  // a view reads its base's current slot
     if (!async_.count(n)) return;
     const uint8_t v = f.st[n];
     if (!report) return;
     for (auto& l : loops_) l.last_read[n] = at;
+    const std::string via = name == n ? std::string() : " (through its view " + name + ")";
     if (v & kPending) {
       error("TL0711", at, at,
-            "reads " + n + " before waiting for its async copy (line " + line_of(first_copy_[n]) + "): " +
+            "reads " + n + via + " before waiting for its async copy (line " + line_of(first_copy_[n]) + "): " +
                 (loops_.empty() ? "no `wait: " + n + "` comes between the copy and this read"
                                 : "on some path (the loop's first iteration or its back edge) no `wait: " + n +
                                       "` comes between a copy of " + n + " and this read"),
@@ -409,7 +446,7 @@ class Schedule {
     }
     if (v & kReleased) {
       error("TL0712", at, at,
-            "reads " + n + " after `release: " + n + "` gave its slot back to the producer, which may already be refilling it",
+            "reads " + n + via + " after `release: " + n + "` gave its slot back to the producer, which may already be refilling it",
             "move {release: " + n + "} to the last statement that reads " + n + ", or copy " + n + " again before this read");
     }
   }
@@ -530,6 +567,7 @@ class Schedule {
   Env env_;
   bool roles_ = false;                       // both Roles declared
   std::set<std::string> async_, shared_;
+  std::map<std::string, std::string> views_;  // shared view -> its base (`Allocate V in shared ... {view: K}`)
   std::set<const Stmt*> overlapped_;         // the statements of loops with {overlap}
   std::map<std::string, SrcLoc> first_copy_;
   std::vector<LoopFrame> loops_;

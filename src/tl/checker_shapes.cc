@@ -205,6 +205,17 @@ void Walker::gemm(const Stmt& s) {
       poisoned.insert(&s);
       return;
     }
+  } else if (a.space == Space::Register && a.layout == Layout::MmaC && split_columns_) {
+    // `Role consumer ... split columns`: a GEMM accumulator tile staged whole in shared memory since
+    // its last write (`Copy Pc from register to shared`, same dtype) is read from there, in operand
+    // layout: the consumers' P, whose rows no warpgroup holds whole in its registers. Else (and in
+    // any other program) it needs a Reshape.
+    const Buffer* sh = buffer(a.name, Space::Shared);
+    const Buffer* rg = buffer(a.name, Space::Register);
+    if (sh && rg && sh->staged == rg->version && sh->dtype == rg->dtype && same_shape(sh->shape, rg->shape)) {
+      a.space = Space::Shared;
+      a.layout = Layout::Operand;
+    }
   }
   read(a.name, a.space, a.loc, s);
   read(b.name, b.space, b.loc, s);
@@ -220,7 +231,10 @@ void Walker::gemm(const Stmt& s) {
   if (a.layout == Layout::MmaC) {
     error(s, "TL0501", a.loc,
           "missing Reshape: '" + a.name + "' holds a GEMM accumulator (layout MMA_C) and is used as the A operand",
-          "insert `Reshape " + a.name + " from " + kReshapeHint + "` before this GEMM");
+          split_columns_ ? "the split-columns consumers read it from shared memory: `Allocate " + a.name + " in shared " +
+                               fmt_shape(a.shape) + "` and `Copy " + a.name + " from register to shared` after its last write, "
+                               "before this GEMM"
+                         : "insert `Reshape " + a.name + " from " + kReshapeHint + "` before this GEMM");
   }
   if (b.layout == Layout::MmaC) {
     error(s, "TL0501", b.loc,

@@ -245,7 +245,7 @@ bool Machine::setup_globals(const Program& p) {
     }
     globals_[a.name] = std::move(g);
   }
-  if (!setup_workspaces(p)) return false;
+  if (!setup_workspaces(p) || !setup_view_v(p)) return false;  // (V as a view of K: K's first columns)
   for (const char* n : {"Q", "K", "V", "O"})
     if (!globals_.count(n))
       return error("TL0901", kernel_loc_, std::string("the program does not allocate ") + n + " in global",
@@ -335,6 +335,7 @@ void Machine::make_inputs(const Program& p) {
     g.data = std::move(*src[i]);
     for (double& x : g.data) x = rnd(g.dtype, x);
   }
+  make_view_inputs();  // V as a view of K: K's first columns, before the cache's pages see them
   make_kv_inputs();
   if (backward_) {
     // The backward's inputs: dO fresh from the seed (stream 3); O and LSE what the forward stores,

@@ -12,8 +12,6 @@
 namespace qattn::tl::interp {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 double nan_max(double a, double b) {
   if (std::isnan(a) || std::isnan(b)) return kNaN;
   return a > b ? a : b;

@@ -253,7 +253,10 @@ bool Machine::exec_allocate(const Stmt& s) {
   if (!fits(double(n) * sizeof(double), s.loc, std::string(level_name(level)) + " buffer '" + a.name + "'")) return false;
   buf.data.assign(size_t(n), init);
   recharge(buf);
-  if (level == kShared && !make_ring(s, buf)) return false;
+  const Attr* view = nullptr;  // `{view: K}`: the first columns of K's shared buffer, no ring of its own
+  for (const auto& at : s.attrs)
+    if (at.key == "view" && !view) view = &at;
+  if (level == kShared && (view ? !make_view(s, *view, buf) : !make_ring(s, buf))) return false;
   bind_buffer(a.name, level, std::move(buf));
   return true;
 }
@@ -267,6 +270,11 @@ bool Machine::exec_reshape(const Stmt& s) {
 }
 
 bool Machine::exec_copy(const Stmt& s) {
+  if (s.copy.to == Space::Shared)
+    if (auto v = slots_.find(s.copy.name); v != slots_.end() && v->second.buf[kShared] && !v->second.buf[kShared]->view_of.empty())
+      return error("TL0901", s.loc,
+                   "Copy into '" + s.copy.name + "', a view of " + v->second.buf[kShared]->view_of + ": a view holds no data of its own",
+                   "copy into " + v->second.buf[kShared]->view_of + "; " + s.copy.name + " reads its first columns");
   for (const auto& a : s.attrs)
     if (a.key == "async" && !(s.copy.name == "O" && s.copy.from == Space::Register && s.copy.to == Space::Global))
       return async_copy(s);  // (an async store of O completes at once here: it changes no value)

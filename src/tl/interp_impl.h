@@ -1,7 +1,8 @@
 // Internal state of the TL interpreter (not part of the public API): buffers, global tensors,
 // scopes and the Machine that executes statements. Split over interp.cc (setup, grid, verdict),
 // interp_exec.cc (Allocate, Copy, Let, for), interp_compute.cc (Compute), interp_variant.cc
-// (Score / Mask declarations, skip) and interp_schedule.cc (the Hopper schedule attributes).
+// (Score / Mask declarations, skip), interp_schedule.cc (the Hopper schedule attributes) and
+// interp_view.cc (shared views).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -31,6 +32,14 @@
 namespace qattn::tl::interp {
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// splitmix64: the KV cache's and the ragged batches' draws, deterministic on every platform
+inline uint64_t mix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 // "(2, 128)": a shape in diagnostics
 inline std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "(";
@@ -85,6 +94,7 @@ struct Buffer {
   DType dtype = DType::F32;
   std::vector<double> data;
   std::optional<Ring> ring;  // shared buffers with `{stages: N}` or filled by `{async}` Copies
+  std::string view_of;       // `{view: K}`: the first columns of K's shared buffer, refreshed at every read
   Charge charge;             // data and ring->pending (Machine::recharge)
   int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
@@ -234,7 +244,16 @@ class Machine {
   bool schedule_after(const Stmt& s);             // `{release: X}`
   bool async_copy(const Stmt& s);                 // `Copy ... from global to shared {async}`
   bool make_ring(const Stmt& s, Buffer& b);       // `Allocate X in shared ... {stages: N}`
-  bool shared_read_ok(const std::string& name, const Buffer* b, SrcLoc loc);  // TL0905 for pending / released
+  // TL0905 for a read of a pending / released slot; a view (`{view: K}`) is checked as a read of its
+  // base and its values refreshed from the base (view_read).
+  bool shared_read_ok(const std::string& name, const Buffer* b, SrcLoc loc);
+  bool ring_read_ok(const std::string& name, const Buffer& b, SrcLoc loc, const std::string& via);
+  // ---- interp_view.cc: shared views (docs/tl.md, "Allocate NAME in shared") ----
+  bool v_view_of_k_ = false;                   // no global V; V in shared is `{view: K}`: V = K[:, :dv]
+  bool setup_view_v(const Program& p);         // the global V the reference reads (K's first columns)
+  void make_view_inputs();                     // ... filled from K's inputs (before paging / packing)
+  bool make_view(const Stmt& s, const Attr& a, Buffer& b);  // `Allocate V in shared ... {view: K}`
+  bool view_read(const std::string& name, Buffer& v, SrcLoc loc);
   // ---- interp_variant.cc ----
   bool setup_variants(const Program& p);
   std::optional<double> aux_read(const std::string& name, const int64_t* idx, size_t n) const;

@@ -11,15 +11,6 @@
 #include "tl/interp_impl.h"
 
 namespace qattn::tl::interp {
-namespace {
-// splitmix64: deterministic on every platform
-uint64_t mix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-}  // namespace
 
 bool Machine::setup_kv_cache(const Program& p) {
   for (const auto& s : p.stmts) {

@@ -44,18 +44,30 @@ bool Machine::make_ring(const Stmt& s, Buffer& b) {
 bool Machine::shared_read_ok(const std::string& name, const Buffer* b, SrcLoc loc) {
   auto it = slots_.find(name);
   if (!b || it == slots_.end() || !it->second.buf[kShared] || b != &*it->second.buf[kShared]) return true;
-  if (!b->ring) return true;
-  const Ring& r = *b->ring;
+  if (!b->view_of.empty()) return view_read(name, *it->second.buf[kShared], loc);  // its base's current slot
+  return ring_read_ok(name, *b, loc, "");
+}
+
+// `via`: " (through its view V)" when the read is of a view of `name`.
+bool Machine::ring_read_ok(const std::string& name, const Buffer& b, SrcLoc loc, const std::string& via) {
+  if (!b.ring) return true;
+  const Ring& r = *b.ring;
   if (r.latest >= 0 && r.slot[size_t(r.latest)] == Ring::St::Pending)
     return error("TL0905", loc,
-                 "reads " + name + " before waiting for its async copy" + at_line(r.copy_loc) + ": the tile may not have landed",
+                 "reads " + name + via + " before waiting for its async copy" + at_line(r.copy_loc) + ": the tile may not have landed",
                  "add {wait: " + name + "} to this statement");
   if (r.current >= 0 && r.slot[size_t(r.current)] == Ring::St::Released)
     return error("TL0905", loc,
-                 "reads " + name + " after its slot was released" + at_line(r.release_loc) +
+                 "reads " + name + via + " after its slot was released" + at_line(r.release_loc) +
                      ": the producer may already be refilling it",
                  "move {release: " + name + "} to the last statement that reads " + name);
   return true;
+}
+
+// `{wait: V}` / `{release: V}` on a view: it has no ring; its reads see its base's current slot.
+static std::string view_sync(const std::string& key, const std::string& n, const Buffer& b, std::string& hint) {
+  hint = "write `{" + key + ": " + b.view_of + "}`: the reads of " + n + " see " + b.view_of + "'s current slot";
+  return "`" + key + ": " + n + "`: '" + n + "' is a view of " + b.view_of + " (`{view: " + b.view_of + "}`) with no ring of its own";
 }
 
 bool Machine::async_copy(const Stmt& s) {
@@ -110,6 +122,10 @@ bool Machine::schedule_before(const Stmt& s) {
       return error("TL0905", at, "`wait: " + *n + "`: '" + *n + "' has no shared buffer here",
                    "wait for a shared buffer that an `{async}` Copy fills");
     Buffer& b = *it->second.buf[kShared];
+    if (!b.view_of.empty()) {
+      std::string hint, msg = view_sync("wait", *n, b, hint);
+      return error("TL0905", at, msg, hint);
+    }
     if (!b.ring || b.ring->latest < 0) continue;  // nothing copied asynchronously yet: nothing to wait for
     Ring& r = *b.ring;
     if (r.slot[size_t(r.latest)] != Ring::St::Pending) continue;  // already landed
@@ -135,6 +151,10 @@ bool Machine::schedule_after(const Stmt& s) {
       return error("TL0905", at, "`release: " + *n + "`: '" + *n + "' has no shared buffer here",
                    "release a shared buffer that an `{async}` Copy fills");
     Buffer& b = *it->second.buf[kShared];
+    if (!b.view_of.empty()) {
+      std::string hint, msg = view_sync("release", *n, b, hint);
+      return error("TL0905", at, msg, hint);
+    }
     Ring* r = b.ring ? &*b.ring : nullptr;
     if (!r || r->current < 0 || r->slot[size_t(r->current)] != Ring::St::Held) {
       std::string why = !r || r->latest < 0 ? "no async copy has filled it"

@@ -13,12 +13,6 @@
 
 namespace qattn::tl::interp {
 namespace {
-uint64_t mix(uint64_t& s) {  // splitmix64
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 constexpr int64_t kSpareRows = 2;  // NaN rows past the last sequence of each packed tensor
 }  // namespace
 
@@ -35,6 +29,7 @@ bool Machine::setup_ragged(const Program& p) {
             return error("TL0903", s.loc, "a ragged view that also holds the parts of split keys is not interpreted",
                          "split the keys of equal-length sequences or of a KV cache; give O and LSE `[b, head]` here");
         }
+  if (v_view_of_k_) globals_["V"].ragged = globals_["K"].ragged;  // V as a view of K: K's rows
   if (q_cu_.empty() && k_cu_.empty()) return true;
   ragged_ = true;
   uint64_t rng = cfg_.seed * 0x9E3779B97F4A7C15ull + 0x7A6Eull;

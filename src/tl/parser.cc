@@ -441,17 +441,27 @@ class LineParser {
     if (accept_kw("with") && !mask(s.mask, true)) return false;
     return true;
   }
-  // Role producer|consumer warpgroups EXPR registers EXPR [pingpong]
+  // Role producer|consumer warpgroups EXPR registers EXPR [pingpong] [split columns]
   bool role(RoleStmt& s) {
-    const char* hint = "Role producer warpgroups 1 registers 24  /  Role consumer warpgroups 2 registers 240 [pingpong]";
+    const char* hint =
+        "Role producer warpgroups 1 registers 24  /  Role consumer warpgroups 2 registers 240 [pingpong | split columns]";
     if (accept_kw("producer")) s.producer = true;
     else if (accept_kw("consumer")) s.producer = false;
     else return expected("'producer' or 'consumer' after 'Role'", hint);
     if (!expect_kw("warpgroups", "after the role", hint) || !expression(s.warpgroups) ||
         !expect_kw("registers", "after the warpgroup count", hint) || !expression(s.registers))
       return false;
-    s.pingpong = accept_kw("pingpong");
-    return true;
+    // the modifiers in any order (the checker refuses the two together: TL0719)
+    while (true) {
+      if (accept_kw("pingpong")) {
+        s.pingpong = true;
+      } else if (accept_kw("split")) {
+        if (!expect_kw("columns", "after 'split' (the consumer warpgroups share the rows: `split columns`)", hint)) return false;
+        s.split_columns = true;
+      } else {
+        return true;
+      }
+    }
   }
   bool declaration_expr(Expr& out) {
     decl_ = true;

@@ -153,7 +153,7 @@ std::string head(const Stmt& s) {
     case Stmt::Kind::Role:
       return std::string("Role ") + (s.role.producer ? "producer" : "consumer") + " warpgroups " +
              print_expr(s.role.warpgroups) + " registers " + print_expr(s.role.registers) +
-             (s.role.pingpong ? " pingpong" : "");
+             (s.role.pingpong ? " pingpong" : "") + (s.role.split_columns ? " split columns" : "");
     case Stmt::Kind::Allocate: {
       const auto& a = s.alloc;
       out = "Allocate " + a.name + " in " + to_string(a.space) + " (" + join(a.shape) + ")";

@@ -1,8 +1,11 @@
 // Unit tests of the checker's Hopper schedule rules (src/tl/checker_schedule.cc, docs/tl.md
 // "Hopper schedule"): Role statements, {stages}/{async}/{wait}/{release}/{overlap}, and the
-// ScheduleInfo the sm90 translator reads.
+// ScheduleInfo the sm90 translator reads; the absorbed-MLA program's `split columns` consumers and
+// its shared view `{view: K}` (checker_views.cc: TL0421, TL0422; TL0719, TL0720).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "checker_test_util.h"
@@ -228,6 +231,179 @@ TEST(checkerSchedule, ReleaseOnlyAHeldTile) {
   EXPECT_CODE_AT(r, "TL0716", before_wait, "{async, release: V}");
   std::string twice = replace(kSm90, "  Compute Max m, m_new\n", "  Compute Max m, m_new {release: K}\n");
   EXPECT_CODE_AT(run(twice), "TL0716", twice, "{release: K}\n");
+}
+
+// ---- absorbed MLA: `split columns` and the shared view V of K ----------------------------------
+
+// tests/tl/mla_absorbed_paged.tl from its Kernel line (the heading comment dropped, so that the
+// line numbers of the EXPECT_CODE_AT needles are the program's).
+std::string mla() {
+  std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/mla_absorbed_paged.tl", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const size_t at = text.find("\nKernel ");
+  EXPECT_NE(at, std::string::npos);
+  return at == std::string::npos ? text : text.substr(at + 1);
+}
+
+// Every diagnostic of `code` has a location and a hint that contains `hint_words`.
+void expect_hint(const Checked& r, const std::string& code, const std::string& hint_words) {
+  int n = 0;
+  for (const auto& d : r.diags) {
+    if (d.code != code) continue;
+    ++n;
+    EXPECT_GT(d.loc.line, 0) << support::render(d);
+    EXPECT_NE(d.hint.find(hint_words), std::string::npos) << support::render(d);
+  }
+  EXPECT_GT(n, 0) << "no " << code << "\n" << r.rendered;
+}
+
+TEST(checkerSchedule, AbsorbedMlaPassesWithItsScheduleInfo) {
+  support::DiagSink diags("test.tl");
+  CheckInfo info;
+  EXPECT_TRUE(check(parse(mla(), diags), diags, {}, info)) << diags.render();
+  EXPECT_TRUE(diags.all().empty()) << diags.render();
+  const ScheduleInfo& s = info.schedule;
+  EXPECT_TRUE(s.present);
+  EXPECT_TRUE(s.split_columns);
+  EXPECT_FALSE(s.pingpong);
+  EXPECT_EQ(s.consumer_wg, 2);
+  EXPECT_EQ(s.consumer_regs, 232);
+  EXPECT_EQ(s.async_buffers, (std::set<std::string>{"Q", "K"}));
+  EXPECT_EQ(s.stages, (std::map<std::string, int>{{"K", 2}, {"Q", 1}}));  // V: no ring of its own
+  EXPECT_EQ(info.tensors.at("V").shared_view_of, "K");
+  EXPECT_FALSE(info.tensors.at("V").in_global);
+  EXPECT_TRUE(info.tensors.at("K").shared_view_of.empty());
+  EXPECT_EQ(info.paged, "block_table");  // K paged, V its columns: no "K paged and V not"
+  // The plain sm90 program has no split columns.
+  support::DiagSink d2;
+  CheckInfo plain;
+  EXPECT_TRUE(check(parse(kSm90, d2), d2, {}, plain)) << d2.render();
+  EXPECT_FALSE(plain.schedule.split_columns);
+  EXPECT_TRUE(plain.tensors.at("V").shared_view_of.empty());
+}
+
+TEST(checkerSchedule, SplitColumnsOnTwoOrMoreConsumersWithoutPingpong) {
+  const std::string t = mla();
+  std::string prod = replace(t, "Role producer warpgroups 1 registers 40", "Role producer warpgroups 1 registers 40 split columns");
+  auto r = run(prod);
+  EXPECT_CODE_AT(r, "TL0719", prod, "Role producer");
+  expect_hint(r, "TL0719", "write it on the consumer Role");
+  std::string one = replace(t, "Role consumer warpgroups 2 registers 232 split columns", "Role consumer warpgroups 1 registers 232 split columns");
+  r = run(one);
+  EXPECT_CODE_AT(r, "TL0719", one, "Role consumer");
+  expect_hint(r, "TL0719", "Role consumer warpgroups 2");
+  std::string pp = replace(t, "registers 232 split columns", "registers 232 pingpong split columns");
+  r = run(pp);
+  EXPECT_CODE_AT(r, "TL0719", pp, "Role consumer");
+  EXPECT_EQ(r.count("TL0719"), 1) << r.rendered;
+  // Three split consumers are fine for the checker (the sm90 lowering takes two).
+  std::string three = replace(t, "Role producer warpgroups 1 registers 40", "Role producer warpgroups 1 registers 24");
+  three = replace(three, "Role consumer warpgroups 2 registers 232", "Role consumer warpgroups 3 registers 160");
+  EXPECT_TRUE(run(three).ok) << run(three).rendered;
+}
+
+TEST(checkerSchedule, SplitColumnsReadsTheStagedP) {
+  const std::string t = mla();
+  // P not staged in shared memory: the register tile is an accumulator, and the hint says to stage it.
+  std::string unstaged = replace(t, "  Copy Pc from register to shared\n", "");
+  auto r = run(unstaged);
+  EXPECT_CODE_AT(r, "TL0501", unstaged, "Compute GEMM Pc, V");
+  expect_hint(r, "TL0501", "Copy Pc from register to shared");
+  // Staged, then written again: the shared copy is stale.
+  std::string stale = replace(t, "  Copy Pc from register to shared\n", "  Copy Pc from register to shared\n  Compute Exp2 Pc\n");
+  EXPECT_CODE_AT(run(stale), "TL0501", stale, "Compute GEMM Pc, V");
+  // Staging counts for split-columns consumers only: elsewhere an accumulator needs its Reshape.
+  std::string rows = replace(t, "registers 232 split columns", "registers 232");
+  EXPECT_CODE_AT(run(rows), "TL0501", rows, "Compute GEMM Pc, V");
+  std::string reshaped = replace(rows, "  Copy Pc from register to shared\n",
+                                 "  Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n");
+  EXPECT_TRUE(run(reshaped).ok) << run(reshaped).rendered;
+}
+
+TEST(checkerSchedule, ViewReadsFollowItsBaseAndItsSyncNamesTheBase) {
+  const std::string t = mla();
+  // `release: V`: V has no ring; K is then never released (TL0713 too).
+  std::string rel = replace(t, "{release: K}", "{release: V}");
+  auto r = run(rel);
+  EXPECT_CODE_AT(r, "TL0720", rel, "Compute GEMM Pc, V");
+  expect_hint(r, "TL0720", "{release: K}");
+  EXPECT_FALSE(r.has("TL0710")) << r.rendered;
+  std::string wait = replace(t, "{wait: Q, wait: K}", "{wait: Q, wait: V}");
+  r = run(wait);
+  EXPECT_CODE_AT(r, "TL0720", wait, "Compute GEMM Q, K^T");
+  expect_hint(r, "TL0720", "{wait: K}");
+  // K released after the first GEMM: the second reads V, i.e. K's released slot.
+  std::string early = replace(t, "{wait: Q, wait: K}", "{wait: Q, wait: K, release: K}");
+  early = replace(early, "Compute GEMM Pc, V and accumulate O {release: K}", "Compute GEMM Pc, V and accumulate O");
+  r = run(early);
+  EXPECT_CODE_AT(r, "TL0712", early, "Compute GEMM Pc, V");
+  EXPECT_NE(r.rendered.find("through its view V"), std::string::npos) << r.rendered;
+}
+
+TEST(checkerSchedule, MalformedViews) {
+  const std::string t = mla();
+  struct Case { const char* from; const char* to; const char* at; const char* hint; };
+  const Case cases[] = {
+      {"Allocate O in register (BM, dv) fp32 init 0", "Allocate O in register (BM, dv) fp32 init 0 {view: K}",
+       "Allocate O in register", "view: K"},
+      {"{view: K}", "{view}", "Allocate V in shared", "view: K"},
+      {"Allocate K in shared (BN, d) bf16 {stages: STAGES}\nAllocate V in shared (BN, dv) bf16 {view: K}",
+       "Allocate V in shared (BN, dv) bf16 {view: K}\nAllocate K in shared (BN, d) bf16 {stages: STAGES}", "Allocate V in shared",
+       "allocate the base first"},
+      {"Allocate Pc in shared (BM, BN) bf16", "Allocate Pc in shared (BM, BN) bf16\nAllocate W in shared (BN, dv) bf16 {view: V}",
+       "Allocate W in shared", "{view: K}"},
+      {"Allocate V in shared (BN, dv) bf16 {view: K}", "Allocate V in shared (BM, dv) bf16 {view: K}", "Allocate V in shared",
+       "(BN, dv)"},
+      {"Allocate V in shared (BN, dv) bf16 {view: K}", "Allocate V in shared (BN, dv) fp16 {view: K}", "Allocate V in shared",
+       "bf16 {view: K}"},
+      {"dv = 512", "dv = 640", "Allocate V in shared", "at most d columns"},
+      {"{view: K}", "{view: K, stages: 2}", "Allocate V in shared", "ring is K's"},
+      {"{view: K}", "{view: K, view: K}", "Allocate V in shared", "keep one"},
+      {"  Copy Pc from register to shared\n", "  Copy Pc from register to shared {view: K}\n", "  Copy Pc from register", "Allocate V"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.to);
+    std::string bad = replace(t, c.from, c.to);
+    auto r = run(bad);
+    EXPECT_FALSE(r.ok);
+    EXPECT_CODE_AT(r, "TL0421", bad, c.at);
+    expect_hint(r, "TL0421", c.hint);
+  }
+  // Copies into a view: from global and from registers.
+  std::string g = replace(t, "  Compute GEMM Q, K^T and get S",
+                          "  Copy V (BN, dv) in coordinate [j, 0] from global to shared {async}\n  Compute GEMM Q, K^T and get S");
+  auto r = run(g);
+  EXPECT_CODE_AT(r, "TL0422", g, "  Copy V (BN, dv)");
+  expect_hint(r, "TL0422", "copy the tile into K");
+  std::string reg = replace(t, "  Compute Max m, m_new\n", "  Compute Max m, m_new\n  Copy Pc from register to shared\n");
+  reg = replace(reg, "Allocate Pc in shared (BM, BN) bf16", "Allocate Pc in shared (BM, BN) bf16 {view: Q}");
+  reg = replace(reg, "Allocate Q in shared (BM, d) bf16", "Allocate Q in shared (BM, BN) bf16");
+  reg = replace(reg, "Copy Q (BM, d) in coordinate", "Copy Q (BM, BN) in coordinate");
+  r = run(reg);
+  EXPECT_CODE_AT(r, "TL0422", reg, "  Copy Pc from register to shared\n  Compute GEMM Pc");
+  expect_hint(r, "TL0422", "without `view`");
+  // Reading a view into registers is fine.
+  std::string load = replace(t, "Allocate O in register (BM, dv) fp32 init 0", "Allocate V in register (BN, dv) bf16\nAllocate O in register (BM, dv) fp32 init 0");
+  load = replace(load, "  Compute GEMM Pc, V", "  Copy V from shared to register\n  Compute GEMM Pc, V");
+  EXPECT_TRUE(run(load).ok) << run(load).rendered;
+}
+
+TEST(checkerSchedule, NoGlobalVOnlyForAViewOfK) {
+  const std::string t = mla();
+  // V a plain shared buffer: nothing fills it, and the attention has no V.
+  std::string plain = replace(t, " {view: K}", "");
+  auto r = run(plain);
+  EXPECT_TRUE(r.has("TL0406")) << r.rendered;
+  EXPECT_NE(r.rendered.find("never allocates the global tensor V"), std::string::npos) << r.rendered;
+  EXPECT_CODE_AT(r, "TL0305", plain, "Compute GEMM Pc, V");
+  // A global V beside the view is allowed (unused), paged like K.
+  std::string both = replace(t, "Allocate O in global", "Allocate V in global (seqlen_k, dv) bf16 with offset [b, kv_head] {paged: block_table}\nAllocate O in global");
+  EXPECT_TRUE(run(both).ok) << run(both).rendered;
+  // ... but then it must be paged like K (the view's exemption is for a program without global V).
+  std::string unpaged = replace(t, "Allocate O in global", "Allocate V in global (seqlen_k, dv) bf16 with offset [b, kv_head]\nAllocate O in global");
+  EXPECT_TRUE(run(unpaged).has("TL0416")) << run(unpaged).rendered;
 }
 
 }  // namespace

@@ -663,5 +663,72 @@ TEST(Schedule, RolesAndOverlapDoNotChangeTheResult) {
   EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
 }
 
+// ---- shared views: V the first dv columns of K (`{view: K}`, docs/tl.md) ------------------------
+
+// tests/tl/mla_absorbed_paged.tl from its Kernel line (line numbers are the program's) at d = 96,
+// dv = 64, with one edit (which must apply).
+std::string mla_with(const std::string& from, const std::string& to) {
+  const std::string file = slurp(kCorpus / "mla_absorbed_paged.tl");
+  std::string t = replace_all_once(file.substr(std::min(file.size(), file.find("\nKernel ") + 1)), "d = 576, dv = 512", "d = 96, dv = 64");
+  return from.empty() ? t : replace_all_once(t, from, to);
+}
+RunConfig mla_dims() {
+  RunConfig c;
+  c.dims = {{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seqlen_q", 2}, {"seqlen_k", 90}, {"page_size", 16}, {"pages", 6}};
+  c.precision = Precision::FP64;
+  return c;
+}
+void expect_view_error(const std::string& text, const char* code, const std::string& at, const std::string& words) {
+  Outcome o = run_text(text, mla_dims());
+  EXPECT_FALSE(o.r.ran) << o.r.summary;
+  ASSERT_TRUE(o.has(code)) << o.diags;
+  EXPECT_NE(o.diags.find("test.tl:" + std::to_string(line_of(text, at)) + ":"), std::string::npos)
+      << "expected at line " << line_of(text, at) << " (" << at << ")\n" << o.diags;
+  EXPECT_NE(o.diags.find(words), std::string::npos) << o.diags;
+}
+
+TEST(View, ReadsTheBasesCurrentSlot) {
+  Outcome o = run_text(mla_with("", ""), mla_dims());
+  EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
+  // Without split columns (P reshaped in registers, not staged): the same values.
+  std::string rows = replace_all_once(mla_with("registers 232 split columns", "registers 232"), "  Copy Pc from register to shared\n",
+                                      "  Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n");
+  Outcome r = run_text(rows, mla_dims());
+  EXPECT_TRUE(r.r.passed) << r.r.summary << r.diags;
+  EXPECT_EQ(r.r.rel_err, o.r.rel_err);
+  // K released by the first GEMM: the second reads V, K's released slot (as a read of K would).
+  std::string early = mla_with("{wait: Q, wait: K}", "{wait: Q, wait: K, release: K}");
+  early = replace_all_once(early, "accumulate O {release: K}", "accumulate O");
+  expect_view_error(early, "TL0905", "Compute GEMM Pc, V", "reads K (through its view V) after its slot was released");
+  // K waited for only at the second GEMM: the first reads a pending slot of K.
+  std::string late = mla_with("{wait: Q, wait: K}", "{wait: Q}");
+  late = replace_all_once(late, "accumulate O {release: K}", "accumulate O {wait: K, release: K}");
+  expect_view_error(late, "TL0905", "Compute GEMM Q, K^T", "reads K before waiting");
+}
+
+TEST(View, HasNoRingAndNoDataOfItsOwn) {
+  expect_view_error(mla_with("{release: K}", "{wait: V, release: K}"), "TL0905", "Compute GEMM Pc, V", "'V' is a view of K");
+  expect_view_error(mla_with("{release: K}", "{release: V}"), "TL0905", "Compute GEMM Pc, V", "write `{release: K}`");
+  std::string copy = mla_with("  Compute GEMM Pc, V", "  Copy V (BN, dv) in coordinate [j, 0] from global to shared\n  Compute GEMM Pc, V");
+  expect_view_error(copy, "TL0901", "  Copy V (BN, dv)", "Copy into 'V', a view of K");
+  expect_view_error(mla_with("dv = 64", "dv = 100"), "TL0901", "Allocate V in shared", "V views the first 100 columns of K, which has 96");
+  expect_view_error(mla_with("{view: K}", "{view: K, stages: 2}"), "TL0901", "Allocate V in shared", "a view takes no `stages`");
+  // Without the view there is no V at all.
+  expect_view_error(mla_with(" {view: K}", ""), "TL0901", "Kernel", "does not allocate V in global");
+}
+
+TEST(View, NoCacheProgramAndItsPlantedBug) {
+  RunConfig c;
+  c.dims = {{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seqlen_q", 45}, {"seqlen_k", 70}, {"d", 48}, {"dv", 16}};
+  for (Precision prec : {Precision::FP64, Precision::Storage}) {
+    c.precision = prec;
+    Outcome o = run_text(slurp(kCorpus / "mla_absorbed.tl"), c);
+    EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
+    Outcome bug = run_text(replace_all_once(slurp(kCorpus / "mla_absorbed.tl"), "  Compute Rescale O, alpha\n", ""), c);
+    EXPECT_FALSE(bug.r.passed) << bug.r.summary;
+    EXPECT_TRUE(bug.has("TL0801")) << bug.diags;
+  }
+}
+
 }  // namespace
 }  // namespace qattn::tl

@@ -253,6 +253,32 @@ TEST(parser, Role) {
   EXPECT_EQ(*a.attrs[0].value, Expr::ident("STAGES"));
 }
 
+// `split columns` (the consumer warpgroups share the rows) and a shared view `{view: K}`.
+TEST(parser, SplitColumnsAndView) {
+  auto s = only(ok("Role consumer warpgroups 2 registers 232 split columns"));
+  EXPECT_FALSE(s.role.producer);
+  EXPECT_TRUE(s.role.split_columns);
+  EXPECT_FALSE(s.role.pingpong);
+  EXPECT_EQ(s.role.registers, Expr::number(232, true));
+  s = only(ok("Role consumer warpgroups NC registers 232 SPLIT Columns pingpong  # both: the checker refuses"));
+  EXPECT_TRUE(s.role.split_columns);
+  EXPECT_TRUE(s.role.pingpong);
+  EXPECT_FALSE(only(ok("Role consumer warpgroups 2 registers 240 pingpong")).role.split_columns);
+  auto v = only(ok("Allocate V in shared (BN, dv) bf16 {view: K}"));
+  EXPECT_EQ(v.kind, Stmt::Kind::Allocate);
+  EXPECT_EQ(v.alloc.space, Space::Shared);
+  ASSERT_EQ(v.alloc.shape.size(), 2u);
+  EXPECT_EQ(v.alloc.shape[1], Expr::ident("dv"));
+  ASSERT_EQ(v.attrs.size(), 1u);
+  EXPECT_EQ(v.attrs[0].key, "view");
+  ASSERT_TRUE(v.attrs[0].value);
+  EXPECT_EQ(*v.attrs[0].value, Expr::ident("K"));
+  EXPECT_EQ(v.attrs[0].loc.col, 37);
+  expect_error("Role consumer warpgroups 2 registers 232 split", "TL0201", 1, 47);
+  expect_error("Role consumer warpgroups 2 registers 232 split rows", "TL0201", 1, 48);
+  expect_error("Role consumer warpgroups 2 registers 232 split columns twice", "TL0205", 1, 56);
+}
+
 TEST(parser, Expressions) {
   support::DiagSink d;
   auto e = parse_expr("a - b - c", d);

@@ -147,6 +147,46 @@ TEST(printer, HopperSchedule) {
   EXPECT_EQ(print_stmt(r, 2), "  Role consumer warpgroups 3 registers 160");
 }
 
+// `split columns` and `{view: K}`: canonical spelling, and print(parse(x)) == x for the absorbed-MLA
+// golden program with its fields kept.
+TEST(printer, SplitColumnsAndViewRoundTrip) {
+  EXPECT_EQ(fmt("ROLE consumer WARPGROUPS 2 registers 232 Split COLUMNS"), "Role consumer warpgroups 2 registers 232 split columns\n");
+  EXPECT_EQ(fmt("allocate V in shared (BN,dv) bf16 {view:K}"), "Allocate V in shared (BN, dv) bf16 {view: K}\n");
+  Stmt r;
+  r.kind = Stmt::Kind::Role;
+  r.role.warpgroups = Expr::number(2, true);
+  r.role.registers = Expr::number(232, true);
+  r.role.split_columns = true;
+  EXPECT_EQ(print_stmt(r, 0), "Role consumer warpgroups 2 registers 232 split columns");
+  const std::string text = read(fs::path(QATTN_SOURCE_DIR) / "tests" / "tl" / "mla_absorbed_paged.tl");
+  ASSERT_NE(text.find("Role consumer warpgroups 2 registers 232 split columns\n"), std::string::npos);
+  ASSERT_NE(text.find("Allocate V in shared (BN, dv) bf16 {view: K}\n"), std::string::npos);
+  EXPECT_EQ(fmt(text), text);
+  support::DiagSink d;
+  Program p = parse(text, d);
+  Program again = parse(print(p), d);
+  ASSERT_FALSE(d.has_errors()) << d.render();
+  ASSERT_EQ(p.stmts.size(), again.stmts.size());
+  int roles = 0, views = 0;
+  for (size_t i = 0; i < p.stmts.size(); ++i) {
+    const Stmt &a = p.stmts[i], &b = again.stmts[i];
+    if (a.kind == Stmt::Kind::Role) {
+      ++roles;
+      EXPECT_EQ(a.role.split_columns, b.role.split_columns);
+      EXPECT_EQ(a.role.split_columns, !a.role.producer);
+    }
+    for (size_t k = 0; k < a.attrs.size() && k < b.attrs.size(); ++k)
+      if (a.attrs[k].key == "view") {
+        ++views;
+        EXPECT_EQ(b.attrs[k].key, "view");
+        ASSERT_TRUE(b.attrs[k].value);
+        EXPECT_EQ(*b.attrs[k].value, Expr::ident("K"));
+      }
+  }
+  EXPECT_EQ(roles, 2);
+  EXPECT_EQ(views, 1);
+}
+
 // print(parse(x)) == x for a complete sm90 program (the golden one is written canonically).
 TEST(printer, Sm90ProgramRoundTrips) {
   const std::string text = read(fs::path(QATTN_SOURCE_DIR) / "tests" / "tl" / "sm90_schedule.tl");

@@ -12,6 +12,7 @@
 //   score.cuh      the score stage: which queries a thread's rows hold, Mask, Modify, key tile order
 //   scheduler.cuh  work tiles, one block per tile or a persistent grid (the parameters: params.h)
 //   epilogue.cuh   O through shared memory and TMA, row vectors (LSE)
+//   split.cuh      `split columns` consumers: rows combined, P staged, O += P V from a view of K
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -19,6 +20,7 @@
 #include "qattn/sm90/epilogue.cuh"
 #include "qattn/sm90/ptx.cuh"
 #include "qattn/sm90/scheduler.cuh"
+#include "qattn/sm90/split.cuh"
 #include "qattn/sm90/score.cuh"
 #include "qattn/sm90/sync.cuh"
 #include "qattn/sm90/tile.cuh"

@@ -34,11 +34,11 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   using qattn::host::fail;
   kp->pack = k.pack ? p.heads_q / p.heads_kv : 1;
   kp->splits = k.split && p.splits > 1 ? p.splits : 1;
-  if (k.pack && 64 % kp->pack != 0)
+  if (k.pack && 64 % kp->pack != 0 && kp->pack % k.bm != 0)
     return fail(QATTN_ERR_SHAPE,
                 "this kernel packs the heads_q / heads_kv = %d query heads of a kv head into its 64-row tiles: the group must "
-                "divide 64 (heads_q %d, heads_kv %d)",
-                kp->pack, p.heads_q, p.heads_kv);
+                "divide 64 or be a multiple of the %d-row tile (heads_q %d, heads_kv %d)",
+                kp->pack, k.bm, p.heads_q, p.heads_kv);
   const int pk = k.pack ? kp->pack : 0;  // packed kernels use the 5-D maps, also for a group of 1
   struct Map {
     CUtensorMap* map;

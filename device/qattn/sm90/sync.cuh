@@ -74,9 +74,10 @@ struct Ring {
 // with 3 consumer warpgroups, warpgroup 2's epilogue and warpgroup 0's tail shared id 5); 9: the
 // producer warps of a producer that issues its copies from several warps (the tile index they share,
 // TileExchange::share, and a paged tile's copies, load_tile_paged).
-enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTailBase = 6, kBarProducer = 9 };
+// 10: the consumer warpgroups of `split columns` (split.cuh), which share every row.
+enum : int { kBarPingpongBase = 1, kBarEpilogueBase = 3, kBarTailBase = 6, kBarProducer = 9, kBarSplit = 10 };
 static_assert(kBarEpilogueBase >= kBarPingpongBase + 2 && kBarTailBase >= kBarEpilogueBase + 3 &&
-                  kBarProducer >= kBarTailBase + 3 && kBarProducer < 16,
+                  kBarProducer >= kBarTailBase + 3 && kBarSplit > kBarProducer && kBarSplit < 16,
               "named barrier ranges overlap (at most 3 consumer warpgroups, 16 ids)");
 
 // TL Grid `{persistent}`: the producer warp hands the block's k-th tile index to the consumer

@@ -56,13 +56,16 @@ static inline EncodeTiledFn encode_tiled_fn() {
 // pack >= 1 (a kernel with TL `{pack: G}`, GQA packing; G = 1 when called with heads_q == heads_kv):
 // the 5-D view (cols, G, rows, heads / G, batch), whose boxes of (64 columns, G heads, box_rows / G
 // rows) land in shared memory as box_rows rows in the packed order (row r = query r / G of head
-// r % G within the group), so the swizzled tile is the same. pack 0: not packed, the 4-D view.
+// r % G within the group), so the swizzled tile is the same; a group larger than the box (a multiple
+// of it) is cut into boxes of (64 columns, box_rows heads, 1 row). pack 0: not packed, the 4-D view.
 static inline int encode_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
                                    int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
                                    int box_rows, int pack, CUtensorMapL2promotion l2) {
   EncodeTiledFn fn = encode_tiled_fn();
   if (!fn) return -1;
-  if (pack < 0 || (pack > 0 && (heads % pack != 0 || box_rows % pack != 0))) return -2;
+  // a box holds whole groups (box_rows a multiple of G), or a group whole boxes (G a multiple of box_rows: 128 query
+  // heads of DeepSeek's absorbed MLA in tiles of 64)
+  if (pack < 0 || (pack > 0 && (heads % pack != 0 || (box_rows % pack != 0 && pack % box_rows != 0)))) return -2;
   std::memset(map, 0, sizeof(CUtensorMap));
   const cuuint64_t rows_ = cuuint64_t(rows > 0 ? rows : 1);
   const cuuint32_t elem_strides[5] = {1u, 1u, 1u, 1u, 1u};
@@ -71,7 +74,7 @@ static inline int encode_tile_map(CUtensorMap* map, const void* base, bool bf16,
     const cuuint64_t dims[5] = {cuuint64_t(cols), cuuint64_t(pack), rows_, cuuint64_t(heads / pack), cuuint64_t(batch)};
     const cuuint64_t strides[4] = {cuuint64_t(head_stride) * 2, cuuint64_t(row_stride) * 2,
                                    cuuint64_t(head_stride) * 2 * cuuint64_t(pack), cuuint64_t(batch_stride) * 2};
-    const cuuint32_t box[5] = {64u, cuuint32_t(pack), cuuint32_t(box_rows / pack), 1u, 1u};
+    const cuuint32_t box[5] = {64u, cuuint32_t(pack < box_rows ? pack : box_rows), cuuint32_t(box_rows > pack ? box_rows / pack : 1), 1u, 1u};
     return int(fn(map, dtype, 5, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                   CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   }

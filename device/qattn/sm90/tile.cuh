@@ -236,11 +236,11 @@ __device__ __forceinline__ void convert(const float (&x)[N], uint32_t (&z)[N / 2
 // tile. Issues K_DIM/16 wgmmas as one commit group; the registers are fenced so that the compiler
 // keeps them out of the way until gemm_wait.
 template <class Atom, int A_ROWS, int B_ROWS, int K_DIM, bool kAccumulate, class Element, int N>
-__device__ __forceinline__ void gemm_ss(const Element* a, int a_row0, const Element* b, float (&acc)[N]) {
+__device__ __forceinline__ void gemm_ss(const Element* a, int a_row0, const Element* b, float (&acc)[N], int b_row0 = 0) {
   fence_regs(acc);
   wgmma_fence();
   // the tiles' descriptors once; each k16 step adds its compile-time offset to them (wgmma.cuh)
-  const uint64_t da0 = operand_desc<false, A_ROWS>(a, a_row0), db0 = operand_desc<false, B_ROWS>(b, 0);
+  const uint64_t da0 = operand_desc<false, A_ROWS>(a, a_row0), db0 = operand_desc<false, B_ROWS>(b, b_row0);
 #pragma unroll
   for (int k = 0; k < K_DIM / 16; ++k) {
     const uint64_t da = da0 + operand_step<false, A_ROWS, Element>(k), db = db0 + operand_step<false, B_ROWS, Element>(k);

@@ -40,14 +40,15 @@ __device__ __forceinline__ void tma_load_tile(const CUtensorMap* map, uint64_t* 
 }
 
 // The same through a packed map (make_tile_map with pack >= 1): `row0` counts packed rows (a
-// multiple of `pack`), `group` the head group.
+// multiple of `pack`, or of the box when a group spans several boxes: then the box starts at head
+// row0 % pack of the group), `group` the head group.
 template <int ROWS, int COLS, class Element>
 __device__ __forceinline__ void tma_load_packed(const CUtensorMap* map, uint64_t* bar, Element* smem, int row0, int group,
                                                 int batch, int pack) {
   constexpr int kBlocks = (COLS + 63) / 64;
 #pragma unroll
   for (int c = 0; c < kBlocks; ++c)
-    ptx::tma_load_5d(map, bar, smem + c * ROWS * 64, c * 64, 0, row0 / pack, group, batch);
+    ptx::tma_load_5d(map, bar, smem + c * ROWS * 64, c * 64, row0 % pack, row0 / pack, group, batch);
 }
 template <int TILE_ROWS, int COLS, class Element>
 __device__ __forceinline__ void tma_store_packed(const CUtensorMap* map, const Element* smem, int smem_row, int row0,
@@ -55,7 +56,7 @@ __device__ __forceinline__ void tma_store_packed(const CUtensorMap* map, const E
   constexpr int kBlocks = (COLS + 63) / 64;
 #pragma unroll
   for (int c = 0; c < kBlocks; ++c)
-    ptx::tma_store_5d(map, smem + c * TILE_ROWS * 64 + smem_row * 64, c * 64, 0, row0 / pack, group, batch);
+    ptx::tma_store_5d(map, smem + c * TILE_ROWS * 64 + smem_row * 64, c * 64, row0 % pack, row0 / pack, group, batch);
   ptx::tma_store_commit();
 }
 
@@ -81,7 +82,7 @@ __device__ __forceinline__ int swizzled_offset(int row, int col, int elem_bytes)
 
 // Bytes one tile load brings (the full boxes, zero-filled parts included).
 template <int ROWS, int COLS, class Element>
-constexpr int tile_bytes() {
+__host__ __device__ constexpr int tile_bytes() {
   return ((COLS + 63) / 64) * ROWS * 64 * int(sizeof(Element));
 }
 

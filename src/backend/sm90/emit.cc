@@ -34,7 +34,8 @@ class Emitter {
     if (!k.scope.kv_count_cpp.empty() || !k.scope.paged.empty())
       for (const auto* blk : {&k.sm90.loop.first, &k.sm90.loop.steady, &k.sm90.loop.drain})
         for (const auto& o : *blk)
-          if (o.kind == kir::Op::Kind::GemmRS) tail_ring_ = o.buffer;
+          if (o.kind == kir::Op::Kind::GemmRS || (o.kind == kir::Op::Kind::GemmSS && o.b_mn)) tail_ring_ = o.buffer;
+    if (k.roles.split_columns) nw_ = k.roles.consumer_wg;
   }
   std::string run(const std::string& info_json);
 
@@ -58,6 +59,7 @@ class Emitter {
   const kir::Kernel& k_;
   Writer w_;
   std::string tail_ring_;  // the V ring whose first tile per work tile is zeroed past the keys ("" = none)
+  int nw_ = 1;             // split columns: the consumer warpgroups sharing each row (split.cuh)
 };
 
 const kir::Reg& Emitter::reg(const std::string& name) const {
@@ -108,7 +110,8 @@ void Emitter::preamble() {
   w_.line("// ---- chosen for sm90a: the roles, the launch ----");
   const kir::Roles& r = k_.roles;
   w_.line("constexpr int kConsumers = " + std::to_string(r.consumer_wg) + ", kThreads = " + std::to_string(k_.launch.threads) +
-          ";  // 1 producer warpgroup (TMA) + " + std::to_string(r.consumer_wg) + " consumer warpgroups (wgmma), 64 rows each");
+          ";  // 1 producer warpgroup (TMA) + " + std::to_string(r.consumer_wg) + " consumer warpgroups (wgmma), " +
+          (r.split_columns ? "all 64 rows each, split columns (TL `split columns`)" : "64 rows each"));
   w_.line("constexpr bool kPersistent = " + cpp_bool(k_.launch.persistent) + ";  // TL Grid" +
           (k_.launch.persistent ? " {persistent}: one block per SM walks the tiles" : ": one block per tile"));
   w_.line("constexpr bool kReverseM = " + cpp_bool(k_.launch.reverse_m) + ";  // causal: the longest query rows start first");
@@ -134,6 +137,8 @@ void Emitter::preamble() {
     else
       w_.line("constexpr int kSmem" + b.name + " = " + std::to_string(b.offset) + ";  // " + b.tl.text + ": " + shape);
   }
+  if (k_.sm90.exchange_offset >= 0)
+    w_.line("constexpr int kXchg = " + std::to_string(k_.sm90.exchange_offset) + ";  // split columns: the warpgroups' row exchange");
   for (const auto& b : k_.smem)
     if (b.ring && b.name != "O") w_.line("constexpr int kBar" + b.name + " = " + std::to_string(b.barrier_offset) + ";  // " +
                                          std::to_string(2 * b.stages) + " mbarriers: full and empty per slot");
@@ -152,7 +157,9 @@ void Emitter::preamble() {
       if ((o.kind != kir::Op::Kind::GemmSS && o.kind != kir::Op::Kind::GemmRS) || atoms.count(atom_alias(o))) continue;
       atoms.insert(atom_alias(o));
       w_.line("using " + atom_alias(o) + " = " + o.atom + ";  // TL " + std::to_string(o.tl.line) +
-              (o.kind == kir::Op::Kind::GemmSS ? ": both operands K-major in shared memory" : ": A from registers, B MN-major in shared memory"));
+              (o.kind == kir::Op::Kind::GemmSS ? (o.b_mn ? ": A K-major in shared memory, B MN-major (a view of a ring's slot)"
+                                                         : ": both operands K-major in shared memory")
+                                               : ": A from registers, B MN-major in shared memory"));
     }
   w_.line();
 }
@@ -215,6 +222,8 @@ void Emitter::scope() {
   // One keep / needs pair per Mask statement of the loop (keys past seqlen_k are always hidden).
   const int bn = k_.sm90.bn;
   const std::string cols = std::to_string(bn);
+  // split columns: a warpgroup's score columns start c0 keys into the key tile
+  const std::string c0_param = nw_ > 1 ? ", int c0" : "", c0_arg = nw_ > 1 ? " + c0" : "";
   auto mask_fns = [&](const std::string& name, const kir::TlRef& tl, const std::string& keep, const std::string& needs) {
     w_.line("// TL " + std::to_string(tl.line) + ": " + tl.text);
     w_.line("__device__ bool keep_" + name + "(int q, int k) const { [[maybe_unused]] const int off = sk_ - sq_; return k < sk_" + keep + "; }");
@@ -222,9 +231,9 @@ void Emitter::scope() {
     w_.line("[[maybe_unused]] const int off = sk_ - sq_, col0 = j * " + cols + ", last_col = col0 + " + cols + " - 1;");
     w_.line("return last_col >= sk_" + needs + ";");
     w_.close();
-    w_.open("template <int N, bool P> __device__ void mask_tile_" + name + "(float (&s)[N], const RowMap<P>& rows, int j) const {");
+    w_.open("template <int N, bool P> __device__ void mask_tile_" + name + "(float (&s)[N], const RowMap<P>& rows, int j" + c0_param + ") const {");
     w_.line("if (needs_" + name + "(rows.q_lo(), rows.q_hi(), j))");
-    w_.line("  for_each_score(s, rows, j * " + cols + ", [&](float& x, int q, int k) { if (!keep_" + name + "(q, k)) x = -INFINITY; });");
+    w_.line("  for_each_score(s, rows, j * " + cols + c0_arg + ", [&](float& x, int q, int k) { if (!keep_" + name + "(q, k)) x = -INFINITY; });");
     w_.close();
   };
   switch (sc.mask) {
@@ -246,8 +255,9 @@ void Emitter::scope() {
       if (o.kind != kir::Op::Kind::Modify || modified.count(o.op)) continue;
       modified.insert(o.op);
       w_.line("// TL " + std::to_string(o.tl.line) + ": " + o.tl.text);
-      w_.open("template <int N, bool P> __device__ void modify_tile_" + o.op + "(float (&s)[N], const RowMap<P>& rows, int j, float xscale) const {");
-      w_.line("for_each_score(s, rows, j * " + cols + ", [&](float& x, int q_idx, int kv_idx) { x = score_" + o.op + "(x * xscale, q_idx, kv_idx); });");
+      w_.open("template <int N, bool P> __device__ void modify_tile_" + o.op + "(float (&s)[N], const RowMap<P>& rows, int j, float xscale" +
+              c0_param + ") const {");
+      w_.line("for_each_score(s, rows, j * " + cols + c0_arg + ", [&](float& x, int q_idx, int kv_idx) { x = score_" + o.op + "(x * xscale, q_idx, kv_idx); });");
       w_.close();
     }
   const kir::Loop& L = k_.sm90.loop;
@@ -274,9 +284,14 @@ void Emitter::kernel() {
     const std::string shape = "(" + std::to_string(b.rows) + ", " + std::to_string(b.cols) + ")" +
                               (b.stages > 1 ? " x " + std::to_string(b.stages) + " stages" : "");
     if (b.tl.line) w_.line("// TL " + std::to_string(b.tl.line) + ": " + b.tl.text);
+    if (!b.view_of.empty()) {  // read through the base's ring slots
+      w_.line("// (" + b.name + " is the first " + std::to_string(b.cols) + " columns of " + b.view_of + "'s slots: no storage of its own)");
+      continue;
+    }
     w_.line("Element* " + b.cpp + " = reinterpret_cast<Element*>(smem + kSmem" + b.name + ");  // " + shape +
             (b.tl.line ? "" : ": " + b.tl.text));
   }
+  if (nw_ > 1) w_.line("float* xchg = reinterpret_cast<float*>(smem + kXchg);  // split columns: the row exchange");
   std::string init;
   for (const auto& b : k_.smem) {
     if (!b.ring || b.name == "O") continue;
@@ -411,18 +426,25 @@ void Emitter::consumer() {
   w_.line("consumer_registers<" + std::to_string(r.consumer_regs) + ">();");
   w_.line("using PP = Pingpong<kConsumers, " + cpp_bool(r.pingpong) + ">;  // " +
           (r.pingpong ? "pingpong: the two consumer warpgroups take turns issuing GEMMs" : "no pingpong"));
-  w_.line("const int cw = wg - 1;  // this consumer warpgroup owns rows 64 cw .. 64 cw + 63 of each tile");
+  if (nw_ > 1)
+    w_.line("const int cw = wg - 1;  // split columns: this consumer warpgroup computes key columns " + std::to_string(k_.sm90.bn / nw_) +
+            " cw .. and O's columns " + std::to_string(k_.d_v / nw_) + " cw .. of all 64 rows");
+  else
+    w_.line("const int cw = wg - 1;  // this consumer warpgroup owns rows 64 cw .. 64 cw + 63 of each tile");
   w_.line("PP::start(cw);");
   std::string poss;
   for (const auto& b : k_.smem)
     if (b.ring && b.name != "O") poss += (poss.empty() ? "" : ", ") + pos(b.name);
   w_.line("RingPos " + poss + ";");
+  if (nw_ > 1) w_.line("int xturn = 0;  // split columns: which half of the row exchange the next combine uses");
   w_.open("for (int nth = 0;; ++nth) {");
   w_.line("const int tile = sched.receive(nth, p);");
   w_.line("if (tile >= p.num_tiles) break;");
   w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(tile, p), p);");
   if (!k_.scope.q_count_cpp.empty()) w_.line("if (!v.live()) continue;  // past the sequence's queries");
-  w_.line("const RowMap<kPack> rows(v." + k_.scope.grid[0].cpp + ", " + bm + ", cw, tid, p.pack);  // the queries of this thread's rows");
+  w_.line("const RowMap<kPack> rows(v." + k_.scope.grid[0].cpp + ", " + bm + ", " + (nw_ > 1 ? "0" : "cw") +
+          ", tid, p.pack);  // the queries of this thread's rows");
+
   for (size_t i = 0; i < k_.sm90.scalars.size(); ++i) {
     const auto& x = k_.sm90.scalars[i];
     w_.line("const float " + x.cpp + " = p.scalars[" + std::to_string(i) + "];  // TL " + std::to_string(x.tl.line) + ": " +
@@ -565,7 +587,9 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
       w_.line(ring(o.buffer) + ".wait(" + pos(o.buffer) + ");" + (o.tl.line ? "  // TL " + std::to_string(o.tl.line) + " {wait: " + o.buffer + "}" : ""));
       if (o.buffer == tail_ring_) {  // a KV cache's V: the cache past the sequence's keys holds anything
         const kir::SharedBuf& b = buf(o.buffer);
-        w_.line("zero_rows_from<" + std::to_string(b.rows) + ", " + std::to_string(b.cols_padded) + ">(" + slot(o.buffer) +
+        // split columns: the ring is K, whose first d_v columns are V's view (the score columns past the keys are masked)
+        const int zero_cols = nw_ > 1 ? (k_.d_v + 63) / 64 * 64 : b.cols_padded;
+        w_.line("zero_rows_from<" + std::to_string(b.rows) + ", " + std::to_string(zero_cols) + ">(" + slot(o.buffer) +
                 ", tail_rows, tid, cw);");
         w_.line("tail_rows = " + std::to_string(b.rows) + ";  // the later tiles are whole");
       }
@@ -578,9 +602,15 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
     case K::TurnPass: w_.line("PP::pass_turn(cw);"); break;
     case K::GemmSS: {
       const kir::SharedBuf& a = buf(o.a);
+      if (o.b_mn) {  // split columns: O's columns (d_v / nw) cw .. from the view's
+        w_.line("gemm_ss_mn<" + atom_alias(o) + ", " + std::to_string(o.k_dim) + ">(" + a.cpp + ", " + slot(o.buffer) + ", " +
+                std::to_string(reg(o.result).cols) + " * cw, " + R(o.result) + ");");
+        break;
+      }
       w_.line("gemm_ss<" + atom_alias(o) + ", " + std::to_string(o.a_rows) + ", " + std::to_string(o.b_rows) + ", " +
-              std::to_string(o.k_dim) + ", " + cpp_bool(o.accumulate) + ">(" + (a.stages == 1 ? a.cpp : slot(o.a)) + ", 64 * cw, " +
-              slot(o.buffer) + ", " + R(o.result) + ");");
+              std::to_string(o.k_dim) + ", " + cpp_bool(o.accumulate) + ">(" + (a.stages == 1 ? a.cpp : slot(o.a)) +
+              (nw_ > 1 ? ", 0, " : ", 64 * cw, ") + slot(o.buffer) + ", " + R(o.result) +
+              (nw_ > 1 ? ", " + std::to_string(reg(o.result).cols) + " * cw" : "") + ");");
       break;
     }
     case K::GemmRS:
@@ -595,10 +625,23 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
       break;
     }
     case K::Scale: w_.line("ew_scalar<op::Mul>(" + row + R(o.a) + ", " + o.scalar_cpp + ", " + R(o.a) + ");  // the pending factor"); break;
-    case K::Mask: w_.line("v.mask_tile_" + o.op + "(" + R(o.a) + ", rows, " + o.coord_cpp + ");"); break;
-    case K::Modify:
-      w_.line("v.modify_tile_" + o.op + "(" + R(o.a) + ", rows, " + o.coord_cpp + ", " + (o.xscale_cpp.empty() ? "1.f" : o.xscale_cpp) + ");");
+    case K::Mask:
+      w_.line("v.mask_tile_" + o.op + "(" + R(o.a) + ", rows, " + o.coord_cpp + (nw_ > 1 ? ", " + std::to_string(reg(o.a).cols) + " * cw" : "") + ");");
       break;
+    case K::Modify:
+      w_.line("v.modify_tile_" + o.op + "(" + R(o.a) + ", rows, " + o.coord_cpp + ", " + (o.xscale_cpp.empty() ? "1.f" : o.xscale_cpp) +
+              (nw_ > 1 ? ", " + std::to_string(reg(o.a).cols) + " * cw" : "") + ");");
+      break;
+    case K::RowCombine:
+      w_.line("combine_rows<op::" + std::string(o.op == "Max" ? "Max" : "AddNonNeg") + ", " + std::to_string(nw_) + ">(" + R(o.a) +
+              ", xchg, xturn, rows, cw);  // the other warpgroups' columns of the rows");
+      break;
+    case K::StoreShared: {
+      const kir::SharedBuf& b = buf(o.buffer);
+      w_.line("store_p<" + std::to_string(b.cols) + ", " + std::to_string(nw_) + ">(" + R(o.a) + ", " + b.cpp + ", " +
+              std::to_string(b.cols / nw_) + " * cw, rows);  // then every warpgroup's columns are there");
+      break;
+    }
     case K::RowMax: w_.line("row_max<" + cpp_bool(o.accumulate) + ">(" + row + R(o.a) + ", " + R(o.result) + xscale(o) + ");"); break;
     case K::RowSum:
       w_.line("row_sum<" + cpp_bool(o.accumulate) + ", " + cpp_bool(o.partial) + ">(" + row + R(o.a) + ", " + R(o.result) + xscale(o) + ");" +
@@ -621,6 +664,11 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
                 "int64_t(v.start_q) * p.o_row_stride + int64_t(" + o.head_cpp + ") * p.o_head_stride, p.o_row_stride, v.seqlen_q);");
         break;
       }
+      if (nw_ > 1) {
+        w_.line("store_o_split<" + std::to_string(k_.d_v) + ", " + std::to_string(nw_) + ", kBf16, kPack>(" + R(o.a) + ", " +
+                buf(o.buffer).cpp + ", rows, tid, cw, &p.tma_o, " + o.head_cpp + ", " + o.batch_cpp + ");");
+        break;
+      }
       w_.line("store_o<" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.d_v) + ", kBf16, kPack, kPersistent, kDeferStoreWait>(" +
               R(o.a) + ", " + buf(o.buffer).cpp + ", rows, tid, &p.tma_o, " + o.head_cpp + ", " + o.batch_cpp + ");");
       break;
@@ -629,7 +677,8 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
         w_.line("store_rows_at(p.lse, " + R(o.a) + ", rows, int64_t(" + o.head_cpp + ") * p.total_q + v.start_q, v.seqlen_q);");
         break;
       }
-      w_.line("store_rows(p.lse, " + R(o.a) + ", rows, " + o.head_cpp + ", " + o.batch_cpp + ", p.heads_q, p.seqlen_q);");
+      w_.line(std::string(nw_ > 1 ? "if (cw == 0) " : "") + "store_rows(p.lse, " + R(o.a) + ", rows, " + o.head_cpp + ", " + o.batch_cpp +
+              ", p.heads_q, p.seqlen_q);" + (nw_ > 1 ? "  // every warpgroup holds the whole rows" : ""));
       break;
   }
 }
@@ -651,6 +700,10 @@ void Emitter::abi(const std::string& info_json) {
           std::to_string(eb) + ", " + std::to_string(ob) + ", " + cpp_bool(k_.lse) + ", " + std::to_string(aux) + "u" +
           (k_.launch.split ? ", true" : "") + "); st != QATTN_OK)");
   w_.line("  return st;");
+  if (buf("V").view_of == "K")  // TL {view: K}: V is read from K's first d_v columns
+    w_.line("if (params->v != params->k || params->v_row_stride != params->k_row_stride || params->v_head_stride != params->k_head_stride || "
+            "params->v_batch_stride != params->k_batch_stride) return qattn::host::fail(QATTN_ERR_SHAPE, \"this kernel reads V as the "
+            "first d_v columns of K (TL {view: K}): pass v = k with k's strides\");");
   if (!sc.paged.empty())  // TL {paged}: whole pages of a multiple of 8 rows per TMA box
     w_.line("if (int st = qattn::host::check_paged(*params, 8, " + std::to_string(k_.sm90.bn) + "); st != QATTN_OK) return st;");
   if (!sc.q_start_cpp.empty() || !sc.kv_start_cpp.empty())  // TL {ragged}: the packed rows of ABI 5

@@ -116,14 +116,16 @@ bool Lower::lower_roles() {
   const tl::ScheduleInfo& sc = info_.schedule;
   const support::SrcLoc at = f_.loop_->loc;
   k_.launch.persistent = sc.persistent;
-  const std::string why = pol::tile_problem(f_.tile_m_, f_.shared_.count("K") ? f_.shared_.at("K").rows : 0, k_.d_qk, k_.d_v);
-  if (!why.empty()) return error("XL0202", f_.const_stmt_ ? f_.const_stmt_->loc : at, why, "see docs/translation.md, \"Hopper\"");
   kir::Roles& r = k_.roles;
-  r.consumer_wg = f_.tile_m_ / pol::kRowsPerConsumer;
+  r.split_columns = sc.present && sc.split_columns;
+  const std::string why = pol::tile_problem(f_.tile_m_, f_.shared_.count("K") ? f_.shared_.at("K").rows : 0, k_.d_qk, k_.d_v,
+                                            r.split_columns ? sc.consumer_wg : 1);
+  if (!why.empty()) return error("XL0202", f_.const_stmt_ ? f_.const_stmt_->loc : at, why, "see docs/translation.md, \"Hopper\"");
+  r.consumer_wg = r.split_columns ? sc.consumer_wg : f_.tile_m_ / pol::kRowsPerConsumer;
   const pol::RegisterSplit split = pol::register_split(r.consumer_wg, sc.persistent, !info_.paged.empty());
   r.producer_regs = split.producer;
   r.consumer_regs = split.consumer;
-  r.pingpong = r.consumer_wg == 2;
+  r.pingpong = r.consumer_wg == 2 && !r.split_columns;
   for (const auto& st : prog_.stmts)
     if (st.kind == tl::Stmt::Kind::Role) (st.role.producer ? r.producer_tl : r.consumer_tl) = ref(st);
   if (sc.present) {
@@ -131,6 +133,9 @@ bool Lower::lower_roles() {
     if (sc.producer_wg != 1)
       return error("XL0202", rat, std::to_string(sc.producer_wg) + " producer warpgroups are not lowered",
                    "the sm90 kernel has one producer warpgroup (its thread 0 issues every TMA): `Role producer warpgroups 1 ...`");
+    if (r.split_columns && sc.consumer_wg != 2)
+      return error("XL0202", rat, "split columns over " + std::to_string(sc.consumer_wg) + " consumer warpgroups is not lowered",
+                   "the sm90 kernel splits the columns over two warpgroups: `Role consumer warpgroups 2 registers 224 split columns`");
     if (sc.consumer_wg != r.consumer_wg)
       return error("XL0202", rat, std::to_string(sc.consumer_wg) + " consumer warpgroups do not split BM = " + std::to_string(f_.tile_m_) + " rows",
                    "each consumer warpgroup owns 64 rows of the query tile: `Role consumer warpgroups " +
@@ -179,14 +184,40 @@ bool Lower::lower_smem() {
     }
     if (s.stages < 1 || s.stages > 4) return error("XL0202", at, n + " has " + std::to_string(s.stages) + " stages", "use 1 to 4 stages");
     for (const auto& st2 : prog_.stmts)
-      if (st2.kind == tl::Stmt::Kind::Allocate && st2.alloc.space == tl::Space::Shared && st2.alloc.name == n) s.tl = ref(st2);
+      if (st2.kind == tl::Stmt::Kind::Allocate && st2.alloc.space == tl::Space::Shared && st2.alloc.name == n) {
+        s.tl = ref(st2);
+        for (const auto& a : st2.attrs)  // TL {view: K}: K's first columns, no storage
+          if (a.key == "view" && a.value && a.value->kind == tl::Expr::Kind::Name) s.view_of = a.value->name;
+      }
+    // a tile the consumers write (TL `Copy X from register to shared`): no ring
+    for (const auto& b2 : f_.loop_->loop.body)
+      if (b2.kind == tl::Stmt::Kind::Copy && b2.copy.name == n && b2.copy.from == tl::Space::Register && b2.copy.to == tl::Space::Shared)
+        s.from_registers = true;
+    if (!s.view_of.empty() || s.from_registers) {
+      s.ring = false;
+      s.stages = 1;
+    }
     k_.smem.push_back(s);
+  }
+  for (auto& s : k_.smem) {
+    if (s.view_of.empty()) continue;
+    const kir::SharedBuf* base = buf(s.view_of);
+    if (!base || !base->ring || !base->view_of.empty() || base->rows != s.rows || base->cols < s.cols || s.cols % 64 != 0)
+      return error("XL0202", s.tl.line ? support::SrcLoc{s.tl.line, 1} : at,
+                   "the view " + s.name + " is not the first columns (a multiple of 64) of a ring with its rows",
+                   "`Allocate V in shared (BN, d_v) bf16 {view: K}` over `Allocate K in shared (BN, d) bf16 {stages: N}`");
+    s.stages = base->stages;
   }
   if (!buf("K") || !buf("V"))
     return error("XL0301", at, "the sm90 kernel stages K and V through shared memory", "allocate `K in shared (BN, d)` and `V in shared (BN, d)`");
   k_.sm90.bn = buf("K")->rows;
   if (buf("V")->rows != k_.sm90.bn)
     return error("XL0202", at, "K and V tiles of different rows are not lowered", "give K and V the same BN rows");
+  if (k_.roles.split_columns != (buf("V")->view_of == "K"))
+    return error("XL0202", at,
+                 k_.roles.split_columns ? "split columns without V as a view of K is not lowered"
+                                        : "V as a view of K is lowered with `split columns` consumers only",
+                 "DeepSeek's absorbed MLA: `Allocate V in shared (BN, d_v) bf16 {view: K}` and `Role consumer warpgroups 2 ... split columns`");
   if (sc.present && buf("K")->stages != buf("V")->stages)
     return error("XL0202", at,
                  "K has " + std::to_string(buf("K")->stages) + " stages and V " + std::to_string(buf("V")->stages),
@@ -195,7 +226,7 @@ bool Lower::lower_smem() {
   // not wait for this tile's epilogue), else Q's rows.
   const int stages = buf("K")->stages;
   const auto with_o = pol::smem_plan(k_.sm90.bm, k_.sm90.bn, k_.d_qk, k_.d_v, stages, eb, true, k_.launch.persistent);
-  const bool separate_o = k_.launch.persistent && with_o.total <= target_.smem_per_block;
+  const bool separate_o = k_.launch.persistent && with_o.total <= target_.smem_per_block && !k_.roles.split_columns;
   kir::SharedBuf o;
   o.name = "O";
   o.cpp = "sO";
@@ -214,9 +245,16 @@ bool Lower::lower_smem() {
   k_.launch.defer_store_wait = separate_o && async_store;
   int64_t off = 0;
   for (auto& s : k_.smem) {
+    if (!s.view_of.empty()) continue;
     s.offset = off;
     s.bytes = int64_t(s.stages) * s.rows * s.cols_padded * eb;
     off += s.bytes;
+  }
+  for (auto& s : k_.smem)
+    if (!s.view_of.empty()) s.offset = buf(s.view_of)->offset;
+  if (k_.roles.split_columns) {  // the warpgroups' row exchange (RowCombine)
+    k_.sm90.exchange_offset = off;
+    off += pol::kSplitExchangeBytes;
   }
   if (separate_o) {
     o.offset = off;
@@ -227,22 +265,26 @@ bool Lower::lower_smem() {
   }
   k_.smem.push_back(o);
   for (auto& s : k_.smem) {
-    if (!s.ring || !s.alias_of.empty() || s.name == "O") continue;
+    if (!s.ring || !s.alias_of.empty() || !s.view_of.empty() || s.name == "O") continue;
     s.barrier_offset = off;
     off += 16 * s.stages;
   }
   if (k_.launch.persistent) off += pol::kTileExchangeBytes;
   k_.launch.smem_bytes = pol::kAlignSlack + off;
   const auto plan = pol::smem_plan(k_.sm90.bm, k_.sm90.bn, k_.d_qk, k_.d_v, stages, eb, separate_o, k_.launch.persistent);
-  if (k_.smem.size() == 4 && plan.total != k_.launch.smem_bytes)
+  if (!k_.roles.split_columns && k_.smem.size() == 4 && plan.total != k_.launch.smem_bytes)
     return error("XL0202", at, "internal: the shared-memory layout and the policy's formula disagree", "report this");
+  if (k_.roles.split_columns && k_.smem.size() == 5 &&
+      pol::smem_plan_split(k_.sm90.bm, k_.sm90.bn, k_.d_qk, stages, eb, k_.launch.persistent).total != k_.launch.smem_bytes)
+    return error("XL0202", at, "internal: the shared-memory layout and the policy's split-columns formula disagree", "report this");
   if (k_.launch.smem_bytes > target_.smem_per_block)
     return error("XL0202", f_.const_stmt_ ? f_.const_stmt_->loc : at,
                  "the tiles need " + std::to_string(k_.launch.smem_bytes / 1024) + " KB of shared memory; " + target_.name + " has " +
                      std::to_string(target_.smem_per_block / 1024) + " KB per block",
                  "lower BN or the stages");
-  k_.sm90.mma_qk = wgmma_atom(k_.sm90.bn, k_.elem, false, false);
-  k_.sm90.mma_pv = wgmma_atom(k_.d_v, k_.elem, false, true);
+  const int split = k_.roles.split_columns ? k_.roles.consumer_wg : 1;
+  k_.sm90.mma_qk = wgmma_atom(k_.sm90.bn / split, k_.elem, false, false);
+  k_.sm90.mma_pv = wgmma_atom(k_.d_v / split, k_.elem, false, true);
   // GQA packing
   if (info_.pack) {
     const std::string gx = tl::print_expr(*info_.pack);
@@ -313,7 +355,7 @@ bool Lower::lower_loads() {
     if (!visit(s, false)) return false;
   }
   for (const auto& b : k_.smem) {
-    if (b.name == "O") continue;
+    if (b.name == "O" || !b.view_of.empty() || b.from_registers) continue;
     const bool loaded = std::any_of(k_.sm90.loads.begin(), k_.sm90.loads.end(), [&](const kir::Load& l) { return l.buffer == b.name; });
     if (!loaded) return error("XL0301", b.tl.line ? support::SrcLoc{b.tl.line, 1} : support::SrcLoc{}, "shared " + b.name + " is never loaded", "");
   }

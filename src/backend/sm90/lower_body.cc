@@ -236,6 +236,12 @@ bool Lower::whole(const std::string& rows, bool in_loop, const tl::Stmt& s, Body
   q.tl = ref(s);
   q.a = rows;
   out.ops.push_back(q);
+  if (k_.roles.split_columns) {  // and the other warpgroups' shares of the row
+    kir::Op x = q;
+    x.kind = kir::Op::Kind::RowCombine;
+    x.op = "Add";
+    out.ops.push_back(x);
+  }
   whole_now_.insert(rows);
   return true;
 }
@@ -282,13 +288,15 @@ bool Lower::lower_statement(const tl::Stmt& s, bool in_loop, BodyStmt& out) {
         tl::Env env;
         env.ints = f_.env_;
         auto r = tl::eval_int(a.shape[0], env, nullptr), c = tl::eval_int(a.shape[1], env, nullptr);
-        if (!r || !c || *r != bm || !hw::sm90::wgmma_n_ok(int(*c)))
-          return error("XL0202", s.loc, "register tile " + a.name + " is not (BM, N) with N a multiple of 8 up to 256",
+        const int split = k_.roles.split_columns ? k_.roles.consumer_wg : 1;
+        if (!r || !c || *r != bm || *c % split != 0 || !hw::sm90::wgmma_n_ok(int(*c / split)))
+          return error("XL0202", s.loc, "register tile " + a.name + " is not (BM, N) with N a multiple of 8 up to 256" +
+                                            (split > 1 ? " per warpgroup (split columns: N / " + std::to_string(split) + ")" : std::string()),
                        "a consumer warpgroup holds 64 rows of a (BM, N) wgmma accumulator");
         if (a.dtype && *a.dtype != tl::DType::F32)
           return error("XL0303", s.loc, "register tile " + a.name + " in " + tl::to_string(*a.dtype) + " is not lowered on sm90",
                        "the wgmma form reads Q, K and V from shared memory: register tiles are fp32 accumulators");
-        kir::Reg& rg = define(a.name, kir::RegKind::Tile, int(*c), tl::DType::F32, s);
+        kir::Reg& rg = define(a.name, kir::RegKind::Tile, int(*c / split), tl::DType::F32, s);  // this warpgroup's columns
         rg.allocated = true;
         if (a.init) rg.init_cpp = kernel_names_.float_expr(*a.init);
       } else if (a.shape.size() == 1) {
@@ -309,6 +317,25 @@ bool Lower::lower_statement(const tl::Stmt& s, bool in_loop, BodyStmt& out) {
       if (c.from == tl::Space::Register && c.to == tl::Space::Global) {
         out.ops.push_back(st);
         return lower_store(s, out);
+      }
+      if (c.from == tl::Space::Register && c.to == tl::Space::Shared && k_.roles.split_columns) {
+        // split columns: each warpgroup's columns of P into the shared tile the second GEMM reads
+        kir::Reg* r = reg(c.name);
+        const kir::SharedBuf* b = buf(c.name);
+        if (!r || r->kind != kir::RegKind::OperandA || !b || !b->from_registers || b->rows != k_.sm90.bm ||
+            b->cols != r->cols * k_.roles.consumer_wg || !c.tile.empty())
+          return error("XL0303", s.loc, "the Copy of " + c.name + " to shared memory is not a converted score tile into a (BM, BN) tile",
+                       "`Compute Convert P and get Pc bf16`, `Allocate Pc in shared (BM, BN) bf16`, then `Copy Pc from register to shared`");
+        out.ops.push_back(st);
+        kir::Op op;
+        op.kind = kir::Op::Kind::StoreShared;
+        op.tl = ref(s);
+        op.a = c.name;
+        op.buffer = c.name;
+        out.ops.push_back(op);
+        out.reads.insert(c.name);
+        out.writes.insert("shared " + c.name);
+        return true;
       }
       return error("XL0303", s.loc, std::string("Copy from ") + tl::to_string(c.from) + " to " + tl::to_string(c.to) + " is not lowered on sm90",
                    "the wgmma form reads GEMM operands from shared memory: no register copies of Q, K, V");
@@ -370,7 +397,17 @@ bool Lower::lower_compute(const tl::Stmt& s, BodyStmt& out) {
     op.partial = c.op == "RowSum" && partial_.count(target) && !whole_now_.count(target);
     op.xscale_cpp = pending_.count(a) ? pending_[a] : "";
     if (acc && op.kind == kir::Op::Kind::RowMax && !whole(target, in_loop, s, out)) return false;
-    return finish(op);
+    if (!k_.roles.split_columns || op.partial) return finish(op);
+    // split columns: the row's other columns are the other warpgroups'
+    if (acc) return error("XL0301", s.loc, "`and accumulate` on " + c.op + " with split columns is not lowered", "`and get X`, then combine");
+    finish(op);
+    kir::Op x;
+    x.kind = kir::Op::Kind::RowCombine;
+    x.tl = ref(s);
+    x.a = target;
+    x.op = c.op == "RowMax" ? "Max" : "Add";
+    out.ops.push_back(x);
+    return true;
   }
   if (c.op == "Exp" || c.op == "Exp2" || c.op == "Log" || c.op == "Log2") {
     if (acc) return error("XL0301", s.loc, "`and accumulate` on " + c.op, "");
@@ -490,7 +527,42 @@ bool Lower::lower_gemm(const tl::Stmt& s, BodyStmt& out) {
     return error("XL0301", s.loc, "GEMM operands must be tensor names", "`Compute GEMM Q, K^T and get S`");
   if (c.result == tl::ComputeStmt::Result::InPlace) return error("XL0301", s.loc, "a GEMM needs `and get C` or `and accumulate C`", "");
   const std::string a = c.operands[0].expr.name, b = c.operands[1].expr.name, t = c.target;
+  const int split = k_.roles.split_columns ? k_.roles.consumer_wg : 1;
   const kir::SharedBuf* bb = buf(b);
+  if (bb && !bb->view_of.empty()) {
+    // O += P V with V a view of K's slot (split columns): A is the P tile the warpgroups staged, B read MN-major
+    const kir::SharedBuf* ab = buf(a);
+    const kir::SharedBuf* base = buf(bb->view_of);
+    if (!ab || !ab->from_registers || c.operands[0].transposed || c.operands[1].transposed || ab->rows != k_.sm90.bm ||
+        ab->cols != bb->rows || c.result != tl::ComputeStmt::Result::Accumulate)
+      return error("XL0303", s.loc, "a GEMM reading the view " + b + " is lowered as `Compute GEMM Pc, " + b + " and accumulate O` with Pc staged in shared memory",
+                   "`Allocate Pc in shared (BM, BN) bf16`, `Copy Pc from register to shared`, then the GEMM");
+    kir::Op op;
+    op.kind = kir::Op::Kind::GemmSS;
+    op.b_mn = true;
+    op.tl = ref(s);
+    op.a = a;
+    op.b = op.buffer = base->name;  // the ring whose slot the view reads
+    op.result = t;
+    op.accumulate = true;
+    op.group = groups_++;
+    op.a_rows = ab->rows;
+    op.b_rows = bb->rows;
+    op.k_dim = ab->cols;
+    const int n = bb->cols / split;
+    op.atom = wgmma_atom(n, k_.elem, false, true);
+    kir::Reg* rt = reg(t);
+    if (!hw::sm90::wgmma_n_ok(n) || !rt || rt->kind != kir::RegKind::Tile || rt->cols != n)
+      return error("XL0301", s.loc, "`and accumulate " + t + "`: not a (BM, " + std::to_string(bb->cols) + ") register tile", "allocate it before the loop");
+    if (!materialize(t, s, out)) return false;
+    out.reads.insert(t);
+    out.reads.insert(base->name);
+    out.reads.insert("shared " + a);
+    out.writes.insert(t);
+    out.gemm = true;
+    out.ops.push_back(op);
+    return true;
+  }
   if (!bb || !bb->ring)
     return error("XL0303", c.operands[1].loc, "GEMM operand " + b + " is not a shared buffer the producer fills", "B operands are read from shared memory (TMA rings)");
   if (c.operands[0].transposed)
@@ -511,13 +583,16 @@ bool Lower::lower_gemm(const tl::Stmt& s, BodyStmt& out) {
     if (ab->rows != k_.sm90.bm || ab->cols != bb->cols)
       return error("XL0202", s.loc, "GEMM " + a + " (" + std::to_string(ab->rows) + ", " + std::to_string(ab->cols) + ") x " + b + "^T does not tile",
                    "A is (BM, K) and B (N, K)");
-    n = bb->rows;
+    n = bb->rows / split;
     op.kind = kir::Op::Kind::GemmSS;
     op.a_rows = ab->rows;
     op.b_rows = bb->rows;
     op.k_dim = ab->cols_padded;
     op.atom = wgmma_atom(n, k_.elem, false, false);
   } else if (kir::Reg* ra = reg(a); ra && ra->kind == kir::RegKind::OperandA) {
+    if (split > 1)
+      return error("XL0303", c.operands[0].loc, "with split columns each warpgroup holds part of " + a + "'s columns: the GEMM reads it from shared memory",
+                   "`Allocate " + a + " in shared (BM, BN) bf16`, `Copy " + a + " from register to shared`, and V as a view of K");
     if (c.operands[1].transposed)
       return error("XL0303", c.operands[1].loc, "a register x shared GEMM with B transposed is not lowered", "`Compute GEMM Pc, V and accumulate O`");
     if (ra->cols != bb->rows)
@@ -560,7 +635,7 @@ bool Lower::lower_score_op(const tl::Stmt& s, BodyStmt& out) {
   if (tl::print_expr(c.at[0]) != k_.scope.grid[0].tl)
     return error("XL0301", s.loc, "the score tile's row coordinate is not the work tile's " + k_.scope.grid[0].tl,
                  "the consumer's rows are those of the Grid's first axis: `at [" + k_.scope.grid[0].tl + ", j]`");
-  if (rx->cols != k_.sm90.bn)
+  if (rx->cols * (k_.roles.split_columns ? k_.roles.consumer_wg : 1) != k_.sm90.bn)
     return error("XL0301", s.loc, c.op + " of a tile of " + std::to_string(rx->cols) + " columns", "the score tile has BN columns (one key tile)");
   kir::Op op;
   op.tl = ref(s);
@@ -618,7 +693,8 @@ bool Lower::lower_store(const tl::Stmt& s, BodyStmt& out) {
   if (op.head_cpp.empty())
     return error("XL0301", s.loc, "the global " + c.name + " has no `with offset [batch, head]`", "");
   if (c.name == "O") {
-    if (r->kind != kir::RegKind::Tile || r->cols != k_.d_v || !first_axis() || c.coord.size() != 2)
+    if (r->kind != kir::RegKind::Tile || r->cols * (k_.roles.split_columns ? k_.roles.consumer_wg : 1) != k_.d_v || !first_axis() ||
+        c.coord.size() != 2)
       return error("XL0301", s.loc, "the store of O is not the work tile's (BM, d_v) rows",
                    "`Copy O (BM, d) in coordinate [" + k_.scope.grid[0].tl + ", 0] from register to global`");
     if (!materialize(c.name, s, out)) return false;

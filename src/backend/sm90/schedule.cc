@@ -242,6 +242,9 @@ bool Lower::assign_stages(std::vector<BodyStmt>& body) {
     }
   }
   if (!L.overlap) return true;
+  if (k_.roles.split_columns)
+    return error("XL0304", f_.loop_->loc, "`{overlap}` with split columns is not lowered: the warpgroups share one P tile per key tile",
+                 "drop `overlap` from the loop's attributes (the producer still prefetches K's stages)");
   if (first_gemm < 0)
     return error("XL0304", f_.loop_->loc, "`{overlap}` on a loop without a GEMM", "the overlap issues the next iteration's first GEMM early");
   if (body[size_t(first_gemm)].stage != 0)
