@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """DeepSeek-V3's absorbed-MLA decoding (issue 20): 128 query heads of d_qk 576 (512 latent + 64 rotary)
 over one latent KV cache whose first 512 columns are V, paged (pages of 64, shuffled) or contiguous.
-qattn.flash_mla_with_kvcache (the TL kernel with `split columns` consumers and V a view of K's slots)
-against, in the same process and on the same keys:
+qattn.attention_with_kvcache(q, k_cache, None, ..., head_dim_v=512) (= flash_mla_with_kvcache: the TL kernel
+with `split columns` consumers and V a view of K's slots; the keys split in the TL where the tiles leave
+SMs idle, impl qattn, and, on such rows, one launch, impl qattn-nosplit) against, in the same process and
+on the same keys:
   - the copy bandwidth (a device-to-device copy of the cache's bytes, read + write / time), and
   - torch: the same attention in bf16 matmuls on the gathered cache (q K^T, softmax in fp32, P V:
     what a framework without an MLA kernel runs), timed without its gather;
@@ -31,6 +33,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
+from qattn import _kvcache  # noqa: E402
 from bench_util import graphed, replay_rounds, write_csv  # noqa: E402
 
 D_QK, D_V, HQ = 576, 512, 128
@@ -86,18 +89,23 @@ def main():
         cache_bytes = bsz * sk * D_QK * 2
         flops = 2.0 * bsz * HQ * sq * sk * (D_QK + D_V)
         graphs, errs, meta = {}, {}, {}
-        for page in (int(p) for p in a.pages.split(",")):
+        splits = _kvcache.mla_splits(torch, q, sk, HQ, 1, sq)
+        runs = [(int(p), 0) for p in a.pages.split(",")] + ([(int(a.pages.split(",")[0]), 1)] if splits > 1 else [])
+        for page, n in runs:  # n: num_splits (0: qattn's choice, `splits` parts; 1: one launch)
             if page:
                 pool, table = paged(kc, page, gen)
-                fn = lambda pool=pool, table=table: qattn.flash_mla_with_kvcache(q, pool, table, lens, D_V, causal=causal)
+                fn = lambda pool=pool, table=table, n=n: qattn.attention_with_kvcache(q, pool, None, lens, table, causal=causal,
+                                                                                       head_dim_v=D_V, num_splits=n)
             else:
-                fn = lambda: qattn.attention_with_kvcache(q, kc, None, lens, causal=causal, head_dim_v=D_V)
+                fn = lambda n=n: qattn.attention_with_kvcache(q, kc, None, lens, causal=causal, head_dim_v=D_V, num_splits=n)
             o = fn()
             err = float((o[: min(bsz, 4)].float() - ref).abs().max())
             bad = not torch.isfinite(o).all() or err > 2e-2
             failed |= bad
-            tag = f"qattn-p{page}" if page else "qattn"
-            graphs[tag], errs[tag], meta[tag] = graphed(fn, a.calls), err, ("FAIL " if bad else "") + f"page {page}"
+            tag = ("qattn-nosplit" if n == 1 else "qattn") + (f"-p{page}" if page else "")
+            parts = 1 if n == 1 else splits
+            graphs[tag], errs[tag] = graphed(fn, a.calls), err
+            meta[tag] = ("FAIL " if bad else "") + f"{parts} part{'s' if parts > 1 else ''}, page {page}"
         # torch's bf16 matmuls over the contiguous cache (no gather inside the timing)
         k2 = kc[:, :, 0]  # (b, sk, 576)
 
@@ -134,7 +142,7 @@ def main():
         us = replay_rounds(graphs, a.rounds, a.calls)
         copy_gbs = 2 * cache_bytes / us.pop("copy") / 1e3
         for impl, t in us.items():
-            page = int(meta[impl].split()[-1]) if meta[impl].endswith(tuple("0123456789")) and "page" in meta[impl] else 0
+            page = int(meta[impl].split()[-1]) if "page" in meta[impl] else 0
             row = dict(impl=impl.split("-p")[0], batch=bsz, hq=HQ, hkv=1, d_qk=D_QK, d_v=D_V, seqlen_q=sq, seqlen_k=sk,
                        page_size=page, ms=round(t / 1e3, 5), gbs=round(cache_bytes / t / 1e3, 1), copy_gbs=round(copy_gbs, 1),
                        frac_copy=round(cache_bytes / t / 1e3 / copy_gbs, 3), tflops=round(flops / t / 1e6, 1),

@@ -378,10 +378,7 @@ def _build_split(torch, dt, dqk, dv, fields, return_lse, device, shape, splits, 
     them in its TL (Hopper, tl_split: split_fields, the part a Grid axis) rather than as batch entries
     (the fold: the call's own kernel); split kernels always write their LSE. shape: (heads_q, heads_kv,
     seqlen_q). attention(), attention_with_kvcache() and explain() pick their kernel here. v_from_k
-    (absorbed MLA: V is K's first dv columns): never split (the spec refuses split_keys with it)."""
-    if v_from_k and splits > 1:
-        raise SpecError(f"absorbed MLA (V read from K's first {dv} columns) does not split the keys ({splits} parts "
-                        "asked)", code="PY0105", hint="num_splits=0 or 1")
+    (absorbed MLA: V is K's first dv columns) splits in the TL, as every Hopper split does."""
     in_tl = splits > 1 and tl_split(torch, device)
     b = _build_for(torch, dt, dqk, dv, split_fields(fields, shape[2]) if in_tl else fields, return_lse or splits > 1, device,
                    shape=shape, kv_cache=kv_cache, split=in_tl, v_from_k=v_from_k)
@@ -453,6 +450,15 @@ def run_backward(torch, dt, fields, args, aux, layout, scale, q, k, v, o, lse, d
 # ---- split keys (FlashDecoding) on the host --------------------------------------------------------
 
 _SMS = {}
+
+
+def sm_count(torch, device):
+    """The SMs of `device` (cached per device index)."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    sms = _SMS.get(idx)
+    if sms is None:
+        sms = _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return sms
 MIN_KEYS_PER_SPLIT = 512
 MAX_SPLITS = 16
 
@@ -493,9 +499,7 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
     if sk < 2 * MIN_KEYS_PER_SPLIT or sq > _build.SHORT_QUERIES:
         return 1
     idx = device.index if device.index is not None else torch.cuda.current_device()
-    sms = _SMS.get(idx)
-    if sms is None:
-        sms = _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    sms = sm_count(torch, device)
     group = hq // hkv
     packed = group > 1 and 64 % group == 0
     blocks = bsz * (hkv * -(-sq * group // 64) if packed else hq * -(-sq // 64))

@@ -18,9 +18,12 @@ Absorbed MLA (DeepSeek-V2/V3 decoding; v_cache=None, head_dim_v=512): one latent
 columns (512 latent + 64 rotary) whose first head_dim_v columns are also the values. The kernel is
 built with the spec's v_from_k (V read from K's shared tile: each key tile is loaded once) and its
 C ABI demands v == k: the launch passes k_cache as both (pointer and strides) with d_v = head_dim_v.
-Hopper only; no key split, no window, no softcap; the 128 query heads of the one kv head are packed
-into 64-row tiles (_build.short_queries).
+Hopper only; no window, no softcap; the 128 query heads of the one kv head are packed into 64-row
+tiles (_build.short_queries); a launch whose tiles leave SMs idle splits the keys in its TL
+(mla_splits) and the TL combine merges the parts.
 """
+import os
+
 from . import _attention, _backward, _combine
 from ._abi import fill_params
 from ._torch_util import import_torch
@@ -32,7 +35,7 @@ def check_v_from_k(d_qk, head_dim_v, num_splits=0, fields=None, v_new_given=Fals
     """The arguments of an absorbed-MLA call (v_cache=None: V is k_cache's first head_dim_v columns),
     checked without torch; returns head_dim_v. d_qk: q's head dim (None when q is not a 4-D tensor:
     _check reports that). PY0105: head_dim_v missing, not an int, not below d_qk or not a multiple of
-    64; num_splits > 1; v_new given. PY0107: a sliding window or a softcap (fields: the call's
+    64; v_new given. PY0107: a sliding window or a softcap (fields: the call's
     variant fields), which the spec's v_from_k does not take."""
     if head_dim_v is None:
         raise SpecError("v_cache=None reads V from k_cache's first head_dim_v columns (absorbed MLA), and head_dim_v "
@@ -46,9 +49,6 @@ def check_v_from_k(d_qk, head_dim_v, num_splits=0, fields=None, v_new_given=Fals
         raise SpecError(f"head_dim_v={head_dim_v}: V is the first head_dim_v columns of k_cache, so it must be a "
                         f"multiple of 64 below the head dim of q and k_cache ({d_qk})", code="PY0105",
                         hint="DeepSeek-V3: head_dim_v=512 with a head dim of 576")
-    if num_splits > 1:
-        raise SpecError(f"num_splits={num_splits}: absorbed MLA (v_cache=None) does not split the keys", code="PY0105",
-                        hint="num_splits=0 or 1 (one launch; its 128 query heads per token fill the GPU's tiles)")
     if v_new_given:
         raise SpecError("v_new with v_cache=None: V is the first head_dim_v columns of the keys, so there is no value "
                         "cache to write to", code="PY0105", hint="pass k_new alone (its first head_dim_v columns are the "
@@ -180,7 +180,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     into N; elsewhere at most N, a divisor of the capacity, and only where the fold may split).
     v_cache=None with head_dim_v (absorbed MLA, DeepSeek-V3: q (batch, seqlen_q, 128, 576), k_cache
     (..., 1, 576), head_dim_v=512): V is k_cache's first head_dim_v columns, read in place (no copy);
-    head_dim_v a multiple of 64 below d; Hopper only; num_splits 0 or 1 (never split); no window,
+    head_dim_v a multiple of 64 below d; Hopper only; num_splits as above (0: mla_splits); no window,
     no softcap; k_new alone may be appended (v_new refused). PY0105 / PY0107 otherwise.
     Returns o (batch, seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
     torch = import_torch()
@@ -223,12 +223,21 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     if o.numel() == 0:
         return (o, lse) if return_lse else o
     table = block_table.to(torch.int32).contiguous() if block_table is not None else None
-    if v_from_k:  # one launch, never split; one bottom-right causal query sees every key: the unmasked kernel
+    if v_from_k:  # V read from k_cache: launched with v = k; one bottom-right causal query sees every key
+        splits = mla_splits(torch, q, capacity, hq, hkv, sq, num_splits)
         b, _ = _attention._build_split(torch, dt, dqk, dv, _attention.split_fields(fields, sq), return_lse, q.device,
-                                       (hq, hkv, sq), 1, kv_cache=kv, v_from_k=True)
-        _launch(torch, b, q, k_cache, k_cache, o, lse, lens, table, capacity, page_size, pages,
-                _attention._scale(scale, dqk), args, d_v=dv)
-        return (o, lse) if return_lse else o
+                                       (hq, hkv, sq), splits, kv_cache=kv, v_from_k=True)
+        s = _attention._scale(scale, dqk)
+        if splits <= 1:
+            _launch(torch, b, q, k_cache, k_cache, o, lse, lens, table, capacity, page_size, pages, s, args, d_v=dv)
+            return (o, lse) if return_lse else o
+        o_parts = q.new_empty((bsz * splits, sq, hq, dv))
+        l_parts = torch.empty((bsz * splits, hq, sq), device=q.device, dtype=torch.float32)
+        _launch(torch, b, q, k_cache, k_cache, o_parts, l_parts, lens, table, capacity, page_size, pages, s, args, splits,
+                d_v=dv)
+        _, lse_out = _combine.combine(torch, o_parts.view(bsz, splits, sq, hq, dv), l_parts.view(bsz, splits, hq, sq),
+                                      return_lse, q.device, out=o)
+        return (o, lse_out) if return_lse else o
     splits = _splits(torch, q, capacity, pages, fields, args, hq, hkv, sq, _attention.tl_split(torch, q.device), num_splits)
     b, in_tl = _attention._build_split(torch, dt, dqk, dv, fields, return_lse, q.device, (hq, hkv, sq), splits, kv_cache=kv)
     s = _attention._scale(scale, dqk)
@@ -267,6 +276,22 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     return (o, lse_out) if return_lse else o
 
 
+def mla_splits(torch, q, capacity, hq, hkv, sq, num_splits=0):
+    """The parts an absorbed-MLA call splits its keys into (the kernel cuts each sequence's key tiles in
+    its TL, Hopper): num_splits when given (> 0), else as many as fill the SMs one launch leaves idle
+    (its blocks: batch x the 64-row tiles of a kv head's packed queries, 2 per token for DeepSeek's
+    128 heads), each part at least MIN_KEYS_PER_SPLIT keys, at most MAX_SPLITS parts.
+    QATTN_SPLIT_KV=0 turns the automatic split off."""
+    if num_splits:
+        return num_splits
+    if os.environ.get("QATTN_SPLIT_KV", "1") in ("0", "false", "no"):
+        return 1
+    blocks = int(q.shape[0]) * hkv * -(-sq * (hq // hkv) // 64)
+    want = min(_attention.sm_count(torch, q.device) // max(blocks, 1), capacity // _attention.MIN_KEYS_PER_SPLIT,
+               _attention.MAX_SPLITS)
+    return max(1, want)
+
+
 def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, scale, args, splits=1, d_v=None):
     """One qattn_fwd of Build b over the cache (capacity rows per sequence; pages of page_size); splits:
     the parts of a kernel that splits the keys (o, lse hold batch * splits entries). d_v: a v_from_k
@@ -300,6 +325,6 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, s
     = attention_with_kvcache(q, k_cache, None, cache_seqlens, block_table, causal=causal,
     scale=softmax_scale, return_lse=return_lse, head_dim_v=head_dim_v). Returns o (batch, seqlen_q,
     heads_q, head_dim_v), or (o, lse (batch, heads_q, seqlen_q) fp32) with return_lse. (FlashMLA's
-    tile-scheduler metadata and num_splits have no counterpart: one launch, never split.)"""
+    tile-scheduler metadata has no counterpart: the keys split by qattn's choice, mla_splits.)"""
     return attention_with_kvcache(q, k_cache, None, cache_seqlens, block_table, causal=causal, scale=softmax_scale,
                                   return_lse=return_lse, head_dim_v=head_dim_v)

@@ -412,10 +412,9 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
                 "v_from_k with head_dim_v = " + std::to_string(s.head_dim_v) + " >= head_dim_qk = " + std::to_string(s.head_dim_qk) +
                     ": V is the first head_dim_v columns of K",
                 "DeepSeek-V3's absorbed MLA: \"head_dim_qk\": 576, \"head_dim_v\": 512");
-  if (s.v_from_k && (s.varlen || s.split_keys || s.variants.any() || s.dtype == DType::F8E4M3))
+  if (s.v_from_k && (s.varlen || s.variants.any() || s.dtype == DType::F8E4M3))
     diags.error("SPEC0237", at("/v_from_k"),
-                std::string("v_from_k with ") + (s.varlen ? "varlen" : s.split_keys ? "split_keys" : s.variants.any() ? "variants" : "fp8") +
-                    " is not planned yet",
+                std::string("v_from_k with ") + (s.varlen ? "varlen" : s.variants.any() ? "variants" : "fp8") + " is not planned yet",
                 "absorbed MLA decoding: bf16 / fp16 over a KV cache (\"kv_cache\": \"paged\" or \"lengths\") or contiguous keys, with a mask");
   if (s.aux_grad && !s.variants.alibi && !s.variants.relative_bias)
     diags.error("SPEC0234", at("/aux_grad"), "aux_grad without an fp32 auxiliary input: nothing to differentiate",

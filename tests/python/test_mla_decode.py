@@ -5,7 +5,7 @@ latent cache (spec "v_from_k": true).
 
 Without torch (CI): the kernel spec (v_from_k, head dims 576/512, the packed tile for a group of
 128), the argument checks of check_v_from_k, and through the `qattn` executable the spec's
-validation and plans (packed, V a view of K; Hopper only; no split). Where torch is installed: the
+validation and plans (packed, V a view of K; Hopper only; split keys in the TL). Where torch is installed: the
 call's checks on CPU tensors (they come before any CUDA work). On a Hopper GPU: 128 query heads over
 one kv head of 576 columns, paged caches of 64-row pages in shuffled order with NaN in every row no
 key occupies, ragged key counts in 1..2000, one and two (causal) queries, against an fp64 reference
@@ -81,17 +81,13 @@ def test_head_dim_v_missing_or_wrong_is_py0105(bad):
         assert "head_dim_v" in str(e.value) and "512" in (e.value.hint or "")
 
 
-def test_check_v_from_k_accepts_deepseek_and_refuses_splits_v_new_window_softcap():
+def test_check_v_from_k_accepts_deepseek_and_splits_refuses_v_new_window_softcap():
     ok = _kvcache.check_v_from_k
     assert ok(576, 512) == 512
     assert ok(576, 448) == 448 and ok(128, 64) == 64
     assert ok(None, 512) == 512  # (q not a 4-D tensor: _check reports that)
-    for n in (0, 1):  # 0: qattn's choice, which is no split here; 1: none
+    for n in (0, 1, 2, 7, 64):  # 0: qattn's choice; 1: none; N: N parts (split in the TL)
         assert ok(576, 512, num_splits=n) == 512
-    for n in (2, 7, 64):
-        with pytest.raises(SpecError) as e:
-            ok(576, 512, num_splits=n)
-        assert e.value.code == "PY0105" and "split" in str(e.value)
     with pytest.raises(SpecError) as e:
         ok(576, 512, v_new_given=True)
     assert e.value.code == "PY0105" and "k_new" in (e.value.hint or "")
@@ -134,7 +130,7 @@ def test_v_from_k_spec_is_valid_and_plans_packed_with_v_a_view_of_k(tmp_path, kv
 
 
 @needs_cli
-def test_v_from_k_is_refused_off_hopper_and_with_split_keys(tmp_path):
+def test_v_from_k_is_refused_off_hopper_and_splits_keys_on_hopper(tmp_path):
     s = _build.kernel_spec("bf16", 576, 512, NONE, False, "a100", kv_cache="paged", v_from_k=True)
     r = _plan(tmp_path, s, "--no-verify")
     assert r.rc != 0
@@ -142,8 +138,13 @@ def test_v_from_k_is_refused_off_hopper_and_with_split_keys(tmp_path):
         _cli.check(r, "planning")
     assert "PLAN0103" in e.value.codes, e.value
     split = _build.kernel_spec("bf16", 576, 512, NONE, True, "h100", kv_cache="paged", split=True, v_from_k=True)
+    assert _build.canonical_spec(split)["split_keys"] is True
+    r = _plan(tmp_path, split, "--no-verify")
+    assert r.rc == 0, r.stdout + r.stderr
+    assert "split = 0: splits" in r.stdout and "{view: K}" in r.stdout and "split columns" in r.stdout
+    varlen = dict(split, varlen=True, split_keys=False)
     with pytest.raises(SpecError) as e:
-        _build.canonical_spec(split)
+        _build.canonical_spec(varlen)
     assert "SPEC0237" in e.value.codes, e.value
 
 
@@ -162,7 +163,7 @@ def test_attention_with_kvcache_v_from_k_argument_checks():
         (dict(), "PY0105"),  # head_dim_v missing
         (dict(head_dim_v=128), "PY0105"),  # not below d
         (dict(head_dim_v=96), "PY0105"),  # not a multiple of 64
-        (dict(head_dim_v=64, num_splits=3), "PY0105"),
+        (dict(head_dim_v=64, num_splits=3), "PY0103"),  # valid: three parts
         (dict(head_dim_v=64, num_splits=-1), "PY0105"),
         (dict(head_dim_v=64, k_new=cache[:2, :1], v_new=cache[:2, :1, :, :64]), "PY0105"),
         (dict(head_dim_v=64, window=(8, 0)), "PY0107"),
@@ -344,3 +345,30 @@ def test_v_from_k_kernel_refuses_a_v_that_is_not_k():
     assert bld.library.fwd(p, torch.cuda.current_stream().cuda_stream) == 0, bld.library.last_error()
     torch.cuda.synchronize()
     _check(o, None, q, k, lens, False)
+
+
+@hopper
+@pytest.mark.parametrize("sq,causal", [(1, False), (2, True)])
+def test_every_split_count_equals_no_split(sq, causal):
+    """The keys cut into 1..16 parts in the kernel's TL (some parts empty for the short sequences) and
+    merged by the combine: every count within tolerance of one launch and of the reference; the
+    automatic choice (num_splits=0) splits a batch of 3 (6 tiles on an SM count over 100)."""
+    g = torch.Generator().manual_seed(31 + sq)
+    b, cap = 3, 4096
+    lens = _lens(g, b, cap)
+    k, kc, table = _latent_cache(g, b, cap, lens, PAGE)
+    q = torch.randn(b, sq, HQ, D, generator=g).to("cuda", torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    call = lambda n: qattn.attention_with_kvcache(q, kc, None, seqlens, table, causal=causal, return_lse=True, head_dim_v=DV,
+                                                  num_splits=n)
+    o1, l1 = call(1)
+    _check(o1, l1, q, k, lens, causal)
+    from qattn import _kvcache
+    assert _kvcache.mla_splits(torch, q, cap, HQ, 1, sq) > 1
+    for n in (0, 2, 3, 16):
+        o, lse = call(n)
+        _check(o, lse, q, k, lens, causal)
+        assert (o.float() - o1.float()).abs().max().item() <= 2e-2, n
+        empty = torch.isinf(l1)  # a causal query before the sequence's only key sees none: -inf in both
+        assert torch.equal(empty, torch.isinf(lse)), n
+        assert (lse - l1)[~empty].abs().max().item() <= 1e-3, n

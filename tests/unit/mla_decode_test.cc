@@ -128,6 +128,23 @@ TEST(MlaDecode, SplitColumnsLowerToTheSharedRowPrimitives) {
   EXPECT_TRUE(contains(t->kir, "view: the first columns of K's slots")) << t->kir;
 }
 
+TEST(MlaDecode, SplitKeysWriteEachPartsColumnsAndOneLse) {
+  // small batches: the key split (a Grid axis) with the split columns; O and LSE at [b, split, kv_head]
+  support::DiagSink d;
+  const std::string code = code_of({{"split-keys", "true"}, {"batch", "8"}});
+  EXPECT_TRUE(contains(code, "split = 0: splits")) << code;
+  auto t = xlate(code, d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  EXPECT_TRUE(contains(cu, "store_o_split<512, 2, kBf16, kPack>(tOrO, sO, rows, tid, cw, &p.tma_o, v.kv_head, v.b * v.splits + v.split);")) << cu;
+  EXPECT_TRUE(contains(cu, "if (cw == 0) store_rows(p.lse, rLSE, rows, v.kv_head, v.b * v.splits + v.split")) << cu;
+  // the row sums are made whole over both warpgroups before the LSE reads them
+  const size_t comb = cu.find("combine_rows<op::AddNonNeg, 2>(rl"), lg = cu.find("map<op::Log2>(Row{h}, rl, rLSE)");
+  ASSERT_NE(comb, npos);
+  ASSERT_NE(lg, npos);
+  EXPECT_LT(comb, lg);
+}
+
 TEST(MlaDecode, FormsTheSplitKernelCannotRunAreRefused) {
   const std::string code = code_of();
   struct Case {
