@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import qattn  # noqa: E402
 from qattn import _kvcache  # noqa: E402
+from bench_runtimes import RUNTIMES, add_runtimes, check_runtimes, in_runtime  # noqa: E402
 from bench_util import graphed, replay_rounds, write_csv  # noqa: E402
 
 D_QK, D_V, HQ = 576, 512, 128
@@ -75,7 +76,10 @@ def main():
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--pages", default="64,0")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR[:QATTN_BIN]",
+                    help="the same qattn call (the first page size, qattn's split) with another runtime's kernels: impl qattn@NAME")
     a = ap.parse_args()
+    add_runtimes(a.also, ap.error)
     gen = torch.Generator().manual_seed(0)
     gpu = torch.cuda.get_device_name()
     out_rows, failed = [], False
@@ -106,6 +110,16 @@ def main():
             parts = 1 if n == 1 else splits
             graphs[tag], errs[tag] = graphed(fn, a.calls), err
             meta[tag] = ("FAIL " if bad else "") + f"{parts} part{'s' if parts > 1 else ''}, page {page}"
+        for rt in RUNTIMES:  # --also: the first page size's call built by another runtime, timed in the same rounds
+            page = int(a.pages.split(",")[0])
+            pool, table = paged(kc, page, gen) if page else (kc, None)
+            fn = in_runtime(rt, lambda pool=pool, table=table: qattn.attention_with_kvcache(q, pool, None, lens, table, causal=causal,
+                                                                                              head_dim_v=D_V))
+            o = fn()
+            errs[f"qattn@{rt}"] = err = float((o[: min(bsz, 4)].float() - ref).abs().max())
+            failed |= not torch.isfinite(o).all() or err > 2e-2
+            graphs[f"qattn@{rt}"] = graphed(fn, a.calls)
+            meta[f"qattn@{rt}"] = f"{splits} part{'s' if splits > 1 else ''}, page {page}"
         # torch's bf16 matmuls over the contiguous cache (no gather inside the timing)
         k2 = kc[:, :, 0]  # (b, sk, 576)
 
@@ -150,6 +164,15 @@ def main():
             out_rows.append(row)
             print(f"{name:14s} {impl:10s} {t:9.1f} us  {row['gbs']:7.1f} GB/s ({row['frac_copy']:.2f} of copy)  "
                   f"{row['tflops']:6.1f} TFLOPS  err {errs[impl]:.1e}  x{row['vs_torch']:.2f} torch  {meta[impl]}", flush=True)
+    for rt in RUNTIMES:  # each --also runtime's time over this tree's, same rows
+        for r in out_rows:
+            if r["impl"] == f"qattn@{rt}":
+                mine = [x for x in out_rows if x["impl"] == "qattn" and x["page_size"] == r["page_size"] and x["batch"] == r["batch"]
+                        and x["seqlen_k"] == r["seqlen_k"] and x["seqlen_q"] == r["seqlen_q"]]
+                if mine:
+                    print(f"b{r['batch']} sq{r['seqlen_q']} sk{r['seqlen_k']} page {r['page_size']}: {rt}'s time / this tree's = "
+                          f"{r['ms'] / mine[0]['ms']:.3f}")
+    check_runtimes()
     write_csv(a.out, out_rows)
     return 1 if failed else 0
 

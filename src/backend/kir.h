@@ -178,6 +178,7 @@ struct Op {
   std::string atom;            // GEMM: the wgmma atom (CuTe type)
   int a_rows = 0, b_rows = 0, k_dim = 0;  // GemmSS: the A buffer's rows, the B slot's rows, K
   bool b_mn = false;           // GemmSS: B read MN-major (a view of a ring: O += P V with P staged in shared memory)
+  bool barrier_first = false;  // StoreShared: the warpgroups meet first (another's GEMM may still read the tile: {overlap})
 };
 
 // The register tensors an op reads and writes (a GEMM writes its accumulator and reads its register

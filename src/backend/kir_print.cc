@@ -68,7 +68,9 @@ std::string op_text(const Op& o) {
     case K::StoreO: return "store " + o.a + " -> global (staged in " + o.buffer + ", TMA) head " + o.head_cpp + " batch " + o.batch_cpp;
     case K::StoreRows: return "store " + o.a + " -> global LSE head " + o.head_cpp + " batch " + o.batch_cpp;
     case K::RowCombine: return o.a + " = " + o.op + " over the warpgroups (shared memory, barrier)";
-    case K::StoreShared: return "store " + o.a + " -> its columns of shared " + o.buffer + ", barrier of the warpgroups";
+    case K::StoreShared:
+      return std::string(o.barrier_first ? "barrier of the warpgroups, " : "") + "store " + o.a + " -> its columns of shared " + o.buffer +
+             ", barrier of the warpgroups";
   }
   return "?";
 }

@@ -49,9 +49,12 @@ __device__ __forceinline__ void combine_rows(float (&x)[2], float* xchg, int& tu
 // This warpgroup's converted columns [col0, col0 + 2 NP) of P (the register-A layout of a 64-row
 // wgmma: register 2 i + h holds row r + 8 h, columns 8 i + 2 c and + 1) into the swizzled (64, BN)
 // tile; then every warpgroup's columns are there (the barrier) and visible to wgmma (the fence).
-template <int BN, int NW, int NP, bool P, class Element>
+// kBarrierFirst (a pipelined loop, TL {overlap}: another warpgroup's P V GEMM of the previous key tile
+// may still read the tile): the warpgroups meet before the stores too (each has waited for its own).
+template <int BN, int NW, bool kBarrierFirst = false, int NP, bool P, class Element>
 __device__ __forceinline__ void store_p(const uint32_t (&pc)[NP], Element* sP, int col0, const RowMap<P>& rows) {
   static_assert(4 * NP * NW == BN, "P: NW slices of the (64, BN) tile, 2 columns of 2 rows per register pair");
+  if constexpr (kBarrierFirst) ptx::bar_sync(kBarSplit, 128 * NW);
   unsigned char* s = reinterpret_cast<unsigned char*>(sP);
 #pragma unroll
   for (int i = 0; i < NP / 2; ++i)

@@ -36,6 +36,8 @@ class Emitter {
         for (const auto& o : *blk)
           if (o.kind == kir::Op::Kind::GemmRS || (o.kind == kir::Op::Kind::GemmSS && o.b_mn)) tail_ring_ = o.buffer;
     if (k.roles.split_columns) nw_ = k.roles.consumer_wg;
+    for (const auto& b : k.smem)  // (only a pipelined loop reads the view a key tile behind the waits)
+      if (!b.view_of.empty() && k.sm90.loop.overlap) view_base_ = b.view_of;
   }
   std::string run(const std::string& info_json);
 
@@ -60,6 +62,9 @@ class Emitter {
   Writer w_;
   std::string tail_ring_;  // the V ring whose first tile per work tile is zeroed past the keys ("" = none)
   int nw_ = 1;             // split columns: the consumer warpgroups sharing each row (split.cuh)
+  // the ring a view reads in a pipelined loop (split columns, {overlap}: K): its waits (and the first
+  // GEMM) go by posK, advanced after that GEMM; the view's GEMM and the release by posKr, a key tile behind
+  std::string view_base_;
 };
 
 const kir::Reg& Emitter::reg(const std::string& name) const {
@@ -435,6 +440,7 @@ void Emitter::consumer() {
   std::string poss;
   for (const auto& b : k_.smem)
     if (b.ring && b.name != "O") poss += (poss.empty() ? "" : ", ") + pos(b.name);
+  if (!view_base_.empty()) poss += ", " + pos(view_base_) + "r";  // the view's slots (split columns)
   w_.line("RingPos " + poss + ";");
   if (nw_ > 1) w_.line("int xturn = 0;  // split columns: which half of the row exchange the next combine uses");
   w_.open("for (int nth = 0;; ++nth) {");
@@ -595,22 +601,25 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
       }
       break;
     case K::RingRelease:
-      w_.line(ring(o.buffer) + ".release(" + pos(o.buffer) + ", tid == 0);" +
+      w_.line(ring(o.buffer) + ".release(" + pos(o.buffer) + (nw_ > 1 && o.buffer == view_base_ ? "r" : "") + ", tid == 0);" +
               (o.tl.line ? "  // TL " + std::to_string(o.tl.line) + " {release: " + o.buffer + "}" : o.tl.text.empty() ? "" : "  // " + o.tl.text));
       break;
     case K::TurnWait: w_.line("PP::wait_turn(cw);"); break;
     case K::TurnPass: w_.line("PP::pass_turn(cw);"); break;
     case K::GemmSS: {
       const kir::SharedBuf& a = buf(o.a);
-      if (o.b_mn) {  // split columns: O's columns (d_v / nw) cw .. from the view's
-        w_.line("gemm_ss_mn<" + atom_alias(o) + ", " + std::to_string(o.k_dim) + ">(" + a.cpp + ", " + slot(o.buffer) + ", " +
-                std::to_string(reg(o.result).cols) + " * cw, " + R(o.result) + ");");
+      if (o.b_mn) {  // split columns: O's columns (d_v / nw) cw .. from the view's, in the slot its release frees
+        w_.line("gemm_ss_mn<" + atom_alias(o) + ", " + std::to_string(o.k_dim) + ">(" + a.cpp + ", " + ring(o.buffer) + ".slot(" +
+                buf(o.buffer).cpp + ", " + pos(o.buffer) + (view_base_.empty() ? "" : "r") + "), " + std::to_string(reg(o.result).cols) +
+                " * cw, " + R(o.result) + ");");
         break;
       }
       w_.line("gemm_ss<" + atom_alias(o) + ", " + std::to_string(o.a_rows) + ", " + std::to_string(o.b_rows) + ", " +
               std::to_string(o.k_dim) + ", " + cpp_bool(o.accumulate) + ">(" + (a.stages == 1 ? a.cpp : slot(o.a)) +
               (nw_ > 1 ? ", 0, " : ", 64 * cw, ") + slot(o.buffer) + ", " + R(o.result) +
               (nw_ > 1 ? ", " + std::to_string(reg(o.result).cols) + " * cw" : "") + ");");
+      if (nw_ > 1 && o.buffer == view_base_)  // the view's GEMM reads this slot later, through pos...r
+        w_.line(pos(o.buffer) + ".advance(" + std::to_string(buf(o.buffer).stages) + ");  // the next key tile's slot (waits)");
       break;
     }
     case K::GemmRS:
@@ -638,7 +647,8 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
       break;
     case K::StoreShared: {
       const kir::SharedBuf& b = buf(o.buffer);
-      w_.line("store_p<" + std::to_string(b.cols) + ", " + std::to_string(nw_) + ">(" + R(o.a) + ", " + b.cpp + ", " +
+      w_.line("store_p<" + std::to_string(b.cols) + ", " + std::to_string(nw_) + (o.barrier_first ? ", true" : "") + ">(" + R(o.a) + ", " +
+              b.cpp + ", " +
               std::to_string(b.cols / nw_) + " * cw, rows);  // then every warpgroup's columns are there");
       break;
     }

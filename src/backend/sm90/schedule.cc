@@ -49,6 +49,12 @@ class Block {
         continue;
       }
       touch(op);
+      if (op.kind == kir::Op::Kind::StoreShared)  // a shared tile a GEMM in flight still reads: that GEMM first
+        for (size_t g = flight_.size(); g-- > 0;)
+          if (flight_[g].a_shared == op.buffer) {
+            wait_through(g, op.tl);
+            break;
+          }
       out_.push_back(op);
       if (op.kind == kir::Op::Kind::GemmSS || op.kind == kir::Op::Kind::GemmRS) {
         Group g;
@@ -242,9 +248,6 @@ bool Lower::assign_stages(std::vector<BodyStmt>& body) {
     }
   }
   if (!L.overlap) return true;
-  if (k_.roles.split_columns)
-    return error("XL0304", f_.loop_->loc, "`{overlap}` with split columns is not lowered: the warpgroups share one P tile per key tile",
-                 "drop `overlap` from the loop's attributes (the producer still prefetches K's stages)");
   if (first_gemm < 0)
     return error("XL0304", f_.loop_->loc, "`{overlap}` on a loop without a GEMM", "the overlap issues the next iteration's first GEMM early");
   if (body[size_t(first_gemm)].stage != 0)
@@ -442,6 +445,12 @@ bool Lower::schedule() {
     }
     fold_first(L.first, init, live);
   }
+  // Split columns: a tile the warpgroups write for each other (P) is read by the other warpgroups'
+  // GEMMs; pipelined, another warpgroup's previous GEMM may still read it when this one stores the
+  // next: the warpgroups meet first.
+  for (auto* blk : {&L.first, &L.steady, &L.drain})
+    for (auto& op : *blk)
+      if (op.kind == kir::Op::Kind::StoreShared) op.barrier_first = L.overlap;
   return true;
 }
 
