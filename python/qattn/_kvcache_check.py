@@ -6,7 +6,9 @@ random order over a pool with spare pages, and the rows past the count in the la
 FlashAttention's rule (error at most twice a same-precision torch attention's, plus 1e-5). Paged
 kernels also get a block table with entries outside the pool (they must read as zeros, not fault)
 and bad page fields at the C ABI (QATTN_ERR_SHAPE). A kernel that splits the keys (info "splits") runs
-with 1, 3 and 7 parts in turn, its parts merged by their LSE (qattn.verify.merge_parts)."""
+with 1, 3 and 7 parts in turn, its parts merged by their LSE (qattn.verify.merge_parts). A kernel that
+reads V as K's first d_v columns (info "v_from_k": absorbed MLA) gets v = k at the C ABI (pointer and
+strides, with d_v its own) and the reference V = K[..., :d_v]."""
 import torch
 
 from . import verify as _v
@@ -57,11 +59,14 @@ def run_case(kern, case, page, gen, corrupt=False, parts=1):
         lens[1] = 0
     dt = _v.DTYPES[info["dtype"]]
     k, v, kc, vc, table = make_cache(b, cap, hkv, info["d_qk"], info["d_v"], dt, page, lens, gen)
+    if info.get("v_from_k"):  # V is the cache's first d_v columns
+        v, vc = k[..., :info["d_v"]], kc
     if corrupt and table is not None and table.shape[1] >= 3:
         table[0, 1], table[0, 2] = int(kc.shape[0]) + 7, -3
         for pg in (1, 2):
             k[0, pg * page:(pg + 1) * page] = 0
-            v[0, pg * page:(pg + 1) * page] = 0
+            if not info.get("v_from_k"):  # (else a view of k)
+                v[0, pg * page:(pg + 1) * page] = 0
     q = torch.randn(b, sq, hq, info["d_qk"], device="cuda", generator=gen).to(dt)
     o = torch.full((b * parts, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)
     lse = torch.full((b * parts, hq, sq), float("nan"), device="cuda") if info["lse"] else None
@@ -70,6 +75,7 @@ def run_case(kern, case, page, gen, corrupt=False, parts=1):
     scale = info["d_qk"] ** -0.5
     window, softcap = _v.launch_values(info, 0)
     p = kern.params(q, kc, vc, o, lse, scale, aux=[given[a["name"]] for a in info["aux"]], window=window, softcap=softcap)
+    p.d_v = info["d_v"]  # (v_from_k: v is k, whose last dim is d_qk)
     p.seqlen_k = cap
     if table is not None:
         p.page_size, p.pages, p.num_pages = page, int(table.shape[1]), int(kc.shape[0])
@@ -119,14 +125,14 @@ def check_library(kern, gen):
             dt = _v.DTYPES[info["dtype"]]
             q = torch.randn(1, 1, 2, info["d_qk"], device="cuda").to(dt)
             kc = torch.randn(4, 16, 1, info["d_qk"], device="cuda").to(dt)
-            vc = torch.randn(4, 16, 1, info["d_v"], device="cuda").to(dt)
+            vc = kc if info.get("v_from_k") else torch.randn(4, 16, 1, info["d_v"], device="cuda").to(dt)
             o = torch.empty(1, 1, 2, info["d_v"], device="cuda", dtype=dt)
             given = {info["kv_cache"].get("lengths"): torch.tensor([20], dtype=torch.int32, device="cuda"),
                      info["kv_cache"]["block_table"]: torch.arange(2, dtype=torch.int32, device="cuda")[None]}
             window, softcap = _v.launch_values(info, 0)
             p = kern.params(q, kc, vc, o, None, None, aux=[given[a["name"]] for a in info["aux"]], window=window,
                             softcap=softcap)
-            p.seqlen_k, p.page_size, p.pages, p.num_pages = 32, 16, 2, 4
+            p.seqlen_k, p.page_size, p.pages, p.num_pages, p.d_v = 32, 16, 2, 4, info["d_v"]
             setattr(p, field, value)
             out.append((f"abi: {what}", kern(q, kc, vc, o, params=p) == 2, ""))
     return out

@@ -258,6 +258,8 @@ std::string info_json(const Kernel& k) {
     if (!k.scope.paged.empty()) kv["block_table"] = k.scope.paged;
     j["kv_cache"] = kv;
   }
+  for (const auto& b : k.smem)  // TL {view: K}: V is K's first d_v columns; the C ABI takes v == k
+    if (b.name == "V" && b.view_of == "K") j["v_from_k"] = true;
   nlohmann::ordered_json v = nlohmann::ordered_json::object();
   for (const auto& d : k.scope.decls) v[d.name] = d.expr_tl;
   j["variants"] = v;

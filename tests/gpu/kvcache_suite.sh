@@ -15,7 +15,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/device.tx
 status=0
 if [ "${KVCACHE_BENCH_ONLY:-0}" != 1 ]; then
   for args in "--preset llama3-8b --mask none --batch 8 --seqlen 1/4096" "--preset llama3-8b --batch 2 --seqlen 777/3000" \
-      "--preset llama3-8b --gpu a100 --batch 2 --seqlen 777/3000" "--preset llama3-8b --gpu a100 --kv-cache lengths --seqlen 1/2048"; do
+      "--preset llama3-8b --gpu a100 --batch 2 --seqlen 777/3000" "--preset llama3-8b --gpu a100 --kv-cache lengths --seqlen 1/2048" \
+      "--preset deepseek-v3-mla-prefill --heads 128/1 --head-dim 576/512 --v-from-k true --mask none --seqlen 1/4096"; do
     echo "== qattn generate $args" >> "$R/generate.txt"
     case "$args" in *--kv-cache*) kv= ;; *) kv="--kv-cache paged" ;; esac
     # shellcheck disable=SC2086
