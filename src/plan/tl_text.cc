@@ -300,8 +300,9 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   const std::string skip = skip_mask(p);
   std::string loop_attrs;
   if (!skip.empty()) loop_attrs = "skip: " + skip;
-  // split columns: not pipelined (measured 0.64-0.75x the plain loop on an H200: the consumer spills
-  // at 232 registers with O's 128 held by the product in flight; bench/results/2026-11-30-h200-mla-decode)
+  // split columns: not pipelined (measured 0.64-0.75x the plain loop on an H200; likely because K's slot
+  // is released half a tile later, leaving the next load half the time in a 2-stage ring that Q and
+  // 2 x 72 KB of K fill; bench/results/2026-11-30-h200-mla-decode)
   if (schedule && !split_cols) loop_attrs += (loop_attrs.empty() ? "" : ", ") + std::string("overlap");
   std::string lo = loop_lo(p, pack), hi = loop_hi(p, pack);
   if (p.split_keys) {  // the part's tiles within the mask's
