@@ -258,7 +258,8 @@ void check_head_dim(const char* field, int d, DiagSink& diags, const SourceMap* 
   for (int s : ok)
     if (s >= d) { up = s; break; }
   std::string hint;
-  if (!up) hint = "split the head into supported sizes";
+  if (v_from_k && std::string(field) == "head_dim_qk") hint = "with v_from_k (absorbed MLA) head_dim_qk is a multiple of 64 up to 576";
+  else if (!up) hint = "split the head into supported sizes";
   else if (std::string(field) == "head_dim_qk")
     hint = "pad Q and K with zeros to " + std::to_string(up) + " and set softmax_scale to 1/sqrt(" +
            std::to_string(d) + "); the scores are unchanged";

@@ -60,6 +60,10 @@ TEST(MlaDecode, SpecTakesVFromKOnly) {
   support::DiagSink d1;
   EXPECT_FALSE(spec::validate(mla_spec({{"v-from-k", "false"}}), d1));
   EXPECT_TRUE(test::find(d1, "SPEC0203")) << d1.render();
+  support::DiagSink d5;  // past DeepSeek's 576 columns
+  EXPECT_FALSE(spec::validate(mla_spec({{"head-dim", "640,512"}}), d5));
+  ASSERT_TRUE(test::find(d5, "SPEC0203")) << d5.render();
+  EXPECT_TRUE(contains(test::find(d5, "SPEC0203")->hint, "576")) << d5.render();
   support::DiagSink d2;
   EXPECT_FALSE(spec::validate(mla_spec({{"head-dim", "512,512"}}), d2));
   EXPECT_TRUE(test::find(d2, "SPEC0236")) << d2.render();

@@ -315,6 +315,8 @@ TEST(specJson, WrongTypes) {
                         Case{R"({"heads_q": 32, "head_dim": 128, "return_lse": 1})", "SPEC0105", "/return_lse"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "deterministic": "yes"})", "SPEC0105", "/deterministic"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "split_keys": "yes"})", "SPEC0105", "/split_keys"},
+                        Case{R"({"heads_q": 32, "head_dim": 128, "v_from_k": "`id` ; true"})", "SPEC0105", "/v_from_k"},
+                        Case{R"({"heads_q": 32, "head_dim": 128, "v_from_k": [true]})", "SPEC0105", "/v_from_k"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "aux_grad": "yes; rm -rf /"})", "SPEC0105", "/aux_grad"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "mask": 3})", "SPEC0105", "/mask"},
                         Case{R"({"heads_q": 32, "head_dim": 128, "softmax_scale": "x"})", "SPEC0105", "/softmax_scale"},
