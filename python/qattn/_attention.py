@@ -379,7 +379,7 @@ def _build_split(torch, dt, dqk, dv, fields, return_lse, device, shape, splits, 
     (the fold: the call's own kernel); split kernels always write their LSE. shape: (heads_q, heads_kv,
     seqlen_q). attention(), attention_with_kvcache() and explain() pick their kernel here. v_from_k
     (absorbed MLA: V is K's first dv columns) splits in the TL, as every Hopper split does."""
-    in_tl = splits > 1 and tl_split(torch, device)
+    in_tl = splits > 1 and (tl_split(torch, device) or v_from_k)  # v_from_k: Hopper only, never folded
     b = _build_for(torch, dt, dqk, dv, split_fields(fields, shape[2]) if in_tl else fields, return_lse or splits > 1, device,
                    shape=shape, kv_cache=kv_cache, split=in_tl, v_from_k=v_from_k)
     return b, in_tl

@@ -35,7 +35,7 @@ def check_v_from_k(d_qk, head_dim_v, num_splits=0, fields=None, v_new_given=Fals
     """The arguments of an absorbed-MLA call (v_cache=None: V is k_cache's first head_dim_v columns),
     checked without torch; returns head_dim_v. d_qk: q's head dim (None when q is not a 4-D tensor:
     _check reports that). PY0105: head_dim_v missing, not an int, not below d_qk or not a multiple of
-    64; v_new given. PY0107: a sliding window or a softcap (fields: the call's
+    128 up to 512; v_new given. PY0107: a sliding window or a softcap (fields: the call's
     variant fields), which the spec's v_from_k does not take."""
     if head_dim_v is None:
         raise SpecError("v_cache=None reads V from k_cache's first head_dim_v columns (absorbed MLA), and head_dim_v "
@@ -45,9 +45,10 @@ def check_v_from_k(d_qk, head_dim_v, num_splits=0, fields=None, v_new_given=Fals
     if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int):
         raise SpecError(f"head_dim_v={head_dim_v!r}: expected an int (V's columns, the first of k_cache's)",
                         code="PY0105")
-    if head_dim_v <= 0 or head_dim_v % 64 or (d_qk is not None and head_dim_v >= d_qk):
-        raise SpecError(f"head_dim_v={head_dim_v}: V is the first head_dim_v columns of k_cache, so it must be a "
-                        f"multiple of 64 below the head dim of q and k_cache ({d_qk})", code="PY0105",
+    if head_dim_v <= 0 or head_dim_v % 128 or head_dim_v > 512 or (d_qk is not None and head_dim_v >= d_qk):
+        raise SpecError(f"head_dim_v={head_dim_v}: V is the first head_dim_v columns of k_cache, so it must be below "
+                        f"the head dim of q and k_cache ({d_qk}), and the kernel's two warpgroups take a multiple of "
+                        f"64 columns each: a multiple of 128 up to 512", code="PY0105",
                         hint="DeepSeek-V3: head_dim_v=512 with a head dim of 576")
     if v_new_given:
         raise SpecError("v_new with v_cache=None: V is the first head_dim_v columns of the keys, so there is no value "
@@ -180,7 +181,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None,
     into N; elsewhere at most N, a divisor of the capacity, and only where the fold may split).
     v_cache=None with head_dim_v (absorbed MLA, DeepSeek-V3: q (batch, seqlen_q, 128, 576), k_cache
     (..., 1, 576), head_dim_v=512): V is k_cache's first head_dim_v columns, read in place (no copy);
-    head_dim_v a multiple of 64 below d; Hopper only; num_splits as above (0: mla_splits); no window,
+    head_dim_v a multiple of 128 (up to 512) below d; Hopper only; num_splits as above (0: mla_splits); no window,
     no softcap; k_new alone may be appended (v_new refused). PY0105 / PY0107 otherwise.
     Returns o (batch, seqlen_q, heads_q, d_v) or (o, lse (batch, heads_q, seqlen_q) fp32)."""
     torch = import_torch()

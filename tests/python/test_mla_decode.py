@@ -72,7 +72,7 @@ def test_short_queries_packs_a_group_of_128_only_for_v_from_k():
 
 # ---- the argument checks (no torch) -----------------------------------------------------------------
 
-@pytest.mark.parametrize("bad", [None, 576, 640, 500, 100, 0, -64, True, 512.0, "512"])
+@pytest.mark.parametrize("bad", [None, 576, 640, 500, 100, 0, -64, 64, 320, True, 512.0, "512"])
 def test_head_dim_v_missing_or_wrong_is_py0105(bad):
     with pytest.raises(SpecError) as e:
         _kvcache.check_v_from_k(576, bad)
@@ -84,7 +84,7 @@ def test_head_dim_v_missing_or_wrong_is_py0105(bad):
 def test_check_v_from_k_accepts_deepseek_and_splits_refuses_v_new_window_softcap():
     ok = _kvcache.check_v_from_k
     assert ok(576, 512) == 512
-    assert ok(576, 448) == 448 and ok(128, 64) == 64
+    assert ok(576, 384) == 384 and ok(256, 128) == 128
     assert ok(None, 512) == 512  # (q not a 4-D tensor: _check reports that)
     for n in (0, 1, 2, 7, 64):  # 0: qattn's choice; 1: none; N: N parts (split in the TL)
         assert ok(576, 512, num_splits=n) == 512
@@ -154,43 +154,43 @@ def test_v_from_k_is_refused_off_hopper_and_splits_keys_on_hopper(tmp_path):
 def test_attention_with_kvcache_v_from_k_argument_checks():
     """Every absorbed-MLA check comes before the device check: with valid arguments CPU tensors get
     PY0103 (the device), with invalid ones the argument's code."""
-    q = torch.zeros(2, 1, 8, 128, dtype=torch.bfloat16)
-    cache = torch.zeros(4, 16, 1, 128, dtype=torch.bfloat16)
+    q = torch.zeros(2, 1, 8, 256, dtype=torch.bfloat16)
+    cache = torch.zeros(4, 16, 1, 256, dtype=torch.bfloat16)
     lens = torch.ones(2, dtype=torch.int32)
     table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
     call = qattn.attention_with_kvcache
     cases = [
         (dict(), "PY0105"),  # head_dim_v missing
-        (dict(head_dim_v=128), "PY0105"),  # not below d
-        (dict(head_dim_v=96), "PY0105"),  # not a multiple of 64
-        (dict(head_dim_v=64, num_splits=3), "PY0103"),  # valid: three parts
-        (dict(head_dim_v=64, num_splits=-1), "PY0105"),
-        (dict(head_dim_v=64, k_new=cache[:2, :1], v_new=cache[:2, :1, :, :64]), "PY0105"),
-        (dict(head_dim_v=64, window=(8, 0)), "PY0107"),
-        (dict(head_dim_v=64, softcap=30.0), "PY0107"),
-        (dict(head_dim_v=64, causal="sideways"), "PY0107"),
-        (dict(head_dim_v=64), "PY0103"),  # valid: then the device (a CPU tensor)
-        (dict(head_dim_v=64, causal=True, num_splits=1), "PY0103"),
-        (dict(head_dim_v=64, window=(-1, -1), softcap=0), "PY0103"),
+        (dict(head_dim_v=256), "PY0105"),  # not below d
+        (dict(head_dim_v=64), "PY0105"),  # not a multiple of 128 (two warpgroups of 64 columns)
+        (dict(head_dim_v=128, num_splits=3), "PY0103"),  # valid: three parts
+        (dict(head_dim_v=128, num_splits=-1), "PY0105"),
+        (dict(head_dim_v=128, k_new=cache[:2, :1], v_new=cache[:2, :1, :, :128]), "PY0105"),
+        (dict(head_dim_v=128, window=(8, 0)), "PY0107"),
+        (dict(head_dim_v=128, softcap=30.0), "PY0107"),
+        (dict(head_dim_v=128, causal="sideways"), "PY0107"),
+        (dict(head_dim_v=128), "PY0103"),  # valid: then the device (a CPU tensor)
+        (dict(head_dim_v=128, causal=True, num_splits=1), "PY0103"),
+        (dict(head_dim_v=128, window=(-1, -1), softcap=0), "PY0103"),
     ]
     for kw, code in cases:
         with pytest.raises(qattn.QattnError) as e:
             call(q, cache, None, lens, table, **kw)
         assert e.value.code == code, (kw, e.value)
     with pytest.raises(qattn.QattnError) as e:  # k_cache's head dim is not q's
-        call(q, cache[..., :64], None, lens, table, head_dim_v=64)
+        call(q, cache[..., :128], None, lens, table, head_dim_v=128)
     assert e.value.code == "PY0105"
     with pytest.raises(qattn.QattnError) as e:  # head_dim_v with a v_cache of another width
-        call(q, cache, cache[..., :64], lens, table, head_dim_v=128)
+        call(q, cache, cache[..., :128], lens, table, head_dim_v=256)
     assert e.value.code == "PY0105"
     with pytest.raises(qattn.QattnError) as e:  # the FlashMLA-style alias: the same checks
         qattn.flash_mla_with_kvcache(q, cache, table, lens, 100)
     assert e.value.code == "PY0105"
     with pytest.raises(qattn.QattnError) as e:
-        qattn.flash_mla_with_kvcache(q, cache, table, lens, 64, causal=True)
+        qattn.flash_mla_with_kvcache(q, cache, table, lens, 128, causal=True)
     assert e.value.code == "PY0103"
     with pytest.raises(qattn.QattnError) as e:  # inference only
-        call(q.clone().requires_grad_(), cache, None, lens, table, head_dim_v=64)
+        call(q.clone().requires_grad_(), cache, None, lens, table, head_dim_v=128)
     assert e.value.code == "PY0109"
 
 

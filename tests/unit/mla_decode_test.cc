@@ -181,6 +181,18 @@ TEST(MlaDecode, OverlapRunsTheSoftmaxUnderThePreviousTilesProduct) {
   EXPECT_TRUE(contains(t2->cuda_source, "store_p<64, 2>(tOrPc")) << t2->cuda_source;
 }
 
+TEST(MlaDecode, PIsStoredAfterABarrierOfTheWarpgroups) {
+  // the other warpgroup's product of the previous key tile reads the P tile: without a combine of the
+  // rows before the store in its block (a TL with no RowMax there), the warpgroups meet first
+  support::DiagSink d;
+  std::string tl = edit(code_of(), "  Compute RowMax S and get m_tile\n", "");
+  tl = edit(tl, "Compute Max m, m_tile and get m_new", "Compute Max m, m and get m_new");
+  auto t = xlate(tl, d);
+  ASSERT_TRUE(t.has_value()) << d.render();
+  EXPECT_TRUE(contains(t->cuda_source, "store_p<64, 2, true>(tOrPc")) << t->cuda_source;
+  EXPECT_FALSE(contains(t->cuda_source, "combine_rows<op::Max")) << t->cuda_source;
+}
+
 TEST(MlaDecode, FormsTheSplitKernelCannotRunAreRefused) {
   const std::string code = code_of();
   struct Case {
@@ -188,6 +200,8 @@ TEST(MlaDecode, FormsTheSplitKernelCannotRunAreRefused) {
   };
   const Case cases[] = {
       {edit(code, " split columns", ""), "", "a view without split columns (the checker: P is read from registers there)"},
+      {edit(edit(code, "for j = 0: cdiv(seqlen_k, BN)\n", "for j = 0: cdiv(seqlen_k, BN) {overlap}\n"), "{stages: STAGES}", "{stages: 1}"),
+       "XL0304", "overlap over a one-slot ring the view reads (tile j's wait on the slot tile j - 1 holds)"},
       {edit(code, "Role consumer warpgroups 2 registers 224 split columns", "Role consumer warpgroups 1 registers 224 split columns"),
        "", "one consumer warpgroup cannot split"},
       {edit(edit(code, "  Copy Pc from register to shared\n", "  Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)\n"),

@@ -248,6 +248,11 @@ bool Lower::assign_stages(std::vector<BodyStmt>& body) {
     }
   }
   if (!L.overlap) return true;
+  for (const auto& b : k_.smem)  // the view's GEMM holds tile j - 1's slot while tile j's is waited for
+    if (!b.view_of.empty() && b.stages < 2)
+      return error("XL0304", f_.loop_->loc,
+                   "`{overlap}` with V a view of " + b.view_of + "'s only slot: tile j's wait would need the slot tile j - 1's product still reads",
+                   "give " + b.view_of + " `{stages: 2}` or drop `overlap`");
   if (first_gemm < 0)
     return error("XL0304", f_.loop_->loc, "`{overlap}` on a loop without a GEMM", "the overlap issues the next iteration's first GEMM early");
   if (body[size_t(first_gemm)].stage != 0)
@@ -446,11 +451,19 @@ bool Lower::schedule() {
     fold_first(L.first, init, live);
   }
   // Split columns: a tile the warpgroups write for each other (P) is read by the other warpgroups'
-  // GEMMs; pipelined, another warpgroup's previous GEMM may still read it when this one stores the
-  // next: the warpgroups meet first.
-  for (auto* blk : {&L.first, &L.steady, &L.drain})
-    for (auto& op : *blk)
-      if (op.kind == kir::Op::Kind::StoreShared) op.barrier_first = L.overlap;
+  // GEMMs of the previous key tile. Each block ends with its own GEMMs complete, so a barrier of the
+  // warpgroups earlier in the block (a RowCombine) orders the store after the other warpgroups' reads;
+  // pipelined (the previous tile's product still in flight there), or with no such barrier before the
+  // store, the warpgroups meet first.
+  for (auto* blk : {&L.first, &L.steady, &L.drain}) {
+    bool met = false;  // a barrier of the warpgroups since the block began
+    for (auto& op : *blk) {
+      if (op.kind == kir::Op::Kind::RowCombine) met = true;
+      if (op.kind != kir::Op::Kind::StoreShared) continue;
+      op.barrier_first = L.overlap || !met;
+      met = true;
+    }
+  }
   return true;
 }
 
