@@ -316,16 +316,18 @@ def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, 
     _attention.run_fwd(torch, b, p, q.device)
 
 
-def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale=None, causal=False,
-                           return_lse=False):
-    """Absorbed-MLA decoding in FlashMLA's argument order (DeepSeek-V3): q (batch, seqlen_q, heads_q,
-    576), the latent cache k_cache (num_pages, page_size, 1, 576) read through block_table (batch,
-    pages) int32 (or, with block_table None, contiguous (batch, capacity, 1, 576)), cache_seqlens
-    (batch,) int32, head_dim_v (512): V is the cache's first head_dim_v columns, read in place.
-    softmax_scale: default 1/sqrt(576); causal: bottom-right (seqlen_q > 1: speculative tokens).
-    = attention_with_kvcache(q, k_cache, None, cache_seqlens, block_table, causal=causal,
-    scale=softmax_scale, return_lse=return_lse, head_dim_v=head_dim_v). Returns o (batch, seqlen_q,
-    heads_q, head_dim_v), or (o, lse (batch, heads_q, seqlen_q) fp32) with return_lse. (FlashMLA's
-    tile-scheduler metadata has no counterpart: the keys split by qattn's choice, mla_splits.)"""
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata=None, num_splits=None,
+                           softmax_scale=None, causal=False):
+    """Absorbed-MLA decoding with FlashMLA's signature (DeepSeek-V3; flash_mla.flash_mla_with_kvcache): q
+    (batch, seqlen_q, heads_q, 576), the latent cache k_cache (num_pages, page_size, 1, 576) read
+    through block_table (batch, pages) int32 (or, with block_table None, contiguous (batch, capacity,
+    1, 576)), cache_seqlens (batch,) int32, head_dim_v (512): V is the cache's first head_dim_v
+    columns, read in place. softmax_scale: default 1/sqrt(576); causal: bottom-right (seqlen_q > 1:
+    speculative tokens). Returns (o (batch, seqlen_q, heads_q, head_dim_v), lse (batch, heads_q,
+    seqlen_q) fp32), as FlashMLA does. tile_scheduler_metadata and num_splits (what
+    flash_mla_interface.get_mla_metadata returns) are taken and not read: qattn splits the keys by its
+    own choice at the call (mla_splits). = attention_with_kvcache(q, k_cache, None, cache_seqlens,
+    block_table, causal=causal, scale=softmax_scale, return_lse=True, head_dim_v=head_dim_v)."""
+    del tile_scheduler_metadata, num_splits  # FlashMLA's scheduling plan: qattn's kernel makes its own
     return attention_with_kvcache(q, k_cache, None, cache_seqlens, block_table, causal=causal, scale=softmax_scale,
-                                  return_lse=return_lse, head_dim_v=head_dim_v)
+                                  return_lse=True, head_dim_v=head_dim_v)

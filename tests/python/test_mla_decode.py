@@ -18,7 +18,7 @@ import pytest
 from conftest import gpu_skip_reason, needs_cli
 
 import qattn
-from qattn import _build, _cli, _kvcache, _variants
+from qattn import _build, _cli, _kvcache, _variants, flash_mla_interface
 from qattn.errors import BuildError, SpecError
 
 try:
@@ -103,6 +103,11 @@ def test_check_v_from_k_accepts_deepseek_and_splits_refuses_v_new_window_softcap
 
 def test_flash_mla_with_kvcache_is_exported():
     assert qattn.flash_mla_with_kvcache is _kvcache.flash_mla_with_kvcache
+    assert flash_mla_interface.flash_mla_with_kvcache is _kvcache.flash_mla_with_kvcache
+    import inspect  # FlashMLA's parameter order, so positional calls written for it land where they mean
+    assert list(inspect.signature(flash_mla_interface.flash_mla_with_kvcache).parameters)[:9] == [
+        "q", "k_cache", "block_table", "cache_seqlens", "head_dim_v", "tile_scheduler_metadata", "num_splits",
+        "softmax_scale", "causal"]
     assert "flash_mla_with_kvcache" in qattn.__all__
 
 
@@ -262,7 +267,8 @@ def test_flash_mla_paged_matches_reference(b, sq, causal):
     k, kc, table = _latent_cache(g, b, cap, lens, PAGE)
     q = torch.randn(b, sq, HQ, D, generator=g).to("cuda", torch.bfloat16)
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
-    o, lse = qattn.flash_mla_with_kvcache(q, kc, table, seqlens, DV, causal=causal, return_lse=True)
+    meta, parts = flash_mla_interface.get_mla_metadata(seqlens, HQ, 1)  # FlashMLA's call, its results ignored
+    o, lse = flash_mla_interface.flash_mla_with_kvcache(q, kc, table, seqlens, DV, meta, parts, causal=causal)
     assert lse.shape == (b, HQ, sq) and lse.dtype == torch.float32
     _check(o, lse, q, k, lens, causal)
     o2 = qattn.attention_with_kvcache(q, kc, None, seqlens, table, causal=causal, head_dim_v=DV)
@@ -281,9 +287,9 @@ def test_contiguous_cache_and_lse_match_reference(sq, causal):
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     o, lse = qattn.attention_with_kvcache(q, kc, None, seqlens, causal=causal, return_lse=True, head_dim_v=DV)
     _check(o, lse, q, k, lens, causal)
-    o1 = qattn.flash_mla_with_kvcache(q, kc, None, seqlens, DV, softmax_scale=D ** -0.5, causal=causal)
+    o1, _ = qattn.flash_mla_with_kvcache(q, kc, None, seqlens, DV, softmax_scale=D ** -0.5, causal=causal)
     assert torch.equal(o1, o)
-    o3 = qattn.flash_mla_with_kvcache(q, kc, None, seqlens, DV, softmax_scale=0.5 * D ** -0.5, causal=causal)
+    o3, _ = qattn.flash_mla_with_kvcache(q, kc, None, seqlens, DV, softmax_scale=0.5 * D ** -0.5, causal=causal)
     assert not torch.isnan(o3).any() and not torch.equal(o3, o)  # the scale reaches the kernel
 
 
@@ -323,7 +329,7 @@ def test_v_from_k_kernel_refuses_a_v_that_is_not_k():
     k, kc, table = _latent_cache(g, b, 128, lens, PAGE)
     q = torch.randn(b, sq, HQ, D, generator=g).to("cuda", torch.bfloat16)
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
-    qattn.flash_mla_with_kvcache(q, kc, table, seqlens, DV)  # builds the kernel
+    qattn.attention_with_kvcache(q, kc, None, seqlens, table, head_dim_v=DV)  # builds the kernel
     bld = _attention._build_for(torch, "bf16", D, DV, NONE, False, q.device, shape=(HQ, 1, sq), kv_cache="paged",
                                 v_from_k=True)
     assert bld.spec["v_from_k"] is True and bld.library.info["d_v"] == DV
@@ -372,3 +378,17 @@ def test_every_split_count_equals_no_split(sq, causal):
         empty = torch.isinf(l1)  # a causal query before the sequence's only key sees none: -inf in both
         assert torch.equal(empty, torch.isinf(lse)), n
         assert (lse - l1)[~empty].abs().max().item() <= 1e-3, n
+
+
+@needs_torch
+def test_get_mla_metadata_gives_flash_mla_types_and_checks_its_arguments():
+    """FlashMLA's metadata call: (tile_scheduler_metadata (0, 8) int32, num_splits (batch + 1,) int32) on
+    cache_seqlens' device; bad arguments PY0105."""
+    seqlens = torch.tensor([5, 70, 1], dtype=torch.int32)
+    meta, parts = flash_mla_interface.get_mla_metadata(seqlens, 128, 1)
+    assert meta.shape == (0, 8) and meta.dtype == torch.int32
+    assert parts.shape == (4,) and parts.dtype == torch.int32 and parts.device == seqlens.device
+    for args in ((seqlens[None], 128, 1), ([5, 70], 128, 1), (seqlens, 0, 1), (seqlens, 128, True), (seqlens, 128.0, 1)):
+        with pytest.raises(SpecError) as e:
+            flash_mla_interface.get_mla_metadata(*args)
+        assert e.value.code == "PY0105", args
