@@ -452,6 +452,12 @@ def run_backward(torch, dt, fields, args, aux, layout, scale, q, k, v, o, lse, d
 _SMS = {}
 
 
+def parts_to_fill(torch, device, blocks, keys):
+    """How many parts of the keys fill the SMs a launch of `blocks` blocks leaves idle: at least
+    MIN_KEYS_PER_SPLIT keys a part, at most MAX_SPLITS parts (1 or less: no split)."""
+    return min(sm_count(torch, device) // max(blocks, 1), keys // MIN_KEYS_PER_SPLIT, MAX_SPLITS)
+
+
 def sm_count(torch, device):
     """The SMs of `device` (cached per device index)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
@@ -498,12 +504,9 @@ def split_keys(torch, device, qv, kv, fields, args, aux):
         return 1
     if sk < 2 * MIN_KEYS_PER_SPLIT or sq > _build.SHORT_QUERIES:
         return 1
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    sms = sm_count(torch, device)
     group = hq // hkv
     packed = group > 1 and 64 % group == 0
-    blocks = bsz * (hkv * -(-sq * group // 64) if packed else hq * -(-sq // 64))
-    want = min(sms // max(blocks, 1), sk // MIN_KEYS_PER_SPLIT, MAX_SPLITS)
+    want = parts_to_fill(torch, device, bsz * (hkv * -(-sq * group // 64) if packed else hq * -(-sq // 64)), sk)
     for s in range(want, 1, -1):
         if in_tl or sk % s == 0 or bsz == 1:
             return s

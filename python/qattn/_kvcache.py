@@ -287,10 +287,7 @@ def mla_splits(torch, q, capacity, hq, hkv, sq, num_splits=0):
         return num_splits
     if os.environ.get("QATTN_SPLIT_KV", "1") in ("0", "false", "no"):
         return 1
-    blocks = int(q.shape[0]) * hkv * -(-sq * (hq // hkv) // 64)
-    want = min(_attention.sm_count(torch, q.device) // max(blocks, 1), capacity // _attention.MIN_KEYS_PER_SPLIT,
-               _attention.MAX_SPLITS)
-    return max(1, want)
+    return max(1, _attention.parts_to_fill(torch, q.device, int(q.shape[0]) * hkv * -(-sq * (hq // hkv) // 64), capacity))
 
 
 def _launch(torch, b, q, k, v, o, lse, lens, table, capacity, page_size, pages, scale, args, splits=1, d_v=None):

@@ -220,6 +220,7 @@ struct Roles {
   // TL `split columns`: every consumer warpgroup holds all BM rows; warpgroup w computes key columns
   // [w BN / n, (w + 1) BN / n) of the score tile and columns [w d_v / n, ...) of O (n = consumer_wg)
   bool split_columns = false;
+  int split() const { return split_columns ? consumer_wg : 1; }  // the warpgroups a row's columns are split over
   TlRef producer_tl, consumer_tl;  // the Role statements (line 0: the policy's defaults)
 };
 

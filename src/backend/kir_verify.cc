@@ -240,7 +240,7 @@ class Verifier {
           if (backend::wgmma_atom_n(o.atom) != c->cols) return fail("`" + op_text(o) + "`: the atom's N is not the accumulator's");
           const SharedBuf* bb = buf(o.b);
           if (!bb || !bb->ring) return fail("`" + op_text(o) + "`: B is not a ring");
-          const int split = k_.roles.split_columns ? k_.roles.consumer_wg : 1;
+          const int split = k_.roles.split();
           if (o.kind == Op::Kind::GemmSS && o.b_mn) {
             // O += P V: A the staged (BM, BN) P tile, B a view of the ring's first columns, split over the warpgroups
             const SharedBuf* ab = buf(o.a);

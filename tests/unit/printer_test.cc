@@ -147,6 +147,18 @@ TEST(printer, HopperSchedule) {
   EXPECT_EQ(print_stmt(r, 2), "  Role consumer warpgroups 3 registers 160");
 }
 
+// A golden program (written canonically) parsed, printed and parsed again: fmt(x) == x, no errors,
+// the same statements; the two programs for the caller's field checks.
+std::pair<Program, Program> reparsed(const std::string& text) {
+  EXPECT_EQ(fmt(text), text);
+  support::DiagSink d;
+  Program p = parse(text, d);
+  Program again = parse(print(p), d);
+  EXPECT_FALSE(d.has_errors()) << d.render();
+  EXPECT_EQ(p.stmts.size(), again.stmts.size());
+  return {std::move(p), std::move(again)};
+}
+
 // `split columns` and `{view: K}`: canonical spelling, and print(parse(x)) == x for the absorbed-MLA
 // golden program with its fields kept.
 TEST(printer, SplitColumnsAndViewRoundTrip) {
@@ -161,11 +173,7 @@ TEST(printer, SplitColumnsAndViewRoundTrip) {
   const std::string text = read(fs::path(QATTN_SOURCE_DIR) / "tests" / "tl" / "mla_absorbed_paged.tl");
   ASSERT_NE(text.find("Role consumer warpgroups 2 registers 232 split columns\n"), std::string::npos);
   ASSERT_NE(text.find("Allocate V in shared (BN, dv) bf16 {view: K}\n"), std::string::npos);
-  EXPECT_EQ(fmt(text), text);
-  support::DiagSink d;
-  Program p = parse(text, d);
-  Program again = parse(print(p), d);
-  ASSERT_FALSE(d.has_errors()) << d.render();
+  auto [p, again] = reparsed(text);
   ASSERT_EQ(p.stmts.size(), again.stmts.size());
   int roles = 0, views = 0;
   for (size_t i = 0; i < p.stmts.size(); ++i) {
@@ -191,11 +199,7 @@ TEST(printer, SplitColumnsAndViewRoundTrip) {
 TEST(printer, Sm90ProgramRoundTrips) {
   const std::string text = read(fs::path(QATTN_SOURCE_DIR) / "tests" / "tl" / "sm90_schedule.tl");
   ASSERT_NE(text.find("Role consumer warpgroups 2 registers 240 pingpong"), std::string::npos);
-  EXPECT_EQ(fmt(text), text);
-  support::DiagSink d;
-  Program p = parse(text, d);
-  Program again = parse(print(p), d);
-  ASSERT_FALSE(d.has_errors()) << d.render();
+  auto [p, again] = reparsed(text);
   ASSERT_EQ(p.stmts.size(), again.stmts.size());
   for (size_t i = 0; i < p.stmts.size(); ++i) {
     EXPECT_EQ(p.stmts[i].kind, again.stmts[i].kind);

@@ -35,7 +35,7 @@ class Emitter {
       for (const auto* blk : {&k.sm90.loop.first, &k.sm90.loop.steady, &k.sm90.loop.drain})
         for (const auto& o : *blk)
           if (o.kind == kir::Op::Kind::GemmRS || (o.kind == kir::Op::Kind::GemmSS && o.b_mn)) tail_ring_ = o.buffer;
-    if (k.roles.split_columns) nw_ = k.roles.consumer_wg;
+    nw_ = k.roles.split();
     for (const auto& b : k.smem)  // (only a pipelined loop reads the view a key tile behind the waits)
       if (!b.view_of.empty() && k.sm90.loop.overlap) view_base_ = b.view_of;
   }

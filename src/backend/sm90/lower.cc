@@ -282,7 +282,7 @@ bool Lower::lower_smem() {
                  "the tiles need " + std::to_string(k_.launch.smem_bytes / 1024) + " KB of shared memory; " + target_.name + " has " +
                      std::to_string(target_.smem_per_block / 1024) + " KB per block",
                  "lower BN or the stages");
-  const int split = k_.roles.split_columns ? k_.roles.consumer_wg : 1;
+  const int split = k_.roles.split();
   k_.sm90.mma_qk = wgmma_atom(k_.sm90.bn / split, k_.elem, false, false);
   k_.sm90.mma_pv = wgmma_atom(k_.d_v / split, k_.elem, false, true);
   // GQA packing

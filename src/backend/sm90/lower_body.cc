@@ -288,7 +288,7 @@ bool Lower::lower_statement(const tl::Stmt& s, bool in_loop, BodyStmt& out) {
         tl::Env env;
         env.ints = f_.env_;
         auto r = tl::eval_int(a.shape[0], env, nullptr), c = tl::eval_int(a.shape[1], env, nullptr);
-        const int split = k_.roles.split_columns ? k_.roles.consumer_wg : 1;
+        const int split = k_.roles.split();
         if (!r || !c || *r != bm || *c % split != 0 || !hw::sm90::wgmma_n_ok(int(*c / split)))
           return error("XL0202", s.loc, "register tile " + a.name + " is not (BM, N) with N a multiple of 8 up to 256" +
                                             (split > 1 ? " per warpgroup (split columns: N / " + std::to_string(split) + ")" : std::string()),
@@ -527,7 +527,7 @@ bool Lower::lower_gemm(const tl::Stmt& s, BodyStmt& out) {
     return error("XL0301", s.loc, "GEMM operands must be tensor names", "`Compute GEMM Q, K^T and get S`");
   if (c.result == tl::ComputeStmt::Result::InPlace) return error("XL0301", s.loc, "a GEMM needs `and get C` or `and accumulate C`", "");
   const std::string a = c.operands[0].expr.name, b = c.operands[1].expr.name, t = c.target;
-  const int split = k_.roles.split_columns ? k_.roles.consumer_wg : 1;
+  const int split = k_.roles.split();
   const kir::SharedBuf* bb = buf(b);
   if (bb && !bb->view_of.empty()) {
     // O += P V with V a view of K's slot (split columns): A is the P tile the warpgroups staged, B read MN-major
@@ -635,7 +635,7 @@ bool Lower::lower_score_op(const tl::Stmt& s, BodyStmt& out) {
   if (tl::print_expr(c.at[0]) != k_.scope.grid[0].tl)
     return error("XL0301", s.loc, "the score tile's row coordinate is not the work tile's " + k_.scope.grid[0].tl,
                  "the consumer's rows are those of the Grid's first axis: `at [" + k_.scope.grid[0].tl + ", j]`");
-  if (rx->cols * (k_.roles.split_columns ? k_.roles.consumer_wg : 1) != k_.sm90.bn)
+  if (rx->cols * k_.roles.split() != k_.sm90.bn)
     return error("XL0301", s.loc, c.op + " of a tile of " + std::to_string(rx->cols) + " columns", "the score tile has BN columns (one key tile)");
   kir::Op op;
   op.tl = ref(s);
@@ -693,7 +693,7 @@ bool Lower::lower_store(const tl::Stmt& s, BodyStmt& out) {
   if (op.head_cpp.empty())
     return error("XL0301", s.loc, "the global " + c.name + " has no `with offset [batch, head]`", "");
   if (c.name == "O") {
-    if (r->kind != kir::RegKind::Tile || r->cols * (k_.roles.split_columns ? k_.roles.consumer_wg : 1) != k_.d_v || !first_axis() ||
+    if (r->kind != kir::RegKind::Tile || r->cols * k_.roles.split() != k_.d_v || !first_axis() ||
         c.coord.size() != 2)
       return error("XL0301", s.loc, "the store of O is not the work tile's (BM, d_v) rows",
                    "`Copy O (BM, d) in coordinate [" + k_.scope.grid[0].tl + ", 0] from register to global`");
