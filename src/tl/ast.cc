@@ -137,6 +137,7 @@ bool stmt_reads(const Stmt& s, const std::string& n) {
       return any(s.compute.at) || mask(s.compute.mask);
     case Stmt::Kind::Variant: return expr_reads(s.variant.expr, n) || opt(s.variant.empty_when) || opt(s.variant.full_when);
     case Stmt::Kind::Phase:
+    case Stmt::Kind::Merge:
       for (const auto& b : s.loop.body)
         if (stmt_reads(b, n)) return true;
       return false;

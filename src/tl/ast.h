@@ -163,6 +163,9 @@ struct ReshapeStmt {
 // for VAR = LO: HI  ... end
 // Phase NAME ... end (a backward program's kernel that runs before the main one over its own Grid,
 // e.g. D = rowsum(dO * O): docs/tl.md, "Phases"): stored as a ForStmt with var = NAME, no bounds.
+// Merge AXIS ... end (a forward program that splits the keys over the Grid axis AXIS: the block that
+// stores the last part of a tile merges every part, a combine program's body: docs/tl.md, "Merging
+// the parts in the kernel"): stored as a ForStmt with var = AXIS, no bounds.
 struct ForStmt {
   std::string var;
   Expr lo, hi;
@@ -196,7 +199,7 @@ struct CommentStmt {  // a whole-line comment, text without the leading '#'
 struct BlankStmt {};  // one or more blank lines (kept for readable printing)
 
 struct Stmt {
-  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank, Variant, Role, Phase };
+  enum class Kind { Kernel, Dim, Const, Grid, Let, Allocate, Copy, Compute, Reshape, For, Comment, Blank, Variant, Role, Phase, Merge };
   Kind kind = Kind::Blank;
   SrcLoc loc;                     // location of the statement's first token
   std::vector<Attr> attrs;        // schedule attributes `{...}`
@@ -211,7 +214,7 @@ struct Stmt {
   CopyStmt copy;
   ComputeStmt compute;
   ReshapeStmt reshape;
-  ForStmt loop;                   // For, and Phase (loop.var = its name, loop.body)
+  ForStmt loop;                   // For, Phase (loop.var = its name) and Merge (loop.var = its axis)
   CommentStmt comment;
   VariantStmt variant;
   RoleStmt role;

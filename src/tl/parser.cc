@@ -24,7 +24,7 @@ constexpr const char* kOpsHint =
     "Compute ops are GEMM, Add, Subtract, Multiply, Divide, Max, Exp, Exp2, Log, Log2, Convert, "
     "RowMax, RowSum, Rescale, Normalize, Mask, Modify, Derivative, Gradient";
 constexpr const char* kStmtHint =
-    "a line starts with Kernel, Dim, Const, Grid, Let, Role, Phase, Allocate, Score, Mask, Copy, Compute, Reshape, for or end";
+    "a line starts with Kernel, Dim, Const, Grid, Let, Role, Phase, Merge, Allocate, Score, Mask, Copy, Compute, Reshape, for or end";
 constexpr const char* kDTypeHint = "dtypes are fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 (and int32 for auxiliary global tensors)";
 constexpr const char* kSpaceHint = "memory spaces are global, shared, register";
 constexpr const char* kMaskHint = "masks are none, bounds, causal, causal_top_left, window(L, R)";
@@ -517,6 +517,10 @@ class LineParser {
   bool phase_header(ForStmt& s) {
     return name(s.var, nullptr, "a phase name after 'Phase'", "Phase dot_do_o ... end");
   }
+  // Merge AXIS (the merge's statements follow, up to its `end`)
+  bool merge_header(ForStmt& s) {
+    return name(s.var, nullptr, "the split Grid axis after 'Merge'", "Merge split ... end");
+  }
 
   // One statement line (not `end`). True when the line holds a complete statement.
   bool statement(Stmt& s) {
@@ -542,6 +546,7 @@ class LineParser {
     else if (k == "reshape") s.kind = K::Reshape, ok = reshape(s.reshape);
     else if (k == "for") s.kind = K::For, ok = for_header(s.loop);
     else if (k == "phase") s.kind = K::Phase, ok = phase_header(s.loop);
+    else if (k == "merge") s.kind = K::Merge, ok = merge_header(s.loop);
     else if (k == "score") s.kind = K::Variant, ok = variant(s.variant, false);
     else if (k == "mask") s.kind = K::Variant, ok = variant(s.variant, true);
     else return fail("TL0202", t.loc, "unknown statement " + describe(t), kStmtHint);
@@ -559,7 +564,7 @@ class LineParser {
 };
 
 struct Frame {
-  Stmt stmt;               // kind For or Phase (meaningful unless poisoned)
+  Stmt stmt;               // kind For, Phase or Merge (meaningful unless poisoned)
   bool poisoned = false;   // the `for` line had an error: splice the body into the parent
   std::vector<Stmt> body;
 };
@@ -637,8 +642,8 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file)
     LineParser p(L.toks, diags, file);
     if (p.is_kw("end")) {
       if (stack.empty()) {
-        report(diags, file, "TL0204", first.loc, "'end' without a matching 'for' or 'Phase'",
-               "remove this 'end' or add the 'for' (or 'Phase') line it closes");
+        report(diags, file, "TL0204", first.loc, "'end' without a matching 'for', 'Phase' or 'Merge'",
+               "remove this 'end' or add the 'for' (or 'Phase', 'Merge') line it closes");
         continue;
       }
       if (L.ok && p.peek(1).kind == Tok::LBrace)
@@ -652,7 +657,7 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file)
       close();
       continue;
     }
-    const bool is_for = p.is_kw("for") || p.is_kw("phase");
+    const bool is_for = p.is_kw("for") || p.is_kw("phase") || p.is_kw("merge");
     Stmt s;
     bool ok = L.ok && p.statement(s);
     if (is_for) {
@@ -679,8 +684,11 @@ Program parse(std::string_view text, support::DiagSink& diags, std::string file)
     for (const auto& f : stack)
       if (!f.poisoned)
         report(diags, file, "TL0203", f.stmt.loc,
-               std::string(f.stmt.kind == Stmt::Kind::Phase ? "'Phase'" : "'for'") + " without a matching 'end'",
-               std::string("close the ") + (f.stmt.kind == Stmt::Kind::Phase ? "phase" : "loop body") + " with a line holding 'end'");
+               std::string(f.stmt.kind == Stmt::Kind::Phase ? "'Phase'" : f.stmt.kind == Stmt::Kind::Merge ? "'Merge'" : "'for'") +
+                   " without a matching 'end'",
+               std::string("close the ") +
+                   (f.stmt.kind == Stmt::Kind::Phase ? "phase" : f.stmt.kind == Stmt::Kind::Merge ? "merge" : "loop body") +
+                   " with a line holding 'end'");
   while (!stack.empty()) close();
   complete_clauses(prog);
   return prog;

@@ -192,6 +192,7 @@ std::string head(const Stmt& s) {
     case Stmt::Kind::For:
       return "for " + s.loop.var + " = " + print_expr(s.loop.lo) + ": " + print_expr(s.loop.hi);
     case Stmt::Kind::Phase: return "Phase " + s.loop.var;
+    case Stmt::Kind::Merge: return "Merge " + s.loop.var;
     case Stmt::Kind::Comment: return comment(s.comment.text);
     case Stmt::Kind::Blank: return "";
     case Stmt::Kind::Variant: {
@@ -246,7 +247,7 @@ std::string print_stmt(const Stmt& s, int indent) {
   std::string pad(indent > 0 ? static_cast<size_t>(indent) : 0, ' ');
   std::string out = pad + head(s) + attrs(s.attrs);
   if (s.kind != Stmt::Kind::Comment && !s.trailing_comment.empty()) out += "  " + comment(s.trailing_comment);
-  if (s.kind != Stmt::Kind::For && s.kind != Stmt::Kind::Phase) return out;
+  if (s.kind != Stmt::Kind::For && s.kind != Stmt::Kind::Phase && s.kind != Stmt::Kind::Merge) return out;
   out += '\n';
   print_body(s.loop.body, indent + 2, out);
   out += pad + "end";
