@@ -68,6 +68,13 @@ std::string Walker::suggest(const std::string& name) const {
 
 void Walker::report_undeclared(const std::string& name, SrcLoc loc, const Stmt& s, const std::string& what,
                                const std::string& hint_override) {
+  if (merge_body_ && (name == merge_axis_ || merge_hidden_.count(name))) {  // (a Merge's body: checker_merge.cc)
+    error(s, "TL0423", loc,
+          name == merge_axis_ ? "the split axis " + name + " is not visible in the Merge block: the block merges every part of its tile"
+                              : "the Let " + name + " reads the split axis " + merge_axis_ + ", which is not visible in the Merge block",
+          "loop over the parts (`for t = 0: splits`) and index O_part / LSE_part with the loop variable");
+    return;
+  }
   auto g = gone_.find(name);
   if (g != gone_.end()) {
     if (g->second.carried_reported) {  // the TL0304 at its Allocate already says how to fix this
@@ -325,6 +332,7 @@ void Walker::write_full(const std::string& name, Space sp) {
 // (stages, async, wait, release, overlap, persistent) by check_schedule (checker_schedule.cc); anything else is
 // TL0701.
 void Walker::attrs(const Stmt& s) {
+  if (s.kind == Stmt::Kind::Merge) return merge_attrs(s);  // `{rows: R}` only (checker_merge.cc)
   for (const auto& a : s.attrs) {
     if (a.key == "skip") {
       check_skip(s, a);
@@ -534,6 +542,7 @@ void Walker::stmt(const Stmt& s) {
     case Stmt::Kind::Variant: variant_stmt(s); break;
     case Stmt::Kind::Role: role_stmt(s); break;
     case Stmt::Kind::Phase: phase_stmt(s); break;
+    case Stmt::Kind::Merge: merge_stmt(s); break;
   }
   if (loops_.empty() && (s.kind == Stmt::Kind::Kernel || s.kind == Stmt::Kind::Dim || s.kind == Stmt::Kind::Const))
     header_.push_back(&s);
@@ -598,6 +607,7 @@ void Walker::finish() {
   finish_pack();
   finish_kv_cache();
   finish_split();
+  finish_merge();
   // Kernel arguments.
   const std::vector<const char*> required =
       backward()  ? std::vector<const char*>{"Q", "K", "V", "O", "dO", "LSE", "dQ", "dK", "dV"}
@@ -610,8 +620,9 @@ void Walker::finish() {
     if (std::string(n) == "V" && v_is_view_of_k()) continue;  // V is K's first columns (`{view: K}`)
     if (!global_alloc_.count(n)) {
       rep_.error("TL0406", top,
-                 std::string("the ") + (backward() ? "backward " : combine() ? "combine " : "") +
-                     "program never allocates the global tensor " + n,
+                 std::string(merge_body_ ? "the Merge block" : backward() ? "the backward program"
+                                                 : combine()  ? "the combine program" : "the program") +
+                     " never allocates the global tensor " + n,
                  "add `" + example_global(n) + "` after the Grid/Let lines");
     }
   }

@@ -95,6 +95,13 @@ struct CheckInfo {
   // `splits` parts), merged by a combine program; split_var is the offset's middle index.
   bool split = false;
   std::optional<Expr> split_var;
+  // Merge (docs/tl.md, "Merging the parts in the kernel"): a split forward's `Merge AXIS ... end`, whose
+  // body is checked as a combine program of its own scope: its CheckInfo (merge_axis the split Grid
+  // axis, merge_rows the `{rows: R}` attribute or 0) is the one entry of `merges`; the main program's
+  // `tensors` keep its own O and LSE. Empty when the program has no Merge.
+  std::vector<CheckInfo> merges;
+  std::string merge_axis;
+  int merge_rows = 0;
 };
 
 bool check(const Program& p, support::DiagSink& diags, const CheckOptions& opts = {});  // true when no errors

@@ -3,7 +3,8 @@
 // GEMM / element-wise / reductions / Mask, Reshape, layouts), checker_ranges.cc (abstract execution
 // over sample dims: TL0601-TL0604), checker_variants.cc (Score / Mask, skip), checker_schedule.cc
 // (the Hopper schedule: Role, stages / async / wait / release / overlap: TL0702-TL0716) and
-// checker_views.cc (shared views: TL0421, TL0422) and checker_util.cc (formatting, Reporter).
+// checker_views.cc (shared views: TL0421, TL0422), checker_merge.cc (a split forward's Merge: TL0423,
+// TL0424) and checker_util.cc (formatting, Reporter).
 // Not part of the public API; see checker.h.
 #pragma once
 #include <map>
@@ -160,6 +161,13 @@ class Walker {
   void finish_pack();
   void finish_split();  // forward O / LSE at [batch, split, head] (checker_memory.cc)
   void phase_stmt(const Stmt& s);  // `Phase NAME ... end` (TL0419): checked by a walker of its own
+  // ---- checker_merge.cc: `Merge AXIS ... end` (TL0423, TL0424) ----
+  void merge_stmt(const Stmt& s);   // placement: a forward program's last statement, once
+  void merge_attrs(const Stmt& s);  // `{rows: R}`, the only attribute of the Merge line
+  void finish_merge();              // the axis, then the body, checked by a walker of its own
+  void merge_alloc(const Stmt& s);  // (the body's walker) a global O / LSE / O_part / LSE_part against the main ones
+  // "a combine program", or "the Merge block" when this walker checks a Merge's body (messages)
+  const char* combine_name() const { return merge_body_ ? "the Merge block" : "a combine program"; }
   bool workspace_alloc(const Stmt& s);  // a phase's / the main program's global Allocate of a workspace
   // ---- checker_kvcache.cc: a KV cache's per-sequence key counts and pages (TL0416) ----
   bool kv_length_let(const Stmt& s);  // `Let seqlen_k = T[b]`; true when the Let is one (checked here)
@@ -243,6 +251,16 @@ class Walker {
   long write_seq_ = 0;                           // register writes so far (Buffer::version, staged GEMM A operands)
   bool split_columns_ = false;                   // `Role consumer ... split columns`: P is staged in shared memory
   bool phase_ = false;                           // this walker checks a Phase's body
+  // Merge: the main program's Merge statement (its body is checked in finish) and its `{rows: R}`;
+  // in the body's walker (merge_body_): the split axis and the Lets that read it (not visible there),
+  // and the main program's global O and LSE Allocates the body's views are compared with.
+  const Stmt* merge_ = nullptr;
+  int merge_rows_ = 0;
+  bool merge_body_ = false;
+  std::string merge_axis_;
+  std::set<std::string> merge_hidden_;
+  const Stmt* main_out_[2] = {nullptr, nullptr};  // O, LSE
+  void run_merge(const std::vector<Stmt>& body, const Walker& outer);  // (the body's walker) see finish_merge
   std::vector<const Stmt*> header_;              // the Kernel, Dim and Const statements (a phase's header)
   std::map<std::string, const Stmt*> workspace_decl_;  // the global Allocate of each workspace a phase wrote
 };

@@ -199,9 +199,9 @@ void Walker::allocate_stmt(const Stmt& s) {
       for (const char* g : kGlobalNames) known = known || a.name == g;
     if (!known && combine()) {
       error(s, "TL0406", s.loc,
-            "'" + a.name + "' is not an argument of a combine program (O_part, LSE_part, O, LSE)",
-            "a `Kernel NAME combine` reads the partial results O_part and LSE_part and writes O and LSE; keep other "
-            "values in registers");
+            "'" + a.name + "' is not an argument of " + combine_name() + " (O_part, LSE_part, O, LSE)",
+            std::string(merge_body_ ? "a Merge block" : "a `Kernel NAME combine`") +
+                " reads the partial results O_part and LSE_part and writes O and LSE; keep other values in registers");
     } else if (!known) {
       // An auxiliary input of Score / Mask declarations: full shape, fp32 or int32, no offset.
       const bool dt_ok = a.dtype && (*a.dtype == DType::F32 || *a.dtype == DType::I32);
@@ -254,6 +254,7 @@ void Walker::allocate_stmt(const Stmt& s) {
       }
     }
     for (const auto& e : a.offset) check_expr(e, Ctx::Index, s);
+    if (known && merge_body_) merge_alloc(s);  // the same views as the main program's O and LSE (checker_merge.cc)
     if (a.init) error(s, "TL0403", s.loc, "`init` on a global tensor", "only register tensors take `init`; remove it");
   } else {
     if (!a.offset.empty()) {
@@ -477,7 +478,8 @@ void Walker::copy_stmt(const Stmt& s) {
 void Walker::check_pack(const Stmt& s, const Attr& a) {
   const SrcLoc at = pick(a.loc, s.loc);
   const bool view = s.kind == Stmt::Kind::Allocate && s.alloc.space == Space::Global &&
-                    (s.alloc.name == "Q" || s.alloc.name == "O" || s.alloc.name == "LSE");
+                    (s.alloc.name == "Q" || s.alloc.name == "O" || s.alloc.name == "LSE" ||
+                     (merge_body_ && (s.alloc.name == "O_part" || s.alloc.name == "LSE_part")));  // a Merge reads packed parts
   if (!view) {
     rep_.error("TL0412", at, "`pack` applies to the global Allocate of Q, O or LSE (the views a packed tile reads and writes)",
                "write `Allocate Q in global (seqlen_q, d) bf16 with offset [b, kv_head] {pack: heads_q / heads_kv}` and the "

@@ -169,9 +169,10 @@ class RangeWalker {
       }
     }
     views[a.name] = v;
-    // [b, head], or a split output's [b, s, head] (a combine's parts: the interpreter checks them)
+    // [b, head], or a split output's [b, s, head] (a Merge's parts too; a combine's: the interpreter checks them)
     const size_t n = a.offset.size();
-    if (n != 2 && !(n == 3 && (a.name == "O" || a.name == "LSE"))) return;
+    const bool merged_part = in_merge_ && (a.name == "O_part" || a.name == "LSE_part");
+    if (n != 2 && !(n == 3 && (a.name == "O" || a.name == "LSE" || merged_part))) return;
     // Undeclared batch / heads_q are 1 and an undeclared heads_kv is heads_q (as the interpreter
     // binds them).
     bool kv = a.name == "K" || a.name == "V";
@@ -371,6 +372,12 @@ class RangeWalker {
         case Stmt::Kind::Reshape:
         case Stmt::Kind::Variant:
         case Stmt::Kind::Role:
+        case Stmt::Kind::Merge:  // a split forward's merge, at this block's grid point (its parts' views range-checked)
+          if (bad) break;
+          in_merge_ = true;
+          exec(s.loop.body, 0, env, views, depth + 1);
+          in_merge_ = false;
+          break;
         case Stmt::Kind::Phase:  // its own kernel (the phase's walker checks it)
         case Stmt::Kind::Comment:
         case Stmt::Kind::Blank: break;
@@ -388,6 +395,7 @@ class RangeWalker {
   std::set<std::string> unknown_;
   std::map<const Stmt*, std::pair<bool, bool>> loops_;  // reached, iterated
   long budget_ = 0;
+  bool in_merge_ = false;  // executing a Merge's body
 };
 
 // The default sample problems: ragged sizes (not multiples of common tiles), seqlen_q < and >

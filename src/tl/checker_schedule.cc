@@ -279,6 +279,7 @@ class Schedule {
         for (const auto& b : s.loop.body) overlapped_.insert(&b);
     SrcLoc first_use;  // first async / wait / release, for TL0707
     walk_all(prog_.stmts, 0, [&](const Stmt& s, int) {
+      if (s.kind == Stmt::Kind::Merge) return;  // its line takes `{rows}` only (TL0423, checker_merge.cc)
       bool stages_seen = false;
       for (const auto& a : s.attrs) {
         const SrcLoc at = pick(a.loc, s.loc);

@@ -469,7 +469,7 @@ void Walker::compute_stmt(const Stmt& s) {
   if (combine() && (op->cls == OpClass::Gemm || c.op == "Mask" || c.op == "Modify" || c.op == "Derivative" ||
                     c.op == "Gradient")) {
     error(s, "TL0414", s.loc,
-          "Compute " + c.op + " in a combine program: it merges rows of partial results, with element-wise and row operations",
+          "Compute " + c.op + " in " + combine_name() + ": it merges rows of partial results, with element-wise and row operations",
           "weight each part by exp(LSE_part - m) (Max, Subtract, Exp, Rescale, Add) and finish with Normalize and Log "
           "(docs/tl.md, \"Combining partial results\")");
     return;

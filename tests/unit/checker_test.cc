@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -669,6 +670,50 @@ TEST(checker, GarbageAstDoesNotCrash) {
   Program empty;
   support::DiagSink d;
   EXPECT_FALSE(check(empty, d));
+}
+
+// `Merge s ... end` (docs/tl.md, "Merging the parts in the kernel"): the body's facts in info.merges,
+// apart from the main program's; `{rows: R}` and the placement rules (tests/tl_errors/merge_*.tl
+// hold the other must-fail cases).
+TEST(checker, MergeIsCheckedInAScopeOfItsOwn) {
+  std::ifstream in(std::string(QATTN_SOURCE_DIR) + "/tests/tl/split_merge.tl");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  {
+    support::DiagSink diags;
+    Program p = parse(replace(text, "\nMerge s\n", "\nMerge s {rows: BM / 4}\n"), diags);
+    CheckInfo info;
+    ASSERT_TRUE(check(p, diags, {}, info)) << diags.render();
+    EXPECT_TRUE(info.split);
+    ASSERT_EQ(info.merges.size(), 1u);
+    const CheckInfo& m = info.merges[0];
+    EXPECT_EQ(m.merge_axis, "s");
+    EXPECT_EQ(m.merge_rows, 4);
+    EXPECT_EQ(m.grid_vars, (std::vector<std::string>{"m_block", "kv_head", "b"}));  // the split axis is not visible
+    EXPECT_NE(std::find(m.lets.begin(), m.lets.end(), "part"), m.lets.end());
+    EXPECT_TRUE(m.tensors.count("O_part") && m.tensors.at("O_part").in_global);
+    EXPECT_TRUE(m.tensors.at("O").written_to_global);
+    EXPECT_FALSE(info.tensors.count("O_part"));  // the main program's own tensors
+    EXPECT_EQ(info.tensors.at("O").global_dtype, DType::BF16);
+  }
+  {
+    support::DiagSink diags;
+    CheckInfo info;
+    ASSERT_TRUE(check(parse(text, diags), diags, {}, info)) << diags.render();
+    ASSERT_EQ(info.merges.size(), 1u);
+    EXPECT_EQ(info.merges[0].merge_rows, 0);
+  }
+  for (const char* attrs : {"{rows: 0}", "{rows: 32}", "{rows: 3}", "{rows: 2, rows: 2}", "{unroll: 4}"}) {
+    const std::string t = replace(text, "\nMerge s\n", "\nMerge s " + std::string(attrs) + "\n");
+    auto r = run(t);
+    EXPECT_TRUE(r.has("TL0423", line_of(t, "Merge s {"))) << attrs << r.rendered;
+    EXPECT_EQ(r.count("TL0701") + r.count("TL0415"), 0) << attrs << r.rendered;
+  }
+  // inside the loop over the key tiles
+  std::string in_loop = replace(text, "  Compute Max m, m_new\nend\n", "  Compute Max m, m_new\n  Merge s\n  end\nend\n");
+  auto r = run(in_loop);
+  EXPECT_TRUE(r.has("TL0423", line_of(in_loop, "  Merge s"))) << r.rendered;
 }
 
 TEST(checker, DeepLoopNestIsBounded) {
