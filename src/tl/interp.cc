@@ -77,6 +77,11 @@ bool Machine::setup_header(const Program& p) {
     backward_ = kernel->kernel.backward;
     combine_ = kernel->kernel.combine;
   }
+  for (const auto& s : p.stmts)  // a Merge (run after the grid: interp_merge.cc)
+    if (s.kind == Stmt::Kind::Merge && !merge_) merge_ = &s;
+  if (merge_ && (backward_ || combine_))
+    return error("TL0903", merge_->loc, std::string("a Merge in a ") + (backward_ ? "backward" : "combine") + " program",
+                 "a Merge ends a forward program that splits the keys");
   // Dims, with values from the program (fixed) or the configuration.
   std::vector<std::string> missing;
   SrcLoc missing_loc;
@@ -246,6 +251,7 @@ bool Machine::setup_globals(const Program& p) {
     globals_[a.name] = std::move(g);
   }
   if (!setup_workspaces(p) || !setup_view_v(p)) return false;  // (V as a view of K: K's first columns)
+  if (merge_ && !setup_merge_globals()) return false;            // (the merged O and LSE: interp_merge.cc)
   for (const char* n : {"Q", "K", "V", "O"})
     if (!globals_.count(n))
       return error("TL0901", kernel_loc_, std::string("the program does not allocate ") + n + " in global",
@@ -402,7 +408,8 @@ bool Machine::run_grid(const Program& p) {
     in_phase_ = false;
     if (!ok) return false;
   }
-  return run_blocks(p.stmts, grid_);
+  if (!run_blocks(p.stmts, grid_)) return false;
+  return !merge_ || run_merge(p);  // every part is stored: the merge of each tile
 }
 
 bool Machine::run_blocks(const std::vector<Stmt>& body, const std::vector<GridVar>& grid) {
@@ -449,6 +456,12 @@ RunResult Machine::verdict(const Program& p) {
     op = &merged_o;
     lse = &merged_lse;
   }
+  // A Merge: O and LSE are what its body merged; the parts it read are merged here in fp64 as well
+  // and compared too, so that a failure says whether the forward's parts or the Merge is wrong.
+  Global parts_o, parts_lse;
+  const bool parts = merge_ && globals_.count("O_part") && globals_.count("LSE_part") && globals_["O_part"].parts > 0 &&
+                     globals_["LSE_part"].parts == globals_["O_part"].parts;
+  if (parts) merge_parts(globals_["O_part"], globals_["LSE_part"], prob_.batch, parts_o, parts_lse);
   const Global& o = *op;
   const spec::ScoreVariant variant = cfg_.reference_variant ? cfg_.reference_variant(aux_) : declared_variant(p);
   const spec::ScoreVariant* vp = variant.empty() ? nullptr : &variant;
@@ -479,6 +492,7 @@ RunResult Machine::verdict(const Program& p) {
       << " seqlen_q=" << prob_.seqlen_q << " seqlen_k=" << prob_.seqlen_k << " d_qk=" << prob_.d_qk << " d_v=" << prob_.d_v
       << " mask=" << spec::to_string(prob_.mask);
   if (globals_["O"].parts > 0) sum << " splits=" << globals_["O"].parts << " (merged by their LSE)";
+  if (parts) sum << " splits=" << globals_["O_part"].parts << " (merged by the Merge block: " << merge_blocks_ << " tiles)";
   if (prob_.mask == spec::MaskKind::Window) sum << "(" << prob_.window_left << ", " << prob_.window_right << ")";
   sum << " scale=" << prob_.softmax_scale << " seed=" << cfg_.seed << " blocks=" << blocks_ << "\n";
   bool ok_o, ok_lse = true;
@@ -517,9 +531,27 @@ RunResult Machine::verdict(const Program& p) {
   if (r.unwritten) sum << "; " << r.unwritten << " output elements never written";
   if (stray) sum << "; " << stray << " output elements written outside their sequence";
   r.summary = sum.str();
-  finish_verdict(r, ok_o, ok_lse, "the reference", "the reference",
-                 "every element of O (and LSE) must be copied to global by some block: check the Grid extents and the final Copy",
+  finish_verdict(r, ok_o, ok_lse, merge_ ? "the reference (O as the Merge block merged it)" : "the reference",
+                 merge_ ? "the reference (LSE as the Merge block merged it)" : "the reference",
+                 merge_ ? "every row of the merged O and LSE must be copied to global by the Merge block: check its final Copies"
+                        : "every element of O (and LSE) must be copied to global by some block: check the Grid extents and the final Copy",
                  "run with --precision fp64 to separate algorithm bugs from precision loss");
+  if (parts) {  // the parts the Merge read, merged in fp64 (as the split verdict does without a Merge)
+    std::vector<double> pg, prf, plg, plrf;
+    const int64_t unwritten = written_pairs(parts_o, ref.o, pg, prf) + written_pairs(parts_lse, ref.lse, plg, plrf);
+    const bool fp64 = cfg_.precision == Precision::FP64;
+    const double err = fp64 ? spec::rel_frobenius(pg, prf) : spec::max_abs_diff(pg, prf), lerr = spec::max_abs_diff(plg, plrf);
+    const bool good = unwritten == 0 && err <= r.tolerance && lerr <= r.lse_tolerance;
+    r.summary += "; the parts merged in fp64: O " + std::string(fp64 ? "rel_err " : "max_abs_err ") + fmt(err) +
+                 ", LSE max_abs_err " + fmt(lerr) + (unwritten ? ", " + std::to_string(unwritten) + " elements unwritten" : "");
+    if (!good) {
+      r.passed = false;
+      diags_.error("TL0801", kernel_loc_,
+                   "the parts the forward stored, merged by their LSE in fp64, differ from the reference" +
+                       (unwritten ? " (" + std::to_string(unwritten) + " elements unwritten)" : std::string()),
+                   "each part attends to its own key tiles (the loop bounds) and stores O and LSE at its part index");
+    }
+  }
   if (stray) {
     r.passed = false;
     diags_.error("TL0801", kernel_loc_, std::to_string(stray) + " output elements were written outside their sequence",

@@ -111,6 +111,11 @@ bool Machine::exec_block(const std::vector<Stmt>& body, bool top) {
       case Stmt::Kind::Role:  // warp roles do not change what is computed
       case Stmt::Kind::Phase:  // run before the grid (run_grid)
       case Stmt::Kind::Blank: break;
+      case Stmt::Kind::Merge:  // run after the grid (run_merge)
+        if (!top || in_merge_ || &s != merge_)
+          return error("TL0903", s.loc, "a Merge inside a loop or a Merge block, or a second Merge, is not supported",
+                       "write one Merge, the program's last statement");
+        break;
       case Stmt::Kind::Let: {
         const bool reads = s.let.value.kind == Expr::Kind::Index ||
                            (s.let.value.kind == Expr::Kind::Binary && s.let.value.args.size() == 2 &&
@@ -162,7 +167,7 @@ bool Machine::exec_allocate(const Stmt& s) {
   if (a.space == Space::Global) {
     auto git = globals_.find(a.name);
     const bool parted = git != globals_.end() && git->second.parts > 0;  // offset [b, s, head]
-    if (!frames_.empty() && !(parted && combine_))
+    if (!frames_.empty() && !(parted && (combine_ || in_merge_)))
       return error("TL0903", s.loc, "a global Allocate inside a loop is not supported",
                    "allocate the kernel's arguments at the top of the program");
     if (aux_.count(a.name)) return true;  // an auxiliary input: read by declarations only
@@ -187,7 +192,7 @@ bool Machine::exec_allocate(const Stmt& s) {
                          "] of global " + a.name + " is outside (batch, splits, heads" + (g.pack > 1 ? " / pack" : "") +
                          ") = (" + std::to_string(prob_.batch) + ", " + std::to_string(g.parts) + ", " +
                          std::to_string(g.heads / g.pack) + ")",
-                     combine_ ? "loop over the parts with `for s = 0: splits`" : "the part is the Grid axis `s = 0: splits`");
+                     combine_ || in_merge_ ? "loop over the parts with `for t = 0: splits`" : "the part is the Grid axis `s = 0: splits`");
       slots_[a.name].global = View{&g, ((ix[0] * g.parts + ix[1]) * g.heads + ix[2] * g.pack) * g.view_elems()};
       return true;
     }

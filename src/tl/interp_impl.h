@@ -1,8 +1,8 @@
 // Internal state of the TL interpreter (not part of the public API): buffers, global tensors,
 // scopes and the Machine that executes statements. Split over interp.cc (setup, grid, verdict),
 // interp_exec.cc (Allocate, Copy, Let, for), interp_compute.cc (Compute), interp_variant.cc
-// (Score / Mask declarations, skip), interp_schedule.cc (the Hopper schedule attributes) and
-// interp_view.cc (shared views).
+// (Score / Mask declarations, skip), interp_schedule.cc (the Hopper schedule attributes),
+// interp_view.cc (shared views) and interp_merge.cc (a split forward's Merge block).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -350,6 +350,12 @@ class Machine {
   bool setup_globals_combine(const Program& p);
   void make_inputs_combine();
   RunResult verdict_combine();
+  // ---- interp_merge.cc: a split forward's `Merge AXIS ... end` (docs/tl.md, "Merging the parts in the kernel") ----
+  const Stmt* merge_ = nullptr;  // the program's Merge (its last statement)
+  bool in_merge_ = false;        // running the Merge's body
+  int64_t merge_blocks_ = 0;     // merge blocks run (one per tile of the other Grid axes)
+  bool setup_merge_globals();    // the merged O and LSE, beside the parts
+  bool run_merge(const Program& p);  // the body once per tile, after the grid; O / LSE become O_part / LSE_part
   // The end of an O / LSE verdict: passed, and else TL0801 naming what differs from what (o_ref,
   // lse_ref), with the hint for unwritten outputs or for wrong values.
   void finish_verdict(RunResult& r, bool ok_o, bool ok_lse, const char* o_ref, const char* lse_ref,

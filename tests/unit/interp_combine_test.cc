@@ -6,9 +6,13 @@
 // The forward that writes the parts (docs/tl.md, "Splitting the keys"): tests/tl/split_kv.tl passes
 // with 1 part, a few, and more parts than key tiles (empty parts), its merge checked against the
 // reference; planted edits of its key ranges or its part index fail.
+// The merge in the kernel (docs/tl.md, "Merging the parts in the kernel"): tests/tl/split_merge.tl
+// passes, and planted edits of its Merge body (a missing rescale, a part skipped, a forgotten store)
+// fail the interpreter with TL0801 (those the checker accepts too).
 #include <gtest/gtest.h>
 
 #include "interp_test_util.h"
+#include "tl/checker.h"
 #include "tl/interp.h"
 
 namespace qattn::tl {
@@ -137,6 +141,73 @@ TEST(SplitKeys, MissingSplitsIsADiagnostic) {
   Outcome o = run_text(slurp(kCorpus / "split_kv.tl"), c);
   EXPECT_FALSE(o.r.ran);
   EXPECT_TRUE(o.has("TL0904")) << o.diags;
+}
+
+std::string merge_with(const std::string& from, const std::string& to) { return testutil::corpus_with("split_merge.tl", from, to); }
+
+TEST(Merge, UnmodifiedProgramPassesWithOneFewAndEmptyParts) {
+  struct Size { int64_t sq, sk, ps, splits; };
+  for (Precision prec : {Precision::FP64, Precision::Storage})
+    for (Size z : {Size{1, 96, 16, 1}, Size{1, 96, 16, 4}, Size{3, 96, 32, 6}, Size{1, 70, 8, 9}, Size{5, 33, 64, 2}}) {
+      SCOPED_TRACE("seqlen_q=" + std::to_string(z.sq) + " seqlen_k=" + std::to_string(z.sk) + " splits=" + std::to_string(z.splits));
+      Outcome o = run_text(slurp(kCorpus / "split_merge.tl"), split_dims(prec, z.sq, z.sk, z.ps, z.splits));
+      EXPECT_TRUE(o.r.passed) << o.r.summary << o.diags;
+      EXPECT_TRUE(o.codes.empty()) << o.diags;
+      EXPECT_EQ(o.r.unwritten, 0) << o.r.summary;
+    }
+}
+
+// Bugs of the Merge body alone: the checker accepts the arithmetic ones (the merge's arithmetic is
+// the interpreter's to verify); the interpreter fails each on the merged O or LSE, not on the parts.
+TEST(Merge, PlantedBugsOfTheMergeFail) {
+  struct Bug {
+    const char* what;
+    const char* from;
+    const char* to;
+    bool checked;  // the checker accepts it
+  };
+  const Bug bugs[] = {
+      {"O not rescaled when the max grows", "    Compute Rescale O, alpha\n", "", true},
+      {"l not rescaled when the max grows", "    Compute Rescale l, alpha\n", "", true},
+      {"a part's O not weighted", "    Compute Rescale O_part, w\n", "", true},
+      {"LSE without its max", "  Compute Add LSE, m\n", "", true},
+      {"the last part skipped (TL0424)", "for t = 0: splits", "for t = 0: splits - 1", false},
+      {"the merged LSE never stored (TL0406)", "  Copy LSE (BM) in coordinate [m_block] from register to global\nend", "end",
+       false},
+  };
+  for (const auto& b : bugs) {
+    const std::string text = merge_with(b.from, b.to);
+    support::DiagSink cd("split_merge.tl");
+    Program p = parse(text, cd, "split_merge.tl");
+    EXPECT_EQ(check(p, cd), b.checked) << b.what << cd.render();
+    for (Precision prec : {Precision::FP64, Precision::Storage}) {
+      SCOPED_TRACE(std::string(b.what) + (prec == Precision::FP64 ? " (fp64)" : " (storage)"));
+      Outcome o = run_text(text, split_dims(prec, 3, 96, 16, 3));  // 6 key tiles: 3 parts of 2
+      EXPECT_TRUE(o.r.ran) << o.diags;
+      EXPECT_FALSE(o.r.passed) << o.r.summary;
+      EXPECT_TRUE(o.has("TL0801")) << o.diags;
+      EXPECT_EQ(o.diags.find("the parts the forward stored"), std::string::npos) << o.diags;  // the parts are right
+    }
+  }
+}
+
+// The merged outputs start poisoned: a tile the Merge block does not store is unwritten, a failure.
+TEST(Merge, UnstoredMergedRowsFail) {
+  const std::string text = merge_with("  Copy O (BM, d) in coordinate [m_block, 0] from register to global\n  Copy LSE",
+                                      "  Copy O (BM, d) in coordinate [m_block + 1, 0] from register to global\n  Copy LSE");
+  Outcome o = run_text(text, split_dims(Precision::FP64, 3, 96, 16, 3));
+  EXPECT_TRUE(o.r.ran) << o.diags;
+  EXPECT_FALSE(o.r.passed) << o.r.summary;
+  EXPECT_GT(o.r.unwritten, 0) << o.r.summary;
+  EXPECT_TRUE(o.has("TL0801")) << o.diags;
+}
+
+// The parts' check is kept: a forward whose parts overlap fails even though the Merge is right.
+TEST(Merge, WrongPartsFail) {
+  const std::string text = merge_with("min((s + 1) * part, cdiv(seqlen_k, BN))", "min((s + 1) * part + 1, cdiv(seqlen_k, BN))");
+  Outcome o = run_text(text, split_dims(Precision::FP64, 1, 96, 16, 3));
+  EXPECT_FALSE(o.r.passed) << o.r.summary;
+  EXPECT_NE(o.diags.find("the parts the forward stored"), std::string::npos) << o.diags;
 }
 
 }  // namespace
