@@ -85,6 +85,40 @@ static inline int* tile_counter() {
   return base[dev] + (next[dev]++ % kSlots);
 }
 
+// The counters of an in-kernel merge of split keys (TL `Merge`, qattn/sm90/merge.cuh): `n` zeroed
+// ints of the current device, which the kernel leaves zeroed. Launches take turns over 8 such
+// ranges (launches that run at the same time on different streams do not share one). Allocated,
+// or grown to a larger n (after the device's work is done: a kernel may still use the old ranges),
+// on a launch outside stream capture (`stream`: the launch's); nullptr when that fails or n exceeds 2^24.
+static inline int* merge_counters(int64_t n, void* stream) {
+  constexpr int kRanges = 8;
+  int dev = 0;
+  if (n < 1 || n > (int64_t(1) << 24) || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return nullptr;
+  static std::mutex mu;
+  static int* base[64] = {};
+  static int64_t cap[64] = {};
+  static unsigned next[64] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (n > cap[dev]) {
+    int64_t c = 4096;
+    while (c < n) c *= 2;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capturing) != cudaSuccess ||
+        capturing != cudaStreamCaptureStatusNone)
+      return nullptr;  // (a synchronisation would end the caller's capture)
+    if (base[dev] && (cudaDeviceSynchronize() != cudaSuccess || cudaFree(base[dev]) != cudaSuccess)) return nullptr;
+    base[dev] = nullptr, cap[dev] = 0;
+    int* b = nullptr;
+    if (cudaMalloc(&b, size_t(kRanges * c) * sizeof(int)) != cudaSuccess) return nullptr;
+    if (cudaMemset(b, 0, size_t(kRanges * c) * sizeof(int)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+      cudaFree(b);
+      return nullptr;
+    }
+    base[dev] = b, cap[dev] = c;
+  }
+  return base[dev] + (next[dev]++ % kRanges) * cap[dev];
+}
+
 // The argument checks of every generated qattn_fwd (include/qattn/qattn.h), before anything is
 // launched: ABI version, the compiled head dims, positive sizes, heads_q a multiple of heads_kv, a
 // positive finite softmax_scale, non-NULL and 16-byte aligned tensors and strides, one (batch,

@@ -28,7 +28,8 @@ struct RowTiling {
   static constexpr int kCols = COLS / 32;     // columns per thread
   static constexpr int kVec = kCols % 4 == 0 ? 4 : kCols % 2 == 0 ? 2 : 1;  // consecutive columns per access
   static constexpr int kThreads = 32 * WARPS;
-  __device__ __forceinline__ static int warp() { return int(threadIdx.x) / 32; }
+  // (modulo WARPS: the warps of a consumer warpgroup of a larger block deal a tile as a block of its own)
+  __device__ __forceinline__ static int warp() { return int(threadIdx.x) / 32 % WARPS; }
   __device__ __forceinline__ static int lane() { return int(threadIdx.x) % 32; }
   __device__ __forceinline__ static int row(int i) { return warp() + i * WARPS; }  // the tile row of the thread's row i
   __device__ __forceinline__ static int col(int k) { return (k * 32 + lane()) * kVec; }  // first column of chunk k
@@ -92,7 +93,8 @@ struct alignas(sizeof(T) * N) Chunk {
 // The chunk at `p` when `in`, zeros otherwise, by one predicated load. No branch: with `in ? load :
 // 0` the compiler put each load behind a branch on `in`, so an unrolled loop's loads did not overlap
 // (the 16-part decoding combine waited for each part's row in turn, 0.25 us a part on an H200:
-// bench/results/2026-11-29-h200-combine-loads). A row that is not `in` is not read at all.
+// bench/results/2026-11-29-h200-combine-loads). A row that is not `in` is not read at all. Weak loads:
+// ptxas hoists them above an unrolled loop's math (strong ones, ld.global.cg, it did not).
 template <class T, int N>
 __device__ __forceinline__ Chunk<T, N> load_or_zero(const Chunk<T, N>* p, bool in) {
   constexpr int kBytes = int(sizeof(Chunk<T, N>));
@@ -125,11 +127,24 @@ __device__ __forceinline__ Chunk<T, N> load_or_zero(const Chunk<T, N>* p, bool i
   return u.c;
 }
 
+// Where row r of a global view starts (elements from its base): r * row_stride, or with GQA
+// packing (`{pack: G}`: row r is query r / G of the group's head r % G) (r / G) * row_stride +
+// (r % G) * head_stride.
+struct RowAddr {
+  int64_t row_stride = 0, head_stride = 0;
+  int pack = 1;
+  __device__ __forceinline__ RowAddr(int64_t rs) : row_stride(rs) {}
+  __device__ __forceinline__ RowAddr(int64_t rs, int64_t hs, int g) : row_stride(rs), head_stride(hs), pack(g) {}
+  __device__ __forceinline__ int64_t operator()(int r) const {
+    return pack == 1 ? int64_t(r) * row_stride : int64_t(r / pack) * row_stride + int64_t(r % pack) * head_stride;
+  }
+};
+
 // TL `Copy X (ROWS, COLS) in coordinate [m, 0] from global to register`: the tile rows row0 ..
 // row0 + ROWS - 1 of a (rows, COLS) global view with row stride `row_stride` (elements), converted
 // to fp32; rows past `rows` read as 0 (and are not read).
 template <class Tiling, class T>
-__device__ __forceinline__ void load_tile(TileOf<Tiling>& x, const T* base, int64_t row_stride, int row0, int rows) {
+__device__ __forceinline__ void load_tile(TileOf<Tiling>& x, const T* base, RowAddr at, int row0, int rows) {
   constexpr int V = Tiling::kVec;
 #pragma unroll
   for (int i = 0; i < Tiling::kRows; ++i) {
@@ -137,7 +152,7 @@ __device__ __forceinline__ void load_tile(TileOf<Tiling>& x, const T* base, int6
     const bool in = r < rows;
 #pragma unroll
     for (int k = 0; k < Tiling::kCols / V; ++k) {
-      const Chunk<T, V> c = load_or_zero(reinterpret_cast<const Chunk<T, V>*>(base + int64_t(r) * row_stride + Tiling::col(k)), in);
+      const Chunk<T, V> c = load_or_zero(reinterpret_cast<const Chunk<T, V>*>(base + at(r) + Tiling::col(k)), in);
 #pragma unroll
       for (int e = 0; e < V; ++e) x(i, k * V + e) = to_float(c.x[e]);
     }
@@ -147,7 +162,7 @@ __device__ __forceinline__ void load_tile(TileOf<Tiling>& x, const T* base, int6
 // TL `Copy X (ROWS, COLS) in coordinate [m, 0] from register to global`: rounded to T (nearest
 // even); rows past `rows` are not written.
 template <class Tiling, class T>
-__device__ __forceinline__ void store_tile(const TileOf<Tiling>& x, T* base, int64_t row_stride, int row0, int rows) {
+__device__ __forceinline__ void store_tile(const TileOf<Tiling>& x, T* base, RowAddr at, int row0, int rows) {
   constexpr int V = Tiling::kVec;
 #pragma unroll
   for (int i = 0; i < Tiling::kRows; ++i) {
@@ -158,7 +173,7 @@ __device__ __forceinline__ void store_tile(const TileOf<Tiling>& x, T* base, int
       Chunk<T, V> c;
 #pragma unroll
       for (int e = 0; e < V; ++e) c.x[e] = from_float<T>(x(i, k * V + e));
-      *reinterpret_cast<Chunk<T, V>*>(base + int64_t(r) * row_stride + Tiling::col(k)) = c;
+      *reinterpret_cast<Chunk<T, V>*>(base + at(r) + Tiling::col(k)) = c;
     }
   }
 }
@@ -166,23 +181,23 @@ __device__ __forceinline__ void store_tile(const TileOf<Tiling>& x, T* base, int
 // TL `Copy X (ROWS) in coordinate [m] from global to register`: one fp32 value per row (stride
 // `stride` between rows); rows past `rows` read as 0.
 template <class Tiling>
-__device__ __forceinline__ void load_vec(VecOf<Tiling>& x, const float* base, int64_t stride, int row0, int rows) {
+__device__ __forceinline__ void load_vec(VecOf<Tiling>& x, const float* base, RowAddr at, int row0, int rows) {
 #pragma unroll
   for (int i = 0; i < Tiling::kRows; ++i) {
     const int r = row0 + Tiling::row(i);
-    x(i) = load_or_zero(reinterpret_cast<const Chunk<float, 1>*>(base + int64_t(r) * stride), r < rows).x[0];
+    x(i) = load_or_zero(reinterpret_cast<const Chunk<float, 1>*>(base + at(r)), r < rows).x[0];
   }
 }
 
 // TL `Copy X (ROWS) in coordinate [m] from register to global`: written by lane 0 of the warp that
 // owns the row; nothing when `base` is NULL (an optional output the caller did not ask for).
 template <class Tiling>
-__device__ __forceinline__ void store_vec(const VecOf<Tiling>& x, float* base, int64_t stride, int row0, int rows) {
+__device__ __forceinline__ void store_vec(const VecOf<Tiling>& x, float* base, RowAddr at, int row0, int rows) {
   if (base == nullptr || Tiling::lane() != 0) return;
 #pragma unroll
   for (int i = 0; i < Tiling::kRows; ++i) {
     const int r = row0 + Tiling::row(i);
-    if (r < rows) base[int64_t(r) * stride] = x(i);
+    if (r < rows) base[at(r)] = x(i);
   }
 }
 

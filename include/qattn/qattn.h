@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-#define QATTN_ABI_VERSION 9
+#define QATTN_ABI_VERSION 10
 
 typedef struct qattn_fwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
@@ -74,6 +74,14 @@ typedef struct qattn_fwd_params {
    * heads_q, seqlen_q); a combine kernel (qattn_combine) merges them. 0 or 1: one part. Must be 0 or
    * 1 for other kernels. */
   int32_t splits;
+  /* ABI 10: the merged result of split keys, for kernels whose TL merges the parts itself (`Merge s
+   * ... end`; docs/tl.md "Merging the parts in the kernel"; qattn_kernel_info()'s "merge" is true):
+   * o_merged (batch, seqlen_q, heads_q, d_v) of o's dtype, any strides, and lse_merged (batch,
+   * heads_q, seqlen_q) contiguous or NULL receive the attention over all the keys; o and lse stay the
+   * parts' scratch (as in ABI 8). NULL / ignored for other kernels. */
+  void* o_merged;
+  float* lse_merged;
+  int64_t om_batch_stride, om_row_stride, om_head_stride;
 } qattn_fwd_params;
 
 typedef enum qattn_status {

@@ -9,7 +9,7 @@ import ctypes
 import json
 
 # Must equal QATTN_ABI_VERSION in include/qattn/qattn.h (tests/python/test_cpu.py checks it).
-QATTN_ABI_VERSION = 9
+QATTN_ABI_VERSION = 10
 
 STATUS = {0: "OK", 1: "ERR_ABI", 2: "ERR_SHAPE", 3: "ERR_ALIGNMENT", 4: "ERR_LAUNCH", 5: "ERR_ARCH", 6: "ERR_AUX",
           7: "ERR_ARG"}
@@ -40,6 +40,8 @@ class Params(ctypes.Structure):
         ("total_q", ctypes.c_int32), ("total_k", ctypes.c_int32),  # ABI 5: packed ragged batches
         ("sm_margin", ctypes.c_int32),  # ABI 7: SMs a persistent kernel leaves free
         ("splits", ctypes.c_int32),  # ABI 8: split keys (o, lse hold batch * splits parts)
+        ("o_merged", ctypes.c_void_p), ("lse_merged", ctypes.c_void_p),  # ABI 10: a TL Merge's result
+        ("om_batch_stride", ctypes.c_int64), ("om_row_stride", ctypes.c_int64), ("om_head_stride", ctypes.c_int64),
     ]
 
 
@@ -50,7 +52,8 @@ def fill_params(q, k, v, o, lse=None, scale=None, descale=None, aux=None, window
     window (left, right) (-1: unbounded) and softcap: the launch arguments of kernels whose info
     lists them in "args" (ignored by the others); sm_margin: SMs a persistent kernel leaves free;
     splits: the parts of split keys (kernels whose info says "splits"): then o and lse hold batch * splits
-    parts, part s of sequence b at b * splits + s, and batch is q's."""
+    parts, part s of sequence b at b * splits + s, and batch is q's. A kernel whose info says "merge" (its TL
+    merges the parts itself, ABI 10) also needs o_merged / lse_merged (qattn.verify.poisoned_merge sets them)."""
     p = Params()
     p.abi_version = QATTN_ABI_VERSION
     p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()

@@ -47,6 +47,10 @@ def main():
         return 0
     k = Kernel(so)
     info = k.info
+    if info.get("splits"):  # decoding's kernel: its parts (and its merge) need the key split's shapes
+        print("time_kernel: skipped (split keys: bench/bench_kvcache.py and bench/bench_split_kv.py time these kernels "
+              "in decoding)")
+        return 0
     if "varlen" in info or "kv_cache" in info:  # their baselines need ragged batches / caches
         print("time_kernel: skipped (" + ("ragged batches: bench/bench_varlen.py" if "varlen" in info
                                            else "a KV cache: bench/bench_kvcache.py") + " times these kernels)")

@@ -66,6 +66,21 @@ def split_count(info, i):
     return (1, 3, 7)[i % 3] if info.get("splits") else 1
 
 
+def poisoned_merge(p, info, b, hq, sq, layout="bshd"):
+    """A kernel that merges its parts itself (info "merge", ABI 10): NaN-filled merged outputs set in p;
+    returns (o, lse or None), which the kernel must overwrite; (None, None) for other kernels."""
+    if not info.get("merge"):
+        return None, None
+    o = torch.full((b, sq, hq, info["d_v"]), float("nan"), device="cuda", dtype=DTYPES[info["out_dtype"]])
+    if layout == "bhsd":
+        o = torch.full((b, hq, sq, info["d_v"]), float("nan"), device="cuda", dtype=DTYPES[info["out_dtype"]]).permute(0, 2, 1, 3)
+    lse = torch.full((b, hq, sq), float("nan"), device="cuda", dtype=torch.float32) if info["lse"] else None
+    p.o_merged = o.data_ptr()
+    p.lse_merged = lse.data_ptr() if lse is not None else None
+    p.om_batch_stride, p.om_row_stride, p.om_head_stride = (int(x) for x in o.stride()[:3])
+    return o, lse
+
+
 def merge_parts(o_parts, l_parts, splits):
     """The LSE merge of a split kernel's parts in fp64: o_parts (batch * S, sq, hq, d) (any strides),
     l_parts (batch * S, hq, sq) -> o (batch, sq, hq, d), lse (batch, hq, sq); a row without keys in
@@ -287,11 +302,14 @@ def run_case(kern, case, gen, i=0, spec=None):
     p = kern.params(q, k, v, o, lse, scale, descale, window=window, softcap=softcap,
                     aux=[aux[a["name"]] for a in info.get("aux", [])] if aux else None)
     p.splits = parts
+    om, lm = poisoned_merge(p, info, b, hq, sq, layout)
     st = kern(q, k, v, o, params=p)
     torch.cuda.synchronize()
     if st != 0:
         return False, f"status {st}: {kern.last_error()}", None
-    if parts > 1:
+    if om is not None:  # the kernel's own merge is what is checked
+        o, lse = om, lm
+    elif parts > 1:
         o, lse = merge_parts(o, lse, parts)
     p_dt = DTYPES[info["dtype"]] if not fp8 else torch.float8_e4m3fn
     if var:  # the spec's mask and variants as independent torch formulas (softcap at the launch value)
@@ -362,6 +380,13 @@ def abi_checks(kern, gen=None):
     p = prm()
     p.k_row_stride = p.k_row_stride + 1
     results.append(("misaligned stride", kern(q, k, v, o, params=p) == 3))
+    if info.get("merge"):  # a kernel that merges its parts itself needs o_merged, aligned (ABI 10)
+        om = torch.empty_like(o)
+        results.append(("o_merged NULL", kern(q, k, v, o, params=prm()) == 2))
+        p = prm()
+        poisoned_merge(p, info, 1, 2, 64)
+        p.o_merged = om.data_ptr() + 2
+        results.append(("misaligned o_merged", kern(q, k, v, o, params=p) == 3))
     return results
 
 

@@ -105,6 +105,7 @@ void Lowering::emit_stmt(Writer& w, const tl::Stmt& s, bool in_loop, size_t inde
     case tl::Stmt::Kind::Variant: emit_declaration(w, s); return;
     case tl::Stmt::Kind::Role: return;  // refused for mma.sync targets in analyze_statements
     case tl::Stmt::Kind::Phase: return;  // backward programs only (TL0419)
+    case tl::Stmt::Kind::Merge: return;  // split keys only, which the mma.sync targets refuse (XL0203)
   }
 }
 

@@ -252,6 +252,15 @@ struct Sm90 {
   std::vector<Op> after;              // after the loop (Normalize, LSE, the stores)
   std::string lse_global;             // the global LSE tensor's name ("" = no LSE)
   int64_t exchange_offset = -1;       // split columns: the warpgroups' row exchange in shared memory
+  // TL `Merge split ... end` (split keys merged in the kernel: qattn/sm90/merge.cuh): each consumer
+  // warpgroup counts its rows' part after the stores; the one that counts the last part runs `code`
+  // (the Merge body lowered onto row-distributed tiles of `rows` rows over its 4 warps, qattn/rowwise.cuh)
+  struct Merge {
+    bool on = false;
+    TlRef tl;
+    int rows = 0, cols = 0;            // the strip the body works on at a time (rows of the tile), d_v
+    std::string code;                  // C++ lines, from the body's first statement (no Tiling declaration)
+  } merge;
 };
 
 // ---- the mma.sync program (sm75 / sm80 / sm89) --------------------------------------------------

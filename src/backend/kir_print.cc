@@ -97,6 +97,9 @@ std::string print(const Kernel& k) {
   if (k.family == "wgmma") {
     if (k.sm90.pack) line("  pack heads_q / heads_kv query heads per tile (5-D maps for Q and O)" + at(k.sm90.pack_tl));
     line(std::string("  O store: ") + (k.launch.defer_store_wait ? "{async}, waited for before the next tile's store" : "waited for at once"));
+    if (k.sm90.merge.on)
+      line("  merge: the consumer warpgroup that stores its rows' last part merges every part, " + std::to_string(k.sm90.merge.rows) +
+           " rows at a time over its 4 warps (d_v " + std::to_string(k.sm90.merge.cols) + ")" + at(k.sm90.merge.tl));
     line("roles");
     line("  producer " + std::to_string(k.roles.producer_wg) + " warpgroup x " + std::to_string(k.roles.producer_regs) + " registers" +
          at(k.roles.producer_tl));
@@ -274,6 +277,7 @@ std::string info_json(const Kernel& k) {
     j["pipelined"] = true;
     j["persistent"] = k.launch.persistent;
     if (k.launch.split) j["splits"] = true;  // ABI 8: o / lse receive batch * splits parts
+    if (k.sm90.merge.on) j["merge"] = true;  // ABI 10: o_merged / lse_merged receive the merged result
     j["roles"] = {{"producer_registers", k.roles.producer_regs}, {"consumers", k.roles.consumer_wg},
                   {"consumer_registers", k.roles.consumer_regs}, {"pingpong", k.roles.pingpong}};
   }

@@ -70,6 +70,12 @@ bool Body::tiling(const std::vector<Stmt>& stmts, support::SrcLoc at) {
                 "compute in a register tile: `Allocate O in register (BM, d) fp32`");
   warps_ = int(std::min<int64_t>(rows_, 4));
   if (auto it = env_.ints.find("WARPS"); it != env_.ints.end()) warps_ = int(it->second);
+  if (strip_.rows > 0) {  // (the caller chose rows dividing the TL's)
+    if (rows_ % strip_.rows != 0)
+      return fail("XL0202", at, "the " + kind_ + "'s tiles of " + std::to_string(rows_) + " rows are not strips of " + std::to_string(strip_.rows),
+                  "a number of rows at a time that divides the tile's");
+    rows_ = strip_.rows, warps_ = strip_.warps;
+  }
   if (warps_ < 1 || warps_ > 16 || rows_ % warps_ != 0 || rows_ > 128)
     return fail("XL0202", at,
                 "rows " + std::to_string(rows_) + " over WARPS = " + std::to_string(warps_) + " warps is not lowered",
@@ -150,6 +156,8 @@ void Body::loop(CudaOut& w, const Stmt& s, long unroll) {
     w.open("for (; " + at + " + " + n + " <= " + hi_v + "; " + at + " += " + n + ") {");
     if (b == 1) {
       body(at);
+    } else if (strip_.hoist_loads) {
+      hoisted_block(w, s, at, b);
     } else {
       w.line("#pragma unroll");
       w.open("for (int " + k + " = 0; " + k + " < " + n + "; ++" + k + ") {");
@@ -159,6 +167,54 @@ void Body::loop(CudaOut& w, const Stmt& s, long unroll) {
     w.close();
   }
   w.close();
+}
+
+// n iterations of the loop `s` from `first` (strip_.hoist_loads): every iteration's loads first, each
+// in a scope of its own (the loop variable, the global views) into registers declared outside it
+// (suffixed by the iteration), then every iteration's other statements.
+void Body::hoisted_block(CudaOut& w, const Stmt& s, const std::string& first, long n) {
+  std::map<std::string, const Stmt*> loaded;  // tensor -> its register Allocate in the body
+  for (const auto& b : s.loop.body)
+    if (b.kind == Stmt::Kind::Copy && b.copy.from == Space::Global && b.copy.to == Space::Register) loaded[b.copy.name] = nullptr;
+  for (const auto& b : s.loop.body)
+    if (b.kind == Stmt::Kind::Allocate && b.alloc.space == Space::Register && loaded.count(b.alloc.name)) loaded[b.alloc.name] = &b;
+  auto is_load = [&](const Stmt& b) {
+    return (b.kind == Stmt::Kind::Allocate && (b.alloc.space == Space::Global || loaded.count(b.alloc.name))) ||
+           (b.kind == Stmt::Kind::Copy && b.copy.from == Space::Global && b.copy.to == Space::Register);
+  };
+  const std::string v = id(s.loop.var);
+  const std::map<std::string, Reg> saved = regs_;
+  const std::map<std::string, GlobalView> saved_g = globals_;
+  std::vector<std::map<std::string, Reg>> regs(static_cast<size_t>(n));
+  for (long i = 0; i < n; ++i) {
+    for (const auto& [name, a] : loaded) {
+      if (!a) {
+        fail("XL0301", s.loc, "the loop loads " + name + " without allocating it in the loop", "allocate the register tile in the loop");
+        return;
+      }
+      w.line(tl_ref(*a) + "  (iteration " + std::to_string(i) + " of the block)");
+      const bool vec = a->alloc.shape.size() == 1;
+      const std::string var = "r_" + id(name) + "_" + std::to_string(i);
+      w.line(std::string("qattn::rows::") + (vec ? "VecOf" : "TileOf") + "<Tiling> " + var + ";");
+      regs[size_t(i)][name] = {var, vec};
+    }
+    w.open("{  // iteration " + std::to_string(i) + "'s loads");
+    w.line("const int " + v + " = " + first + " + " + std::to_string(i) + ";");
+    for (const auto& [name, r] : regs[size_t(i)]) regs_[name] = r;
+    for (const auto& b : s.loop.body)
+      if (is_load(b) && !(b.kind == Stmt::Kind::Allocate && b.alloc.space == Space::Register)) emit(w, {b});
+    w.close();
+  }
+  for (long i = 0; i < n; ++i) {
+    w.open("{  // iteration " + std::to_string(i));
+    w.line("[[maybe_unused]] const int " + v + " = " + first + " + " + std::to_string(i) + ";");
+    for (const auto& [name, r] : regs[size_t(i)]) regs_[name] = r;
+    for (const auto& b : s.loop.body)
+      if (!is_load(b)) emit(w, {b});
+    w.close();
+  }
+  regs_ = saved;
+  globals_ = saved_g;
 }
 
 void Body::allocate(CudaOut& w, const Stmt& s) {
@@ -206,12 +262,14 @@ void Body::copy(CudaOut& w, const Stmt& s) {
     }
   }
   w.line(tl_ref(s));
-  const std::string row0 = "(" + cint(c.coord[0]) + ") * (" + cint(c.tile[0]) + ")";
+  std::string row0 = "(" + cint(c.coord[0]) + ") * (" + cint(c.tile[0]) + ")";
+  if (!strip_.row_offset.empty()) row0 += " + " + strip_.row_offset;
   const std::string args = g->second.var + ", " + g->second.row_stride + ", " + row0 + ", " + g->second.rows;
+  const std::string tmpl = "<Tiling>(";
   if (r->second.vec)
-    w.line(std::string("qattn::rows::") + (load ? "load_vec" : "store_vec") + "<Tiling>(" + r->second.var + ", " + args + ");");
+    w.line(std::string("qattn::rows::") + (load ? "load_vec" : "store_vec") + tmpl + r->second.var + ", " + args + ");");
   else
-    w.line(std::string("qattn::rows::") + (load ? "load_tile" : "store_tile") + "<Tiling>(" + r->second.var + ", " + args + ");");
+    w.line(std::string("qattn::rows::") + (load ? "load_tile" : "store_tile") + tmpl + r->second.var + ", " + args + ");");
 }
 
 const Body::Reg* Body::reg(const std::string& n, const Stmt& s) {

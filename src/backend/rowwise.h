@@ -28,9 +28,23 @@ namespace qattn::backend::rowwise {
 // A global Allocate as the kernel sees it: a pointer of this block's (batch, [split,] head) matrix.
 struct GlobalView {
   std::string var;         // C++ pointer
-  std::string row_stride;  // C++ expression
-  std::string rows;        // C++ expression: the view's rows (TL shape[0])
+  std::string row_stride;  // C++ expression: a row's address (qattn::rows::RowAddr: a stride, or packed rows)
+  std::string rows;        // C++ expression: the view's rows (TL shape[0], times G when packed)
   bool vec = false;        // 1-D (LSE, a workspace)
+};
+
+// A strip-mined body (the in-kernel merge of split keys, src/backend/sm90): the TL's (BM, d) tiles
+// are worked on `rows` rows at a time by `warps` warps, the strip's first tile row `row_offset` (a
+// C++ expression) added to every copy's row (rows are independent in a row-wise body).
+struct Strip {
+  int64_t rows = 0;  // 0: the TL's rows at once
+  int warps = 0;
+  std::string row_offset;
+  // An unrolled block's loads (its global views, `Copy X ... from global to register` and X's
+  // Allocate) written before any of its other statements: a block of one warpgroup has no other
+  // warps to hide a load's latency behind, and ptxas kept each part's loads after the previous
+  // part's math, one L2 round trip a part.
+  bool hoist_loads = false;
 };
 
 class Body {
@@ -44,6 +58,7 @@ class Body {
 
   // The row tiling of the register tiles `stmts` allocate (nested loops included); false on error.
   bool tiling(const std::vector<tl::Stmt>& stmts, support::SrcLoc at);
+  void set_strip(Strip s) { strip_ = std::move(s); }
   void emit(CudaOut& w, const std::vector<tl::Stmt>& stmts);  // the statements, in TL order
   // `using Tiling = qattn::rows::RowTiling<...>;`
   std::string tiling_decl() const;
@@ -63,6 +78,7 @@ class Body {
   std::string id(const std::string& n) const { return names_.ident(n); }
   void allocate(CudaOut& w, const tl::Stmt& s);
   void loop(CudaOut& w, const tl::Stmt& s, long unroll);
+  void hoisted_block(CudaOut& w, const tl::Stmt& s, const std::string& first, long n);
   void copy(CudaOut& w, const tl::Stmt& s);
   void compute(CudaOut& w, const tl::Stmt& s);
   const Reg* reg(const std::string& n, const tl::Stmt& s);
@@ -78,6 +94,7 @@ class Body {
   int warps_ = 1;
   std::map<std::string, Reg> regs_;
   std::map<std::string, GlobalView> globals_;
+  Strip strip_;
 };
 
 }  // namespace qattn::backend::rowwise

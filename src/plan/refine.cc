@@ -50,6 +50,7 @@ std::string signature(const Stmt& s) {
     }
     case Stmt::Kind::For: return "for " + s.loop.var;
     case Stmt::Kind::Phase: return "Phase " + s.loop.var;
+    case Stmt::Kind::Merge: return "Merge " + s.loop.var;
     case Stmt::Kind::Variant:  // the declaration itself; its tile clauses are schedule facts
       return std::string(s.variant.is_mask ? "Mask " : "Score ") + s.variant.name + " = " + tl::print_expr(s.variant.expr);
     default: return "?";
@@ -61,7 +62,7 @@ void flatten(const std::vector<Stmt>& in, std::vector<const Stmt*>& out, std::ve
     if (added_by_params(s)) continue;
     out.push_back(&s);
     sig.push_back(signature(s));
-    if (s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::Phase) {
+    if (s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::Phase || s.kind == Stmt::Kind::Merge) {
       flatten(s.loop.body, out, sig);
       out.push_back(&s);
       sig.push_back("end " + s.loop.var);

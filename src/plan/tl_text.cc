@@ -358,6 +358,9 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   // A persistent block's O store completes in the background while its next tile starts.
   copy("O", "(BM, " + dv + ") in coordinate [m_block, 0]", "register", "global", persistent ? sched("async") : "");
   if (p.return_lse) copy("LSE", "(BM) in coordinate [m_block]", "register", "global");
+  // Split keys: the parts are merged by the TL combine kernel, a second launch. The in-kernel merge
+  // (TL `Merge split ... end`, one warpgroup per tile merging after the last part's store) is lowered
+  // but measured 0.49-0.96x the two launches on an H200 (bench/results/2026-11-30-h200-merge): not written.
   return w.text();
 }
 

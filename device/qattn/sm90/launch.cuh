@@ -96,6 +96,7 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   kp->o = p.o;
   kp->o_row_stride = p.o_row_stride;
   kp->o_head_stride = p.o_head_stride;
+  kp->o_batch_stride = obs;
   kp->num_tiles = int(tiles);
   *blocks = kp->num_tiles;
   kp->tile_counter = nullptr;
@@ -109,6 +110,35 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
       return fail(QATTN_ERR_LAUNCH,
                   "could not allocate the persistent grid's tile counter (first launch on this device inside a stream capture?)");
   }
+  return qattn::host::ok();
+}
+
+// TL `Merge split ... end` (ABI 10): the merged O (16-byte aligned, strides multiples of 8 elements,
+// like o) and LSE (4-byte aligned or NULL), and the counters of the launch's gx x gy x batch tiles
+// per consumer warpgroup (qattn/sm90/merge.cuh). QATTN_OK or a status.
+static inline int merge_params(Params* kp, const qattn_fwd_params& p, long long gx, long long gy, int consumers, void* stream) {
+  using qattn::host::fail;
+  if (p.o_merged == nullptr)
+    return fail(QATTN_ERR_SHAPE, "this kernel merges the parts of its split keys itself (TL Merge): o_merged must not be NULL");
+  const auto misaligned = [](long long s) { return s % 8 != 0; };
+  if (reinterpret_cast<uintptr_t>(p.o_merged) % 16 != 0 || misaligned(p.om_batch_stride) || misaligned(p.om_row_stride) ||
+      misaligned(p.om_head_stride))
+    return fail(QATTN_ERR_ALIGNMENT, "o_merged %p with strides (%lld, %lld, %lld): 16-byte aligned, strides multiples of 8 elements",
+                p.o_merged, (long long)p.om_batch_stride, (long long)p.om_row_stride, (long long)p.om_head_stride);
+  if (reinterpret_cast<uintptr_t>(p.lse_merged) % 4 != 0) return fail(QATTN_ERR_ALIGNMENT, "lse_merged %p: 4-byte aligned", p.lse_merged);
+  kp->o_merged = p.o_merged;
+  kp->lse_merged = p.lse_merged;
+  kp->om_batch_stride = p.om_batch_stride;
+  kp->om_row_stride = p.om_row_stride;
+  kp->om_head_stride = p.om_head_stride;
+  kp->merge_m_blocks = int(gx);
+  kp->merge_heads = int(gy);
+  kp->merge_counters = qattn::host::merge_counters(gx * gy * p.batch * consumers, stream);
+  if (kp->merge_counters == nullptr)
+    return fail(QATTN_ERR_LAUNCH,
+                "could not allocate the merge's %lld counters (the first launch of this size on the device inside a stream "
+                "capture? launch once before capturing)",
+                gx * gy * p.batch * consumers);
   return qattn::host::ok();
 }
 

@@ -30,6 +30,14 @@ struct Params {
   int total_q, total_k;
   void* o;
   int64_t o_row_stride, o_head_stride;
+  int64_t o_batch_stride;  // (TL Merge: the parts' entries, b * splits + s)
+  // TL `Merge split ... end` (ABI 10): the merged O and LSE, and a counter per (tile without its part,
+  // consumer warpgroup) at merge_counters[((b * merge_heads + head) * merge_m_blocks + m_block) * consumers + cw]
+  void* o_merged;
+  float* lse_merged;
+  int64_t om_batch_stride, om_row_stride, om_head_stride;
+  int* merge_counters;
+  int merge_m_blocks, merge_heads;
 };
 
 }  // namespace qattn::sm90

@@ -134,4 +134,24 @@ __device__ __forceinline__ void tma_store_wait() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
 
+// The bulk stores of the thread's groups older than the newest N are complete: their writes are
+// performed in global memory (tma_store_wait only waits until their source was read).
+template <int N>
+__device__ __forceinline__ void tma_store_done() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+// Orders the thread's async-proxy global writes (bulk stores) before its later generic accesses.
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+// Named barrier `id` over `threads` threads that also ORs a predicate: true in every thread when
+// any of them passed true.
+__device__ __forceinline__ bool bar_or(int id, int threads, bool pred) {
+  uint32_t out;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.cta.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(out)
+      : "r"(pred ? 1u : 0u), "r"(id), "r"(threads)
+      : "memory");
+  return out != 0;
+}
+
 }  // namespace qattn::sm90::ptx

@@ -40,6 +40,7 @@ class Emitter {
       if (!b.view_of.empty() && k.sm90.loop.overlap) view_base_ = b.view_of;
   }
   std::string run(const std::string& info_json);
+  void merge();
 
  private:
   void preamble();
@@ -98,6 +99,10 @@ void Emitter::preamble() {
   w_.line("#if !defined(QATTN_HOST_ONLY)  // the kernel");
   w_.line("#include \"qattn/sm90/kernel.cuh\"");
   if (!k_.scope.decls.empty()) w_.line("#include \"qattn/scalar.cuh\"  // Score/Mask declarations: fast_tanh, aux_at, ...");
+  if (k_.sm90.merge.on) {
+    w_.line("#include \"qattn/rowwise.cuh\"  // TL Merge: the merge's row-distributed tiles");
+    w_.line("#include \"qattn/sm90/merge.cuh\"");
+  }
   w_.line("#endif");
   w_.line("#if !defined(__CUDA_ARCH__)  // the launch code");
   w_.line("#include \"qattn/sm90/launch.cuh\"");
@@ -523,6 +528,7 @@ void Emitter::consumer() {
     ops(k_.sm90.released_after_loop);
   }
   ops(k_.sm90.after);
+  merge();
   w_.close();
   w_.line("finish_stores<kDeferStoreWait>(tid);");
   w_.line("PP::finish(cw);");
@@ -743,6 +749,8 @@ void Emitter::abi(const std::string& info_json) {
   const std::string wl = sc.mask == kir::MaskKind::Window ? sc.window_left_cpp : "0";
   const std::string wr = sc.mask == kir::MaskKind::Window ? sc.window_right_cpp : "0";
   w_.line("if (int st = make_params(&kp, p, shape, gx * gy * gz, " + wl + ", " + wr + ", &blocks); st != QATTN_OK) return st;");
+  if (k_.sm90.merge.on)  // TL Merge (ABI 10): the merged O / LSE, the counters
+    w_.line("if (int st = merge_params(&kp, p, gx, gy, kConsumers, stream); st != QATTN_OK) return st;");
   for (size_t i = 0; i < k_.sm90.scalars.size(); ++i)
     w_.line("kp.scalars[" + std::to_string(i) + "] = " + k_.sm90.scalars[i].value_cpp + ";  // " + k_.sm90.scalars[i].cpp + " (TL " +
             std::to_string(k_.sm90.scalars[i].tl.line) + ")");
@@ -754,6 +762,40 @@ void Emitter::abi(const std::string& info_json) {
   w_.close();
   abi_end(w_);
   w_.line("#endif  // the launch code");
+}
+
+// TL `Merge split ... end`: after the stores of its rows' part, each consumer warpgroup counts the
+// part (qattn/sm90/merge.cuh); the one that counts the last part merges its 64 rows in strips of
+// merge.rows, the strips past the sequence's rows skipped. A warpgroup without a valid row neither
+// counts nor merges (the same in every part).
+void Emitter::merge() {
+  const kir::Sm90::Merge& m = k_.sm90.merge;
+  if (!m.on) return;
+  const kir::Scope& sc = k_.scope;
+  const std::string mb = "v." + sc.grid[0].cpp, head = "v." + sc.grid[1].cpp, b = "v." + sc.grid[2].cpp;
+  const std::string bm = std::to_string(k_.sm90.bm), R = std::to_string(m.rows);
+  w_.line("// TL " + std::to_string(m.tl.line) + ": " + m.tl.text + "  (the warpgroup that counts its rows' last part merges them)");
+  w_.open("{");
+  w_.line("const int merge_rows = v.seqlen_q * p.pack;  // the tile's packed rows");
+  w_.line("int* merge_counter = p.merge_counters + ((int64_t(" + b + ") * p.merge_heads + " + head + ") * p.merge_m_blocks + " + mb +
+          ") * kConsumers + cw;");
+  w_.open("if (" + mb + " * " + bm + " + 64 * cw < merge_rows && merge_arrive<true>(merge_counter, v.splits, kBarEpilogueBase + cw, tid)) {");
+  w_.line("using Tiling = qattn::rows::RowTiling<" + R + ", " + std::to_string(m.cols) + ", 4>;");
+  w_.open("for (int merge_strip = 0; merge_strip < 64 / " + R + "; ++merge_strip) {");
+  w_.line("const int merge_row0 = 64 * cw + merge_strip * " + R + ";  // the strip's first row in the tile");
+  w_.line("if (" + mb + " * " + bm + " + merge_row0 >= merge_rows) break;");
+  std::string code = m.code;
+  size_t pos = 0;
+  while (pos < code.size()) {
+    size_t nl = code.find('\n', pos);
+    if (nl == std::string::npos) nl = code.size();
+    const std::string l = code.substr(pos, nl - pos);
+    if (!l.empty()) w_.line(l);
+    pos = nl + 1;
+  }
+  w_.close();
+  w_.close();
+  w_.close();
 }
 
 std::string Emitter::run(const std::string& info_json) {

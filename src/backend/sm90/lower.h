@@ -3,6 +3,7 @@
 //                    the work tile's names (Scope), the mask program
 //   lower_body.cc    each consumer statement -> ops (register tensors, pending scale factors,
 //                    partial row sums); the statement read/write sets for the schedule
+//   merge.cc         TL `Merge`: the in-kernel merge of split keys on row-distributed tiles
 //   schedule.cc      the software pipeline of the key loop ({overlap}, {stage}): first / steady /
 //                    drain blocks, ring waits and releases, GEMM waits, ping-pong turns
 // Every form the sm90 kernel cannot run is an XL diagnostic here, at the TL statement, with what
@@ -62,6 +63,8 @@ class Lower {
   bool whole(const std::string& rows, bool in_loop, const tl::Stmt& s, BodyStmt& out);
   std::string take_pending(const std::string& tile);
   bool materialize(const std::string& tile, const tl::Stmt& s, BodyStmt& out);
+  // merge.cc
+  bool lower_merge(const tl::Stmt& s);
   // schedule.cc
   bool schedule();
   bool assign_stages(std::vector<BodyStmt>& body);

@@ -96,6 +96,10 @@ bool Lower::lower_registers() {
       nonneg_ = nonneg_at_loop(nonneg_);  // after the loop: what holds at every iteration's end
       continue;
     }
+    if (s.kind == tl::Stmt::Kind::Merge) {
+      if (!lower_merge(s)) return false;
+      continue;
+    }
     const bool after_loop = &s > f_.loop_;
     BodyStmt bs;
     if (!lower_statement(s, false, bs)) return false;
