@@ -28,6 +28,11 @@ of a runtime change. vs_contiguous compares each with the contiguous cache of it
 line "speed vs NAME (its time / this runtime's)" under a row gives NAME's time over this tree's: above
 1, this tree is faster (the same direction as vs_cudnn).
 
+--varlen: the same decoding through qattn.attention_varlen over the cache (one query per sequence:
+cu_seqlens_q = 0, 1, ..., batch), which runs as attention_with_kvcache (impl qattn-varlen), and with
+max_seqlen_q 2 (not uniform: the ragged kernel, impl qattn-varlen-ragged, what every such call ran
+before 2026-11-30), in the same rounds.
+
 --fold: the same calls with the key split folded into the batch (QATTN_SPLIT_MODE=fold: the parts as
 batch entries, the queries copied per part; the split before Hopper) as impl qattn@fold /
 qattn-kvcache@fold, against the default on Hopper (the kernel that splits the keys in its TL, the
@@ -77,6 +82,10 @@ def main():
                     help="also the key split folded into the batch (QATTN_SPLIT_MODE=fold), as impl ...@fold")
     ap.add_argument("--pages", default=",".join(str(p) for p in PAGES),
                     help="the cache's page sizes (0: the contiguous cache, always timed), comma-separated (default %(default)s)")
+    ap.add_argument("--varlen", action="store_true",
+                    help="also the same decoding through qattn.attention_varlen over the cache (impl qattn-varlen: one query "
+                         "per sequence, which runs as attention_with_kvcache) and the ragged kernel it took before "
+                         "(impl qattn-varlen-ragged: max_seqlen_q 2, not uniform), every page size")
     ap.add_argument("--ordered-pages", action="store_true",
                     help="each sequence's pages in order in the pool (what the addresses cost, against the shuffled pool)")
     a = ap.parse_args()
@@ -126,6 +135,11 @@ def main():
             for page in pages:
                 kc, vc, tb = caches[page]
                 fns[f"kv{page}{tag}"] = in_runtime(rt, lambda kc=kc, vc=vc, tb=tb: qattn.attention_with_kvcache(q, kc, vc, lens, tb))
+                if a.varlen and rt is None:
+                    qp, cq = q.view(b, hq, d), torch.arange(b + 1, dtype=torch.int32, device="cuda")
+                    for mq, tag_v in ((1, "vl"), (2, "vr")):
+                        fns[f"{tag_v}{page}"] = lambda kc=kc, vc=vc, tb=tb, mq=mq: qattn.attention_varlen(
+                            qp, kc, vc, cq, None, mq, sk, cache_seqlens=lens, block_table=tb)[:, None].view(b, 1, hq, d)
         outs = {n: f() for n, f in fns.items() if not n.startswith("copy")}
         check_runtimes()
         for ref in ("cudnn", "fa2"):
@@ -140,19 +154,25 @@ def main():
         copy_gbs = max(2 * (kv_bytes / 2) / (med["copy"] * 1e-6) / 1e9, 2 * COPY_BYTES / (med["copy256"] * 1e-6) / 1e9)
         for n in [x for x in med if not x.startswith("copy")]:
             base, _, rt = n.partition("@")
-            page = int(base[2:]) if base.startswith("kv") else 0
-            impl = ("qattn-kvcache" if base.startswith("kv") else base) + (f"@{rt}" if rt else "")
+            page = int(base[2:]) if base[:2] in ("kv", "vl", "vr") else 0
+            impl = {"kv": "qattn-kvcache", "vl": "qattn-varlen", "vr": "qattn-varlen-ragged"}.get(base[:2], base) + \
+                (f"@{rt}" if rt else "")
             contiguous = "kv0" + (f"@{rt}" if rt else "")
             gbs = kv_bytes / (med[n] * 1e-6) / 1e9
             lines.append(dict(impl=impl, config=name, batch=b, hq=hq, hkv=hkv, d_qk=d, d_v=d, seqlen_q=1, seqlen_k=sk,
                               page_size=page, ms=round(med[n] / 1e3, 5), gbs=round(gbs, 1), copy_gbs=round(copy_gbs, 1),
                               frac_copy=round(gbs / copy_gbs, 3), vs_cudnn=round(med["cudnn"] / med[n], 3),
                               vs_fa2=round(med["fa2"] / med[n], 3) if "fa2" in med else "",
-                              vs_contiguous=round(med[contiguous] / med[n], 3) if base.startswith("kv") else "", gpu=gpu))
+                              vs_contiguous=round(med[contiguous] / med[n], 3) if base[:2] in ("kv", "vl", "vr") else "",
+                              gpu=gpu))
         fa2 = f"fa2 {med['fa2']:7.1f} us | " if "fa2" in med else ""
         print(f"{name:18s} copy {copy_gbs:6.0f} GB/s | cudnn {med['cudnn']:7.1f} us | {fa2}qattn {med['qattn']:7.1f} us | "
               + " | ".join(f"kv page {p} {med[f'kv{p}']:7.1f} us ({kv_bytes / med[f'kv{p}'] / 1e3:5.0f} GB/s, "
                            f"{med['cudnn'] / med[f'kv{p}']:.2f}x cudnn)" for p in pages), flush=True)
+        if a.varlen:
+            print(f"{'':18s} attention_varlen (one query per sequence): " + " | ".join(
+                f"page {p} {med[f'vl{p}']:7.1f} us ({kv_bytes / med[f'vl{p}'] / 1e3:5.0f} GB/s), ragged kernel "
+                f"{med[f'vr{p}']:7.1f} us ({med[f'vr{p}'] / med[f'vl{p}']:.2f}x)" for p in pages), flush=True)
         for rt in RUNTIMES:
             # a speed ratio: the other runtime's time over this one's (above 1: this runtime is faster)
             print(f"{'':18s} speed vs {rt} (its time / this runtime's): qattn {med[f'qattn@{rt}'] / med['qattn']:.3f}x | " +

@@ -6,7 +6,7 @@ cu_seqlens_q[b]`, `{ragged: cu_seqlens_q}`; docs/tl.md, "Ragged batches"): no pa
 mask over one long row, no host synchronisation (the counts stay on the device). The grid is sized
 by max_seqlen_q; a tile past its sequence's queries returns at once.
 """
-from . import _attention, _backward, _kvcache
+from . import _attention, _backward, _build, _kvcache
 from ._abi import fill_params
 from ._torch_util import import_torch
 from ._variants import split_launch_args, variant_fields
@@ -171,6 +171,29 @@ def _differentiable(torch, q, k, v, cu_q, cu_k, max_q, max_k, causal, window, sc
     return (o, lse) if return_lse else o
 
 
+def uniform_queries(bsz, total_q, max_seqlen_q):
+    """True when every sequence of a ragged batch holds exactly max_seqlen_q queries, known on the host:
+    total_q = batch x max_seqlen_q, and no sequence is longer than max_seqlen_q (attention_varlen's
+    contract), so each one is exactly that long and cu_seqlens_q[b] = b x max_seqlen_q. Only for short
+    query sequences (decoding, speculative decoding: at most _build.SHORT_QUERIES each)."""
+    return bsz > 0 and 0 < max_seqlen_q <= _build.SHORT_QUERIES and total_q == bsz * max_seqlen_q
+
+
+def _uniform_with_cache(torch, q, k_cache, v_cache, bsz, sq, cache_seqlens, block_table, causal, window, scale, softcap,
+                        return_lse):
+    """Ragged queries over a KV cache whose sequences all hold sq queries (uniform_queries): the batched
+    KV-cache call on q viewed as (batch, sq, heads, d) (qattn.attention_with_kvcache: GQA packing, the
+    key split and its merge, which the ragged kernel has neither of). Same attention: each sequence's
+    queries are the last sq positions of its cache_seqlens[b] keys in both. o (total_q, heads_q, d_v) is
+    a view of the batched output; lse (heads_q, total_q) a copy of its (batch, heads_q, sq)."""
+    r = _kvcache.attention_with_kvcache(q.reshape(bsz, sq, *q.shape[1:]), k_cache, v_cache, cache_seqlens, block_table,
+                                        causal=causal, window=window, scale=scale, softcap=softcap, return_lse=return_lse)
+    if not return_lse:
+        return r.view(bsz * sq, *r.shape[2:])
+    o, lse = r
+    return o.view(bsz * sq, *o.shape[2:]), lse.permute(1, 0, 2).reshape(lse.shape[1], bsz * sq)
+
+
 def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens, block_table, causal, window, scale,
                 softcap, return_lse):
     """attention_varlen over a KV cache: one launch of the kernel whose TL has ragged queries
@@ -191,6 +214,9 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
     tq = int(q.shape[0])
+    if uniform_queries(bsz, tq, max_seqlen_q):
+        return _uniform_with_cache(torch, q, k_cache, v_cache, bsz, max_seqlen_q, cache_seqlens, block_table, causal,
+                                   window, scale, softcap, return_lse)
     o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
     if empty:
         return (o, lse) if return_lse else o

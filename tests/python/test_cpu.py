@@ -723,3 +723,14 @@ def test_can_compile_needs_the_executable_and_nvcc(monkeypatch, tmp_path):
     monkeypatch.setenv("QATTN_NVCC", str(fake_nvcc))
     monkeypatch.setenv("QATTN_BIN", str(tmp_path / "no-qattn-here"))
     assert _build.can_compile() is False
+
+
+def test_uniform_queries_is_decided_on_the_host():
+    """Ragged queries over a KV cache take the batched KV-cache kernel (GQA packing, the key split) when
+    every sequence holds max_seqlen_q <= 64 queries: total_q = batch x max_seqlen_q; not otherwise."""
+    from qattn._varlen import uniform_queries
+    assert uniform_queries(32, 32, 1)           # decoding: one token each
+    assert uniform_queries(4, 12, 3)            # speculative decoding: 3 each
+    assert not uniform_queries(4, 11, 3)        # one sequence shorter
+    assert not uniform_queries(2, 256, 128)     # long chunks keep the ragged kernel
+    assert not uniform_queries(0, 0, 1) and not uniform_queries(3, 0, 0)

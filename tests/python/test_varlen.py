@@ -200,6 +200,51 @@ def test_varlen_queries_over_a_kv_cache(page):
 
 
 @gpu
+@pytest.mark.parametrize("sq,page", [(1, 0), (1, 16), (3, 64)])
+def test_uniform_varlen_over_a_cache_takes_the_batched_kernel(sq, page, monkeypatch):
+    """Decoding (and speculative decoding) through attention_varlen / flash_attn_varlen_func over a KV
+    cache: sq queries in every sequence, so the call runs as attention_with_kvcache (GQA packing, the
+    key split), on long caches (up to 20k keys, 4 sequences, GQA 32/8 and MQA 16/1): o and lse against
+    fp64 per sequence, and equal within tolerance to the ragged kernel's result (the same call with
+    max_seqlen_q one larger, which is not uniform)."""
+    from qattn import _kvcache
+    from qattn._kvcache_check import make_cache
+    calls = []
+    real = _kvcache.attention_with_kvcache
+    monkeypatch.setattr(_kvcache, "attention_with_kvcache", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for hq, hkv in ((32, 8), (16, 1)):
+        g = torch.Generator(device="cuda").manual_seed(hq + sq + page)
+        lk, cap, d, dt = [20000, 1, 777, 9000], 20480, 128, torch.bfloat16
+        k, v, kc, vc, table = make_cache(len(lk), cap, hkv, d, d, dt, page, lk, g)
+        cq = torch.arange(len(lk) + 1, dtype=torch.int32, device="cuda") * sq
+        q = torch.randn(len(lk) * sq, hq, d, device="cuda", generator=g).to(dt)
+        lens = torch.tensor(lk, dtype=torch.int32, device="cuda")
+        n0 = len(calls)
+        o, lse = qattn.attention_varlen(q, kc, vc, cq, None, sq, cap, causal=True, return_lse=True, cache_seqlens=lens,
+                                        block_table=table)
+        assert len(calls) == n0 + 1, "the uniform call did not take the batched KV-cache kernel"
+        o_r, lse_r = qattn.attention_varlen(q, kc, vc, cq, None, sq + 1, cap, causal=True, return_lse=True,
+                                            cache_seqlens=lens, block_table=table)
+        assert len(calls) == n0 + 1
+        torch.cuda.synchronize()
+        for b, n in enumerate(lk):
+            a, e = b * sq, (b + 1) * sq
+            o_ref, l_ref, o_low = reference(q[a:e], k[b, :n], v[b, :n], True, None, dt)
+            err = (o[a:e].double() - o_ref).abs().max().item()
+            base = (o_low.double() - o_ref).abs().max().item()
+            assert err <= 2 * base + 1e-5, f"sequence {b} ({n} keys): error {err:.3g} vs torch {base:.3g}"
+            fin = torch.isfinite(l_ref)
+            assert torch.allclose(lse[:, a:e][fin].double(), l_ref[fin], atol=1e-3, rtol=1e-4)
+        assert (o.float() - o_r.float()).abs().max().item() < 2e-2
+        fin = torch.isfinite(lse_r)
+        assert torch.allclose(lse[fin], lse_r[fin], atol=1e-3, rtol=1e-4)
+    if page:
+        ck = torch.tensor([0] + lk, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
+        o2 = flash_attn_varlen_func(q, kc, vc, cq, ck, sq, cap, causal=True, block_table=table)
+        assert (o2.float() - o.float()).abs().max().item() < 2e-2
+
+
+@gpu
 def test_varlen_hostile_counts_are_clamped_not_faulted():
     """attention_varlen does not read cu_seqlens on the host: counts past the packed tensors, a
     decreasing and a negative entry are clamped by the kernel (nothing read or written outside
