@@ -24,7 +24,7 @@ from qattn import _attention  # noqa: E402
 from bench_util import DECODE_ROWS, graphed, replay_rounds, write_csv  # noqa: E402
 
 # the rows that split (name: (batch, hq, hkv, seqlen_k))
-ROWS = {n: DECODE_ROWS[n] for n in ("mqa_32_1_b32_8k", "gqa_64_8_b8_32k", "gqa_32_8_b1_64k", "gqa_32_8_b4_16k")}
+ROWS = {n: DECODE_ROWS[n] for n in ("mqa_32_1_b32_8k", "mqa_16_1_b8_16k", "gqa_64_8_b8_32k", "gqa_32_8_b1_64k", "gqa_32_8_b4_16k")}
 
 
 def main():
