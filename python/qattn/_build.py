@@ -59,17 +59,26 @@ def cache_dir():
 SHORT_QUERIES = 64
 
 
+# Decoding: at most this many packed rows (seqlen_q x group) take the kernel whose spec states one
+# query, for which the planner chooses one 64-row tile and one consumer warpgroup (plan::decode_tile;
+# H200: 1.01-1.07x the 128-row tile on decoding's split kernel, bench/results/2026-11-30-h200-merge).
+DECODE_ROWS = 64
+
+
 def short_queries(target, heads_q, heads_kv, seqlen_q, fields, v_from_k=False):
-    """True when a call should use the packed kernel: an sm90 target, GQA/MQA with a group that
-    divides 64 (the packed tile's rows), at most SHORT_QUERIES queries, no score/mask variants.
+    """Whether a call should use the packed kernel: an sm90 target, GQA/MQA with a group that divides
+    64 (the packed tile's rows), at most SHORT_QUERIES queries, no score/mask variants. "decode" (true
+    too) when its packed rows, seqlen_q x group, are at most DECODE_ROWS: the one-tile decoding kernel.
     v_from_k (absorbed MLA, qattn._kvcache): also a group that is a multiple of 64 (DeepSeek's 128
     query heads over one latent kv head: each 64-row tile holds 64 heads of one query; the kernel
-    accepts a group that divides 64 or is a multiple of its 64 rows)."""
+    accepts a group that divides 64 or is a multiple of its 64 rows); never "decode"."""
     if target not in ("h100", "h200") or heads_kv <= 0 or heads_q <= heads_kv or heads_q % heads_kv:
         return False
     group = heads_q // heads_kv
     fits = 64 % group == 0 or (v_from_k and group % 64 == 0)
-    return fits and 0 < seqlen_q <= SHORT_QUERIES and "variants" not in fields
+    if not (fits and 0 < seqlen_q <= SHORT_QUERIES and "variants" not in fields):
+        return False
+    return "decode" if not v_from_k and seqlen_q * group <= DECODE_ROWS else True
 
 
 # The queries the spec of a packed absorbed-MLA kernel states (problem.seqlen_q): the planner packs
@@ -84,20 +93,22 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_ca
     """The canonical spec of the kernel for one compile-time tuple (see the module comment);
     fields: the variant fields ({"mask": ...}, qattn._variants). short: the kernel for short query
     sequences (short_queries): the spec states seqlen_q = SHORT_QUERIES (V_FROM_K_PACK_QUERIES with
-    v_from_k), so the planner packs heads.
+    v_from_k), so the planner packs heads; short="decode": seqlen_q = 1, so it also takes one 64-row tile.
     kv_cache: "lengths" or "paged" for a kernel that reads a KV cache (qattn._kvcache); varlen: a
     kernel over packed ragged batches (qattn._varlen); split: the kernel that writes the parts of split
     keys (the spec's split_keys, Hopper: docs/tl.md "Splitting the keys"; with the LSE); v_from_k: V is
     the first d_v columns of K (the spec's v_from_k: DeepSeek's absorbed MLA, one latent cache of
     d_qk = 576 columns, d_v = 512; Hopper only; not with varlen, split or variants)."""
     name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \
-        ("_lse" if return_lse else "") + ("_short" if short else "") + (f"_kv{kv_cache}" if kv_cache else "") + \
+        ("_lse" if return_lse else "") + ("_dec" if short == "decode" else "_short" if short else "") + \
+        (f"_kv{kv_cache}" if kv_cache else "") + \
         ("_varlen" if varlen else "") + ("_split" if split else "") + ("_vk" if v_from_k else "")
     name = name[:128]  # a spec name is at most 128 characters (SPEC0217); the cache key is the whole spec
     spec = {"name": name, "heads_q": 2, "heads_kv": 1, "head_dim_qk": int(d_qk), "head_dim_v": int(d_v),
             "dtype": dtype, "layout": "bshd", "return_lse": bool(return_lse), "gpu": target}
     if short:
-        spec["problem"] = {"batch": 1, "seqlen_q": V_FROM_K_PACK_QUERIES if v_from_k else SHORT_QUERIES, "seqlen_k": 4096}
+        sq = V_FROM_K_PACK_QUERIES if v_from_k else 1 if short == "decode" else SHORT_QUERIES
+        spec["problem"] = {"batch": 1, "seqlen_q": sq, "seqlen_k": 4096}
     spec.update(fields)
     if kv_cache:
         spec["kv_cache"] = kv_cache

@@ -204,12 +204,12 @@ def precompile(specs, out, *, gpu=None, short=False, backward=False, determinist
             # packed for GQA / MQA and not, as _attention._build_for picks them)
             wanted = [(False, True)] if splits and not lse and not hopper else []
             if hopper and "variants" not in fields:
-                wanted += [(True, lse)]
+                wanted += [(True, lse), ("decode", lse)]
             for sh, with_lse in wanted:
                 extra.append((_build.kernel_spec(dt, dqk, dv, fields, with_lse, k.target, short=sh), k, {}))
             if hopper and splits:
                 for f in (fields, A.split_fields(fields, 1)):
-                    for sh in (True, False) if "variants" not in f else (False,):
+                    for sh in ("decode", True, False) if "variants" not in f else (False,):
                         extra.append((_build.kernel_spec(dt, dqk, dv, f, True, k.target, short=sh, split=True), k, {}))
             if splits and (dt, dv) not in combines:  # the split's merge (qattn._combine), once per dtype and d_v
                 combines.add((dt, dv))

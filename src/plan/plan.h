@@ -37,6 +37,9 @@ struct PlanOptions {
 // tiles one head alone fills poorly (decoding, chunked prefill). Sets `pack`; returns the reason
 // (empty when the question does not arise: no GQA/MQA, not sm90, variants, no stated length).
 std::string pack_gqa_decision(const Problem& p, const Target& t, const TileConfig& tiles, bool& pack);
+// Decoding on sm90: packed rows (seqlen_q x group) <= 64 take BM = 64 with one consumer warpgroup
+// (plan.cc; the reason appended to tiles.reason). True when it changed `tiles`.
+bool decode_tile(const Problem& p, const Target& t, TileConfig& tiles);
 
 struct Plan {
   Problem problem;

@@ -343,6 +343,14 @@ def test_short_gqa_queries_on_hopper_take_the_packed_kernel():
     s = qattn.kernel_spec("bf16", 128, 128, none, False, "h100", short=True)
     assert s["name"] == "py_bf16_d128_none_short" and s["problem"]["seqlen_q"] == _build.SHORT_QUERIES
     assert "problem" not in qattn.kernel_spec("bf16", 128, 128, none, False, "h100")
+    # decoding: at most 64 packed rows (seqlen_q x group) take the one-tile kernel, whose spec states one query
+    assert _build.short_queries("h100", 32, 8, 16, none) == "decode"     # 64 rows
+    assert _build.short_queries("h100", 32, 1, 2, none) == "decode"      # MQA 32/1, 2 queries
+    assert _build.short_queries("h100", 32, 8, 17, none) is True         # 68 rows: the 128-row tile
+    assert _build.short_queries("h100", 32, 1, 3, none) is True
+    assert _build.short_queries("h100", 128, 1, 1, none, v_from_k=True) is True  # absorbed MLA: its own tiles
+    d = qattn.kernel_spec("bf16", 128, 128, none, True, "h100", short="decode", split=True)
+    assert d["name"] == "py_bf16_d128_none_lse_dec_split" and d["problem"]["seqlen_q"] == 1
 
 
 def test_kernel_spec_is_keyed_by_compile_time_fields_only():
@@ -536,8 +544,8 @@ def test_kernel_names_are_safe_spec_names():
 
 
 def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
-    """precompile(short=True) adds, per spec: on Hopper the packed short-query kernel (no variants)
-    and the kernels that split the keys in their TL (the spec's fields and, for one causal query, the
+    """precompile(short=True) adds, per spec: on Hopper the packed short-query kernel and the one-tile
+    decoding kernel (no variants) and the kernels that split the keys in their TL (the spec's fields and, for one causal query, the
     unmasked ones; packed and not; variants too); elsewhere the LSE twins the fold launches (no
     variants; no mask or bottom-right causal); one combine library per dtype and d_v."""
     from qattn import _compile, _pack
@@ -557,10 +565,12 @@ def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
              {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"softcap": 30.0}},
              {"heads_q": 4, "head_dim": 128, "dtype": "bf16", "mask": "none"},
              {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"alibi": True}}]
-    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 4 + 7 + 1
+    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 4 + 11 + 1
     got = sorted((s["name"], s["return_lse"], s.get("split_keys", False)) for s in built)
-    assert got == [("py_bf16_d128_causal_lse_short_split", True, True), ("py_bf16_d128_causal_lse_split", True, True),
+    assert got == [("py_bf16_d128_causal_dec", False, False), ("py_bf16_d128_causal_lse_dec_split", True, True),
+                   ("py_bf16_d128_causal_lse_short_split", True, True), ("py_bf16_d128_causal_lse_split", True, True),
                    ("py_bf16_d128_causal_short", False, False),
+                   ("py_bf16_d128_none_dec", False, False), ("py_bf16_d128_none_lse_dec_split", True, True),
                    ("py_bf16_d128_none_lse_short_split", True, True), ("py_bf16_d128_none_lse_split", True, True),
                    ("py_bf16_d128_none_short", False, False),
                    ("py_bf16_d128_none_softcap_lse_split", True, True)], got

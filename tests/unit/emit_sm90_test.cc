@@ -583,7 +583,7 @@ TEST(EmitSm90, MaskDeclarationsSkipTilesAndReadAuxInputs) {
 // GQA packing: a spec with a short query length plans `{pack: heads_q / heads_kv}`; the kernel loads
 // Q through the packed map and stores O with kPack; other pack factors and mma.sync are refused.
 TEST(EmitSm90, GqaPackingFromTheTl) {
-  const std::string code = plan_code("llama3-8b", {{"seqlen", "16/4096"}});
+  const std::string code = plan_code("llama3-8b", {{"seqlen", "32/4096"}});  // 128 packed rows: two consumer warpgroups
   ASSERT_TRUE(contains(code, "with offset [b, kv_head] {pack: heads_q / heads_kv}")) << code;
   const std::string cu = lower_ok(code, "packed").cuda_source;
   for (const char* want : {"constexpr bool kPack = true;", "load_tile_packed<128, 128>(ringQ, posQ, &p.tma_q, sQ, v.m_block * BM, v.kv_head, v.b, leader, p.pack);",
@@ -592,6 +592,11 @@ TEST(EmitSm90, GqaPackingFromTheTl) {
                            "m_block = t.m_block; kv_head = t.head; b = t.batch;"})
     EXPECT_TRUE(contains(cu, want)) << want;
   EXPECT_FALSE(contains(cu, "load_tile<128, 128>(ringQ"));
+  // decoding (16 queries x 4 heads = 64 packed rows): one 64-row tile on one consumer warpgroup (plan::decode_tile)
+  const std::string dec = lower_ok(plan_code("llama3-8b", {{"seqlen", "16/4096"}}), "decoding").cuda_source;
+  for (const char* want : {"constexpr int kConsumers = 1, kThreads = 256;", "load_tile_packed<64, 128>(ringQ, posQ, &p.tma_q, sQ, v.m_block * BM, v.kv_head, v.b, leader, p.pack);",
+                           "store_o<64, 128, kBf16, kPack, kPersistent, kDeferStoreWait>(tOrO, sO, rows, tid, &p.tma_o, v.kv_head, v.b);"})
+    EXPECT_TRUE(contains(dec, want)) << want;
   const std::string plain = lower_ok(plan_code("llama3-8b"), "plain").cuda_source;
   EXPECT_TRUE(contains(plain, "constexpr bool kPack = false;"));
   EXPECT_FALSE(contains(plain, "load_tile_packed"));
@@ -621,7 +626,7 @@ TEST(EmitSm90, GqaPackingFromTheTl) {
 // tile count times splits and the ABI 8 check; the same program under a causal mask, and the spec
 // with one, are refused (the lowered causal split kernel hung on an H200).
 TEST(EmitSm90, SplitKeysFromTheTl) {
-  const std::map<std::string, std::string> flags{{"mask", "none"}, {"seqlen", "16/4096"}, {"kv-cache", "paged"}, {"split-keys", "true"}};
+  const std::map<std::string, std::string> flags{{"mask", "none"}, {"seqlen", "32/4096"}, {"kv-cache", "paged"}, {"split-keys", "true"}};
   const std::string code = plan_code("llama3-8b", flags);
   for (const char* want : {", page_size, pages, splits", ", b = 0: batch, split = 0: splits", "Let tiles_per_split = cdiv(cdiv(seqlen_k, BN), splits)",
                            "Allocate O in global (seqlen_q, d) bf16 with offset [b, split, kv_head] {pack: heads_q / heads_kv}",
@@ -639,7 +644,7 @@ TEST(EmitSm90, SplitKeysFromTheTl) {
     EXPECT_TRUE(contains(cu, want)) << want;
   EXPECT_TRUE(contains(t.kir, "split keys: the parts folded into the batch axis")) << t.kir;
   // the plain kernel: no split axis, the same scheduler call with kSplit false
-  const std::string plain = lower_ok(plan_code("llama3-8b", {{"mask", "none"}, {"seqlen", "16/4096"}, {"kv-cache", "paged"}}), "plain").cuda_source;
+  const std::string plain = lower_ok(plan_code("llama3-8b", {{"mask", "none"}, {"seqlen", "32/4096"}, {"kv-cache", "paged"}}), "plain").cuda_source;
   EXPECT_TRUE(contains(plain, "constexpr bool kSplit = false;"));
   EXPECT_FALSE(contains(plain, "t.split"));
   // the number of parts fixed in the TL (the launch could not pass it), or no Grid axis over the parts

@@ -25,7 +25,8 @@ constexpr auto npos = std::string::npos;
 std::string split_code() {
   support::DiagSink d;
   spec::AttentionSpec s = *spec::find_preset("llama3-8b");
-  EXPECT_TRUE(spec::apply_flags(s, {{"seqlen", "1/8192"}, {"split-keys", "true"}, {"mask", "none"}, {"gpu", "h100"}}, d))
+  // 32 queries x 4 heads: 128 packed rows on two consumer warpgroups (decoding's 64-row tile has one)
+  EXPECT_TRUE(spec::apply_flags(s, {{"seqlen", "32/8192"}, {"split-keys", "true"}, {"mask", "none"}, {"gpu", "h100"}}, d))
       << d.render();
   auto p = plan::make_plan(s, *hw::find_gpu("h100"), d);
   EXPECT_TRUE(p.has_value()) << d.render();

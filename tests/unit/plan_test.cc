@@ -228,21 +228,27 @@ TEST(planSchedule, Sm90CodeHasRolesAndAttributesSm80None) {
 // whose tiles one head fills poorly (H100, 2026-11-24, bench/results/2026-11-24-h100-sm90-gqa-pack:
 // 1.8-3.8x at seqlen_q 16-64, 0.99x at 128-512, so not there); never without a stated length, for
 // MHA, off Hopper, with variants, or when the group does not divide a 64-row warpgroup tile. The
-// packed TL interprets against the reference like every other plan.
+// packed TL interprets against the reference like every other plan. Decoding's tile (plan::decode_tile):
+// at most 64 packed rows (seqlen_q x group) take BM 64 on one consumer warpgroup (H200:
+// bench/results/2026-11-30-h200-decode-bm64), more rows the table's 128.
 TEST(planPack, PacksShortQueriesOfGqaOnHopper) {
   struct Want {
     const char* preset;
     std::map<std::string, std::string> flags;
     const char* gpu;
     bool pack;
+    int bm = 0;  // sm90 packed plans: the tile's rows
   };
-  for (const Want& w : {Want{"llama3-8b", {}, "h100", false}, Want{"llama3-8b", {{"seqlen", "16/4096"}}, "h100", true},
-                        Want{"llama3-8b", {{"seqlen", "64/4096"}}, "h100", true},
-                        Want{"llama3-8b", {{"seqlen", "1/8192"}}, "h100", true},
+  for (const Want& w : {Want{"llama3-8b", {}, "h100", false}, Want{"llama3-8b", {{"seqlen", "16/4096"}}, "h100", true, 64},
+                        Want{"llama3-8b", {{"seqlen", "17/4096"}}, "h100", true, 128},  // 68 packed rows
+                        Want{"llama3-8b", {{"seqlen", "64/4096"}}, "h100", true, 128},
+                        Want{"llama3-8b", {{"seqlen", "1/8192"}}, "h100", true, 64},
                         Want{"llama3-8b", {{"seqlen", "128/4096"}}, "h100", false},
                         Want{"llama3-8b", {{"seqlen", "512/4096"}}, "h100", false},
+                        Want{"llama3-8b", {{"seqlen", "1/8192"}, {"head-dim", "256"}}, "h100", true, 128},  // d256: BM 128 kept
                         Want{"qwen2.5-72b", {{"seqlen", "100/4096"}}, "h100", false},  // 896 rows for 8 heads vs 1024: < 1/5 saved
-                        Want{"qwen2.5-72b", {{"seqlen", "40/4096"}}, "h100", true},    // 384 vs 1024
+                        Want{"qwen2.5-72b", {{"seqlen", "40/4096"}}, "h100", true, 128},  // 384 vs 1024
+                        Want{"qwen2.5-72b", {{"seqlen", "8/4096"}}, "h100", true, 64},    // 64 packed rows
                         Want{"llama2-7b", {{"seqlen", "16/4096"}}, "h100", false},       // MHA
                         Want{"llama3-8b", {{"seqlen", "16/4096"}}, "a100", false},       // mma.sync: not lowered
                         Want{"starcoder-15b", {{"seqlen", "16/4096"}}, "h100", false},   // 48 heads per kv head
@@ -262,6 +268,10 @@ TEST(planPack, PacksShortQueriesOfGqaOnHopper) {
       EXPECT_NE(plan->tiles.reason.find("does not divide a 64-row"), std::string::npos) << plan->tiles.reason;
     }
     if (!w.pack) continue;
+    EXPECT_EQ(plan->tiles.bm, w.bm);
+    EXPECT_EQ(plan->tiles.warps, w.bm == 64 ? 8 : 12);
+    EXPECT_EQ(plan->tiles.reason.find("decoding: the") != std::string::npos, w.bm == 64) << plan->tiles.reason;
+    if (w.bm == 64) EXPECT_NE(plan->code.find("Role consumer warpgroups 1 registers"), std::string::npos) << plan->code;
     auto v = verify(*plan, d);
     EXPECT_TRUE(v.passed()) << d.render();
   }
