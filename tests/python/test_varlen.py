@@ -163,6 +163,18 @@ def test_varlen_kernel_spec():
     assert "varlen" not in qattn.kernel_spec("bf16", 128, 128, {"mask": {"kind": "causal"}}, True, "h100")
 
 
+def check_causal_rows(o, lse, a, e, q, k, v, dt, what):
+    """Packed rows a..e of o (total_q, h, d) and lse (h, total_q): one sequence's causal queries over its
+    keys k, v, against fp64 (FlashAttention's rule: at most twice a same-precision torch attention's
+    error, plus 1e-5) and the fp64 LSE."""
+    o_ref, l_ref, o_low = reference(q[a:e], k, v, True, None, dt)
+    err = (o[a:e].double() - o_ref).abs().max().item()
+    base = (o_low.double() - o_ref).abs().max().item()
+    assert err <= 2 * base + 1e-5, f"{what}: error {err:.3g} vs torch {base:.3g}"
+    fin = torch.isfinite(l_ref)
+    assert torch.allclose(lse[:, a:e][fin].double(), l_ref[fin], atol=1e-3, rtol=1e-4)
+
+
 @gpu
 @pytest.mark.parametrize("page", [0, 16, 64])
 def test_varlen_queries_over_a_kv_cache(page):
@@ -187,12 +199,7 @@ def test_varlen_queries_over_a_kv_cache(page):
         if n == 0:
             assert (o[a:e] == 0).all() and torch.isinf(lse[:, a:e]).all()
             continue
-        o_ref, l_ref, o_low = reference(q[a:e], k[b, :n], v[b, :n], True, None, dt)
-        err = (o[a:e].double() - o_ref).abs().max().item()
-        base = (o_low.double() - o_ref).abs().max().item()
-        assert err <= 2 * base + 1e-5, f"sequence {b}: error {err:.3g} vs torch {base:.3g}"
-        fin = torch.isfinite(l_ref)
-        assert torch.allclose(lse[:, a:e][fin].double(), l_ref[fin], atol=1e-3, rtol=1e-4)
+        check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"sequence {b}")
     if table is not None:
         ck = torch.tensor([0] + lk, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
         o2 = flash_attn_varlen_func(q, kc, vc, cq, ck, max(lq), cap, causal=True, block_table=table)
@@ -229,12 +236,7 @@ def test_uniform_varlen_over_a_cache_takes_the_batched_kernel(sq, page, monkeypa
         torch.cuda.synchronize()
         for b, n in enumerate(lk):
             a, e = b * sq, (b + 1) * sq
-            o_ref, l_ref, o_low = reference(q[a:e], k[b, :n], v[b, :n], True, None, dt)
-            err = (o[a:e].double() - o_ref).abs().max().item()
-            base = (o_low.double() - o_ref).abs().max().item()
-            assert err <= 2 * base + 1e-5, f"sequence {b} ({n} keys): error {err:.3g} vs torch {base:.3g}"
-            fin = torch.isfinite(l_ref)
-            assert torch.allclose(lse[:, a:e][fin].double(), l_ref[fin], atol=1e-3, rtol=1e-4)
+            check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"sequence {b} ({n} keys)")
         assert (o.float() - o_r.float()).abs().max().item() < 2e-2
         fin = torch.isfinite(lse_r)
         assert torch.allclose(lse[fin], lse_r[fin], atol=1e-3, rtol=1e-4)
