@@ -271,7 +271,9 @@ TEST(planPack, PacksShortQueriesOfGqaOnHopper) {
     EXPECT_EQ(plan->tiles.bm, w.bm);
     EXPECT_EQ(plan->tiles.warps, w.bm == 64 ? 8 : 12);
     EXPECT_EQ(plan->tiles.reason.find("decoding: the") != std::string::npos, w.bm == 64) << plan->tiles.reason;
-    if (w.bm == 64) EXPECT_NE(plan->code.find("Role consumer warpgroups 1 registers"), std::string::npos) << plan->code;
+    if (w.bm == 64) {
+      EXPECT_NE(plan->code.find("Role consumer warpgroups 1 registers"), std::string::npos) << plan->code;
+    }
     auto v = verify(*plan, d);
     EXPECT_TRUE(v.passed()) << d.render();
   }
