@@ -8,8 +8,8 @@
 //
 // Memory order: the store of the part is complete (the bulk store's writes performed, not just its
 // source read) and fenced before the count (release: __threadfence then the atomic); the warpgroup
-// that counts the last part fences again before it reads the others' parts (acquire), and reads
-// them through L2 (rows::load_tile with kCoherent), never from an L1 line.
+// that counts the last part fences again before it reads the others' parts (acquire) with plain
+// loads, which the memory model orders after the other blocks' stores.
 // Counters: one int per (tile without its part, consumer warpgroup), zero at launch; the last part
 // sets it back to 0, so the next launch (or a CUDA graph's replay) finds it zero.
 #pragma once
