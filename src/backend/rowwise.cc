@@ -170,8 +170,8 @@ void Body::loop(CudaOut& w, const Stmt& s, long unroll) {
 }
 
 // n iterations of the loop `s` from `first` (strip_.hoist_loads): every iteration's loads first, each
-// in a scope of its own (the loop variable, the global views) into registers declared outside it
-// (suffixed by the iteration), then every iteration's other statements.
+// in a scope of its own (the loop variable, its Lets, the global views) into registers declared
+// outside it (suffixed by the iteration), then every iteration's other statements (the Lets again).
 void Body::hoisted_block(CudaOut& w, const Stmt& s, const std::string& first, long n) {
   std::map<std::string, const Stmt*> loaded;  // tensor -> its register Allocate in the body
   for (const auto& b : s.loop.body)
@@ -202,7 +202,8 @@ void Body::hoisted_block(CudaOut& w, const Stmt& s, const std::string& first, lo
     w.line("const int " + v + " = " + first + " + " + std::to_string(i) + ";");
     for (const auto& [name, r] : regs[size_t(i)]) regs_[name] = r;
     for (const auto& b : s.loop.body)
-      if (is_load(b) && !(b.kind == Stmt::Kind::Allocate && b.alloc.space == Space::Register)) emit(w, {b});
+      if (b.kind == Stmt::Kind::Let || (is_load(b) && !(b.kind == Stmt::Kind::Allocate && b.alloc.space == Space::Register)))
+        emit(w, {b});
     w.close();
   }
   for (long i = 0; i < n; ++i) {
@@ -210,7 +211,7 @@ void Body::hoisted_block(CudaOut& w, const Stmt& s, const std::string& first, lo
     w.line("[[maybe_unused]] const int " + v + " = " + first + " + " + std::to_string(i) + ";");
     for (const auto& [name, r] : regs[size_t(i)]) regs_[name] = r;
     for (const auto& b : s.loop.body)
-      if (!is_load(b)) emit(w, {b});
+      if (b.kind == Stmt::Kind::Let || !is_load(b)) emit(w, {b});
     w.close();
   }
   regs_ = saved;
@@ -265,11 +266,10 @@ void Body::copy(CudaOut& w, const Stmt& s) {
   std::string row0 = "(" + cint(c.coord[0]) + ") * (" + cint(c.tile[0]) + ")";
   if (!strip_.row_offset.empty()) row0 += " + " + strip_.row_offset;
   const std::string args = g->second.var + ", " + g->second.row_stride + ", " + row0 + ", " + g->second.rows;
-  const std::string tmpl = "<Tiling>(";
   if (r->second.vec)
-    w.line(std::string("qattn::rows::") + (load ? "load_vec" : "store_vec") + tmpl + r->second.var + ", " + args + ");");
+    w.line(std::string("qattn::rows::") + (load ? "load_vec" : "store_vec") + "<Tiling>(" + r->second.var + ", " + args + ");");
   else
-    w.line(std::string("qattn::rows::") + (load ? "load_tile" : "store_tile") + tmpl + r->second.var + ", " + args + ");");
+    w.line(std::string("qattn::rows::") + (load ? "load_tile" : "store_tile") + "<Tiling>(" + r->second.var + ", " + args + ");");
 }
 
 const Body::Reg* Body::reg(const std::string& n, const Stmt& s) {
