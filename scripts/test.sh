@@ -19,11 +19,14 @@ bash scripts/setup.sh
 # verifyTolerance.LseBoundScalesWithTheLse (one more variant plan): 15 minutes under ASan for code
 # paths that the single-case plan, variant, backward, interpreter and CLI tests run under the
 # sanitizers below; the examples (the CLI tests cover the same commands) and parser.RandomMutations
-# (the fuzz stage mutates TL under ASan + UBSan for a minute). Everything else runs once, under the
-# sanitizers (it ran in both builds before: 600 CPU-s of CI for no extra finding).
-RELEASE_ONLY='emit_compile|llm_nvcc|EveryPresetEveryGpu|EveryVariantOnSm75Sm80Sm90|TheSpecFormulasAreTheReference|planBackward\.PresetsPlanCheckAndInterpret|LseBoundScalesWithTheLse|^examples\.|RandomMutations'
+# (the fuzz stage mutates TL under ASan + UBSan for a minute); the interpreter's backward with the
+# gradients of auxiliary inputs (Backward.AuxGradient*, the golden backward_aux_grad.tl: 418 CPU-s
+# under the sanitizers, 32 s in Release; the other backward interpreter tests run its code paths
+# under them). Everything else runs once, under the sanitizers (it ran in both builds before: 600
+# CPU-s of CI for no extra finding).
+RELEASE_ONLY='emit_compile|llm_nvcc|EveryPresetEveryGpu|EveryVariantOnSm75Sm80Sm90|TheSpecFormulasAreTheReference|planBackward\.PresetsPlanCheckAndInterpret|LseBoundScalesWithTheLse|^examples\.|RandomMutations|Backward\.AuxGradient|RunsAsExpected/backward_aux_grad'
 # ... and the test programs that hold them (the others would be built for nothing here)
-RELEASE_TARGETS='qattn qattn_translate emit_compile_test llm_nvcc_test parser_test plan_test plan_variants_test verify_test'
+RELEASE_TARGETS='qattn qattn_translate emit_compile_test llm_nvcc_test parser_test plan_test plan_variants_test verify_test interp_test interp_backward_test'
 if [ "${QATTN_QUICK:-0}" = "1" ]; then RELEASE_ONLY=.; RELEASE_TARGETS=""; fi
 
 echo "== build + tests (Release${RELEASE_TARGETS:+: the nvcc tests, the sweeps, the examples}) == (${SECONDS} s)"
