@@ -764,38 +764,15 @@ void Emitter::abi(const std::string& info_json) {
   w_.line("#endif  // the launch code");
 }
 
-// TL `Merge split ... end`: after the stores of its rows' part, each consumer warpgroup counts the
-// part (qattn/sm90/merge.cuh); the one that counts the last part merges its 64 rows in strips of
-// merge.rows, the strips past the sequence's rows skipped. A warpgroup without a valid row neither
-// counts nor merges (the same in every part).
+// TL `Merge split ... end` (merge.cc's emit_merge): the merge after the stores, in the tile's scope.
 void Emitter::merge() {
-  const kir::Sm90::Merge& m = k_.sm90.merge;
-  if (!m.on) return;
-  const kir::Scope& sc = k_.scope;
-  const std::string mb = "v." + sc.grid[0].cpp, head = "v." + sc.grid[1].cpp, b = "v." + sc.grid[2].cpp;
-  const std::string bm = std::to_string(k_.sm90.bm), R = std::to_string(m.rows);
-  w_.line("// TL " + std::to_string(m.tl.line) + ": " + m.tl.text + "  (the warpgroup that counts its rows' last part merges them)");
-  w_.open("{");
-  w_.line("const int merge_rows = v.seqlen_q * p.pack;  // the tile's packed rows");
-  w_.line("int* merge_counter = p.merge_counters + ((int64_t(" + b + ") * p.merge_heads + " + head + ") * p.merge_m_blocks + " + mb +
-          ") * kConsumers + cw;");
-  w_.open("if (" + mb + " * " + bm + " + 64 * cw < merge_rows && merge_arrive<true>(merge_counter, v.splits, kBarEpilogueBase + cw, tid)) {");
-  w_.line("using Tiling = qattn::rows::RowTiling<" + R + ", " + std::to_string(m.cols) + ", 4>;");
-  w_.open("for (int merge_strip = 0; merge_strip < 64 / " + R + "; ++merge_strip) {");
-  w_.line("const int merge_row0 = 64 * cw + merge_strip * " + R + ";  // the strip's first row in the tile");
-  w_.line("if (" + mb + " * " + bm + " + merge_row0 >= merge_rows) break;");
-  std::string code = m.code;
-  size_t pos = 0;
-  while (pos < code.size()) {
+  const std::string code = emit_merge(k_);
+  for (size_t pos = 0; pos < code.size();) {
     size_t nl = code.find('\n', pos);
     if (nl == std::string::npos) nl = code.size();
-    const std::string l = code.substr(pos, nl - pos);
-    if (!l.empty()) w_.line(l);
+    if (nl > pos) w_.line(code.substr(pos, nl - pos));
     pos = nl + 1;
   }
-  w_.close();
-  w_.close();
-  w_.close();
 }
 
 std::string Emitter::run(const std::string& info_json) {

@@ -8,5 +8,8 @@
 namespace qattn::backend::sm90 {
 
 std::string emit(const kir::Kernel& k, const std::string& info_json);
+// TL `Merge split ... end`: the counting and the merge body after a tile's stores (merge.cc); empty
+// when the kernel has no Merge.
+std::string emit_merge(const kir::Kernel& k);
 
 }  // namespace qattn::backend::sm90

@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "backend/rowwise.h"
+#include "backend/sm90/emit.h"
 #include "backend/sm90/lower.h"
 #include "tl/printer.h"
 
@@ -101,6 +102,40 @@ bool Lower::lower_merge(const tl::Stmt& s) {
   if (body.failed()) return false;
   m.code = w.str();
   return true;
+}
+
+// TL `Merge split ... end`: after the stores of its rows' part, each consumer warpgroup counts the
+// part (qattn/sm90/merge.cuh); the one that counts the last part merges its 64 rows in strips of
+// merge.rows, the strips past the sequence's rows skipped. A warpgroup without a valid row neither
+// counts nor merges (the same in every part).
+std::string emit_merge(const kir::Kernel& k) {
+  const kir::Sm90::Merge& m = k.sm90.merge;
+  if (!m.on) return {};
+  CudaOut w;
+  const kir::Scope& sc = k.scope;
+  const std::string mb = "v." + sc.grid[0].cpp, head = "v." + sc.grid[1].cpp, b = "v." + sc.grid[2].cpp;
+  const std::string bm = std::to_string(k.sm90.bm), R = std::to_string(m.rows);
+  w.line("// TL " + std::to_string(m.tl.line) + ": " + m.tl.text + "  (the warpgroup that counts its rows' last part merges them)");
+  w.open("{");
+  w.line("const int merge_rows = v.seqlen_q * p.pack;  // the tile's packed rows");
+  w.line("int* merge_counter = p.merge_counters + ((int64_t(" + b + ") * p.merge_heads + " + head + ") * p.merge_m_blocks + " + mb +
+         ") * kConsumers + cw;");
+  w.open("if (" + mb + " * " + bm + " + 64 * cw < merge_rows && merge_arrive<true>(merge_counter, v.splits, kBarEpilogueBase + cw, tid)) {");
+  w.line("using Tiling = qattn::rows::RowTiling<" + R + ", " + std::to_string(m.cols) + ", 4>;");
+  w.open("for (int merge_strip = 0; merge_strip < 64 / " + R + "; ++merge_strip) {");
+  w.line("const int merge_row0 = 64 * cw + merge_strip * " + R + ";  // the strip's first row in the tile");
+  w.line("if (" + mb + " * " + bm + " + merge_row0 >= merge_rows) break;");
+  // the body's lines, written by the row-wise lowering at its own indentation: placed at this depth
+  for (size_t pos = 0; pos < m.code.size();) {
+    size_t nl = m.code.find('\n', pos);
+    if (nl == std::string::npos) nl = m.code.size();
+    if (nl > pos) w.line(m.code.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  w.close();
+  w.close();
+  w.close();
+  return w.str();
 }
 
 }  // namespace qattn::backend::sm90
