@@ -5,7 +5,10 @@ count, o_merged / lse_merged set when its info says "merge" (TL Merge, ABI 10); 
 CUDA graphs of 20 launches, median of 7 rounds, all libraries in the same rounds. For the kernel-level
 A/B of the in-kernel merge and its variants (bench/results/2026-11-30-h200-merge).
 
-    python3 bench/bench_merge_probe.py NAME=LIB.so [NAME=LIB.so ...] [--rounds 7]
+    python3 bench/bench_merge_probe.py NAME=LIB.so[@xF] [NAME=LIB.so[@xF] ...] [--rounds 7]
+
+@xF launches that library with F times the row's part count (a kernel whose blocks are smaller or
+share an SM: bench/results/2026-11-30-h200-decode-occupancy).
 """
 import argparse
 import os
@@ -34,14 +37,16 @@ def main():
     libs = []
     for spec in a.libs:
         name, _, path = spec.partition("=")
-        libs.append((name, _abi.Kernel(path)))
+        path, _, factor = path.partition("@x")
+        libs.append((name, _abi.Kernel(path), int(factor or 1)))
     g = torch.Generator(device="cuda").manual_seed(0)
-    for row, (b, hq, hkv, sk, parts) in ROWS.items():
+    for row, (b, hq, hkv, sk, base_parts) in ROWS.items():
         q = torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16, generator=g)
         k = torch.randn(b, sk, hkv, 128, device="cuda", dtype=torch.bfloat16, generator=g)
         v = torch.randn(b, sk, hkv, 128, device="cuda", dtype=torch.bfloat16, generator=g)
         graphs, outs = [], []
-        for name, kern in libs:
+        for name, kern, factor in libs:
+            parts = base_parts * factor
             o = torch.empty(b * parts, 1, hq, 128, device="cuda", dtype=torch.bfloat16)
             lse = torch.empty(b * parts, hq, 1, device="cuda", dtype=torch.float32)
             p = kern.params(q, k, v, o, lse)
@@ -62,17 +67,17 @@ def main():
                         kern(q, k, v, o, params=p, stream=s.cuda_stream)
             graphs.append(graph)
             outs.append((om, o, p))
-        times = {name: [] for name, _ in libs}
+        times = {name: [] for name, _, _ in libs}
         for _ in range(a.rounds):
-            for (name, _), graph in zip(libs, graphs):
+            for (name, _, _), graph in zip(libs, graphs):
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record()
                 graph.replay()
                 e1.record()
                 torch.cuda.synchronize()
                 times[name].append(e0.elapsed_time(e1) * 1000 / a.calls)
-        line = f"{row:18s} {parts:2d} parts"
-        for name, _ in libs:
+        line = f"{row:18s} {base_parts:2d} parts"
+        for name, _, _ in libs:
             line += f" | {name} {statistics.median(times[name]):7.1f} us"
         print(line, flush=True)
 
