@@ -162,6 +162,9 @@ void Walker::check_paged(const Stmt& s, const Attr& a) {
   paged_[s.alloc.name] = &a;
 }
 
+// The `{ragged}` views agree: Q, O, LSE by one table, K, V by one, the tables those of the Lets. A
+// ragged Q, O, LSE may also be GQA-packed (`{pack: G}`, that all three agree is finish_pack's TL0412):
+// row r of sequence b's view is query T[b] + r / G of head kv_head * G + r % G. K / V are never packed.
 void Walker::finish_ragged() {
   if (!info_.q_lengths.empty() && !ragged_.count("Q")) {  // a per-sequence query count is the count of ragged rows
     rep_.error("TL0416", global_alloc_.count("Q") ? global_alloc_.at("Q") : SrcLoc{},
@@ -186,7 +189,6 @@ void Walker::finish_ragged() {
     return fail_at(where({"Q", "O", "LSE"}, qs), "Q, O and LSE are rows of the same sequences: give all of them `{ragged: " + qs +
                                                      "}` or none");
   if (k != v) return fail_at(where({"K", "V"}, ks), "K and V are rows of the same sequences: give both `{ragged: " + ks + "}` or neither");
-  if (!q.empty() && !pack_.empty()) return fail("a ragged Q, O, LSE is not packed (`{pack}`): each sequence's rows are its own");
   if (!k.empty() && !paged_.empty()) return fail("K and V are either ragged (packed sequences) or paged, not both");
   if (!q.empty() && info_.q_lengths != q)
     return fail("Q is ragged by '" + q + "' but `Let seqlen_q` reads '" + info_.q_lengths + "': the counts and the rows must come "

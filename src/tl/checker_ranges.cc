@@ -285,8 +285,14 @@ class RangeWalker {
           }
           break;
         case Stmt::Kind::Let: {
-          // `Let seqlen_k = T[b]` (a KV cache's key count): at most the Dim, sampled at the Dim's values
-          if (s.let.name == "seqlen_k" && s.let.value.kind == Expr::Kind::Index) break;
+          // `Let seqlen_k = T[b]` (a KV cache's key count) and `Let seqlen_q / seqlen_k = T[b + 1] - T[b]`
+          // (a ragged batch's counts): at most the Dim, sampled at the Dim's values (the longest sequence)
+          const Expr& lv = s.let.value;
+          const bool count = lv.kind == Expr::Kind::Index ? s.let.name == "seqlen_k"
+                             : lv.kind == Expr::Kind::Binary && lv.op == "-" && lv.args.size() == 2 &&
+                                   lv.args[0].kind == Expr::Kind::Index && lv.args[1].kind == Expr::Kind::Index &&
+                                   (s.let.name == "seqlen_k" || s.let.name == "seqlen_q");
+          if (count) break;
           auto v = bad ? std::nullopt : ev(s.let.value, env);
           if (v) {
             env.ints[s.let.name] = *v;

@@ -212,6 +212,7 @@ bool Machine::exec_allocate(const Stmt& s) {
       b = *bv;
       h = *hv;
     }
+    if (!g.ragged.empty()) return ragged_view(s, *(slots_[a.name].global = View{&g, 0}), b, h);  // (packed or not)
     if (g.pack > 1) {  // the offset counts groups of `pack` heads
       if (b < 0 || b >= prob_.batch || h < 0 || (h + 1) * g.pack > g.heads)
         return error("TL0901", s.loc,
@@ -222,7 +223,6 @@ bool Machine::exec_allocate(const Stmt& s) {
       slots_[a.name].global = View{&g, (b * g.heads + h * g.pack) * g.view_elems()};
       return true;
     }
-    if (!g.ragged.empty()) return ragged_view(s, *(slots_[a.name].global = View{&g, 0}), b, h);
     if (b < 0 || b >= prob_.batch || h < 0 || h >= g.heads)
       return error("TL0901", s.loc,
                    "offset [" + std::to_string(b) + ", " + std::to_string(h) + "] of global " + a.name +

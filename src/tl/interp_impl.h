@@ -164,7 +164,9 @@ int64_t written_pairs(const Global& g, const std::vector<double>& ref, std::vect
 // This block's view of a Global: the element offset of its (batch, head) matrix. A packed view
 // (Global::pack = G > 1) has G * rows rows: row r is row r / G of head (first head + r % G).
 // A KV cache's view (docs/tl.md, "KV caches"): `limit` rows (the sequence's key count, read by
-// `Let seqlen_k = T[b]`; -1: all), pages of the Global looked up for (batch, head).
+// `Let seqlen_k = T[b]`; -1: all), pages of the Global looked up for (batch, head). A ragged view
+// (docs/tl.md, "Ragged batches") starts at row `start` of the packed tensor; packed too, its `limit`
+// is G times the sequence's query count and `head` the head group.
 struct View {
   Global* g = nullptr;
   int64_t base = 0;
@@ -172,8 +174,10 @@ struct View {
   int64_t start = -1;  // a ragged view: its first row in the packed tensor (-1: not ragged)
   int64_t rows() const { return limit >= 0 ? limit : g->view[0] * g->pack; }
   size_t at(int64_t r, int64_t col, int64_t cols) const {
-    if (start >= 0)
-      return g->view.size() == 1 ? size_t(head * g->total + start + r) : size_t(((start + r) * g->heads + head) * cols + col);
+    if (start >= 0) {  // ragged: row T[b] + r of head `head`; packed: query r / G of head head * G + r % G
+      const int64_t q = start + r / g->pack, h = head * g->pack + r % g->pack;
+      return g->view.size() == 1 ? size_t(h * g->total + q) : size_t((q * g->heads + h) * cols + col);
+    }
     if (g->page_size > 0) {
       const int64_t page = g->table[size_t(batch * g->pages + r / g->page_size)];
       return size_t(((page * g->heads + head) * g->page_size + r % g->page_size) * cols + col);

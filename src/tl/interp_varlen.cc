@@ -1,10 +1,12 @@
 // TL interpreter, part 7: packed ragged batches (docs/tl.md, "Ragged batches"). `{ragged: T}` on the
 // global Q / O / LSE and K / V stores the sequences one after another, (total, heads, d), sequence b
 // from row T[b]; `Let seqlen_q = T[b + 1] - T[b]` (and seqlen_k) gives each block its sequence's
-// counts. The counts are drawn here (a full and, from three entries on, an empty sequence among them),
-// the tables filled with their running sums, and the packed tensors given spare rows of NaN past the
-// last sequence. The outputs are checked per sequence: every row of a sequence written, by a block of
-// that sequence, and nothing written past the last one.
+// counts. The counts are drawn here (a full sequence, from three entries on an empty one and, from
+// four on, one of a single query: decoding beside prefill chunks), the tables filled with their
+// running sums, and the packed tensors given spare rows of NaN past the last sequence. With
+// `{pack: G}` too (GQA packing) a view's row r is query r / G of head kv_head * G + r % G (View::at).
+// The outputs are checked per sequence: every row of a sequence written, by a block of that
+// sequence, and nothing written past the last one.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -24,7 +26,6 @@ bool Machine::setup_ragged(const Program& p) {
           Global& g = globals_[s.alloc.name];
           g.ragged = a.value->name;
           (g.name == "K" || g.name == "V" ? k_cu_ : q_cu_) = g.ragged;
-          if (g.pack > 1) return error("TL0903", s.loc, "a ragged view that is also packed is not interpreted", "remove `{pack}`");
           if (g.parts > 0)
             return error("TL0903", s.loc, "a ragged view that also holds the parts of split keys is not interpreted",
                          "split the keys of equal-length sequences or of a KV cache; give O and LSE `[b, head]` here");
@@ -33,10 +34,18 @@ bool Machine::setup_ragged(const Program& p) {
   if (q_cu_.empty() && k_cu_.empty()) return true;
   ragged_ = true;
   uint64_t rng = cfg_.seed * 0x9E3779B97F4A7C15ull + 0x7A6Eull;
-  auto draw = [&](int64_t cap, int64_t empty_at) {
+  // entry 0 full, entry empty_at empty (of three entries or more), entry one_at a single row (a decoding
+  // sequence beside prefill chunks: the queries' entry 3, whose keys are drawn), the others in 1 .. cap
+  auto draw = [&](int64_t cap, int64_t empty_at, int64_t one_at) {
     std::vector<int64_t> n(size_t(prob_.batch));
-    for (int64_t b = 0; b < prob_.batch; ++b)
-      n[size_t(b)] = b == 0 ? cap : (b == empty_at && prob_.batch > empty_at + 1) ? 0 : 1 + int64_t(mix(rng) % uint64_t(cap));
+    for (int64_t b = 0; b < prob_.batch; ++b) {
+      if (b == 0 || (b == empty_at && prob_.batch > empty_at + 1)) {
+        n[size_t(b)] = b == 0 ? cap : 0;
+        continue;
+      }
+      const int64_t r = 1 + int64_t(mix(rng) % uint64_t(cap));  // (drawn for one_at too: the others' counts stay)
+      n[size_t(b)] = b == one_at ? 1 : r;
+    }
     return n;
   };
   auto fill = [&](const std::string& t, const std::vector<int64_t>& lens) -> bool {
@@ -49,11 +58,11 @@ bool Machine::setup_ragged(const Program& p) {
   };
   const bool shared = !q_cu_.empty() && q_cu_ == k_cu_;  // one table for both: self-attention
   if (!q_cu_.empty()) {
-    q_len_ = draw(shared ? std::min(prob_.seqlen_q, prob_.seqlen_k) : prob_.seqlen_q, 1);
+    q_len_ = draw(shared ? std::min(prob_.seqlen_q, prob_.seqlen_k) : prob_.seqlen_q, 1, 3);
     if (!fill(q_cu_, q_len_)) return false;
   }
   if (!k_cu_.empty()) {
-    std::vector<int64_t> rows = shared ? q_len_ : draw(prob_.seqlen_k, 2);
+    std::vector<int64_t> rows = shared ? q_len_ : draw(prob_.seqlen_k, 2, -1);
     if (!kv_lengths_.empty())  // `Let seqlen_k = seqused_k[b]` too: each sequence stores at least that many keys
       for (size_t b = 0; b < rows.size(); ++b)
         rows[b] = kv_len_[b] + int64_t(mix(rng) % uint64_t(prob_.seqlen_k - kv_len_[b] + 1));
@@ -104,10 +113,13 @@ void Machine::make_ragged_inputs() {
 
 bool Machine::ragged_view(const Stmt& s, View& v, int64_t b, int64_t h) {
   Global& g = *v.g;
-  if (b < 0 || b >= prob_.batch || h < 0 || h >= g.heads)
+  const int64_t groups = g.heads / g.pack;  // a packed view's offset counts groups of `pack` heads
+  if (b < 0 || b >= prob_.batch || h < 0 || h >= groups)
     return error("TL0901", s.loc,
-                 "offset [" + std::to_string(b) + ", " + std::to_string(h) + "] of global " + g.name + " is outside (batch, heads) = (" +
-                     std::to_string(prob_.batch) + ", " + std::to_string(g.heads) + ")");
+                 "offset [" + std::to_string(b) + ", " + std::to_string(h) + "] of global " + g.name + " is outside (batch, heads" +
+                     (g.pack > 1 ? " / pack" : "") + ") = (" + std::to_string(prob_.batch) + ", " + std::to_string(groups) + ")",
+                 g.pack > 1 ? "a packed view is indexed by its head group: `with offset [b, kv_head]`, `Grid kv_head = 0: heads_kv`"
+                            : "");
   auto start = aux_read(g.ragged, {b});
   auto rows = ev_int(s.alloc.shape[0]);
   if (!start || !rows) return start ? false : error("TL0901", s.loc, "'" + g.ragged + "' has no entry " + std::to_string(b));
@@ -115,7 +127,8 @@ bool Machine::ragged_view(const Stmt& s, View& v, int64_t b, int64_t h) {
   v.start = first;
   v.batch = b;
   v.head = h;
-  v.limit = std::clamp<int64_t>(*rows, 0, std::min(g.view[0], g.total - first));  // never past the packed tensor
+  // never past the packed tensor; packed (`{pack: G}`): G rows per query, one of each head of the group
+  v.limit = std::clamp<int64_t>(*rows, 0, std::min(g.view[0], g.total - first)) * g.pack;
   return true;
 }
 
