@@ -233,14 +233,14 @@ def _build_for(torch, dt, dqk, dv, fields, return_lse, device, verbose=None, sha
                split=False, v_from_k=False):
     """The Build for this compile-time tuple on `device`; shape (heads_q, heads_kv, seqlen_q) picks
     the packed kernel for short GQA/MQA queries on Hopper (_build.short_queries); kv_cache: "lengths"
-    or "paged" (qattn._kvcache); varlen: packed ragged batches (qattn._varlen); split: the kernel that
-    writes the parts of split keys (tl_split); v_from_k: V is K's first dv columns (absorbed MLA,
-    qattn._kvcache)."""
+    or "paged" (qattn._kvcache); varlen: packed ragged batches (qattn._varlen; True or "g1":
+    _build.varlen_kind); split: the kernel that writes the parts of split keys (tl_split); v_from_k:
+    V is K's first dv columns (absorbed MLA, qattn._kvcache)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
     target, reason, tag = _device_target(torch, device)
     short = shape is not None and _build.short_queries(target, *shape, fields, v_from_k=v_from_k)
     key = (dt, dqk, dv, repr(sorted((k, sorted(v.items())) for k, v in fields.items())), bool(return_lse), idx, short,
-           kv_cache, bool(varlen), bool(split), bool(v_from_k))
+           kv_cache, varlen if varlen == "g1" else bool(varlen), bool(split), bool(v_from_k))
     hit = _build.FAST.get(key)
     if hit is not None:
         if isinstance(hit, Exception):

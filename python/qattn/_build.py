@@ -65,6 +65,15 @@ SHORT_QUERIES = 64
 DECODE_ROWS = 64
 
 
+def varlen_kind(heads_q, heads_kv):
+    """The varlen kernel for these heads (kernel_spec's varlen): True, the kernel whose Hopper tiles
+    pack the query heads of a kv head (GQA / MQA with a group that divides 64: a decoding sequence's
+    G query heads share one tile); "g1" otherwise (MHA, or a group such as 7 that does not divide
+    the 64-row tiles: one query head per tile, as before packing)."""
+    group = heads_q // heads_kv if heads_kv > 0 and heads_q % heads_kv == 0 else 1
+    return True if group > 1 and 64 % group == 0 else "g1"
+
+
 def short_queries(target, heads_q, heads_kv, seqlen_q, fields, v_from_k=False):
     """Whether a call should use the packed kernel: an sm90 target, GQA/MQA with a group that divides
     64 (the packed tile's rows), at most SHORT_QUERIES queries, no score/mask variants. "decode" (true
@@ -95,14 +104,17 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_ca
     sequences (short_queries): the spec states seqlen_q = SHORT_QUERIES (V_FROM_K_PACK_QUERIES with
     v_from_k), so the planner packs heads; short="decode": seqlen_q = 1, so it also takes one 64-row tile.
     kv_cache: "lengths" or "paged" for a kernel that reads a KV cache (qattn._kvcache); varlen: a
-    kernel over packed ragged batches (qattn._varlen); split: the kernel that writes the parts of split
+    kernel over packed ragged batches (qattn._varlen): True for GQA packing on Hopper (the spec's group
+    of 2: the planner packs the query heads of a kv head into each sequence's tiles), "g1" for the
+    unpacked kernel (spec heads 1 / 1: MHA, and groups that do not divide a 64-row tile); split: the kernel that writes the parts of split
     keys (the spec's split_keys, Hopper: docs/tl.md "Splitting the keys"; with the LSE); v_from_k: V is
     the first d_v columns of K (the spec's v_from_k: DeepSeek's absorbed MLA, one latent cache of
     d_qk = 576 columns, d_v = 512; Hopper only; not with varlen, split or variants)."""
     name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \
         ("_lse" if return_lse else "") + ("_dec" if short == "decode" else "_short" if short else "") + \
         (f"_kv{kv_cache}" if kv_cache else "") + \
-        ("_varlen" if varlen else "") + ("_split" if split else "") + ("_vk" if v_from_k else "")
+        ("_varlen" if varlen else "") + ("_g1" if varlen == "g1" else "") + ("_split" if split else "") + \
+        ("_vk" if v_from_k else "")
     name = name[:128]  # a spec name is at most 128 characters (SPEC0217); the cache key is the whole spec
     spec = {"name": name, "heads_q": 2, "heads_kv": 1, "head_dim_qk": int(d_qk), "head_dim_v": int(d_v),
             "dtype": dtype, "layout": "bshd", "return_lse": bool(return_lse), "gpu": target}
@@ -114,6 +126,8 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_ca
         spec["kv_cache"] = kv_cache
     if varlen:
         spec["varlen"] = True
+        if varlen == "g1":
+            spec["heads_q"] = 1
     if split:
         spec["split_keys"] = True
     if v_from_k:

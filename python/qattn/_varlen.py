@@ -106,7 +106,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
     if empty:
         return (o, lse) if return_lse else o
-    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, varlen=True)
+    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, varlen=_build.varlen_kind(hq, hkv))
     roles = b.library.info.get("varlen", {})
     names = [a["name"] for a in b.library.info.get("aux", [])]
     cu = {roles.get("cu_seqlens_q"): cu_seqlens_q.to(torch.int32).contiguous(),
@@ -221,7 +221,8 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     if empty:
         return (o, lse) if return_lse else o
     kv = "paged" if block_table is not None else "lengths"
-    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, kv_cache=kv, varlen=True)
+    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, kv_cache=kv,
+                              varlen=_build.varlen_kind(hq, hkv))
     roles = dict(b.library.info.get("kv_cache", {}))
     roles.update(b.library.info.get("varlen", {}))
     given = {roles.get("cu_seqlens_q"): cu_seqlens_q.to(torch.int32).contiguous(),

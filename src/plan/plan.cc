@@ -63,8 +63,15 @@ std::string pack_gqa_decision(const Problem& p, const Target& t, const TileConfi
   // a group of a multiple of the tile's rows: each tile holds BM of a kv head's query heads (absorbed MLA: 128 heads, BM 64)
   const bool whole_tiles = p.v_from_k && tiles.bm > 0 && group % tiles.bm == 0;
   if (64 % group != 0 && !whole_tiles) return "GQA packing off: a group of " + std::to_string(group) + " query heads does not divide a 64-row warpgroup tile";
-  if (p.varlen) return "GQA packing off: ragged batches keep each sequence's rows of one head together";
   if (p.variants.any()) return "";
+  if (p.varlen) {
+    // Ragged batches: the counts are per sequence at run time. A serving batch mixes decoding
+    // sequences (one query: G rows of a packed tile instead of G tiles of one row each) with prefill
+    // chunks; every sequence reads each K/V tile once per group.
+    pack = true;
+    return "GQA packing: ragged batches (decoding mixed with prefill) put the " + std::to_string(group) +
+           " query heads of a kv head in one tile, each K/V tile read once per group";
+  }
   if (p.seqlen_q <= 0 || tiles.bm <= 0) return "";
   // Rows a query head's tiles compute per head, without and with packing; pack when it saves at
   // least a fifth (short query sequences: decoding, chunked prefill).

@@ -251,12 +251,15 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
       w.line("Let seqlen_k = cache_seqlens[b]");
     }
     const std::string kv_attr = paged ? " {paged: block_table}" : p.varlen && !kv_cache ? " {ragged: cu_seqlens_k}" : "";
-    const std::string q_attr = p.varlen ? " {ragged: cu_seqlens_q}" : "";
+    // ragged and packed (GQA): one attribute block on Q, O, LSE
+    const std::string q_attr = !p.varlen ? "" : pack ? ", ragged: cu_seqlens_q}" : " {ragged: cu_seqlens_q}";
     if (p.split_keys) w.line("Let tiles_per_split = cdiv(cdiv(seqlen_k, BN), splits)");
-    const std::string oview = !p.split_keys ? qview
-                              : pack        ? " with offset [b, split, kv_head] {pack: heads_q / heads_kv}"
-                                            : " with offset [b, split, head]";
-    w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qview + q_attr);
+    std::string oview = !p.split_keys ? qview
+                        : pack        ? " with offset [b, split, kv_head] {pack: heads_q / heads_kv}"
+                                      : " with offset [b, split, head]";
+    std::string qv = qview;
+    if (p.varlen && pack) qv.pop_back(), oview.pop_back();  // the closing brace comes with q_attr
+    w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + qv + q_attr);
     w.line("Allocate K in global (seqlen_k, " + dqk + ") " + st + " with offset [b, kv_head]" + kv_attr);
     if (vk) w.comment(" V is K's first " + dv + " columns (DeepSeek's absorbed MLA: one latent cache): no V in global memory");
     else w.line("Allocate V in global (seqlen_k, " + dv + ") " + st + " with offset [b, kv_head]" + kv_attr);

@@ -353,6 +353,29 @@ def test_short_gqa_queries_on_hopper_take_the_packed_kernel():
     assert d["name"] == "py_bf16_d128_none_lse_dec_split" and d["problem"]["seqlen_q"] == 1
 
 
+@needs_cli
+def test_ragged_batches_pack_the_groups_that_divide_a_tile(tmp_path):
+    """attention_varlen's kernel (_build.varlen_kind): GQA / MQA whose group divides 64 take the kernel
+    whose Hopper tiles pack a kv head's query heads (spec heads 2 / 1: the planner packs); MHA and a
+    group such as Qwen2.5-7B's 7 the unpacked one (heads 1 / 1), which the planner writes without
+    `{pack}`, as the CLI's TL shows."""
+    assert _build.varlen_kind(32, 8) is True and _build.varlen_kind(16, 1) is True and _build.varlen_kind(64, 1) is True
+    assert _build.varlen_kind(32, 32) == "g1" and _build.varlen_kind(28, 4) == "g1" and _build.varlen_kind(128, 1) == "g1"
+    causal = {"mask": {"kind": "causal", "align": "bottom_right"}}
+    for kind, packed in ((True, True), ("g1", False)):
+        s = qattn.kernel_spec("bf16", 128, 128, causal, True, "h100", varlen=kind)
+        assert s["varlen"] is True and (s["heads_q"], s["heads_kv"]) == ((2, 1) if packed else (1, 1))
+        assert s["name"].endswith("_varlen" if packed else "_varlen_g1")
+        f = tmp_path / f"{s['name']}.json"
+        f.write_text(json.dumps(s))
+        r = subprocess.run([qattn.find_executable(), "plan", "--spec", str(f), "--out", str(tmp_path / s["name"])],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        code = (tmp_path / s["name"] / "code.tl").read_text()
+        assert ("{pack: heads_q / heads_kv, ragged: cu_seqlens_q}" in code) == packed, code
+        assert "{ragged: cu_seqlens_q}" in code or packed
+
+
 def test_kernel_spec_is_keyed_by_compile_time_fields_only():
     a = qattn.kernel_spec("bf16", 192, 128, {"mask": {"kind": "causal", "align": "bottom_right"}}, True, "sm80")
     assert a["name"] == "py_bf16_d192v128_causal_lse"

@@ -207,6 +207,34 @@ def test_varlen_queries_over_a_kv_cache(page):
 
 
 @gpu
+@pytest.mark.parametrize("hq,hkv,page", [(32, 8, 16), (16, 1, 64), (64, 8, 0)])
+def test_varlen_serving_step_mixes_decoding_and_prefill_chunks(hq, hkv, page):
+    """A continuous-batching step (flash_attn_varlen_func with a block table): decoding sequences of
+    one query and prefill chunks over a KV cache, an empty sequence and one query over one key among
+    them; on Hopper a kv head's query heads share one packed tile of each sequence (GQA packing of
+    ragged sequences, docs/tl.md "Ragged batches"). Each sequence against fp64, the empty one unwritten."""
+    from qattn._kvcache_check import make_cache
+    g = torch.Generator(device="cuda").manual_seed(hq + page)
+    lq = [1, 1, 77, 1, 0, 1, 130, 1, 1, 3]
+    lk = [900, 1, 300, 64, 50, 1300, 130, 17, 640, 200]
+    cap, d, dt = 1344, 128, torch.bfloat16
+    k, v, kc, vc, table = make_cache(len(lq), cap, hkv, d, d, dt, page, lk, g)
+    cq = torch.tensor([0] + lq, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
+    q = torch.randn(int(cq[-1]) + 2, hq, d, device="cuda", generator=g).to(dt)  # 2 spare rows past the last sequence
+    q[-2:] = float("nan")
+    lens = torch.tensor(lk, dtype=torch.int32, device="cuda")
+    o, lse = qattn.attention_varlen(q, kc, vc, cq, None, max(lq), cap, causal=True, return_lse=True, cache_seqlens=lens,
+                                    block_table=table)
+    torch.cuda.synchronize()
+    cql = cq.tolist()
+    for b, n in enumerate(lk):
+        a, e = cql[b], cql[b + 1]
+        if e > a:
+            check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"sequence {b} ({e - a} queries, {n} keys)")
+    assert torch.isfinite(o[:cql[-1]]).all()
+
+
+@gpu
 @pytest.mark.parametrize("sq,page", [(1, 0), (1, 16), (3, 64)])
 def test_uniform_varlen_over_a_cache_takes_the_batched_kernel(sq, page, monkeypatch):
     """Decoding (and speculative decoding) through attention_varlen / flash_attn_varlen_func over a KV

@@ -1,7 +1,8 @@
 // Packed ragged batches from spec to CUDA (docs/tl.md and docs/spec.md, "Ragged batches"): the spec's
 // varlen round-trips through JSON and flags; the planner
-// writes the cumulative counts, the two Lets and `{ragged: ...}` (no GQA packing) and verifies the
-// program in the interpreter with several sequences; the sm90 and sm80 translations read the counts,
+// writes the cumulative counts, the two Lets and `{ragged: ...}` (with GQA packing on Hopper: a
+// decoding sequence's query heads share a tile) and verifies the program in the interpreter with
+// several sequences; the sm90 and sm80 translations read the counts,
 // start the views at each sequence's first row, skip the query tiles past a sequence, guard the O
 // stores, say so in the kernel info, check the packed row counts at the ABI; and a TL without
 // `{ragged}` on K and V gives a kernel that reads K and V per batch entry (the attribute drives the code).
@@ -19,9 +20,11 @@ namespace {
 
 constexpr auto npos = std::string::npos;
 
-std::optional<plan::Plan> varlen_plan(const std::string& gpu, support::DiagSink& d, const std::string& mask = "causal") {
+std::optional<plan::Plan> varlen_plan(const std::string& gpu, support::DiagSink& d, const std::string& mask = "causal",
+                                      const std::string& heads = "32,8") {
   spec::AttentionSpec s = *spec::find_preset("llama3-8b");
-  EXPECT_TRUE(spec::apply_flags(s, {{"gpu", gpu}, {"varlen", "true"}, {"mask", mask}, {"lse", "true"}}, d)) << d.render();
+  EXPECT_TRUE(spec::apply_flags(s, {{"gpu", gpu}, {"varlen", "true"}, {"mask", mask}, {"lse", "true"}, {"heads", heads}}, d))
+      << d.render();
   return plan::make_plan(s, *hw::find_gpu(gpu), d);
 }
 
@@ -50,12 +53,20 @@ TEST(VarlenPlan, WritesTheCountsAndTheRaggedViewsAndVerifiesThem) {
     support::DiagSink d;
     auto p = varlen_plan(gpu, d);
     ASSERT_TRUE(p.has_value()) << d.render();
-    for (const char* line : {"Allocate cu_seqlens_q in global (batch + 1) int32\n", "Allocate cu_seqlens_k in global (batch + 1) int32\n",
-                             "Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]\n", "Let seqlen_k = cu_seqlens_k[b + 1] - cu_seqlens_k[b]\n",
-                             "with offset [b, head] {ragged: cu_seqlens_q}\n", "with offset [b, kv_head] {ragged: cu_seqlens_k}\n",
-                             "Allocate LSE in global (seqlen_q) fp32 with offset [b, head] {ragged: cu_seqlens_q}\n"})
+    const bool hopper = std::string(gpu) == "h100";  // GQA packing on Hopper only
+    const std::string q_view = hopper ? "with offset [b, kv_head] {pack: heads_q / heads_kv, ragged: cu_seqlens_q}\n"
+                                      : "with offset [b, head] {ragged: cu_seqlens_q}\n";
+    for (const std::string& line : {std::string("Allocate cu_seqlens_q in global (batch + 1) int32\n"),
+                                   std::string("Allocate cu_seqlens_k in global (batch + 1) int32\n"),
+                                   std::string("Let seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]\n"),
+                                   std::string("Let seqlen_k = cu_seqlens_k[b + 1] - cu_seqlens_k[b]\n"), "Allocate Q in global (seqlen_q, d) bf16 " + q_view,
+                                   "Allocate O in global (seqlen_q, d) bf16 " + q_view, "Allocate LSE in global (seqlen_q) fp32 " + q_view,
+                                   std::string("with offset [b, kv_head] {ragged: cu_seqlens_k}\n")})
       EXPECT_NE(p->code.find(line), npos) << line << p->code;
-    EXPECT_EQ(p->code.find("{pack"), npos);  // each sequence's rows of one head stay together
+    EXPECT_EQ(p->code.find("{pack") != npos, hopper) << p->code;
+    if (hopper) {
+      EXPECT_NE(p->code.find("Grid m_block = 0: cdiv(seqlen_q * (heads_q / heads_kv), BM), kv_head = 0: heads_kv"), npos);
+    }
     auto v = plan::verify(*p, d);
     EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
     ASSERT_FALSE(v.cases.empty());
@@ -65,7 +76,7 @@ TEST(VarlenPlan, WritesTheCountsAndTheRaggedViewsAndVerifiesThem) {
 
 TEST(VarlenTranslate, Sm90StartsAtEachSequenceAndGuardsItsLastRows) {
   support::DiagSink d;
-  auto p = varlen_plan("h100", d);
+  auto p = varlen_plan("h100", d, "causal", "32,32");  // MHA: nothing to pack
   ASSERT_TRUE(p.has_value()) << d.render();
   auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
   ASSERT_TRUE(t.has_value()) << d.render();
@@ -93,6 +104,43 @@ TEST(VarlenTranslate, Sm90StartsAtEachSequenceAndGuardsItsLastRows) {
   EXPECT_NE(c->cuda_source.find("qattn::host::check_ragged(*params, true, false)"), npos);
 }
 
+// GQA packing of ragged sequences on Hopper: a tile's packed row r of sequence b is query
+// cu_seqlens_q[b] + r / G of head kv_head x G + r % G; the Q box starts at the sequence's first packed
+// row, the tile's rows of the sequence are seqlen_q x G, O and LSE go to each row's query and head.
+TEST(VarlenTranslate, Sm90PacksTheQueryHeadsOfEachSequence) {
+  support::DiagSink d;
+  auto p = varlen_plan("h100", d);
+  ASSERT_TRUE(p.has_value()) << d.render();
+  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  for (const char* s : {"constexpr bool kPack = true;", "start_q = min(max(aux_cu_seqlens_q[b], 0), p.total_q);",
+                        "return m_block < qattn::cdiv(seqlen_q * (qattn::floordiv(heads_q, heads_kv)), BM); }",
+                        "&p.tma_q, sQ, v.start_q * p.pack + v.m_block * BM, v.kv_head, 0, leader, p.pack);",
+                        "&p.tma_k, sK, v.start_k + j * BN, v.kv_head, 0, leader);",
+                        "static_cast<Element*>(p.o) + int64_t(v.start_q) * p.o_row_stride + int64_t(v.kv_head) * p.pack * p.o_head_stride, "
+                        "p.o_row_stride, v.seqlen_q * p.pack, p.o_head_stride);",
+                        "store_rows_at(p.lse, rLSE, rows, v.kv_head, p.total_q, v.start_q, v.seqlen_q * p.pack);",
+                        "qattn::host::check_ragged(*params, true, true)"})
+    EXPECT_NE(cu.find(s), npos) << s;
+  // the same program without `{pack}` on Q, O, LSE (and its Grid over query heads) is the unpacked kernel
+  std::string plain = p->code;
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"{pack: heads_q / heads_kv, ragged: cu_seqlens_q}", "{ragged: cu_seqlens_q}"},
+           {"cdiv(seqlen_q * (heads_q / heads_kv), BM), kv_head = 0: heads_kv,", "cdiv(seqlen_q, BM), head = 0: heads_q,"},
+           {"cdiv((m_block + 1) * BM, heads_q / heads_kv)", "(m_block + 1) * BM"}})
+    for (size_t at; (at = plain.find(from)) != npos;) plain.replace(at, from.size(), to);
+  for (const std::string x : {"offset [b, kv_head] {ragged: cu_seqlens_q}"})
+    for (size_t at; (at = plain.find(x)) != npos;) plain.replace(at, x.size(), "offset [b, head] {ragged: cu_seqlens_q}");
+  const size_t role = plain.find("Role producer");
+  ASSERT_NE(role, npos);
+  plain.insert(role, "Let kv_head = head / (heads_q / heads_kv)\n");
+  auto u = backend::translate_text(plain, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(u.has_value()) << d.render() << plain;
+  EXPECT_NE(u->cuda_source.find("constexpr bool kPack = false;"), npos);
+  EXPECT_NE(u->cuda_source.find("store_rows_at(p.lse, rLSE, rows, v.head, p.total_q, v.start_q, v.seqlen_q);"), npos);
+}
+
 TEST(VarlenTranslate, Sm80ReturnsPastTheSequenceAndOffsetsTheViews) {
   support::DiagSink d;
   auto p = varlen_plan("a100", d);
@@ -117,7 +165,7 @@ TEST(VarlenPlan, RaggedQueriesOverAPagedCache) {
   auto p = plan::make_plan(s, *hw::find_gpu("h100"), d);
   ASSERT_TRUE(p.has_value()) << d.render();
   for (const char* line : {"Allocate cu_seqlens_q in global (batch + 1) int32\nLet seqlen_q = cu_seqlens_q[b + 1] - cu_seqlens_q[b]\n",
-                           "Let seqlen_k = cache_seqlens[b]\n", "with offset [b, head] {ragged: cu_seqlens_q}\n",
+                           "Let seqlen_k = cache_seqlens[b]\n", "with offset [b, kv_head] {pack: heads_q / heads_kv, ragged: cu_seqlens_q}\n",
                            "with offset [b, kv_head] {paged: block_table}\n"})
     EXPECT_NE(p->code.find(line), npos) << line << p->code;
   EXPECT_EQ(p->code.find("cu_seqlens_k"), npos) << p->code;
@@ -125,7 +173,7 @@ TEST(VarlenPlan, RaggedQueriesOverAPagedCache) {
   EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
   auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
   ASSERT_TRUE(t.has_value()) << d.render();
-  for (const char* x : {"&p.tma_q, sQ, v.start_q + v.m_block * BM, v.head, 0, leader);", "load_tile_paged<", "store_o_ragged<",
+  for (const char* x : {"&p.tma_q, sQ, v.start_q * p.pack + v.m_block * BM, v.kv_head, 0, leader, p.pack);", "load_tile_paged<", "store_o_ragged<",
                         "qattn::host::check_ragged(*params, true, false)", "qattn::host::check_paged(*params, 8, "})
     EXPECT_NE(t->cuda_source.find(x), npos) << x;
   EXPECT_NE(t->info_json.find("\"varlen\":{\"cu_seqlens_q\":\"cu_seqlens_q\"},\"kv_cache\":{\"lengths\":\"cache_seqlens\","

@@ -56,18 +56,19 @@ __device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const 
 }
 
 // TL `Copy O ...` of a ragged O (`{ragged}`: packed sequences). A warpgroup whose 64 rows all lie
-// within the sequence (rows below `valid`, its query count) stores them with store_o's TMA box at
-// row `first` (the sequence's first row) of the packed O; the one that holds the sequence's last
-// rows stages them the same way and writes them with its threads, 16 bytes each, rows below `valid`
-// only (the rows past it are the next sequence's, which a TMA box would overwrite). `out` is the
-// sequence's row 0 of this head.
-template <int BM, int DV, bool kBf16, bool kPersistent, bool kDeferWait, int N, class Element>
-__device__ __forceinline__ void store_o_ragged(const float (&o)[N], Element* sO, const RowMap<false>& rows, int tid,
+// within the sequence (rows below `valid`: its query count, times G when packed) stores them with
+// store_o's TMA box at the sequence's first row `first` (a query) of the packed O; the one that holds
+// the sequence's last rows stages them the same way and writes them with its threads, 16 bytes each,
+// rows below `valid` only (the rows past it are the next sequence's, which a TMA box would
+// overwrite). `out` is the sequence's row 0 of `head` (packed: of the group's first query head; row r
+// of the tile is then query r / G of head r % G after it, `head_stride` apart).
+template <int BM, int DV, bool kBf16, bool kPersistent, bool kDeferWait, int N, bool kPack, class Element>
+__device__ __forceinline__ void store_o_ragged(const float (&o)[N], Element* sO, const RowMap<kPack>& rows, int tid,
                                                const CUtensorMap* map, int head, int first, Element* out, int64_t row_stride,
-                                               int valid) {
+                                               int valid, int64_t head_stride = 0) {
   static_assert(N == DV / 2 && DV % 8 == 0, "O: a (64, DV) accumulator");
   if (rows.tile_row0 + 64 * rows.wg + 64 <= valid)  // uniform in the warpgroup
-    return store_o<BM, DV, kBf16, false, kPersistent, kDeferWait>(o, sO, rows, tid, map, head, 0, first);
+    return store_o<BM, DV, kBf16, kPack, kPersistent, kDeferWait>(o, sO, rows, tid, map, head, 0, kPack ? first * rows.pack : first);
   stage_o<BM, DV, kBf16, kPersistent, kDeferWait>(o, sO, rows, tid);
   const unsigned char* so = reinterpret_cast<const unsigned char*>(sO);
   ptx::bar_sync(kBarEpilogueBase + rows.wg, 128);
@@ -76,20 +77,24 @@ __device__ __forceinline__ void store_o_ragged(const float (&o)[N], Element* sO,
   for (int i = tid; i < 64 * kPieces; i += 128) {
     const int r = 64 * rows.wg + i / kPieces, c = i % kPieces;
     const int q = rows.tile_row0 + r;
-    if (q < valid)
-      *reinterpret_cast<uint4*>(out + int64_t(q) * row_stride + 8 * c) =
-          *reinterpret_cast<const uint4*>(so + swizzled_offset<BM>(r, 8 * c, 2));
+    if (q < valid) {
+      Element* row = kPack ? out + int64_t(q / rows.pack) * row_stride + int64_t(q % rows.pack) * head_stride : out + int64_t(q) * row_stride;
+      *reinterpret_cast<uint4*>(row + 8 * c) = *reinterpret_cast<const uint4*>(so + swizzled_offset<BM>(r, 8 * c, 2));
+    }
   }
   ptx::bar_sync(kBarEpilogueBase + rows.wg, 128);  // every piece read before the rows are reused
 }
 
-// A row vector of a ragged LSE: out[base + query] for the thread's two rows below `valid`.
-__device__ __forceinline__ void store_rows_at(float* out, const float (&x)[2], const RowMap<false>& rows, int64_t base, int valid) {
+// A row vector of a ragged LSE, (heads_q, total_q): the thread's two rows below `valid` (queries, times
+// G when packed) at [head_of(row), start + query(row)].
+template <bool kPack>
+__device__ __forceinline__ void store_rows_at(float* out, const float (&x)[2], const RowMap<kPack>& rows, int head, int64_t total,
+                                              int start, int valid) {
   if (out == nullptr || rows.c != 0) return;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int q = h == 0 ? rows.qa() : rows.qb();
-    if (q < valid) out[base + q] = x[h];
+    const int row = rows.tile_row0 + rows.r + 8 * h;
+    if (row < valid) out[int64_t(rows.head_of(h, head)) * total + start + rows.query(row)] = x[h];
   }
 }
 

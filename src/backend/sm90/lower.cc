@@ -336,7 +336,8 @@ bool Lower::lower_loads() {
     l.batch_cpp = kernel_names_.int_expr(alloc->alloc.offset[0]);
     const std::string& start = c.name == "Q" ? k_.scope.q_start_cpp : k_.scope.kv_start_cpp;
     if (!start.empty()) {  // TL {ragged}: one packed sequence of rows (the maps' batch extent is 1)
-      l.row_cpp = (c.name == "Q" ? "v.start_q + " : "v.start_k + ") + l.row_cpp;
+      // a GQA-packed Q counts packed rows: the sequence's first query is packed row start_q x G
+      l.row_cpp = (c.name != "Q" ? "v.start_k + " : k_.sm90.pack ? "v.start_q * p.pack + " : "v.start_q + ") + l.row_cpp;
       l.batch_cpp = "0";
     }
     l.head_cpp = kernel_names_.int_expr(alloc->alloc.offset[1]);
