@@ -87,6 +87,7 @@ CASES = [  # dtype, hq, hkv, d, causal, window, lens_q, lens_k
     (torch.float16, 4, 4, 64, False, None, [77, 513, 5, 256], [200, 40, 5, 1024]),      # cross lengths
     (torch.bfloat16, 8, 1, 128, True, None, [17, 128, 700], [30, 100, 1500]),           # MQA, causal, sq != sk
     (torch.bfloat16, 4, 2, 128, False, (64, 0), [333, 12, 900], None),                 # sliding window
+    (torch.bfloat16, 14, 2, 128, True, None, [1, 300, 1, 45], None),                   # a group of 7: the unpacked kernel
 ]
 
 
