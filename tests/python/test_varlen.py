@@ -176,22 +176,33 @@ def check_causal_rows(o, lse, a, e, q, k, v, dt, what):
     assert torch.allclose(lse[:, a:e][fin].double(), l_ref[fin], atol=1e-3, rtol=1e-4)
 
 
+def call_over_cache(g, lq, lk, cap, hq, hkv, d, dt, page, spare=0):
+    """attention_varlen (causal, with its LSE) of fresh packed queries, lq per sequence (`spare` NaN rows
+    past the last), over a fresh cache holding lk keys per sequence (qattn._kvcache_check.make_cache:
+    NaN wherever no key is; paged unless page is 0). Returns (k, v, k_cache, v_cache, block_table,
+    cu_seqlens_q, q, o, lse), synchronised."""
+    from qattn._kvcache_check import make_cache
+    k, v, kc, vc, table = make_cache(len(lq), cap, hkv, d, d, dt, page, lk, g)
+    cq = torch.tensor([0] + lq, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
+    q = torch.randn(int(cq[-1]) + spare, hq, d, device="cuda", generator=g).to(dt)
+    if spare:
+        q[-spare:] = float("nan")
+    lens = torch.tensor(lk, dtype=torch.int32, device="cuda")
+    o, lse = qattn.attention_varlen(q, kc, vc, cq, None, max(lq), cap, causal=True, return_lse=True, cache_seqlens=lens,
+                                    block_table=table)
+    torch.cuda.synchronize()
+    return k, v, kc, vc, table, cq, q, o, lse
+
+
 @gpu
 @pytest.mark.parametrize("page", [0, 16, 64])
 def test_varlen_queries_over_a_kv_cache(page):
     """Chunked prefill: packed queries (the last lens_q positions of each sequence) over a KV cache,
     contiguous or paged (NaN wherever no key is, pages in random order), causal; each sequence
     against fp64; flash_attn_varlen_func(block_table=...) gives the same rows."""
-    from qattn._kvcache_check import make_cache
     g = torch.Generator(device="cuda").manual_seed(13 + page)
     lq, lk, cap, hq, hkv, d, dt = [5, 0, 1, 200, 33], [300, 0, 40, 200, 33], 320, 8, 2, 128, torch.bfloat16
-    k, v, kc, vc, table = make_cache(len(lq), cap, hkv, d, d, dt, page, lk, g)
-    cq = torch.tensor([0] + lq, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
-    q = torch.randn(int(cq[-1]), hq, d, device="cuda", generator=g).to(dt)
-    lens = torch.tensor(lk, dtype=torch.int32, device="cuda")
-    o, lse = qattn.attention_varlen(q, kc, vc, cq, None, max(lq), cap, causal=True, return_lse=True, cache_seqlens=lens,
-                                    block_table=table)
-    torch.cuda.synchronize()
+    k, v, kc, vc, table, cq, q, o, lse = call_over_cache(g, lq, lk, cap, hq, hkv, d, dt, page)
     cql = cq.tolist()
     for b, n in enumerate(lk):
         a, e = cql[b], cql[b + 1]
@@ -214,19 +225,11 @@ def test_varlen_serving_step_mixes_decoding_and_prefill_chunks(hq, hkv, page):
     one query and prefill chunks over a KV cache, an empty sequence and one query over one key among
     them; on Hopper a kv head's query heads share one packed tile of each sequence (GQA packing of
     ragged sequences, docs/tl.md "Ragged batches"). Each sequence against fp64, the empty one unwritten."""
-    from qattn._kvcache_check import make_cache
     g = torch.Generator(device="cuda").manual_seed(hq + page)
     lq = [1, 1, 77, 1, 0, 1, 130, 1, 1, 3]
     lk = [900, 1, 300, 64, 50, 1300, 130, 17, 640, 200]
     cap, d, dt = 1344, 128, torch.bfloat16
-    k, v, kc, vc, table = make_cache(len(lq), cap, hkv, d, d, dt, page, lk, g)
-    cq = torch.tensor([0] + lq, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
-    q = torch.randn(int(cq[-1]) + 2, hq, d, device="cuda", generator=g).to(dt)  # 2 spare rows past the last sequence
-    q[-2:] = float("nan")
-    lens = torch.tensor(lk, dtype=torch.int32, device="cuda")
-    o, lse = qattn.attention_varlen(q, kc, vc, cq, None, max(lq), cap, causal=True, return_lse=True, cache_seqlens=lens,
-                                    block_table=table)
-    torch.cuda.synchronize()
+    k, v, kc, vc, table, cq, q, o, lse = call_over_cache(g, lq, lk, cap, hq, hkv, d, dt, page, spare=2)
     cql = cq.tolist()
     for b, n in enumerate(lk):
         a, e = cql[b], cql[b + 1]
