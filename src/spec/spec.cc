@@ -400,11 +400,15 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
 
   check_variants(s, diags, where);
 
-  // Split keys: each part's O and LSE at [b, s, head]; a ragged batch's packed rows have no part axis.
-  // Masks and variants split too: every part applies them to its own key tiles.
-  if (s.split_keys && s.varlen)
-    diags.error("SPEC0219", at("/split_keys"), "split_keys with varlen: the packed rows of a ragged batch have no place for the parts",
-                "split the keys of a KV cache or of equal-length sequences (\"split_keys\" without \"varlen\")");
+  // Split keys: each part's O and LSE at [b, s, head]; ragged queries over a KV cache hold the parts
+  // one after another, (splits, total_q, heads_q, d) (docs/tl.md, "Ragged batches"). Packed ragged keys
+  // (varlen without a cache) are not split. Masks and variants split too: every part applies them to
+  // its own key tiles.
+  if (s.split_keys && s.varlen && s.kv_cache == KvCache::None)
+    diags.error("SPEC0219", at("/split_keys"),
+                "split_keys with varlen and no kv_cache: the keys of packed ragged sequences (cu_seqlens_k) are not split",
+                "split the keys of a KV cache (\"kv_cache\": \"paged\" or \"lengths\", ragged queries over it) or of "
+                "equal-length sequences (\"split_keys\" without \"varlen\")");
 
   // The gradients of auxiliary inputs: the fp32 ones (ALiBi's slopes, the relative bias's table).
   // V inside K (DeepSeek's absorbed MLA): a narrower V than K's columns, on a forward of its own kind.

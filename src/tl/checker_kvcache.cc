@@ -64,6 +64,17 @@ bool Walker::batch_grid_var(const Expr& e) const {
   return false;
 }
 
+// True when `e` is a Grid variable whose extent is the Dim splits (`split = 0: splits`): the part
+// index of a split forward's ragged O and LSE ([b, split, head]).
+bool Walker::split_grid_var(const Expr& e) const {
+  if (e.kind != Expr::Kind::Name) return false;
+  for (const auto& st : prog_.stmts)
+    if (st.kind == Stmt::Kind::Grid)
+      for (const auto& it : st.grid.items)
+        if (it.var == e.name) return is_name(it.extent, "splits");
+  return false;
+}
+
 bool Walker::kv_length_let(const Stmt& s) {
   const Expr& v = s.let.value;
   const std::string& n = s.let.name;
@@ -125,8 +136,11 @@ void Walker::check_ragged(const Stmt& s, const Attr& a) {
   else if (t->global_dtype != DType::I32 || t->global_shape.size() != 1 || !is_batch_plus_one(t->global_shape[0]))
     why = "the cumulative counts '" + a.value->name + "' must be an int32 (batch + 1) tensor";
   else if (ragged_.count(n)) why = "`ragged` given twice for '" + n + "'";
-  else if (s.alloc.offset.size() != 2 || !batch_grid_var(s.alloc.offset[0]))
-    why = "a ragged view keeps its offset [b, head], b the Grid variable over batch: it selects the sequence's first row";
+  else if (!(s.alloc.offset.size() == 2 || (s.alloc.offset.size() == 3 && (n == "O" || n == "LSE") &&
+                                              split_grid_var(s.alloc.offset[1]))) ||
+           !batch_grid_var(s.alloc.offset[0]))
+    why = "a ragged view keeps its offset [b, head], b the Grid variable over batch: it selects the sequence's first row "
+          "(a split forward's O and LSE: [b, split, head], split the Grid variable over splits)";
   else if ((n == "Q" || n == "O" || n == "LSE") ? info_.q_lengths.empty() : info_.kv_lengths.empty())
     why = std::string("a ragged ") + n + " needs its sequence's count first: `Let " +
           ((n == "Q" || n == "O" || n == "LSE") ? "seqlen_q" : "seqlen_k") + " = " + a.value->name + "[b + 1] - " +
@@ -190,6 +204,12 @@ void Walker::finish_ragged() {
                                                      "}` or none");
   if (k != v) return fail_at(where({"K", "V"}, ks), "K and V are rows of the same sequences: give both `{ragged: " + ks + "}` or neither");
   if (!k.empty() && !paged_.empty()) return fail("K and V are either ragged (packed sequences) or paged, not both");
+  if (!k.empty() && !split_outputs_.empty())
+    return rep_.error("TL0416", where({"K"}, ""),
+                      "the keys are split ([b, split, head] on O and LSE) but K and V are ragged (packed sequences): split "
+                      "keys are supported over a KV cache only",
+                      "split the keys of a KV cache (`Let seqlen_k = cache_seqlens[b]`, K and V `{paged: block_table}` or "
+                      "at [b, kv_head] without `ragged`), or give O and LSE the offset [b, head] (no parts)");
   if (!q.empty() && info_.q_lengths != q)
     return fail("Q is ragged by '" + q + "' but `Let seqlen_q` reads '" + info_.q_lengths + "': the counts and the rows must come "
                 "from the same table");

@@ -445,14 +445,16 @@ RunResult Machine::verdict(const Program& p) {
   const Global* op = &globals_["O"];
   const Global* lse = globals_.count("LSE") ? &globals_["LSE"] : nullptr;
   Global merged_o, merged_lse;  // split keys: the parts merged by their LSE (docs/tl.md, "Splitting the keys")
+  int64_t stray = 0;  // packed ragged outputs: elements written outside their sequence
   if (op->parts > 0) {
-    if (!lse || lse->parts != op->parts || op->view.size() != 2) {
+    if (!lse || lse->parts != op->parts || op->view.size() != 2 || lse->ragged != op->ragged) {
       error("TL0901", op->loc, "O holds the parts of split keys but LSE does not", "give LSE the offset [b, s, head] too");
       r.ran = false;
       r.summary = "not verified: split parts without their LSE";
       return r;
     }
-    merge_parts(*op, *lse, prob_.batch, merged_o, merged_lse);
+    if (op->ragged.empty()) merge_parts(*op, *lse, prob_.batch, merged_o, merged_lse);
+    else stray += merge_ragged_parts(*op, *lse, merged_o, merged_lse);  // per part: rows of their own sequence
     op = &merged_o;
     lse = &merged_lse;
   }
@@ -476,7 +478,6 @@ RunResult Machine::verdict(const Program& p) {
   }
   // Written elements only; the rest are counted.
   std::vector<double> og, orf, lg, lrf;
-  int64_t stray = 0;  // packed ragged outputs: elements written outside their sequence
   auto pairs = [&](const Global& g, const std::vector<double>& rf, std::vector<double>& got, std::vector<double>& want) {
     return g.ragged.empty() ? written_pairs(g, rf, got, want) : ragged_pairs(g, rf, got, want, stray);
   };

@@ -193,6 +193,11 @@ bool Machine::exec_allocate(const Stmt& s) {
                          ") = (" + std::to_string(prob_.batch) + ", " + std::to_string(g.parts) + ", " +
                          std::to_string(g.heads / g.pack) + ")",
                      combine_ || in_merge_ ? "loop over the parts with `for t = 0: splits`" : "the part is the Grid axis `s = 0: splits`");
+      if (!g.ragged.empty()) {  // ragged parts: part ix[1] of the packed rows (docs/tl.md, "Ragged batches")
+        View& v = *(slots_[a.name].global = View{&g, 0});
+        v.part = ix[1];
+        return ragged_view(s, v, ix[0], ix[2]);
+      }
       slots_[a.name].global = View{&g, ((ix[0] * g.parts + ix[1]) * g.heads + ix[2] * g.pack) * g.view_elems()};
       return true;
     }

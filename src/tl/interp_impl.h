@@ -120,7 +120,9 @@ struct Global {
   int64_t page_size = 0, pages = 0;
   std::vector<int64_t> table;
   // `{ragged: T}` (packed ragged batches): data is (total, heads, cols) (LSE: (heads, total)); row r of
-  // batch entry b is row T[b] + r. writer: the batch entry of the block that wrote each element.
+  // batch entry b is row T[b] + r. writer: the batch entry of the block that wrote each element. With
+  // `parts` too (a split forward's ragged O / LSE, offset [b, split, head]) the parts one after another:
+  // (parts, total, heads, cols) (LSE: (parts, heads, total)).
   std::string ragged;
   int64_t total = 0;
   std::vector<int32_t> writer;
@@ -172,11 +174,13 @@ struct View {
   int64_t base = 0;
   int64_t limit = -1, batch = 0, head = 0;
   int64_t start = -1;  // a ragged view: its first row in the packed tensor (-1: not ragged)
+  int64_t part = 0;    // a ragged view of split keys' parts: part `part` of (parts, total, heads, cols) / (parts, heads, total)
   int64_t rows() const { return limit >= 0 ? limit : g->view[0] * g->pack; }
   size_t at(int64_t r, int64_t col, int64_t cols) const {
     if (start >= 0) {  // ragged: row T[b] + r of head `head`; packed: query r / G of head head * G + r % G
       const int64_t q = start + r / g->pack, h = head * g->pack + r % g->pack;
-      return g->view.size() == 1 ? size_t(h * g->total + q) : size_t((q * g->heads + h) * cols + col);
+      const int64_t p0 = part * g->total * g->heads * (g->view.size() == 1 ? 1 : cols);  // the part's first element
+      return g->view.size() == 1 ? size_t(p0 + h * g->total + q) : size_t(p0 + (q * g->heads + h) * cols + col);
     }
     if (g->page_size > 0) {
       const int64_t page = g->table[size_t(batch * g->pages + r / g->page_size)];
@@ -342,6 +346,11 @@ class Machine {
   // unwritten ones and those written outside their sequence (a row of another sequence, or past all).
   int64_t ragged_pairs(const Global& g, const std::vector<double>& ref, std::vector<double>& got, std::vector<double>& want,
                        int64_t& stray) const;
+  // Split keys over ragged queries: the parts of O / LSE merged by their LSE in fp64 into ragged
+  // (total, heads, d) / (heads, total) Globals for ragged_pairs. A merged element is written when every
+  // part's is, and its writer is its sequence when every part's writer is (else -2: ragged_pairs counts
+  // it as stray); returns the elements of any part written past the last sequence.
+  int64_t merge_ragged_parts(const Global& o, const Global& lse, Global& mo, Global& mlse) const;
   // The reference's problem and variant: each sequence's keys and mask alignment folded into keep.
   spec::AttentionProblem ref_problem() const;
   spec::ScoreVariant ref_variant(spec::ScoreVariant base) const;

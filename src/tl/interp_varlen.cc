@@ -6,7 +6,10 @@
 // running sums, and the packed tensors given spare rows of NaN past the last sequence. With
 // `{pack: G}` too (GQA packing) a view's row r is query r / G of head kv_head * G + r % G (View::at).
 // The outputs are checked per sequence: every row of a sequence written, by a block of that
-// sequence, and nothing written past the last one.
+// sequence, and nothing written past the last one. A split forward's ragged O / LSE (offset
+// [b, split, head]) hold the parts one after another, (splits, total, heads, d) / (splits, heads,
+// total); those checks hold per part, and the verdict merges each row's parts by their LSE in fp64
+// (merge_ragged_parts) before comparing with the sequence's reference.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -26,9 +29,9 @@ bool Machine::setup_ragged(const Program& p) {
           Global& g = globals_[s.alloc.name];
           g.ragged = a.value->name;
           (g.name == "K" || g.name == "V" ? k_cu_ : q_cu_) = g.ragged;
-          if (g.parts > 0)
-            return error("TL0903", s.loc, "a ragged view that also holds the parts of split keys is not interpreted",
-                         "split the keys of equal-length sequences or of a KV cache; give O and LSE `[b, head]` here");
+          if (g.parts > 0 && merge_)
+            return error("TL0903", merge_->loc, "a Merge block over the ragged parts of split keys is not interpreted",
+                         "merge the parts with a combine program, or give O and LSE `[b, split, head]` without `ragged`");
         }
   if (v_view_of_k_) globals_["V"].ragged = globals_["K"].ragged;  // V as a view of K: K's rows
   if (q_cu_.empty() && k_cu_.empty()) return true;
@@ -73,7 +76,8 @@ bool Machine::setup_ragged(const Program& p) {
   }
   double extra = 0;
   for (const auto& [n, g] : globals_)
-    if (!g.ragged.empty()) extra += double(g.heads) * double(g.view.size() == 2 ? g.view[1] : 1) * double(kSpareRows);
+    if (!g.ragged.empty())
+      extra += double(g.all_parts()) * double(g.heads) * double(g.view.size() == 2 ? g.view[1] : 1) * double(kSpareRows);
   return fits(extra * sizeof(double), kernel_loc_, "the packed tensors");
 }
 
@@ -84,7 +88,7 @@ void Machine::make_ragged_inputs() {
     const double* cu = aux_.at(g.ragged).data.data();
     const int64_t rows = g.view[0], cols = g.view.size() == 2 ? g.view[1] : 1, heads = g.heads;
     g.total = int64_t(cu[prob_.batch]) + kSpareRows;
-    const size_t n = size_t(g.total * heads * cols);
+    const size_t n = size_t(g.all_parts() * g.total * heads * cols);  // the parts one after another
     if (g.output) {
       g.data.assign(n, std::numeric_limits<double>::quiet_NaN());
       g.written.assign(n, 0);
@@ -158,6 +162,64 @@ int64_t Machine::ragged_pairs(const Global& g, const std::vector<double>& ref, s
   for (size_t i = 0; i < g.written.size(); ++i)
     if (g.written[i] && !owned[i]) ++stray;  // past the last sequence
   return unwritten;
+}
+
+int64_t Machine::merge_ragged_parts(const Global& o, const Global& lse, Global& mo, Global& mlse) const {
+  const double* cu = aux_.at(o.ragged).data.data();
+  const int64_t parts = o.parts, heads = o.heads, d = o.view[1], total = o.total, used = int64_t(cu[prob_.batch]);
+  const size_t o_part = size_t(total * heads * d), l_part = size_t(heads * total);  // one part's elements
+  auto shell = [&](const Global& from, Global& to, size_t n) {
+    to.name = from.name;
+    to.dtype = from.dtype;
+    to.output = true;
+    to.heads = from.heads;
+    to.view = from.view;
+    to.pack = from.pack;
+    to.loc = from.loc;
+    to.ragged = from.ragged;
+    to.total = total;
+    to.data.assign(n, kNaN);
+    to.written.assign(n, 0);
+    to.writer.assign(n, -1);
+  };
+  shell(o, mo, o_part);
+  shell(lse, mlse, l_part);
+  int64_t stray = 0;
+  for (int64_t s = 0; s < parts; ++s)  // rows past the last sequence: no block's
+    for (int64_t q = used; q < total; ++q)
+      for (int64_t h = 0; h < heads; ++h) {
+        stray += lse.written[size_t(s) * l_part + size_t(h * total + q)];
+        for (int64_t c = 0; c < d; ++c) stray += o.written[size_t(s) * o_part + size_t((q * heads + h) * d + c)];
+      }
+  std::vector<const double*> po(size_t(parts), nullptr);
+  std::vector<double> pl(size_t(parts), 0.0);
+  for (int64_t b = 0; b < prob_.batch; ++b) {
+    const int64_t start = int64_t(cu[b]), len = int64_t(cu[b + 1] - cu[b]);
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t q = start; q < start + len; ++q) {
+        const size_t li = size_t(h * total + q), oi = size_t((q * heads + h) * d);
+        bool lse_written = true, lse_own = true;
+        for (int64_t s = 0; s < parts; ++s) {
+          po[size_t(s)] = &o.data[size_t(s) * o_part + oi];
+          pl[size_t(s)] = lse.data[size_t(s) * l_part + li];
+          lse_written = lse_written && lse.written[size_t(s) * l_part + li];
+          lse_own = lse_own && lse.writer[size_t(s) * l_part + li] == b;
+        }
+        merge_row(po, pl, d, [](double x) { return x; }, &mo.data[oi], mlse.data[li]);
+        mlse.written[li] = lse_written;
+        mlse.writer[li] = lse_own ? int32_t(b) : -2;
+        for (int64_t c = 0; c < d; ++c) {  // a part's row counts with its LSE: without it the merge is unknown
+          bool w = lse_written, own = lse_own;
+          for (int64_t s = 0; s < parts; ++s) {
+            w = w && o.written[size_t(s) * o_part + oi + size_t(c)];
+            own = own && o.writer[size_t(s) * o_part + oi + size_t(c)] == b;
+          }
+          mo.written[oi + size_t(c)] = w;
+          mo.writer[oi + size_t(c)] = own ? int32_t(b) : -2;
+        }
+      }
+  }
+  return stray;
 }
 
 }  // namespace qattn::tl::interp

@@ -5,7 +5,8 @@
 // some of Q, O, LSE or by another G (TL0412), `{ragged}` on some of them (TL0416), a packed K / V
 // (TL0412), K / V ragged and paged at once (TL0416), a packed ragged view at the query head's offset
 // with the Grid over heads_q (TL0601: the range analysis samples ragged programs at the Dims'
-// values), Score / Mask declarations in a packed ragged program (TL0412).
+// values), Score / Mask declarations in a packed ragged program (TL0412). Split keys over ragged
+// queries and a KV cache: O / LSE at [b, split, head] accepted, Q there or O at [b, head, split] refused.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -133,6 +134,35 @@ TEST(checkerVarlen, DeclarationsInAPackedRaggedProgramAreRefused) {
   auto r = run(decl);
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(r.has("TL0412")) << r.rendered;
+}
+
+// Split keys over ragged queries and a KV cache (tests/tl/varlen_split_cache.tl): a ragged O / LSE at
+// [b, split, kv_head] (split the Grid variable over splits) is accepted; a ragged Q at that offset, or
+// O with the part index last, is refused (TL0416).
+TEST(checkerVarlen, RaggedSplitOverACacheIsAccepted) {
+  std::ifstream in(std::filesystem::path(QATTN_SOURCE_DIR) / "tests" / "tl" / "varlen_split_cache.tl", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string t = ss.str();
+  auto r = run(t);
+  EXPECT_TRUE(r.ok) << r.rendered;
+  EXPECT_TRUE(r.diags.empty()) << r.rendered;
+  const std::string q = "Allocate Q in global (seqlen_q, d) bf16 with offset [b, kv_head]";
+  const std::string q_split = replace(t, q, "Allocate Q in global (seqlen_q, d) bf16 with offset [b, split, kv_head]");
+  r = run(q_split);
+  EXPECT_FALSE(r.ok);
+  EXPECT_CODE_AT(r, "TL0416", q_split, "Allocate Q in global");
+  EXPECT_NE(r.rendered.find("keeps its offset [b, head]"), std::string::npos) << r.rendered;
+  const std::string o = "Allocate O in global (seqlen_q, d) bf16 with offset [b, split, kv_head]";
+  const std::string o_last = replace(t, o, "Allocate O in global (seqlen_q, d) bf16 with offset [b, kv_head, split]");
+  r = run(o_last);
+  EXPECT_FALSE(r.ok);
+  EXPECT_CODE_AT(r, "TL0416", o_last, "Allocate O in global");
+  // the middle index a Grid variable, but not the one over splits
+  const std::string o_head = replace(t, o, "Allocate O in global (seqlen_q, d) bf16 with offset [b, m_block, kv_head]");
+  r = run(o_head);
+  EXPECT_FALSE(r.ok);
+  EXPECT_CODE_AT(r, "TL0416", o_head, "Allocate O in global");
 }
 
 }  // namespace

@@ -627,8 +627,9 @@ TEST(specValidate, AuxGrad) {
   ASSERT_NE(find(d6, "SPEC0235"), nullptr) << d6.render();
 }
 
-// split_keys (docs/spec.md): round-trips through JSON and the flag; SPEC0219 with varlen; a mask and a
-// variant split too (each part applies them to its own key tiles).
+// split_keys (docs/spec.md): round-trips through JSON and the flag; with varlen over a KV cache (ragged
+// queries over the cache) and SPEC0219 with varlen without one; a mask and a variant split too (each
+// part applies them to its own key tiles).
 TEST(specValidate, SplitKeys) {
   AttentionSpec s;
   s.name = "split";
@@ -648,8 +649,16 @@ TEST(specValidate, SplitKeys) {
   DiagSink df;
   EXPECT_TRUE(apply_flags(f, {{"split-keys", "true"}}, df)) << df.render();
   EXPECT_TRUE(f.split_keys);
+  AttentionSpec cached = s;  // ragged queries over the paged cache, and over per-sequence lengths
+  cached.varlen = true;
+  for (KvCache kc : {KvCache::Paged, KvCache::Lengths}) {
+    cached.kv_cache = kc;
+    DiagSink dc;
+    EXPECT_TRUE(validate(cached, dc)) << to_string(kc) << dc.render();
+  }
   AttentionSpec bad = s;
   bad.varlen = true;
+  bad.kv_cache = KvCache::None;  // packed ragged keys
   DiagSink db;
   EXPECT_FALSE(validate(bad, db));
   const Diagnostic* x = find(db, "SPEC0219");
