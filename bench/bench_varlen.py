@@ -23,7 +23,8 @@ shuffled pool): N decoding sequences of one query each and one prefill chunk of 
 sequence with L keys cached (its queries the last of them), causal, through qattn.attention_varlen(q,
 k_cache, v_cache, cu_seqlens_q, None, C, L, cache_seqlens=, block_table=) as flash_attn_varlen_func
 with a block table calls it; checked per sequence against fp32 first; tflops counts q_len x L x 4 d h
-per sequence (the keys each query row reads); vs_padded is the ratio to this tree's qattn-varlen there.
+per sequence (the keys each query row reads); vs_padded is the ratio to this tree's qattn-varlen there;
+qattn-varlen-nosplit is the same call with the key split off (QATTN_SPLIT_KV=0).
 `--also` runtimes time the same qattn-varlen call with their kernels (impl qattn-varlen@NAME) on every row.
 """
 import argparse
@@ -62,6 +63,9 @@ SERVE = {  # name: (hq, hkv, decoding sequences, chunk queries, keys cached per 
     "serve_gqa_128x2k+2k": (32, 8, 128, 2048, 2048),
     "serve_gqa64_32x8k+1k": (64, 8, 32, 1024, 8192),
     "serve_mqa_32x8k+1k": (16, 1, 32, 1024, 8192),
+    # few long sequences: the launch leaves SMs idle, the keys split (_varlen.ragged_splits)
+    "serve_mqa_4x32k+256": (16, 1, 4, 256, 32768),
+    "serve_gqa_2x64k+1k": (32, 8, 2, 1024, 65536),
 }
 
 
@@ -79,8 +83,20 @@ def serve(name, rounds, calls, gpu):
     lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
     call = lambda: qattn.attention_varlen(q, kc, vc, cq, None, chunk, ctx, causal=True, cache_seqlens=lens, block_table=table)  # noqa: E731
     fns = {"qattn-varlen": call}
-    for rt in RUNTIMES:
-        fns[f"qattn-varlen@{rt}"] = in_runtime(rt, call)
+
+    def unsplit():  # the same call with the key split off (QATTN_SPLIT_KV=0), this tree's kernels
+        old = os.environ.get("QATTN_SPLIT_KV")
+        os.environ["QATTN_SPLIT_KV"] = "0"
+        try:
+            return call()
+        finally:
+            if old is None:
+                del os.environ["QATTN_SPLIT_KV"]
+            else:
+                os.environ["QATTN_SPLIT_KV"] = old
+    fns["qattn-varlen-nosplit"] = unsplit
+    for rt in RUNTIMES:  # (unsplit: a parent before the split of ragged rows refuses its spec, SPEC0219)
+        fns[f"qattn-varlen@{rt}"] = in_runtime(rt, unsplit)
     outs = {n: f() for n, f in fns.items()}
     torch.cuda.synchronize()
     check_runtimes()

@@ -106,8 +106,9 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_ca
     kv_cache: "lengths" or "paged" for a kernel that reads a KV cache (qattn._kvcache); varlen: a
     kernel over packed ragged batches (qattn._varlen): True for GQA packing on Hopper (the spec's group
     of 2: the planner packs the query heads of a kv head into each sequence's tiles), "g1" for the
-    unpacked kernel (spec heads 1 / 1: MHA, and groups that do not divide a 64-row tile); split: the kernel that writes the parts of split
-    keys (the spec's split_keys, Hopper: docs/tl.md "Splitting the keys"; with the LSE); v_from_k: V is
+    unpacked kernel (spec heads 1 / 1: MHA, and groups that do not divide a 64-row tile); split: the
+    kernel that writes the parts of split keys (the spec's split_keys, Hopper: docs/tl.md "Splitting the
+    keys"; with the LSE; with varlen, ragged queries over a KV cache); v_from_k: V is
     the first d_v columns of K (the spec's v_from_k: DeepSeek's absorbed MLA, one latent cache of
     d_qk = 576 columns, d_v = 512; Hopper only; not with varlen, split or variants)."""
     name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \

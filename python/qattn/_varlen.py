@@ -6,7 +6,9 @@ cu_seqlens_q[b]`, `{ragged: cu_seqlens_q}`; docs/tl.md, "Ragged batches"): no pa
 mask over one long row, no host synchronisation (the counts stay on the device). The grid is sized
 by max_seqlen_q; a tile past its sequence's queries returns at once.
 """
-from . import _attention, _backward, _build, _kvcache
+import os
+
+from . import _attention, _backward, _build, _combine, _kvcache
 from ._abi import fill_params
 from ._torch_util import import_torch
 from ._variants import split_launch_args, variant_fields
@@ -221,8 +223,10 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     if empty:
         return (o, lse) if return_lse else o
     kv = "paged" if block_table is not None else "lengths"
-    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse, q.device, kv_cache=kv,
-                              varlen=_build.varlen_kind(hq, hkv))
+    kind = _build.varlen_kind(hq, hkv)
+    splits = ragged_splits(torch, q.device, bsz, tq, hq, hkv, capacity, fields, args, kind)
+    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse or splits > 1, q.device, kv_cache=kv, varlen=kind,
+                              split=splits > 1)
     roles = dict(b.library.info.get("kv_cache", {}))
     roles.update(b.library.info.get("varlen", {}))
     given = {roles.get("cu_seqlens_q"): cu_seqlens_q.to(torch.int32).contiguous(),
@@ -232,10 +236,33 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     if set(names) - set(given) or any(given[n] is None for n in names):
         raise SpecError(f"kernel {b.spec['name']} reads {names}: ragged queries over a KV cache", code="PY0110")
     qv = _rows(q)
-    p = fill_params(qv[None], k_cache, v_cache, o[None], lse, _attention._scale(scale, dqk), aux=[given[n] for n in names],
+    # split keys: part s of row r at row s x total_q + r of the parts (docs/tl.md, "Ragged batches"); the combine merges them
+    o_k = q.new_empty((splits, tq, hq, dv)) if splits > 1 else o[None]
+    lse_k = torch.empty((splits, hq, tq), device=q.device, dtype=torch.float32) if splits > 1 else lse
+    p = fill_params(qv[None], k_cache, v_cache, o_k[:1], lse_k, _attention._scale(scale, dqk), aux=[given[n] for n in names],
                     window=args.get("window"), softcap=args.get("softcap"))
     p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = bsz, int(max_seqlen_q), capacity, tq, 0
     if block_table is not None:
         p.page_size, p.pages, p.num_pages = page_size, pages, int(k_cache.shape[0])
+    if splits > 1:
+        p.splits = splits
     _attention.run_fwd(torch, b, p, q.device)
+    if splits > 1:
+        _, lse_out = _combine.combine(torch, o_k[None], lse_k[None], return_lse, q.device, out=o[None])
+        lse = lse_out[0] if return_lse else None
     return (o, lse) if return_lse else o
+
+
+def ragged_splits(torch, device, bsz, total_q, hq, hkv, capacity, fields, args, kind):
+    """The parts the keys of ragged queries over a KV cache split into (1: none): on Hopper (the
+    kernel splits in its TL, every part applying the call's mask to its own key tiles) when the
+    blocks the launch can keep busy leave SMs idle: each sequence's partial tile plus the packed
+    rows' full ones, per kv head (packed, `kind` True) or query head, against the SM count
+    (_attention.parts_to_fill: at least MIN_KEYS_PER_SPLIT of the capacity's keys a part). A serving
+    step of a few long sequences decoding beside a prefill chunk splits; many sequences fill the GPU."""
+    if os.environ.get("QATTN_SPLIT_KV", "1") in ("0", "false", "no") or not _attention.tl_split(torch, device) or \
+            not _attention.split_allowed(fields, args, None, 2, True):
+        return 1
+    rows, heads = (hq // hkv, hkv) if kind is True else (1, hq)
+    blocks = heads * (bsz + -(-total_q * rows // 128))
+    return max(1, _attention.parts_to_fill(torch, device, blocks, capacity))

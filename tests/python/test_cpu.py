@@ -376,6 +376,29 @@ def test_ragged_batches_pack_the_groups_that_divide_a_tile(tmp_path):
         assert "{ragged: cu_seqlens_q}" in code or packed
 
 
+def test_ragged_queries_over_a_cache_split_where_sms_idle(monkeypatch):
+    """_varlen.ragged_splits: a serving step's blocks (each sequence's partial tile plus the packed rows'
+    full ones, per kv head) against the SMs; Hopper only (the kernel splits in its TL)."""
+    from qattn import _attention, _varlen
+    monkeypatch.setattr(_attention, "tl_split", lambda torch, device: True)
+    monkeypatch.setattr(_attention, "sm_count", lambda torch, device: 132)
+    causal = {"mask": {"kind": "causal", "align": "bottom_right"}}
+    # MQA 16/1, 5 sequences, 45 queries: 5 + cdiv(45 x 16, 128) = 11 blocks -> 12 parts of a 16k capacity
+    assert _varlen.ragged_splits(None, None, 5, 45, 16, 1, 16384, causal, {}, True) == 12
+    # MHA (unpacked): 8 heads x (5 + 1) blocks -> 2 parts
+    assert _varlen.ragged_splits(None, None, 5, 45, 8, 8, 16384, causal, {}, "g1") == 2
+    # 64 decoding sequences of GQA 32/8 fill the GPU; a short capacity has no part of 512 keys
+    assert _varlen.ragged_splits(None, None, 64, 64, 32, 8, 4096, causal, {}, True) == 1
+    assert _varlen.ragged_splits(None, None, 2, 2, 16, 1, 700, causal, {}, True) == 1
+    monkeypatch.setenv("QATTN_SPLIT_KV", "0")
+    assert _varlen.ragged_splits(None, None, 5, 45, 16, 1, 16384, causal, {}, True) == 1
+    monkeypatch.delenv("QATTN_SPLIT_KV")
+    monkeypatch.setattr(_attention, "tl_split", lambda torch, device: False)  # no fold of ragged rows elsewhere
+    assert _varlen.ragged_splits(None, None, 5, 45, 16, 1, 16384, causal, {}, True) == 1
+    s = qattn.kernel_spec("bf16", 128, 128, causal, True, "h100", kv_cache="paged", varlen=True, split=True)
+    assert s["varlen"] and s["split_keys"] and s["kv_cache"] == "paged" and s["name"].endswith("_varlen_split")
+
+
 def test_kernel_spec_is_keyed_by_compile_time_fields_only():
     a = qattn.kernel_spec("bf16", 192, 128, {"mask": {"kind": "causal", "align": "bottom_right"}}, True, "sm80")
     assert a["name"] == "py_bf16_d192v128_causal_lse"

@@ -239,6 +239,34 @@ def test_varlen_serving_step_mixes_decoding_and_prefill_chunks(hq, hkv, page):
 
 
 @gpu
+@pytest.mark.parametrize("hq,hkv,page", [(16, 1, 64), (32, 8, 16), (8, 8, 0)])
+def test_varlen_over_a_cache_splits_the_keys_of_few_long_sequences(hq, hkv, page, monkeypatch):
+    """A serving step of a few long sequences (decoding beside a prefill chunk) leaves SMs idle: on
+    Hopper the kernel splits the keys in its TL (the parts of ragged rows, docs/tl.md "Ragged
+    batches"; _varlen.ragged_splits) and the combine merges them. Each sequence against fp64, and the
+    split call against the same call unsplit (QATTN_SPLIT_KV=0); MHA takes the unpacked kernel."""
+    from qattn import _varlen
+    g = torch.Generator(device="cuda").manual_seed(7 + hq + page)
+    lq, lk, cap, d, dt = [1, 1, 3, 0, 40], [9000, 70, 16000, 20, 4000], 16384, 128, torch.bfloat16
+    seen, real = [], _varlen.ragged_splits
+    monkeypatch.setattr(_varlen, "ragged_splits", lambda *a: seen.append(real(*a)) or seen[-1])
+    k, v, kc, vc, table, cq, q, o, lse = call_over_cache(g, lq, lk, cap, hq, hkv, d, dt, page)
+    assert seen and seen[-1] > 1, seen
+    cql = cq.tolist()
+    for b, n in enumerate(lk):
+        a, e = cql[b], cql[b + 1]
+        if e > a:
+            check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"sequence {b} ({e - a} queries, {n} keys)")
+    monkeypatch.setenv("QATTN_SPLIT_KV", "0")
+    lens = torch.tensor(lk, dtype=torch.int32, device="cuda")
+    o1, lse1 = qattn.attention_varlen(q, kc, vc, cq, None, max(lq), cap, causal=True, return_lse=True, cache_seqlens=lens,
+                                      block_table=table)
+    assert seen[-1] == 1
+    assert (o.float() - o1.float()).abs().max().item() < 2e-2
+    assert torch.allclose(lse, lse1, atol=1e-3, rtol=1e-4)
+
+
+@gpu
 @pytest.mark.parametrize("sq,page", [(1, 0), (1, 16), (3, 64)])
 def test_uniform_varlen_over_a_cache_takes_the_batched_kernel(sq, page, monkeypatch):
     """Decoding (and speculative decoding) through attention_varlen / flash_attn_varlen_func over a KV

@@ -122,8 +122,9 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
       // absorbed MLA (v_from_k): split-columns consumers, V a view of K's paged slots, 128 heads packed into 64-row tiles
       {"sm90_bf16_mla_decode_paged", "deepseek-v3-mla-prefill", "h100", {{"mask", "none"}, {"heads", "128/1"}, {"head-dim", "576/512"}, {"seqlen", "1/4096"}, {"kv-cache", "paged"}, {"v-from-k", "true"}}, {"wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16", "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "fence.proxy.async.shared::cta", "bar.sync", "cp.async.bulk.tensor.5d.shared::cluster.global"}, {"mma.sync"}},
       {"sm90_bf16_d128_split_paged", "llama3-8b", "h100", {{"mask", "none"}, {"seqlen", "1/8192"}, {"kv-cache", "paged"}, {"split-keys", "true"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.5d.shared::cluster.global", "cp.async.bulk.tensor.4d.shared::cluster.global"}, {"mma.sync"}},
-      // ragged queries over a paged cache with GQA packing (a serving step): 5-D packed Q box at each sequence's first packed row
-      {"sm90_bf16_d128_varlen_paged_packed", "llama3-8b", "h100", {{"varlen", "true"}, {"kv-cache", "paged"}, {"lse", "true"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.5d.shared::cluster.global", "st.global.v4"}, {"mma.sync"}},
+      // ragged queries over a paged cache with GQA packing and split keys (a serving step): 5-D packed Q box at each
+      // sequence's first packed row, the parts' rows one after another
+      {"sm90_bf16_d128_varlen_paged_packed_split", "llama3-8b", "h100", {{"varlen", "true"}, {"kv-cache", "paged"}, {"split-keys", "true"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.5d.shared::cluster.global", "st.global.v4"}, {"mma.sync"}},
       // the backward pass (src/backend/bwd): mma.sync, ldmatrix.trans for P^T / dS^T, fp32 atomics for dQ, dK, dV
       // ... on Hopper: wgmma, the query ring by TMA on mbarriers (its fp32 rows by cp.async arriving on them), dS^T handed between
       // the warpgroups on named barriers, float4 reductions

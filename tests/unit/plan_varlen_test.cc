@@ -180,5 +180,34 @@ TEST(VarlenPlan, RaggedQueriesOverAPagedCache) {
                               "\"block_table\":\"block_table\"}"), npos) << t->info_json;
 }
 
+// Split keys over ragged queries and a paged cache (a serving step of few long sequences): the parts
+// of O and LSE at [b, split, kv_head] of the ragged, packed views, verified, and lowered with part s
+// at the map's batch entry s, its rows o_batch_stride (total_q rows) further, LSE's (splits, heads_q,
+// total_q) entry s.
+TEST(VarlenPlan, SplitKeysOverRaggedQueriesAndAPagedCache) {
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  support::DiagSink d;
+  ASSERT_TRUE(spec::apply_flags(s, {{"gpu", "h100"}, {"varlen", "true"}, {"kv-cache", "paged"}, {"split-keys", "true"}}, d))
+      << d.render();
+  auto p = plan::make_plan(s, *hw::find_gpu("h100"), d);
+  ASSERT_TRUE(p.has_value()) << d.render();
+  for (const char* line : {"Allocate O in global (seqlen_q, d) bf16 with offset [b, split, kv_head] {pack: heads_q / heads_kv, "
+                           "ragged: cu_seqlens_q}\n",
+                           "Allocate LSE in global (seqlen_q) fp32 with offset [b, split, kv_head] {pack: heads_q / heads_kv, "
+                           "ragged: cu_seqlens_q}\n",
+                           ", b = 0: batch, split = 0: splits {persistent}\n"})
+    EXPECT_NE(p->code.find(line), npos) << line << p->code;
+  auto v = plan::verify(*p, d);
+  EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
+  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(t.has_value()) << d.render();
+  for (const char* x : {"static_cast<Element*>(p.o) + int64_t(v.split) * p.o_batch_stride + int64_t(v.start_q) * p.o_row_stride + "
+                        "int64_t(v.kv_head) * p.pack * p.o_head_stride, p.o_row_stride, v.seqlen_q * p.pack, p.o_head_stride, v.split);",
+                        "store_rows_at(p.lse + int64_t(v.split) * p.heads_q * p.total_q, rLSE, rows, v.kv_head, p.total_q, v.start_q, "
+                        "v.seqlen_q * p.pack);",
+                        "constexpr bool kSplit = true;"})
+    EXPECT_NE(t->cuda_source.find(x), npos) << x;
+}
+
 }  // namespace
 }  // namespace qattn

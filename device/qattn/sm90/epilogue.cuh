@@ -61,14 +61,15 @@ __device__ __forceinline__ void store_o(const float (&o)[N], Element* sO, const 
 // the sequence's last rows stages them the same way and writes them with its threads, 16 bytes each,
 // rows below `valid` only (the rows past it are the next sequence's, which a TMA box would
 // overwrite). `out` is the sequence's row 0 of `head` (packed: of the group's first query head; row r
-// of the tile is then query r / G of head r % G after it, `head_stride` apart).
+// of the tile is then query r / G of head r % G after it, `head_stride` apart). `part`: the map's
+// batch entry (split keys: the part, whose rows follow the previous part's total rows; else 0).
 template <int BM, int DV, bool kBf16, bool kPersistent, bool kDeferWait, int N, bool kPack, class Element>
 __device__ __forceinline__ void store_o_ragged(const float (&o)[N], Element* sO, const RowMap<kPack>& rows, int tid,
                                                const CUtensorMap* map, int head, int first, Element* out, int64_t row_stride,
-                                               int valid, int64_t head_stride = 0) {
+                                               int valid, int64_t head_stride = 0, int part = 0) {
   static_assert(N == DV / 2 && DV % 8 == 0, "O: a (64, DV) accumulator");
   if (rows.tile_row0 + 64 * rows.wg + 64 <= valid)  // uniform in the warpgroup
-    return store_o<BM, DV, kBf16, kPack, kPersistent, kDeferWait>(o, sO, rows, tid, map, head, 0, kPack ? first * rows.pack : first);
+    return store_o<BM, DV, kBf16, kPack, kPersistent, kDeferWait>(o, sO, rows, tid, map, head, part, kPack ? first * rows.pack : first);
   stage_o<BM, DV, kBf16, kPersistent, kDeferWait>(o, sO, rows, tid);
   const unsigned char* so = reinterpret_cast<const unsigned char*>(sO);
   ptx::bar_sync(kBarEpilogueBase + rows.wg, 128);

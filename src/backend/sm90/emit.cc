@@ -677,12 +677,13 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
     case K::Convert: w_.line("convert<kBf16>(" + row + R(o.a) + ", " + R(o.result) + xscale(o) + ");"); break;
     case K::StoreO:
       if (!k_.scope.q_start_cpp.empty()) {  // TL {ragged}: the rows past the sequence are the next one's
-        // packed (GQA): the tile's rows are the group's heads x the sequence's queries
+        // packed (GQA): the tile's rows are the group's heads x the sequence's queries; split keys: part s's rows
         const std::string first_head = k_.sm90.pack ? "int64_t(" + o.head_cpp + ") * p.pack" : "int64_t(" + o.head_cpp + ")";
+        const std::string part = k_.launch.split ? "int64_t(" + o.batch_cpp + ") * p.o_batch_stride + " : "";
         w_.line("store_o_ragged<" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.d_v) + ", kBf16, kPersistent, kDeferStoreWait>(" +
-                R(o.a) + ", " + buf(o.buffer).cpp + ", rows, tid, &p.tma_o, " + o.head_cpp + ", v.start_q, static_cast<Element*>(p.o) + "
-                "int64_t(v.start_q) * p.o_row_stride + " + first_head + " * p.o_head_stride, p.o_row_stride, " + ragged_rows() +
-                (k_.sm90.pack ? ", p.o_head_stride" : "") + ");");
+                R(o.a) + ", " + buf(o.buffer).cpp + ", rows, tid, &p.tma_o, " + o.head_cpp + ", v.start_q, static_cast<Element*>(p.o) + " +
+                part + "int64_t(v.start_q) * p.o_row_stride + " + first_head + " * p.o_head_stride, p.o_row_stride, " + ragged_rows() +
+                (k_.sm90.pack ? ", p.o_head_stride" : k_.launch.split ? ", 0" : "") + (k_.launch.split ? ", " + o.batch_cpp : "") + ");");
         break;
       }
       if (nw_ > 1) {
@@ -695,7 +696,8 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
       break;
     case K::StoreRows:
       if (!k_.scope.q_start_cpp.empty()) {  // TL {ragged}: LSE is (heads_q, total_q)
-        w_.line("store_rows_at(p.lse, " + R(o.a) + ", rows, " + o.head_cpp + ", p.total_q, v.start_q, " + ragged_rows() + ");");
+        const std::string part = k_.launch.split ? " + int64_t(" + o.batch_cpp + ") * p.heads_q * p.total_q" : "";  // (splits, heads_q, total_q)
+        w_.line("store_rows_at(p.lse" + part + ", " + R(o.a) + ", rows, " + o.head_cpp + ", p.total_q, v.start_q, " + ragged_rows() + ");");
         break;
       }
       w_.line(std::string(nw_ > 1 ? "if (cw == 0) " : "") + "store_rows(p.lse, " + R(o.a) + ", rows, " + o.head_cpp + ", " + o.batch_cpp +

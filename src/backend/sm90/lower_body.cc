@@ -692,6 +692,8 @@ bool Lower::lower_store(const tl::Stmt& s, BodyStmt& out) {
       add.op = "+";
       add.args = {mul, st.alloc.offset[1]};
       op.batch_cpp = kernel_names_.int_expr(add);
+      // ragged queries: the parts' rows follow one another, (splits, total_q, ...): part s is entry s
+      if (!k_.scope.q_start_cpp.empty()) op.batch_cpp = kernel_names_.int_expr(st.alloc.offset[1]);
       op.head_cpp = kernel_names_.int_expr(st.alloc.offset[2]);
     }
   if (op.head_cpp.empty())
