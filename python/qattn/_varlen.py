@@ -80,13 +80,14 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     keys (FlashAttention's convention). Returns o (total_q, heads_q, d_v), and with return_lse=True
     also lse (heads_q, total_q) fp32. The counts are not read on the host: sequences outside the
     packed tensors are clamped to them; a sequence with no key gets O = 0 and LSE = -inf. Rows of o
-    past cu_seqlens_q[-1] are not written.
+    past cu_seqlens_q[-1] hold no result (o is allocated uninitialized).
 
     With cache_seqlens (batch,) int32 the keys sit in a KV cache instead (chunked prefill, prefix
     caching): k / v are the cache, contiguous (batch, capacity, heads_kv, d) or, with block_table
     (batch, pages) int32, paged (num_pages, page_size, heads_kv, d); sequence b's keys are its first
     cache_seqlens[b] rows and its queries the last of them; cu_seqlens_k must be None and
-    max_seqlen_k is ignored (the capacity bounds the counts).
+    max_seqlen_k is ignored (the capacity bounds the counts). On Hopper a call whose sequences leave
+    SMs idle splits the keys (ragged_splits; QATTN_SPLIT_KV=0 turns it off) and merges the parts.
 
     Differentiable (not over a KV cache): see _differentiable; causal / window under autograd need
     queries and keys packed alike (cu_seqlens_q equal to cu_seqlens_k, total_q == total_k)."""
