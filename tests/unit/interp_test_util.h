@@ -1,5 +1,5 @@
-// Helpers of the interpreter's tests (interp_test.cc, interp_backward_test.cc): the golden corpus
-// folder, reading a file, running TL text and collecting its diagnostic codes.
+// Helpers of the interpreter's tests (interp_test.cc, interp_backward_test.cc, ...): the golden corpus
+// folder, reading a file, running TL text and collecting its diagnostic codes, the checker's codes.
 #pragma once
 #include <algorithm>
 #include <filesystem>
@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tl/checker.h"
 #include "tl/interp.h"
 #include "tl/parser.h"
 
@@ -52,6 +53,16 @@ inline Outcome run_text(const std::string& text, RunConfig cfg, const std::strin
   o.diags = diags.render();
   for (const auto& d : diags.all()) o.codes.push_back(d.code);
   return o;
+}
+
+// The checker's codes for a program text (the interpreter's tests run without the checker).
+inline std::vector<std::string> check_codes(const std::string& text) {
+  support::DiagSink diags("test.tl");
+  Program p = parse(text, diags, "test.tl");
+  check(p, diags);
+  std::vector<std::string> out;
+  for (const auto& d : diags.all()) out.push_back(d.code);
+  return out;
 }
 
 }  // namespace qattn::tl::testutil

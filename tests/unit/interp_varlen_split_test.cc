@@ -15,6 +15,7 @@ namespace qattn::tl {
 namespace {
 
 using testutil::kCorpus;
+using testutil::check_codes;
 using testutil::Outcome;
 using testutil::run_text;
 using testutil::slurp;
@@ -33,14 +34,6 @@ RunConfig dims(Precision prec, Size z, uint64_t seed = 3) {
   return c;
 }
 
-std::vector<std::string> check_codes(const std::string& text) {
-  support::DiagSink diags("test.tl");
-  Program p = parse(text, diags, "test.tl");
-  check(p, diags);
-  std::vector<std::string> out;
-  for (const auto& d : diags.all()) out.push_back(d.code);
-  return out;
-}
 
 std::string with(const std::string& from, const std::string& to) { return testutil::corpus_with(kFile, from, to); }
 

@@ -19,6 +19,7 @@ namespace qattn::tl {
 namespace {
 
 using testutil::kCorpus;
+using testutil::check_codes;
 using testutil::Outcome;
 using testutil::run_text;
 using testutil::slurp;
@@ -104,15 +105,6 @@ RunConfig packed_dims(Precision prec, int64_t batch, int64_t hq, int64_t hkv, in
   return c;
 }
 
-// The checker's codes for a program text (the interpreter's tests above run without it).
-std::vector<std::string> check_codes(const std::string& text) {
-  support::DiagSink diags("test.tl");
-  Program p = parse(text, diags, "test.tl");
-  check(p, diags);
-  std::vector<std::string> out;
-  for (const auto& d : diags.all()) out.push_back(d.code);
-  return out;
-}
 
 struct PackedSize { int64_t batch, hq, hkv, sq, sk; };
 
