@@ -128,6 +128,17 @@ TEST(MergeLowering, FormsTheKernelCannotRunAreRefused) {
   support::DiagSink d2;
   EXPECT_FALSE(xlate(code, d2).has_value());
   EXPECT_NE(test::find(d2, "TL0424"), nullptr) << d2.render();
+  // ragged queries over a cache (the parts one after another, each sequence's rows): the combine merges them
+  support::DiagSink d3;
+  spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+  ASSERT_TRUE(spec::apply_flags(s, {{"varlen", "true"}, {"kv-cache", "paged"}, {"split-keys", "true"}, {"gpu", "h100"}}, d3))
+      << d3.render();
+  auto p = plan::make_plan(s, *hw::find_gpu("h100"), d3);
+  ASSERT_TRUE(p.has_value()) << d3.render();
+  EXPECT_FALSE(xlate(p->code + merge_block(), d3).has_value());
+  const auto* x = test::find(d3, "XL0301");
+  ASSERT_NE(x, nullptr) << d3.render();
+  EXPECT_NE(x->message.find("ragged"), npos) << x->message;
 }
 
 }  // namespace

@@ -27,6 +27,9 @@ bool Lower::lower_merge(const tl::Stmt& s) {
   if (!k_.launch.split)
     return error("XL0301", s.loc, "Merge in a kernel that does not split its keys",
                  "the Grid's fourth axis is the part (`split = 0: splits`), O and LSE at [b, split, head]");
+  if (!k_.scope.q_start_cpp.empty())
+    return error("XL0301", s.loc, "Merge over ragged queries is not lowered (the parts' rows are each sequence's)",
+                 "merge the parts with a combine program over the packed rows (`qattn plan --combine`)");
   if (k_.roles.split_columns)
     return error("XL0301", s.loc, "Merge with split columns is not lowered (each warpgroup stores half of O's columns)",
                  "merge the parts with a combine program (`qattn plan --combine`)");
