@@ -173,8 +173,7 @@ class Walker {
   bool kv_length_let(const Stmt& s);  // `Let seqlen_k = T[b]`; true when the Let is one (checked here)
   void check_paged(const Stmt& s, const Attr& a);  // `{paged: T}` on the global K / V
   void check_ragged(const Stmt& s, const Attr& a);  // `{ragged: T}` on a global Q / K / V / O / LSE (varlen)
-  bool batch_grid_var(const Expr& e) const;  // a Grid variable over `batch` (the tables' rows)
-  bool split_grid_var(const Expr& e) const;  // a Grid variable over `splits` (a split forward's part index)
+  bool grid_var_over(const Expr& e, const char* dim) const;  // a Grid variable whose extent is the Dim `dim`
   void finish_ragged();
   void finish_kv_cache();
   bool is_aux(const std::string& name) const;

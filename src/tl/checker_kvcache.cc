@@ -53,25 +53,15 @@ bool is_batch_plus_one(const Expr& e) {
 }
 }  // namespace
 
-// True when `var` is a Grid variable whose extent is the Dim batch (`b = 0: batch`): the tables of
-// counts, starts and pages have one row per batch entry, and any other index could read past them.
-bool Walker::batch_grid_var(const Expr& e) const {
+// True when `e` is a Grid variable whose extent is the Dim `dim`: `b = 0: batch` (the tables of
+// counts, starts and pages have one row per batch entry, and any other index could read past them)
+// or `split = 0: splits` (the part index of a split forward's ragged O and LSE, [b, split, head]).
+bool Walker::grid_var_over(const Expr& e, const char* dim) const {
   if (e.kind != Expr::Kind::Name) return false;
   for (const auto& st : prog_.stmts)
     if (st.kind == Stmt::Kind::Grid)
       for (const auto& it : st.grid.items)
-        if (it.var == e.name) return is_name(it.extent, "batch");
-  return false;
-}
-
-// True when `e` is a Grid variable whose extent is the Dim splits (`split = 0: splits`): the part
-// index of a split forward's ragged O and LSE ([b, split, head]).
-bool Walker::split_grid_var(const Expr& e) const {
-  if (e.kind != Expr::Kind::Name) return false;
-  for (const auto& st : prog_.stmts)
-    if (st.kind == Stmt::Kind::Grid)
-      for (const auto& it : st.grid.items)
-        if (it.var == e.name) return is_name(it.extent, "splits");
+        if (it.var == e.name) return is_name(it.extent, dim);
   return false;
 }
 
@@ -106,7 +96,7 @@ bool Walker::kv_length_let(const Stmt& s) {
            !(diff ? is_batch_plus_one(t->global_shape[0]) : is_name(t->global_shape[0], "batch")))
     why = "'" + read->name + "' must be an int32 " + (diff ? "(batch + 1) tensor (cumulative counts)" : "(batch) tensor");
   else if (read->args.size() != 1 || read->args[0].kind != Expr::Kind::Name || !syms_.count(read->args[0].name) ||
-           syms_.at(read->args[0].name).kind != SymKind::Grid || !batch_grid_var(read->args[0]))
+           syms_.at(read->args[0].name).kind != SymKind::Grid || !grid_var_over(read->args[0], "batch"))
     why = "the index of '" + read->name + "' must be the Grid variable of the batch entry (`b = 0: batch`)";
   else if (!info_.kv_batch_var.empty() && info_.kv_batch_var != read->args[0].name)
     why = "the query and key counts are read at different Grid variables";
@@ -137,8 +127,8 @@ void Walker::check_ragged(const Stmt& s, const Attr& a) {
     why = "the cumulative counts '" + a.value->name + "' must be an int32 (batch + 1) tensor";
   else if (ragged_.count(n)) why = "`ragged` given twice for '" + n + "'";
   else if (!(s.alloc.offset.size() == 2 || (s.alloc.offset.size() == 3 && (n == "O" || n == "LSE") &&
-                                              split_grid_var(s.alloc.offset[1]))) ||
-           !batch_grid_var(s.alloc.offset[0]))
+                                              grid_var_over(s.alloc.offset[1], "splits"))) ||
+           !grid_var_over(s.alloc.offset[0], "batch"))
     why = "a ragged view keeps its offset [b, head], b the Grid variable over batch: it selects the sequence's first row "
           "(a split forward's O and LSE: [b, split, head], split the Grid variable over splits)";
   else if ((n == "Q" || n == "O" || n == "LSE") ? info_.q_lengths.empty() : info_.kv_lengths.empty())
@@ -167,7 +157,7 @@ void Walker::check_paged(const Stmt& s, const Attr& a) {
     why = "the block table '" + a.value->name + "' must be an int32 (batch, pages) tensor";
   else if (dim == syms_.end() || dim->second.kind != SymKind::Dim) why = "a paged K / V needs the Dim page_size (rows per page)";
   else if (paged_.count(s.alloc.name)) why = "`paged` given twice for '" + s.alloc.name + "'";
-  else if (s.alloc.offset.size() != 2 || !batch_grid_var(s.alloc.offset[0]))
+  else if (s.alloc.offset.size() != 2 || !grid_var_over(s.alloc.offset[0], "batch"))
     why = "a paged view keeps its offset [b, kv_head], b the Grid variable over batch: it selects the block table's row";
   if (!why.empty()) {
     rep_.error("TL0416", at, why, kPagedHint);
