@@ -10,6 +10,9 @@
 // and translated (TMA boxes at each sequence's query rows, K / V page by page).
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstring>
+
 #include "backend/translate.h"
 #include "hw/gpu.h"
 #include "plan/plan.h"
@@ -139,6 +142,57 @@ TEST(VarlenTranslate, Sm90PacksTheQueryHeadsOfEachSequence) {
   ASSERT_TRUE(u.has_value()) << d.render() << plain;
   EXPECT_NE(u->cuda_source.find("constexpr bool kPack = false;"), npos);
   EXPECT_NE(u->cuda_source.find("store_rows_at(p.lse, rLSE, rows, v.head, p.total_q, v.start_q, v.seqlen_q);"), npos);
+}
+
+// The sync calls (ring waits / releases, pingpong turns) of a piece of generated code, in order.
+static std::vector<std::string> sync_calls(const std::string& code) {
+  std::vector<std::string> calls;
+  for (size_t at = 0; (at = code.find_first_of("rP", at)) != npos; ++at)
+    for (const char* c : {"ringQ.wait(", "ringQ.release(", "ringK.wait(", "ringK.release(", "ringV.wait(", "ringV.release(",
+                          "PP::wait_turn(", "PP::pass_turn("})
+      if (code.compare(at, std::strlen(c), c) == 0 && (at == 0 || !std::isalnum(static_cast<unsigned char>(code[at - 1]))))
+        calls.push_back(c);
+  return calls;
+}
+
+// A ragged tile's second consumer warpgroup whose 64 rows all lie past the sequence's (a decoding
+// sequence's G packed rows) computes nothing: it runs the key loop's shadow, the same ring waits,
+// releases and pingpong turns in the same order as the computing warpgroups (else the rings' phases
+// or the turns would stall the other), and no GEMM, softmax or store.
+TEST(VarlenTranslate, Sm90IdleWarpgroupKeepsTheRingsAndTurns) {
+  support::DiagSink d;
+  auto p = varlen_plan("h100", d);
+  ASSERT_TRUE(p.has_value()) << d.render();
+  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(t.has_value()) << d.render();
+  const std::string& cu = t->cuda_source;
+  const size_t a = cu.find("if (rows.tile_row0 + 64 * cw >= v.seqlen_q * p.pack) {");
+  ASSERT_NE(a, npos) << cu;
+  const size_t b = cu.find("continue;", a);
+  ASSERT_NE(b, npos);
+  const std::string shadow = cu.substr(a, b - a);
+  for (const char* x : {"gemm_", "row_max", "zero_rows_from", "store_", "exp2", "mask_tile"}) EXPECT_EQ(shadow.find(x), npos) << x;
+  const size_t e = cu.find("store_o_ragged<", b);
+  ASSERT_NE(e, npos);
+  const std::string live = cu.substr(b, e - b);
+  EXPECT_NE(live.find("gemm_rs<"), npos);
+  const auto s_calls = sync_calls(shadow), l_calls = sync_calls(live);
+  EXPECT_GE(s_calls.size(), 10u);
+  EXPECT_EQ(s_calls, l_calls);
+  // the unpacked ragged kernel (MHA) has the shadow by its own rows; a kernel of whole batches has none
+  auto u = varlen_plan("h100", d, "causal", "32,32");
+  ASSERT_TRUE(u.has_value()) << d.render();
+  auto tu = backend::translate_text(u->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(tu.has_value()) << d.render();
+  EXPECT_NE(tu->cuda_source.find("if (rows.tile_row0 + 64 * cw >= v.seqlen_q) {"), npos);
+  spec::AttentionSpec whole = *spec::find_preset("llama3-8b");
+  ASSERT_TRUE(spec::apply_flags(whole, {{"gpu", "h100"}, {"mask", "causal"}, {"lse", "true"}}, d)) << d.render();
+  auto w = plan::make_plan(whole, *hw::find_gpu("h100"), d);
+  ASSERT_TRUE(w.has_value()) << d.render();
+  auto tw = backend::translate_text(w->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  ASSERT_TRUE(tw.has_value()) << d.render();
+  EXPECT_EQ(tw->cuda_source.find("rows.tile_row0 + 64 * cw >="), npos);
+  EXPECT_NE(tw->cuda_source.find("gemm_rs<"), npos);
 }
 
 TEST(VarlenTranslate, Sm80ReturnsPastTheSequenceAndOffsetsTheViews) {

@@ -7,8 +7,8 @@
 //   kernel            producer warpgroup: its TMA loads in TL order; consumer warpgroups: the
 //                     register tensors, the hoisted waits, the key loop as first / steady / drain
 //                     blocks (the software pipeline), the statements after the loop
-//   C ABI             qattn_kernel_info, qattn_last_error, qattn_fwd (host.cuh checks the call,
-//                     launch.cuh builds the tensor maps and launches)
+//   C ABI             emit_abi.cc: qattn_kernel_info, qattn_last_error, qattn_fwd (host.cuh checks
+//                     the call, launch.cuh builds the tensor maps and launches)
 #include "backend/sm90/emit.h"
 
 #include <algorithm>
@@ -24,8 +24,6 @@ namespace {
 
 using detail::Writer;
 
-std::string cpp_bool(bool b) { return b ? "true" : "false"; }
-
 class Emitter {
  public:
   explicit Emitter(const kir::Kernel& k) : k_(k) {
@@ -36,6 +34,7 @@ class Emitter {
         for (const auto& o : *blk)
           if (o.kind == kir::Op::Kind::GemmRS || (o.kind == kir::Op::Kind::GemmSS && o.b_mn)) tail_ring_ = o.buffer;
     nw_ = k.roles.split();
+    idle_rows_ = !k.scope.q_count_cpp.empty() && nw_ == 1 && k.roles.consumer_wg == 2;
     for (const auto& b : k.smem)  // (only a pipelined loop reads the view a key tile behind the waits)
       if (!b.view_of.empty() && k.sm90.loop.overlap) view_base_ = b.view_of;
   }
@@ -48,9 +47,9 @@ class Emitter {
   void kernel();
   void producer();
   void consumer();
+  void key_loop();
   void ops(const std::vector<kir::Op>& ops);
   void op(const kir::Op& op, const std::string& row = {});
-  void abi(const std::string& info_json);
   const kir::Reg& reg(const std::string& name) const;
   const kir::SharedBuf& buf(const std::string& name) const;
   std::string ring(const std::string& b) const { return "ring" + b; }
@@ -68,6 +67,9 @@ class Emitter {
   // the ring a view reads in a pipelined loop (split columns, {overlap}: K): its waits (and the first
   // GEMM) go by posK, advanced after that GEMM; the view's GEMM and the release by posKr, a key tile behind
   std::string view_base_;
+  // ragged tiles of two row-split consumer warpgroups: the second's rows may all lie past the
+  // sequence's (a decoding sequence's G rows): it then runs the key loop's shadow (shadow_)
+  bool idle_rows_ = false, shadow_ = false;
 };
 
 const kir::Reg& Emitter::reg(const std::string& name) const {
@@ -431,7 +433,6 @@ void Emitter::producer() {
 
 void Emitter::consumer() {
   const kir::Roles& r = k_.roles;
-  const kir::Loop& L = k_.sm90.loop;
   const std::string bm = std::to_string(k_.sm90.bm);
   if (r.consumer_tl.line) w_.line("// TL " + std::to_string(r.consumer_tl.line) + ": " + r.consumer_tl.text);
   else w_.line("// the consumer warpgroups (the TL states no Role: " + std::to_string(r.consumer_regs) + " registers by the sm90 policy)");
@@ -492,6 +493,26 @@ void Emitter::consumer() {
   }
   if (!computed.empty()) w_.line("// the tensors the statements compute (TL `and get`)");
   for (const auto& c : computed) w_.line(c);
+  if (idle_rows_) {
+    w_.open("if (rows.tile_row0 + 64 * cw >= " + ragged_rows() + ") {  // this warpgroup's rows all lie past the sequence's: "
+            "it keeps the rings' and the turns' order and computes nothing");
+    shadow_ = true;
+    key_loop();
+    shadow_ = false;
+    w_.line("continue;");
+    w_.close();
+  }
+  key_loop();
+  merge();
+  w_.close();
+  w_.line("finish_stores<kDeferStoreWait>(tid);");
+  w_.line("PP::finish(cw);");
+}
+
+// The statements of a work tile around its key loop (first / steady / drain when pipelined); in the
+// shadow (a warpgroup whose rows are past the sequence's) only the ring waits, releases and turns.
+void Emitter::key_loop() {
+  const kir::Loop& L = k_.sm90.loop;
   ops(k_.sm90.before);
   const std::string j = L.var_cpp;
   std::string note = "  (key tiles in descending order";
@@ -502,7 +523,7 @@ void Emitter::consumer() {
   }
   w_.line("// TL " + std::to_string(L.tl.line) + ": " + L.tl.text + note + ")");
   w_.line("const int " + j + "_lo = " + L.lo_cpp + ", " + j + "_hi = " + L.hi_cpp + ";");
-  if (!tail_ring_.empty())  // a KV cache: the first (highest) key tile may end inside the cache
+  if (!tail_ring_.empty() && !shadow_)  // a KV cache: the first (highest) key tile may end inside the cache
     w_.line("int tail_rows = v.seqlen_k - prev_tile(" + j + "_hi, " + j + "_lo, v) * " + std::to_string(k_.sm90.bn) +
             ";  // keys in the first " + tail_ring_ + " tile consumed (rows past them are zeroed once it lands)");
   if (L.overlap) {
@@ -530,10 +551,6 @@ void Emitter::consumer() {
     ops(k_.sm90.released_after_loop);
   }
   ops(k_.sm90.after);
-  merge();
-  w_.close();
-  w_.line("finish_stores<kDeferStoreWait>(tid);");
-  w_.line("PP::finish(cw);");
 }
 
 // Operations that work on each of the thread's two rows independently (element-wise, row
@@ -552,6 +569,12 @@ static bool row_wise(const kir::Op& o) {
 // row by row, `for (h = 0; h < 2; ++h)`: the same arithmetic in an order that lets one row's
 // exponentials start while the other row's maximum is still being reduced.
 void Emitter::ops(const std::vector<kir::Op>& list) {
+  using K = kir::Op::Kind;
+  if (shadow_) {  // the rings' waits and releases and the turns, in the same order
+    for (const auto& o : list)
+      if (o.kind == K::RingWait || o.kind == K::RingRelease || o.kind == K::TurnWait || o.kind == K::TurnPass) op(o);
+    return;
+  }
   const size_t n = list.size();
   auto next_op = [&](size_t j) {
     while (j < n && list[j].kind == kir::Op::Kind::Stmt) ++j;
@@ -599,7 +622,7 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
     case K::Fill: w_.line("fill(" + R(o.a) + ", " + o.scalar_cpp + ");"); break;
     case K::RingWait:
       w_.line(ring(o.buffer) + ".wait(" + pos(o.buffer) + ");" + (o.tl.line ? "  // TL " + std::to_string(o.tl.line) + " {wait: " + o.buffer + "}" : ""));
-      if (o.buffer == tail_ring_) {  // a KV cache's V: the cache past the sequence's keys holds anything
+      if (o.buffer == tail_ring_ && !shadow_) {  // a KV cache's V: the cache past the sequence's keys holds anything
         const kir::SharedBuf& b = buf(o.buffer);
         // split columns: the ring is K, whose first d_v columns are V's view (the score columns past the keys are masked)
         const int zero_cols = nw_ > 1 ? (k_.d_v + 63) / 64 * 64 : b.cols_padded;
@@ -706,71 +729,6 @@ void Emitter::op(const kir::Op& o, const std::string& row) {
   }
 }
 
-void Emitter::abi(const std::string& info_json) {
-  const kir::Scope& sc = k_.scope;
-  w_.line("}  // namespace qattn_generated");
-  w_.line();
-  w_.line("// ---- the C ABI (include/qattn/qattn.h) ----");
-  w_.line("#pragma GCC visibility pop");
-  w_.line("#if !defined(__CUDA_ARCH__)  // the launch code");
-  abi_begin(w_, info_json);
-  w_.open("QATTN_EXPORT int qattn_fwd(const qattn_fwd_params* params, void* stream) {");
-  unsigned aux = 0;
-  for (const auto& a : sc.aux) aux |= 1u << a.slot;
-  const int eb = dtype_bytes(k_.elem), ob = dtype_bytes(k_.out);
-  for (const auto& g : sc.globals) w_.line("// TL " + std::to_string(g.line) + ": " + g.text + "  (a tensor of qattn_fwd_params)");
-  w_.line("if (int st = qattn::host::check_fwd_params(params, " + std::to_string(k_.d_qk) + ", " + std::to_string(k_.d_v) + ", " +
-          std::to_string(eb) + ", " + std::to_string(ob) + ", " + cpp_bool(k_.lse) + ", " + std::to_string(aux) + "u" +
-          (k_.launch.split ? ", true" : "") + "); st != QATTN_OK)");
-  w_.line("  return st;");
-  if (buf("V").view_of == "K")  // TL {view: K}: V is read from K's first d_v columns
-    w_.line("if (params->v != params->k || params->v_row_stride != params->k_row_stride || params->v_head_stride != params->k_head_stride || "
-            "params->v_batch_stride != params->k_batch_stride) return qattn::host::fail(QATTN_ERR_SHAPE, \"this kernel reads V as the "
-            "first d_v columns of K (TL {view: K}): pass v = k with k's strides\");");
-  if (!sc.paged.empty())  // TL {paged}: whole pages of a multiple of 8 rows per TMA box
-    w_.line("if (int st = qattn::host::check_paged(*params, 8, " + std::to_string(k_.sm90.bn) + "); st != QATTN_OK) return st;");
-  if (!sc.q_start_cpp.empty() || !sc.kv_start_cpp.empty())  // TL {ragged}: the packed rows of ABI 5
-    w_.line(std::string("if (int st = qattn::host::check_ragged(*params, ") + cpp_bool(!sc.q_start_cpp.empty()) + ", " +
-            cpp_bool(!sc.kv_start_cpp.empty()) + "); st != QATTN_OK) return st;");
-  w_.line("const qattn_fwd_params& p = *params;");
-  detail::write_launch_args(w_, sc.launch_args);
-  w_.line("if (p.seqlen_q == 0) return qattn::host::ok();");
-  std::string dims;
-  for (const auto& n : sc.runtime_dims) dims += (dims.empty() ? "" : ", ") + n.cpp + " = " + n.value_cpp;
-  if (!dims.empty()) w_.line("[[maybe_unused]] const int " + dims + ";");
-  w_.line("// TL " + std::to_string(k_.launch.grid_tl.line) + ": " + k_.launch.grid_tl.text);
-  // split keys: the parts (the fourth axis) are folded into the batch axis, b * splits + s
-  w_.line("const long long gx = " + sc.grid_extents_cpp[0] + ", gy = " + sc.grid_extents_cpp[1] + ", gz = " + sc.grid_extents_cpp[2] +
-          (sc.grid.size() > 3 ? " * 1LL * (" + sc.grid_extents_cpp[3] + ")" : "") + ";");
-  w_.line("bool empty = false;");
-  w_.line("if (int st = qattn::host::check_tiles(gx, gy, gz, &empty); st != QATTN_OK || empty) return st;  // a 1-D launch");
-  w_.line("Params kp;");
-  w_.line("int blocks = 0;");
-  w_.line("const KernelShape shape{" + std::to_string(k_.sm90.bm) + ", " + std::to_string(k_.sm90.bn) + ", " + std::to_string(k_.d_qk) +
-          ", " + std::to_string(k_.d_v) + ", kBf16, " + cpp_bool(k_.lse) + ", kPack, kPersistent" +
-          (sc.q_start_cpp.empty() && sc.kv_start_cpp.empty() && !k_.launch.split
-               ? (sc.paged.empty() ? "" : ", true")
-               : ", " + cpp_bool(!sc.paged.empty()) + ", " + cpp_bool(!sc.q_start_cpp.empty()) + ", " + cpp_bool(!sc.kv_start_cpp.empty()) +
-                     (k_.launch.split ? ", true" : "")) +
-          "};");
-  const std::string wl = sc.mask == kir::MaskKind::Window ? sc.window_left_cpp : "0";
-  const std::string wr = sc.mask == kir::MaskKind::Window ? sc.window_right_cpp : "0";
-  w_.line("if (int st = make_params(&kp, p, shape, gx * gy * gz, " + wl + ", " + wr + ", &blocks); st != QATTN_OK) return st;");
-  if (k_.sm90.merge.on)  // TL Merge (ABI 10): the merged O / LSE, the counters
-    w_.line("if (int st = merge_params(&kp, p, gx, gy, kConsumers, stream); st != QATTN_OK) return st;");
-  for (size_t i = 0; i < k_.sm90.scalars.size(); ++i)
-    w_.line("kp.scalars[" + std::to_string(i) + "] = " + k_.sm90.scalars[i].value_cpp + ";  // " + k_.sm90.scalars[i].cpp + " (TL " +
-            std::to_string(k_.sm90.scalars[i].tl.line) + ")");
-  w_.line("#if defined(QATTN_HOST_ONLY)  // the split build: the kernel of the fatbin linked into this library");
-  w_.line("return launch_fatbin(\"" + k_.name + "\", kp, blocks, kThreads, kSmemBytes, stream, \"" + k_.name + " launch\");");
-  w_.line("#else");
-  w_.line("return launch(" + k_.name + ", kp, blocks, kThreads, kSmemBytes, stream, \"" + k_.name + " launch\");");
-  w_.line("#endif");
-  w_.close();
-  abi_end(w_);
-  w_.line("#endif  // the launch code");
-}
-
 // TL `Merge split ... end` (merge.cc's emit_merge): the merge after the stores, in the tile's scope.
 void Emitter::merge() {
   const std::string code = emit_merge(k_);
@@ -788,7 +746,7 @@ std::string Emitter::run(const std::string& info_json) {
   kernel();
   w_.line("#endif  // the kernel");
   w_.line();
-  abi(info_json);
+  emit_abi(w_, k_, info_json);
   return w_.str();
 }
 
