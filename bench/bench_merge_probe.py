@@ -2,7 +2,8 @@
 """The split-keys kernel alone, library by library (no package call path): each LIB.so exporting
 qattn_fwd with kernel info "splits" is launched on the decoding shapes below with the given part
 count, o_merged / lse_merged set when its info says "merge" (TL Merge, ABI 10); CUDA events over
-CUDA graphs of 20 launches, median of 7 rounds, all libraries in the same rounds. For the kernel-level
+CUDA graphs of 20 launches, median of 7 rounds, all libraries in the same rounds in a rotating
+order (bench_util.replay_rounds: the first graph of a round runs 0.3-0.5 us slower). For the kernel-level
 A/B of the in-kernel merge and its variants (bench/results/2026-11-30-h200-merge).
 
     python3 bench/bench_merge_probe.py NAME=LIB.so[@xF] [NAME=LIB.so[@xF] ...] [--rounds 7]
@@ -12,13 +13,13 @@ share an SM: bench/results/2026-11-30-h200-decode-occupancy).
 """
 import argparse
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from qattn import _abi  # noqa: E402
+from bench_util import replay_rounds  # noqa: E402
 
 ROWS = {  # name: (batch, heads_q, heads_kv, seqlen_k, parts) -- the parts qattn chooses on 132 SMs
     "mqa_32_1_b32_8k": (32, 32, 1, 8192, 4),
@@ -67,18 +68,10 @@ def main():
                         kern(q, k, v, o, params=p, stream=s.cuda_stream)
             graphs.append(graph)
             outs.append((om, o, p))
-        times = {name: [] for name, _, _ in libs}
-        for _ in range(a.rounds):
-            for (name, _, _), graph in zip(libs, graphs):
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                graph.replay()
-                e1.record()
-                torch.cuda.synchronize()
-                times[name].append(e0.elapsed_time(e1) * 1000 / a.calls)
+        med = replay_rounds({name: graph for (name, _, _), graph in zip(libs, graphs)}, a.rounds, a.calls)
         line = f"{row:18s} {base_parts:2d} parts"
         for name, _, _ in libs:
-            line += f" | {name} {statistics.median(times[name]):7.1f} us"
+            line += f" | {name} {med[name]:7.1f} us"
         print(line, flush=True)
 
 
