@@ -7,7 +7,10 @@ own keys with FlashAttention's rule (error at most twice a same-precision torch 
 still NaN (a store that ran past its sequence fails). The C ABI refuses negative packed row counts
 (QATTN_ERR_SHAPE). A kernel whose keys sit in a KV cache (info "kv_cache" too: ragged queries over
 the cache, chunked prefill) gets packed queries over caches made by qattn._kvcache_check (NaN
-wherever no key is; contiguous, or pages of 16 rows and of two key tiles in random order)."""
+wherever no key is; contiguous, or pages of 16 rows and of two key tiles in random order); one that
+also splits the keys (info "splits") is launched with 1, 3 and 7 parts in turn (verify.split_count:
+part s of row r at row s x total_q + r, LSE (parts, heads_q, total_q), every part NaN-filled first),
+whose fp64 LSE merge (verify.merge_parts) is what is checked."""
 import torch
 
 from . import _kvcache_check as _kv
@@ -84,8 +87,9 @@ CACHE_CASES = [  # heads_q, heads_kv, lens_q, cache_seqlens, capacity
 ]
 
 
-def run_cache_case(kern, case, page, gen):
-    """(ok, detail) for packed queries over a KV cache (page 0: contiguous)."""
+def run_cache_case(kern, case, page, gen, parts=1):
+    """(ok, detail) for packed queries over a KV cache (page 0: contiguous), the keys in `parts` parts
+    (a kernel that splits them: info "splits")."""
     info = kern.info
     roles = dict(info["kv_cache"])
     roles.update(info["varlen"])
@@ -95,22 +99,28 @@ def run_cache_case(kern, case, page, gen):
     cq = torch.tensor([0] + lq, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
     tq = int(cq[-1]) + SPARE
     q = torch.randn(tq, hq, info["d_qk"], device=gen.device, generator=gen).to("cuda", dt)
-    o = torch.full((tq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)
-    lse = torch.full((hq, tq), float("nan"), device="cuda") if info["lse"] else None
+    o = torch.full((parts, tq, hq, info["d_v"]), float("nan"), device="cuda", dtype=dt)  # part s of row r: o[s, r]
+    lse = torch.full((parts, hq, tq), float("nan"), device="cuda") if info["lse"] else None
     given = {roles.get("cu_seqlens_q"): cq, roles.get("lengths"): torch.tensor(lk, dtype=torch.int32, device="cuda"),
              roles.get("block_table"): table}
     scale = info["d_qk"] ** -0.5
     window, softcap = _v.launch_values(info, 0)
-    p = kern.params(q[None], kc, vc, o[None], lse, scale, aux=[given[a["name"]] for a in info["aux"]], window=window,
+    p = kern.params(q[None], kc, vc, o[:1], lse, scale, aux=[given[a["name"]] for a in info["aux"]], window=window,
                     softcap=softcap)
     p.batch, p.seqlen_q, p.seqlen_k, p.total_q, p.total_k = len(lq), max(lq), cap, tq, 0
     if table is not None:
         p.page_size, p.pages, p.num_pages = page, int(table.shape[1]), int(kc.shape[0])
-    st = kern(q[None], kc, vc, o[None], params=p)
+    if info.get("splits"):
+        p.splits = parts
+    st = kern(q[None], kc, vc, o[:1], params=p)
     torch.cuda.synchronize()
     if st != 0:
         return False, f"status {st}: {kern.last_error()}"
-    ok = bool(torch.isnan(o[tq - SPARE:]).all())
+    ok = bool(torch.isnan(o[:, tq - SPARE:]).all()) and (lse is None or bool(torch.isnan(lse[:, :, tq - SPARE:]).all()))
+    if parts > 1:  # the parts merged by their LSE in fp64 (a part left unwritten stays NaN)
+        o, lse = (x[0] for x in _v.merge_parts(o, lse, parts))
+    else:
+        o, lse = o[0], lse[0] if lse is not None else None
     worst, worst_naive = 0.0, 0.0
     cql = cq.tolist()
     for b, n in enumerate(lk):
@@ -118,7 +128,7 @@ def run_cache_case(kern, case, page, gen):
         if e > a:
             good, err, naive = _sequence(info, o, lse, a, e, q, k[b, :n], v[b, :n], dt, scale, window, softcap)
             ok, worst, worst_naive = ok and good, max(worst, err), max(worst_naive, naive)
-    return ok, f"queries {lq} over keys {lk}: err {worst:.2e} naive {worst_naive:.2e}"
+    return ok, f"queries {lq} over keys {lk}" + (f" in {parts} parts" if parts > 1 else "") + f": err {worst:.2e} naive {worst_naive:.2e}"
 
 
 def check_library(kern, gen):
@@ -129,10 +139,12 @@ def check_library(kern, gen):
     if "kv_cache" in info:
         bn = int(info.get("tiles", {}).get("BN", 64))
         pages = [16, 2 * bn] if "block_table" in info["kv_cache"] else [0]
-        for case in CACHE_CASES:
-            for page in pages:
-                ok, detail = run_cache_case(kern, case, page, gen)
-                out.append((f"varlen over a cache h{case[0]}/{case[1]} {len(case[2])} sequences page {page}", ok, detail))
+        runs = [(case, page) for case in CACHE_CASES for page in pages]
+        for i, (case, page) in enumerate(runs):
+            parts = _v.split_count(info, i)
+            ok, detail = run_cache_case(kern, case, page, gen, parts)
+            out.append((f"varlen over a cache h{case[0]}/{case[1]} {len(case[2])} sequences page {page}" +
+                        (f" {parts} parts" if parts > 1 else ""), ok, detail))
         return out
     for case in CASES:
         ok, detail = run_case(kern, case, gen)

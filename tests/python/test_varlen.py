@@ -267,6 +267,32 @@ def test_varlen_over_a_cache_splits_the_keys_of_few_long_sequences(hq, hkv, page
 
 
 @gpu
+def test_varlen_check_merges_the_parts_of_a_split_kernel():
+    """qattn generate's GPU check of the ragged kernel that splits the keys over a paged cache
+    (qattn._varlen_check, used by qattn.verify) launches it with 1, 3 and 7 parts and checks their
+    fp64 LSE merge per sequence; a launch that writes one part while the check merges three fails
+    (the other parts stay NaN)."""
+    import copy
+
+    from qattn import _abi, _attention, _varlen_check
+    from qattn._variants import split_launch_args, variant_fields
+    fields, _ = split_launch_args(variant_fields(True, None, None))
+    dev = torch.device("cuda")
+    lib = _attention._build_for(torch, "bf16", 128, 128, fields, True, dev, kv_cache="paged", varlen=True, split=True).library
+    kern = _abi.Kernel(lib.path)
+    assert kern.info.get("splits") and "varlen" in kern.info
+    g = torch.Generator(device="cuda").manual_seed(5)
+    out = _varlen_check.check_library(kern, g)
+    assert all(ok for _, ok, _ in out), out
+    names = " | ".join(n for n, _, _ in out)
+    assert "3 parts" in names and "7 parts" in names, names
+    one_part = copy.copy(kern)
+    one_part.info = {k: v for k, v in kern.info.items() if k != "splits"}  # p.splits stays 1: parts 1, 2 unwritten
+    ok, detail = _varlen_check.run_cache_case(one_part, _varlen_check.CACHE_CASES[0], 16, g, parts=3)
+    assert not ok, detail
+
+
+@gpu
 @pytest.mark.parametrize("sq,page", [(1, 0), (1, 16), (3, 64)])
 def test_uniform_varlen_over_a_cache_takes_the_batched_kernel(sq, page, monkeypatch):
     """Decoding (and speculative decoding) through attention_varlen / flash_attn_varlen_func over a KV
