@@ -4,7 +4,9 @@ the key split makes (the keys of each sequence folded into the batch, qattn._att
 this GPU), one process, CUDA graphs of --calls launches replayed in --rounds rounds, variants adjacent
 in time and in rotating order; outputs compared with the planner's kernel ('base') first.
 
-    python3 bench/bench_decode_tiles.py SO_DIR OUT.csv [--rounds 7]
+    python3 bench/bench_decode_tiles.py SO_DIR OUT.csv [--rounds 7] [--rows NAME,...]
+
+--rows: bench_util.DECODE_ROWS names (default: the five below).
 
 Columns: variant, config, batch, hq, hkv, seqlen_k (per sequence), splits, us (per launch), tb_s
 (K + V bytes / time), vs_base (base time / this: > 1 is faster), gpu."""
@@ -33,14 +35,16 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--rows", default=",".join(ROWS), help="bench_util.DECODE_ROWS names")
     a = ap.parse_args()
+    rows = {n: DECODE_ROWS[n] for n in a.rows.split(",")}
     kerns = {os.path.basename(p)[:-3]: Kernel(p) for p in sorted(glob.glob(os.path.join(a.so_dir, "*.so")))}
     assert "base" in kerns, "no base.so"
     gpu = torch.cuda.get_device_name()
     d = 128
     lines = []
     print(f"{gpu}: variants {', '.join(kerns)}", flush=True)
-    for name, (b, hq, hkv, sk) in ROWS.items():
+    for name, (b, hq, hkv, sk) in rows.items():
         q0 = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
         k0 = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
         fields, args = _attention.split_launch_args(_attention.variant_fields(False, None, None, None, None, None))

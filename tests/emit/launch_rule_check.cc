@@ -1,6 +1,6 @@
 // The Hopper launch code's L2 promotion rule (device/qattn/sm90/tensor_map.h, kv_l2_promotion), on
 // the host: K and V are promoted by 128 bytes exactly when a launch has one query tile per (batch,
-// head), by 256 bytes otherwise. And the C ABI's `splits` (ABI 8) as check_fwd_params takes it: a
+// head), by 256 bytes otherwise; the same launches stream K and V (kv_streamed: evict-first loads). And the C ABI's `splits` (ABI 8) as check_fwd_params takes it: a
 // kernel that splits the keys takes 0 (one part) to 65535 and needs the LSE; every other kernel
 // refuses more than one part. And the TL integer arithmetic (intmath.cuh) against exact floor / ceil.
 // Built and run by emit_compile_test (the CUDA headers, no GPU).
@@ -52,9 +52,10 @@ int main() {
   int bad = 0;
   for (const Case& c : cases) {
     const auto got = kv_l2_promotion(c.seqlen_q, c.pack, c.bm, c.ragged);
-    if (got != c.want) {
-      std::printf("FAIL %s: seqlen_q %lld pack %d BM %d ragged %d: promotion %d, want %d\n", c.what, c.seqlen_q, c.pack, c.bm,
-                  int(c.ragged), int(got), int(c.want));
+    const bool streamed = qattn::sm90::kv_streamed(c.seqlen_q, c.pack, c.bm, c.ragged);  // the evict-first loads, the same launches
+    if (got != c.want || streamed != (c.want == s)) {
+      std::printf("FAIL %s: seqlen_q %lld pack %d BM %d ragged %d: promotion %d, want %d; streamed %d\n", c.what, c.seqlen_q, c.pack,
+                  c.bm, int(c.ragged), int(got), int(c.want), int(streamed));
       ++bad;
     }
   }

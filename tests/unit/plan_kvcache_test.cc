@@ -92,7 +92,7 @@ TEST(KvCacheTranslate, Sm90ReadsThePagesAndZeroesTheTailOfV) {
   // Q's copy and its ring are the leader warp's alone (the other warps never wait on its barriers)
   EXPECT_NE(cu.find("if (W == 1 || tid < 32) load_tile"), npos) << cu;
   EXPECT_NE(cu.find("Scheduler<kPersistent, kConsumers, kProducerWarps>"), npos);
-  EXPECT_NE(cu.find("v.aux_block_table + v.b * p.pages, p.page_size, v.seqlen_k, p.num_pages, leader, warps);"), npos) << cu;
+  EXPECT_NE(cu.find("v.aux_block_table + v.b * p.pages, p.page_size, v.seqlen_k, p.num_pages, leader, warps, p.kv_stream);"), npos) << cu;
   EXPECT_NE(cu.find("zero_rows_from<"), npos);
   EXPECT_NE(cu.find("qattn::host::check_paged(*params, 8, "), npos);
   EXPECT_NE(cu.find("kPersistent, true};"), npos);  // KernelShape::paged

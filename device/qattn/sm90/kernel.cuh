@@ -51,12 +51,13 @@ __device__ __forceinline__ void prefetch_maps(std::initializer_list<const CUtens
 
 // TL `Copy X (ROWS, COLS) in coordinate [r, 0] from global to shared {async}` (the producer warp):
 // waits until ring slot pos is free, then the leader issues the TMA copy of rows row0 ..
-// row0 + ROWS - 1 of (head, batch) into it; pos moves on.
+// row0 + ROWS - 1 of (head, batch) into it; pos moves on. `stream`: K / V of a launch that streams
+// them (Params::kv_stream: an L2 evict-first hint).
 template <int ROWS, int COLS, int S, int E, class Element>
 __device__ __forceinline__ void load_tile(const Ring<S, E>& ring, RingPos& pos, const CUtensorMap* map, Element* base, int row0,
-                                          int head, int batch, bool leader) {
+                                          int head, int batch, bool leader, bool stream = false) {
   uint64_t* bar = ring.acquire(pos, tile_bytes<ROWS, COLS, Element>(), leader);
-  if (leader) tma_load_tile<ROWS, COLS>(map, bar, ring.slot(base, pos), row0, head, batch);
+  if (leader) tma_load_tile<ROWS, COLS>(map, bar, ring.slot(base, pos), row0, head, batch, stream);
   pos.advance(S);
 }
 // How many producer warps issue the copies of a paged ROWS-row tile: one per page it has, at most
@@ -91,7 +92,7 @@ __device__ __forceinline__ int paged_producer_warps(int page_size) {
 template <int ROWS, int COLS, int kWarps = 1, int S, int E, class Element>
 __device__ __forceinline__ void load_tile_paged(const Ring<S, E>& ring, RingPos& pos, const CUtensorMap* map, Element* base,
                                                 int row0, int head, const int* table, int page_size, int rows,
-                                                int num_pages, bool leader, int warps = 1) {
+                                                int num_pages, bool leader, int warps = 1, bool stream = false) {
   const int box = page_size < ROWS ? page_size : ROWS;
   const int lane = int(threadIdx.x % 32), warp = kWarps > 1 ? int(threadIdx.x / 32) : 0;
   if constexpr (kWarps == 1) warps = 1;
@@ -103,11 +104,11 @@ __device__ __forceinline__ void load_tile_paged(const Ring<S, E>& ring, RingPos&
   if (kWarps > 1 && warps > 1) ptx::bar_sync(kBarProducer, 32 * warps);  // the expected bytes are set before any copy lands
   else __syncwarp();
   Element* slot = ring.slot(base, pos);
-  if (first < ROWS) tma_load_rows<ROWS, COLS>(map, bar, slot, first, in_page, head, page0);
+  if (first < ROWS) tma_load_rows<ROWS, COLS>(map, bar, slot, first, in_page, head, page0, stream);
   for (int r = first + step; r < ROWS; r += step) {  // more pages than the warps' lanes (pages below ROWS / (32 warps) rows)
     const int rr = row0 + r;
     const int page = rr < rows ? __ldg(table + rr / page_size) : num_pages;
-    tma_load_rows<ROWS, COLS>(map, bar, slot, r, rr % page_size, head, page);
+    tma_load_rows<ROWS, COLS>(map, bar, slot, r, rr % page_size, head, page, stream);
   }
   pos.advance(S);
 }

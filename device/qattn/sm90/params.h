@@ -24,6 +24,7 @@ struct Params {
   int* tile_counter;          // persistent: the next-tile counter (0 at launch; the last fetch resets it)
   const void* aux[4];
   int page_size, pages, num_pages;  // a paged KV cache (TL {paged}): K / V maps over pages (ABI 4)
+  int kv_stream;                    // K / V streamed: one query tile per (batch, head) (kv_streamed; L2 evict-first loads)
   int splits;                       // split keys (TL `s = 0: splits`, ABI 8): O and LSE hold batch * splits parts; else 1
   // packed ragged batches (TL {ragged}, ABI 5): the packed tensors' rows, and O for the stores that
   // stop at a sequence's last row (a TMA box would run into the next sequence)

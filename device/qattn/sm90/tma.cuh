@@ -25,18 +25,23 @@ namespace qattn::sm90 {
 // (COLS/64 swizzled column blocks of ROWS x 64 elements), completing on `bar` (the caller set the
 // expected bytes). smem_row 0 with a box of ROWS rows: the whole tile; a paged cache loads one page's
 // box per call (smem_row a multiple of 8, so the 128-byte swizzle lines up with a whole-tile load).
+// `stream`: rows no other block reads (a launch's keys streamed once, Params::kv_stream), loaded
+// under an L2 evict-first policy.
 template <int ROWS, int COLS, class Element>
 __device__ __forceinline__ void tma_load_rows(const CUtensorMap* map, uint64_t* bar, Element* smem, int smem_row, int row0,
-                                              int head, int batch) {
+                                              int head, int batch, bool stream = false) {
   constexpr int kBlocks = (COLS + 63) / 64;
+  const uint64_t policy = stream ? ptx::l2_evict_first() : 0;
 #pragma unroll
-  for (int c = 0; c < kBlocks; ++c)
-    ptx::tma_load_4d(map, bar, smem + c * ROWS * 64 + smem_row * 64, c * 64, row0, head, batch);
+  for (int c = 0; c < kBlocks; ++c) {
+    if (stream) ptx::tma_load_4d(map, bar, smem + c * ROWS * 64 + smem_row * 64, c * 64, row0, head, batch, policy);
+    else ptx::tma_load_4d(map, bar, smem + c * ROWS * 64 + smem_row * 64, c * 64, row0, head, batch);
+  }
 }
 template <int ROWS, int COLS, class Element>
 __device__ __forceinline__ void tma_load_tile(const CUtensorMap* map, uint64_t* bar, Element* smem, int row0, int head,
-                                              int batch) {
-  tma_load_rows<ROWS, COLS>(map, bar, smem, 0, row0, head, batch);
+                                              int batch, bool stream = false) {
+  tma_load_rows<ROWS, COLS>(map, bar, smem, 0, row0, head, batch, stream);
 }
 
 // The same through a packed map (make_tile_map with pack >= 1): `row0` counts packed rows (a
