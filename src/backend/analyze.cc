@@ -443,9 +443,10 @@ bool Lowering::analyze_statements(const std::vector<tl::Stmt>& body, int depth) 
         ok = false;
         break;
       }
-      const bool hopper = a.key == "async" || a.key == "stages" || a.key == "wait" || a.key == "release" || a.key == "overlap";
+      const bool hopper =
+          a.key == "async" || a.key == "stages" || a.key == "wait" || a.key == "release" || a.key == "overlap" || a.key == "stream";
       diags_.error("XL0301", a.loc, "schedule attribute `" + a.key + "` is not lowered for " + target_.name,
-                   hopper ? "the Hopper schedule ({async}, {stages}, {wait}, {release}, {overlap}) is lowered on sm90a only: "
+                   hopper ? "the Hopper schedule ({async}, {stages}, {wait}, {release}, {overlap}, {stream}) is lowered on sm90a only: "
                             "translate for `--gpu h100`, or remove it (the sm80 translator chooses its own cp.async pipeline)"
                           : "remove the attribute: the translator chooses the copy/compute overlap itself");
       ok = false;

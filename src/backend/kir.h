@@ -198,6 +198,7 @@ struct Load {
   bool in_loop = false;
   bool late = false;              // once per tile, into a buffer the previous tile's epilogue still
                                   // uses (O staged in it): issued after the loop's first load
+  bool stream = false;            // TL {stream}: under an L2 evict-first hint when the launch streams K / V
 };
 
 // The main loop over key tiles (TL `for j = lo: hi {overlap}`), software-pipelined in two stages

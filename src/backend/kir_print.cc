@@ -158,7 +158,7 @@ std::string print(const Kernel& k) {
     for (const auto& l : h.loads)
       line(std::string(l.in_loop ? "  loop: " : "  tile: ") + "load " + l.buffer + " (" + std::to_string(l.rows) + ", " +
            std::to_string(l.cols) + ") rows " + l.row_cpp + " head " + l.head_cpp + " batch " + l.batch_cpp + (l.packed ? " packed" : "") +
-           (l.late ? " late" : "") + at(l.tl));
+           (l.late ? " late" : "") + (l.stream ? " stream" : "") + at(l.tl));
     line("consumer");
     line("  registers");
     for (const auto& r : h.regs)

@@ -165,6 +165,14 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   const int producer_regs = split.producer, consumer_regs = split.consumer;
   // `{...}` after a statement, in TL code on sm90 only.
   auto sched = [&](const std::string& attrs) { return schedule ? " {" + attrs + "}" : std::string(); };
+  // K and V `{stream}` (an L2 evict-first hint on launches with one query tile per head, which read
+  // each head's keys once): the GQA-packed kernels whose stated queries fit one tile per kv head
+  // (decoding, with or without a KV cache: MQA 1.02-1.04x, GQA unchanged). Not MHA (its KV-cache
+  // decoding measured 1-2% slower with the hint), ragged batches or prefill kernels, which load as
+  // before (the hint's branch, untaken, moved their code by up to 2%: bench/results/2026-11-30-h200-decode-evict).
+  const bool kv_stream = schedule && pack && !p.varlen && p.seqlen_q > 0 &&
+                         p.seqlen_q * (p.heads_q / std::max(1, p.heads_kv)) <= tiles->bm;
+  const std::string kv_copy = kv_stream ? "async, stream" : "async";
   const bool same_d = p.d_qk == p.d_v;
   const std::string dqk = same_d ? "d" : "d_qk";
   const std::string dv = same_d ? "d" : "d_v";
@@ -314,7 +322,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   }
   w.line(w.params() ? "for j = " + lo + ": " + hi + (loop_attrs.empty() ? "" : " {" + loop_attrs + "}") : "for j = 0: N");
   w.indent();
-  copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared", sched("async"));
+  copy("K", "(BN, " + dqk + ") in coordinate [j, 0]", "global", "shared", sched(kv_copy));
   if (!smem_operands) copy("K", "", "shared", "register");
   w.line("Compute GEMM Q, K^T and get S" + sched(vk ? "wait: Q, wait: K" : "wait: Q, wait: K, release: K"));
   const std::string at = w.params() ? " at [m_block, j]" : "";
@@ -345,7 +353,7 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
     w.line("Compute GEMM Pc, V and accumulate O" + sched("release: K"));
   } else {
     if (w.params()) w.line("Reshape Pc from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_K)");
-    copy("V", "(BN, " + dv + ") in coordinate [j, 0]", "global", "shared", sched("async"));
+    copy("V", "(BN, " + dv + ") in coordinate [j, 0]", "global", "shared", sched(kv_copy));
     if (!smem_operands) copy("V", "", "shared", "register");
     w.line("Compute GEMM Pc, V and accumulate O" + sched("wait: V, release: V"));
   }

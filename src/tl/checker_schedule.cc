@@ -300,6 +300,13 @@ class Schedule {
           } else if (a.value) {
             error("TL0709", a.loc, s.loc, "`async` takes no value", "write `{async}`");
           }
+        } else if (a.key == "stream") {
+          // keys a launch reads once: loaded under an L2 evict-first hint when it streams them
+          if (!is_async_copy(s))
+            error("TL0709", a.loc, s.loc, "`stream` applies to an `{async}` Copy from global to shared (the producer's TMA copy)",
+                  "write `{async, stream}` on the Copy that fills K or V");
+          else if (a.value)
+            error("TL0709", a.loc, s.loc, "`stream` takes no value", "write `{async, stream}`");
         } else if (a.key == "wait" || a.key == "release") {
           if (!first_use.line) first_use = at;
           const std::string* n = attr_name(a);
@@ -579,7 +586,7 @@ class Schedule {
 
 bool is_schedule_attr(const std::string& key) {
   return key == "stages" || key == "async" || key == "wait" || key == "release" || key == "overlap" || key == "persistent" ||
-         key == "stage";
+         key == "stage" || key == "stream";
 }
 
 void Walker::role_stmt(const Stmt& s) {

@@ -162,6 +162,15 @@ TEST(checkerSchedule, AttributePlacement) {
   EXPECT_CODE_AT(run(async_val), "TL0709", async_val, "Copy Q (BM");
   std::string async_alloc = replace(kSm90, "Allocate Q in shared (BM, d) fp16", "Allocate Q in shared (BM, d) fp16 {async}");
   EXPECT_CODE_AT(run(async_alloc), "TL0709", async_alloc, "Allocate Q in shared");
+  // {stream} (an L2 evict-first hint, docs/tl.md): on the async copies that fill K / V, without a value
+  const auto streamed = run(replace(kSm90, "  Copy K (BN, d) in coordinate [j, 0] from global to shared {async}",
+                                    "  Copy K (BN, d) in coordinate [j, 0] from global to shared {async, stream}"));
+  EXPECT_TRUE(streamed.ok && streamed.diags.empty()) << streamed.rendered;
+  std::string stream_sync = replace(kSm90, "Allocate Q in shared (BM, d) fp16", "Allocate Q in shared (BM, d) fp16 {stream}");
+  EXPECT_CODE_AT(run(stream_sync), "TL0709", stream_sync, "Allocate Q in shared");
+  std::string stream_val = replace(kSm90, "  Copy K (BN, d) in coordinate [j, 0] from global to shared {async}",
+                                   "  Copy K (BN, d) in coordinate [j, 0] from global to shared {async, stream: 1}");
+  EXPECT_CODE_AT(run(stream_val), "TL0709", stream_val, "Copy K (BN, d) in coordinate [j, 0]");
   std::string no_name = replace(kSm90, "{wait: V, release: V}", "{wait, release: V}");
   EXPECT_CODE_AT(run(no_name), "TL0710", no_name, "Compute GEMM P16, V");
   std::string sync_q = replace(kSm90, "  Compute Max m, m_new\n",

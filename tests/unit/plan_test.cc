@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 
+#include "backend/translate.h"
 #include "hw/gpu.h"
 #include "plan/budget.h"
 #include "plan/plan.h"
@@ -276,6 +277,44 @@ TEST(planPack, PacksShortQueriesOfGqaOnHopper) {
     }
     auto v = verify(*plan, d);
     EXPECT_TRUE(v.passed()) << d.render();
+  }
+}
+
+// K and V `{async, stream}` (an L2 evict-first hint on launches that read each head's keys once):
+// the GQA-packed sm90 kernels whose stated queries fit one tile per kv head (decoding, with a KV
+// cache or not); never MHA, a prefill or ragged kernel (their code stays as it was), nor off Hopper.
+// The translation passes the launch's flag (Params::kv_stream) on exactly those loads.
+TEST(planStream, KeysOfDecodingKernelsAreStreamed) {
+  struct Want {
+    std::map<std::string, std::string> flags;
+    bool stream;
+  };
+  for (const Want& w : {Want{{}, false}, Want{{{"seqlen", "1/8192"}}, true}, Want{{{"seqlen", "17/4096"}}, true},
+                        Want{{{"seqlen", "64/4096"}}, false}, Want{{{"seqlen", "512/4096"}}, false},
+                        Want{{{"seqlen", "1/8192"}, {"gpu", "a100"}}, false}, Want{{{"seqlen", "1/8192"}, {"heads", "32/32"}}, false},
+                        Want{{{"kv-cache", "paged"}, {"seqlen", "1/4096"}}, true}, Want{{{"kv-cache", "paged"}}, false},
+                        Want{{{"kv-cache", "lengths"}, {"split-keys", "true"}, {"lse", "true"}, {"seqlen", "1/8192"}}, true},
+                        Want{{{"varlen", "true"}, {"kv-cache", "paged"}}, false}}) {
+    std::map<std::string, std::string> flags = w.flags;
+    flags.emplace("gpu", "h100");
+    std::string what;
+    for (const auto& [k, v] : flags) what += k + "=" + v + " ";
+    SCOPED_TRACE(what);
+    support::DiagSink d;
+    spec::AttentionSpec sp = *spec::find_preset("llama3-8b");
+    ASSERT_TRUE(spec::apply_flags(sp, flags, d)) << d.render();
+    auto plan = make_plan(sp, *hw::find_gpu(flags["gpu"]), d);
+    ASSERT_TRUE(plan) << d.render();
+    const auto count = [](const std::string& text, const std::string& x) {
+      int n = 0;
+      for (size_t at = text.find(x); at != std::string::npos; at = text.find(x, at + 1)) ++n;
+      return n;
+    };
+    EXPECT_EQ(count(plan->code, "{async, stream}"), w.stream ? 2 : 0) << plan->code;
+    if (flags["gpu"] != "h100") continue;
+    auto t = backend::translate_text(plan->code, make_target(*hw::find_gpu("h100")), d, "code.tl");
+    ASSERT_TRUE(t.has_value()) << d.render();
+    EXPECT_EQ(count(t->cuda_source, ", p.kv_stream);"), w.stream ? 2 : 0);
   }
 }
 

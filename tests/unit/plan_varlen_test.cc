@@ -89,7 +89,7 @@ TEST(VarlenTranslate, Sm90StartsAtEachSequenceAndGuardsItsLastRows) {
                         "start_q = min(max(aux_cu_seqlens_q[b], 0), p.total_q);", "start_k = min(max(aux_cu_seqlens_k[b], 0), p.total_k);",
                         "sq_ = seqlen_q; sk_ = seqlen_k;", "__device__ bool live() const { return m_block < qattn::cdiv(seqlen_q, BM); }",
                         "if (!v.live()) continue;", "&p.tma_q, sQ, v.start_q + v.m_block * BM, v.head, 0, leader);",
-                        "&p.tma_k, sK, v.start_k + j * BN, v.kv_head, 0, leader, p.kv_stream);", "store_o_ragged<", "store_rows_at(p.lse, ",
+                        "&p.tma_k, sK, v.start_k + j * BN, v.kv_head, 0, leader);", "store_o_ragged<", "store_rows_at(p.lse, ",
                         "zero_rows_from<", "qattn::host::check_ragged(*params, true, true)", "kPersistent, false, true, true};"})
     EXPECT_NE(cu.find(s), npos) << s;
   EXPECT_NE(t->info_json.find("\"varlen\":{\"cu_seqlens_q\":\"cu_seqlens_q\",\"cu_seqlens_k\":\"cu_seqlens_k\"}"), npos) << t->info_json;
@@ -102,7 +102,7 @@ TEST(VarlenTranslate, Sm90StartsAtEachSequenceAndGuardsItsLastRows) {
     for (size_t at; (at = q_only.find(cut)) != npos;) q_only.erase(at, cut.size());
   auto c = backend::translate_text(q_only, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
   ASSERT_TRUE(c.has_value()) << d.render();
-  EXPECT_NE(c->cuda_source.find("&p.tma_k, sK, j * BN, v.kv_head, v.b, leader, p.kv_stream);"), npos) << c->cuda_source;
+  EXPECT_NE(c->cuda_source.find("&p.tma_k, sK, j * BN, v.kv_head, v.b, leader);"), npos) << c->cuda_source;
   EXPECT_NE(c->cuda_source.find("v.start_q + v.m_block * BM"), npos);
   EXPECT_NE(c->cuda_source.find("qattn::host::check_ragged(*params, true, false)"), npos);
 }
@@ -120,7 +120,7 @@ TEST(VarlenTranslate, Sm90PacksTheQueryHeadsOfEachSequence) {
   for (const char* s : {"constexpr bool kPack = true;", "start_q = min(max(aux_cu_seqlens_q[b], 0), p.total_q);",
                         "return m_block < qattn::cdiv(seqlen_q * (qattn::floordiv(heads_q, heads_kv)), BM); }",
                         "&p.tma_q, sQ, v.start_q * p.pack + v.m_block * BM, v.kv_head, 0, leader, p.pack);",
-                        "&p.tma_k, sK, v.start_k + j * BN, v.kv_head, 0, leader, p.kv_stream);",
+                        "&p.tma_k, sK, v.start_k + j * BN, v.kv_head, 0, leader);",
                         "static_cast<Element*>(p.o) + int64_t(v.start_q) * p.o_row_stride + int64_t(v.kv_head) * p.pack * p.o_head_stride, "
                         "p.o_row_stride, v.seqlen_q * p.pack, p.o_head_stride);",
                         "store_rows_at(p.lse, rLSE, rows, v.kv_head, p.total_q, v.start_q, v.seqlen_q * p.pack);",

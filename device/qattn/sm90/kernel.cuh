@@ -51,8 +51,8 @@ __device__ __forceinline__ void prefetch_maps(std::initializer_list<const CUtens
 
 // TL `Copy X (ROWS, COLS) in coordinate [r, 0] from global to shared {async}` (the producer warp):
 // waits until ring slot pos is free, then the leader issues the TMA copy of rows row0 ..
-// row0 + ROWS - 1 of (head, batch) into it; pos moves on. `stream`: K / V of a launch that streams
-// them (Params::kv_stream: an L2 evict-first hint).
+// row0 + ROWS - 1 of (head, batch) into it; pos moves on. `stream`: a TL `{stream}` copy on a launch
+// that streams K / V (Params::kv_stream): an L2 evict-first hint.
 template <int ROWS, int COLS, int S, int E, class Element>
 __device__ __forceinline__ void load_tile(const Ring<S, E>& ring, RingPos& pos, const CUtensorMap* map, Element* base, int row0,
                                           int head, int batch, bool leader, bool stream = false) {

@@ -29,8 +29,9 @@ namespace qattn::sm90 {
 // The L2 promotion of a launch's K and V maps (above): QATTN_SM90_L2_STREAM when the launch has one
 // query tile per (batch, head) — seqlen_q queries (x the GQA pack of a packed kernel) fit BM rows,
 // and the queries are not packed ragged sequences — else 256 bytes. (tests/emit/launch_rule_check.cc)
-// The same launches load K and V under an L2 evict-first policy (Params::kv_stream; no block re-reads
-// them: MQA decoding 1.02x, the rest unchanged, bench/results/2026-11-30-h200-decode-evict).
+// The same launches load the TL's `{stream}` copies (K, V) under an L2 evict-first policy
+// (Params::kv_stream; no block re-reads them: MQA decoding 1.02-1.04x, the rest unchanged,
+// bench/results/2026-11-30-h200-decode-evict).
 static inline bool kv_streamed(long long seqlen_q, int pack, int bm, bool ragged_q) {
   return !ragged_q && seqlen_q * (pack > 0 ? pack : 1) <= bm;
 }

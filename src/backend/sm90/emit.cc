@@ -380,9 +380,9 @@ void Emitter::producer() {
     } else if (!k_.scope.paged.empty() && (l.global == "K" || l.global == "V")) {  // TL {paged}: page by page
       w_.line("load_tile_paged<" + shape + ", W>(" + ring(l.buffer) + ", " + pos(l.buffer) + ", " + map + ", " + buf(l.buffer).cpp + ", " +
               l.row_cpp + ", " + l.head_cpp + ", v.aux_" + k_.scope.paged + " + " + l.batch_cpp + " * p.pages, p.page_size, v.seqlen_k, "
-              "p.num_pages, leader, warps, p.kv_stream);");
-    } else {  // K / V: the launch may stream them (Params::kv_stream: an L2 evict-first hint)
-      w_.line(only_leader_warp + "load_tile<" + shape + ">(" + args + (l.global == "K" || l.global == "V" ? ", p.kv_stream" : "") + ");");
+              "p.num_pages, leader, warps" + (l.stream ? ", p.kv_stream" : "") + ");");
+    } else {  // TL {stream}: an L2 evict-first hint when the launch streams K / V (Params::kv_stream)
+      w_.line(only_leader_warp + "load_tile<" + shape + ">(" + args + (l.stream ? ", p.kv_stream" : "") + ");");
     }
   };
   std::vector<const kir::Load*> late;

@@ -342,6 +342,7 @@ bool Lower::lower_loads() {
     }
     l.head_cpp = kernel_names_.int_expr(alloc->alloc.offset[1]);
     l.packed = k_.sm90.pack && c.name == "Q";
+    l.stream = std::any_of(s.attrs.begin(), s.attrs.end(), [](const tl::Attr& a) { return a.key == "stream"; });
     l.in_loop = in_loop;
     k_.sm90.loads.push_back(l);
     if (!in_loop) once_rings_.push_back(c.name);
