@@ -31,6 +31,11 @@ std::optional<plan::Plan> varlen_plan(const std::string& gpu, support::DiagSink&
   return plan::make_plan(s, *hw::find_gpu(gpu), d);
 }
 
+// The translation of TL code for a GPU of the facts table (h100: sm90a, a100: sm80).
+std::optional<backend::Translation> translated(const std::string& code, const char* gpu, support::DiagSink& d) {
+  return backend::translate_text(code, plan::make_target(*hw::find_gpu(gpu)), d, "code.tl");
+}
+
 TEST(VarlenSpec, RoundTrips) {
   spec::AttentionSpec s = *spec::find_preset("llama3-8b");
   support::DiagSink d;
@@ -81,7 +86,7 @@ TEST(VarlenTranslate, Sm90StartsAtEachSequenceAndGuardsItsLastRows) {
   support::DiagSink d;
   auto p = varlen_plan("h100", d, "causal", "32,32");  // MHA: nothing to pack
   ASSERT_TRUE(p.has_value()) << d.render();
-  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto t = translated(p->code, "h100", d);
   ASSERT_TRUE(t.has_value()) << d.render();
   const std::string& cu = t->cuda_source;
   for (const char* s : {"seqlen_q = min(max(aux_cu_seqlens_q[b + 1] - aux_cu_seqlens_q[b], 0), p.seqlen_q);",
@@ -100,7 +105,7 @@ TEST(VarlenTranslate, Sm90StartsAtEachSequenceAndGuardsItsLastRows) {
   std::string q_only = p->code;
   for (const std::string cut : {" {ragged: cu_seqlens_k}"})
     for (size_t at; (at = q_only.find(cut)) != npos;) q_only.erase(at, cut.size());
-  auto c = backend::translate_text(q_only, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto c = translated(q_only, "h100", d);
   ASSERT_TRUE(c.has_value()) << d.render();
   EXPECT_NE(c->cuda_source.find("&p.tma_k, sK, j * BN, v.kv_head, v.b, leader);"), npos) << c->cuda_source;
   EXPECT_NE(c->cuda_source.find("v.start_q + v.m_block * BM"), npos);
@@ -114,7 +119,7 @@ TEST(VarlenTranslate, Sm90PacksTheQueryHeadsOfEachSequence) {
   support::DiagSink d;
   auto p = varlen_plan("h100", d);
   ASSERT_TRUE(p.has_value()) << d.render();
-  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto t = translated(p->code, "h100", d);
   ASSERT_TRUE(t.has_value()) << d.render();
   const std::string& cu = t->cuda_source;
   for (const char* s : {"constexpr bool kPack = true;", "start_q = min(max(aux_cu_seqlens_q[b], 0), p.total_q);",
@@ -138,7 +143,7 @@ TEST(VarlenTranslate, Sm90PacksTheQueryHeadsOfEachSequence) {
   const size_t role = plain.find("Role producer");
   ASSERT_NE(role, npos);
   plain.insert(role, "Let kv_head = head / (heads_q / heads_kv)\n");
-  auto u = backend::translate_text(plain, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto u = translated(plain, "h100", d);
   ASSERT_TRUE(u.has_value()) << d.render() << plain;
   EXPECT_NE(u->cuda_source.find("constexpr bool kPack = false;"), npos);
   EXPECT_NE(u->cuda_source.find("store_rows_at(p.lse, rLSE, rows, v.head, p.total_q, v.start_q, v.seqlen_q);"), npos);
@@ -163,7 +168,7 @@ TEST(VarlenTranslate, Sm90IdleWarpgroupKeepsTheRingsAndTurns) {
   support::DiagSink d;
   auto p = varlen_plan("h100", d);
   ASSERT_TRUE(p.has_value()) << d.render();
-  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto t = translated(p->code, "h100", d);
   ASSERT_TRUE(t.has_value()) << d.render();
   const std::string& cu = t->cuda_source;
   const size_t a = cu.find("if (rows.tile_row0 + 64 * cw >= v.seqlen_q * p.pack) {");
@@ -182,14 +187,14 @@ TEST(VarlenTranslate, Sm90IdleWarpgroupKeepsTheRingsAndTurns) {
   // the unpacked ragged kernel (MHA) has the shadow by its own rows; a kernel of whole batches has none
   auto u = varlen_plan("h100", d, "causal", "32,32");
   ASSERT_TRUE(u.has_value()) << d.render();
-  auto tu = backend::translate_text(u->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto tu = translated(u->code, "h100", d);
   ASSERT_TRUE(tu.has_value()) << d.render();
   EXPECT_NE(tu->cuda_source.find("if (rows.tile_row0 + 64 * cw >= v.seqlen_q) {"), npos);
   spec::AttentionSpec whole = *spec::find_preset("llama3-8b");
   ASSERT_TRUE(spec::apply_flags(whole, {{"gpu", "h100"}, {"mask", "causal"}, {"lse", "true"}}, d)) << d.render();
   auto w = plan::make_plan(whole, *hw::find_gpu("h100"), d);
   ASSERT_TRUE(w.has_value()) << d.render();
-  auto tw = backend::translate_text(w->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto tw = translated(w->code, "h100", d);
   ASSERT_TRUE(tw.has_value()) << d.render();
   EXPECT_EQ(tw->cuda_source.find("rows.tile_row0 + 64 * cw >="), npos);
   EXPECT_NE(tw->cuda_source.find("gemm_rs<"), npos);
@@ -199,7 +204,7 @@ TEST(VarlenTranslate, Sm80ReturnsPastTheSequenceAndOffsetsTheViews) {
   support::DiagSink d;
   auto p = varlen_plan("a100", d);
   ASSERT_TRUE(p.has_value()) << d.render();
-  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("a100")), d, "code.tl");
+  auto t = translated(p->code, "a100", d);
   ASSERT_TRUE(t.has_value()) << d.render();
   const std::string& cu = t->cuda_source;
   for (const char* s : {"seqlen_q = min(max(aux_cu_seqlens_q[b + 1] - aux_cu_seqlens_q[b], 0), p.seqlen_q);",
@@ -225,7 +230,7 @@ TEST(VarlenPlan, RaggedQueriesOverAPagedCache) {
   EXPECT_EQ(p->code.find("cu_seqlens_k"), npos) << p->code;
   auto v = plan::verify(*p, d);
   EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
-  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto t = translated(p->code, "h100", d);
   ASSERT_TRUE(t.has_value()) << d.render();
   for (const char* x : {"&p.tma_q, sQ, v.start_q * p.pack + v.m_block * BM, v.kv_head, 0, leader, p.pack);", "load_tile_paged<", "store_o_ragged<",
                         "qattn::host::check_ragged(*params, true, false)", "qattn::host::check_paged(*params, 8, "})
@@ -253,7 +258,7 @@ TEST(VarlenPlan, SplitKeysOverRaggedQueriesAndAPagedCache) {
     EXPECT_NE(p->code.find(line), npos) << line << p->code;
   auto v = plan::verify(*p, d);
   EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
-  auto t = backend::translate_text(p->code, plan::make_target(*hw::find_gpu("h100")), d, "code.tl");
+  auto t = translated(p->code, "h100", d);
   ASSERT_TRUE(t.has_value()) << d.render();
   for (const char* x : {"static_cast<Element*>(p.o) + int64_t(v.split) * p.o_batch_stride + int64_t(v.start_q) * p.o_row_stride + "
                         "int64_t(v.kv_head) * p.pack * p.o_head_stride, p.o_row_stride, v.seqlen_q * p.pack, p.o_head_stride, v.split);",
