@@ -61,10 +61,11 @@ static inline int sm_count() {
   return count[dev];
 }
 
-// A persistent kernel's next-tile counter: one of 1024 zeroed ints of the current device, a
-// different one per launch (launches that run at the same time do not share one; the kernel's
-// last fetch sets it back to 0). Allocated on the first persistent launch on a device (not
-// during stream capture); nullptr when that fails.
+// A persistent kernel's next-tile counter: a pair of zeroed ints of the current device out of 512, a
+// different pair per launch (launches that run at the same time do not share one; the kernel sets
+// them back to 0): [0] the next tile, [1] (ragged launches, which skip dead tiles) the blocks done.
+// Allocated on the first persistent launch on a device (not during stream capture); nullptr when
+// that fails.
 static inline int* tile_counter() {
   constexpr int kSlots = 1024;
   int dev = 0;
@@ -82,7 +83,7 @@ static inline int* tile_counter() {
     }
     base[dev] = b;
   }
-  return base[dev] + (next[dev]++ % kSlots);
+  return base[dev] + 2 * (next[dev]++ % (kSlots / 2));
 }
 
 // The counters of an in-kernel merge of split keys (TL `Merge`, qattn/sm90/merge.cuh): `n` zeroed

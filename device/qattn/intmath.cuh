@@ -28,6 +28,13 @@ __host__ __device__ constexpr int window_side(int side, int seqlen_q, int seqlen
   return side < 0 ? seqlen_q + seqlen_k : side;
 }
 
+// A ragged launch's dead work tile t (the Grid's first axis, m_blocks tiles a group, fastest; its
+// sequence has `live` of them): the first later tile that may be live. Reversed (the longest rows
+// first) the group's live tiles end it, else they begin it (then: the next group's first tile).
+__host__ __device__ constexpr int next_live_tile(int t, int m_blocks, int live, bool reversed) {
+  return reversed ? t - t % m_blocks + m_blocks - (live < 0 ? 0 : live > m_blocks ? m_blocks : live) : t - t % m_blocks + m_blocks;
+}
+
 constexpr float kLog2e = 1.4426950408889634f;  // TL builtin log2e
 constexpr float kLn2 = 0.6931471805599453f;    // TL builtin ln2
 

@@ -61,6 +61,23 @@ int main() {
   }
   std::printf("launch rule: %d of %zu cases as expected\n", int(sizeof(cases) / sizeof(cases[0])) - bad,
               sizeof(cases) / sizeof(cases[0]));
+  // a ragged launch's dead tile -> the next tile that may be live (groups of 16 tiles)
+  struct Skip {
+    int t, live;
+    bool reversed;
+    int want;
+  } skips[] = {{37, 1, true, 47},  {37, 1, false, 48}, {37, 0, true, 48},   {37, 0, false, 48}, {32, 3, true, 45},
+               {44, 3, true, 45},  {0, 16, true, 0},   {5, 20, true, 0},    {5, -1, true, 16},  {15, 2, false, 16}};
+  int skip_bad = 0;
+  for (const Skip& c : skips) {
+    const int got = qattn::next_live_tile(c.t, 16, c.live, c.reversed);
+    if (got != c.want) {
+      std::printf("FAIL next_live_tile(%d, 16, %d, %d) = %d, want %d\n", c.t, c.live, int(c.reversed), got, c.want);
+      ++skip_bad;
+    }
+  }
+  std::printf("dead tiles: %d of %zu cases as expected\n", int(sizeof(skips) / sizeof(skips[0])) - skip_bad, sizeof(skips) / sizeof(skips[0]));
+  bad += skip_bad;
   struct Split {
     int splits;
     bool kernel, lse;

@@ -92,7 +92,7 @@ TEST(VarlenTranslate, Sm90StartsAtEachSequenceAndGuardsItsLastRows) {
   for (const char* s : {"seqlen_q = min(max(aux_cu_seqlens_q[b + 1] - aux_cu_seqlens_q[b], 0), p.seqlen_q);",
                         "seqlen_k = min(max(aux_cu_seqlens_k[b + 1] - aux_cu_seqlens_k[b], 0), p.seqlen_k);",
                         "start_q = min(max(aux_cu_seqlens_q[b], 0), p.total_q);", "start_k = min(max(aux_cu_seqlens_k[b], 0), p.total_k);",
-                        "sq_ = seqlen_q; sk_ = seqlen_k;", "__device__ bool live() const { return m_block < qattn::cdiv(seqlen_q, BM); }",
+                        "sq_ = seqlen_q; sk_ = seqlen_k;", "__device__ int live_blocks() const { return qattn::cdiv(seqlen_q, BM); }", "bool live() const { return m_block < live_blocks(); }",
                         "if (!v.live()) continue;", "&p.tma_q, sQ, v.start_q + v.m_block * BM, v.head, 0, leader);",
                         "&p.tma_k, sK, v.start_k + j * BN, v.kv_head, 0, leader);", "store_o_ragged<", "store_rows_at(p.lse, ",
                         "zero_rows_from<", "qattn::host::check_ragged(*params, true, true)", "kPersistent, false, true, true};"})
@@ -123,13 +123,17 @@ TEST(VarlenTranslate, Sm90PacksTheQueryHeadsOfEachSequence) {
   ASSERT_TRUE(t.has_value()) << d.render();
   const std::string& cu = t->cuda_source;
   for (const char* s : {"constexpr bool kPack = true;", "start_q = min(max(aux_cu_seqlens_q[b], 0), p.total_q);",
-                        "return m_block < qattn::cdiv(seqlen_q * (qattn::floordiv(heads_q, heads_kv)), BM); }",
+                        "int live_blocks() const { return qattn::cdiv(seqlen_q * (qattn::floordiv(heads_q, heads_kv)), BM); }",
                         "&p.tma_q, sQ, v.start_q * p.pack + v.m_block * BM, v.kv_head, 0, leader, p.pack);",
                         "&p.tma_k, sK, v.start_k + j * BN, v.kv_head, 0, leader);",
                         "static_cast<Element*>(p.o) + int64_t(v.start_q) * p.o_row_stride + int64_t(v.kv_head) * p.pack * p.o_head_stride, "
                         "p.o_row_stride, v.seqlen_q * p.pack, p.o_head_stride);",
                         "store_rows_at(p.lse, rLSE, rows, v.kv_head, p.total_q, v.start_q, v.seqlen_q * p.pack);",
-                        "qattn::host::check_ragged(*params, true, true)"})
+                        "qattn::host::check_ragged(*params, true, true)",
+                        // the producer's leader fetches past dead tiles (a sequence's tiles past its queries)
+                        "Scheduler<kPersistent, kConsumers, kProducerWarps, true> sched",
+                        "return d.live() ? -1 : next_live_tile<128, kReverseM, kPack>(t, d.live_blocks(), p);",
+                        "tile = sched.next(leader, p, nth + 1, 1, dead), ++nth) {"})
     EXPECT_NE(cu.find(s), npos) << s;
   // the same program without `{pack}` on Q, O, LSE (and its Grid over query heads) is the unpacked kernel
   std::string plain = p->code;
@@ -197,6 +201,7 @@ TEST(VarlenTranslate, Sm90IdleWarpgroupKeepsTheRingsAndTurns) {
   auto tw = translated(w->code, "h100", d);
   ASSERT_TRUE(tw.has_value()) << d.render();
   EXPECT_EQ(tw->cuda_source.find("rows.tile_row0 + 64 * cw >="), npos);
+  EXPECT_EQ(tw->cuda_source.find("next_live_tile"), npos);  // (no dead tiles: the scheduler as it was)
   EXPECT_NE(tw->cuda_source.find("gemm_rs<"), npos);
 }
 

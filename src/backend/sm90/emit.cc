@@ -220,9 +220,10 @@ void Emitter::scope() {
   w_.line(std::string("sq_ = ") + (sc.q_count_cpp.empty() ? "p.seqlen_q" : "seqlen_q") + "; sk_ = " +
           (sc.kv_count_cpp.empty() ? "p.seqlen_k" : "seqlen_k") + "; wl_ = p.window_left; wr_ = p.window_right;");
   w_.close();
-  if (!sc.q_count_cpp.empty())  // the Grid's first axis re-read with the sequence's count
-    w_.line("__device__ bool live() const { return " + sc.grid[0].cpp + " < " + sc.grid_extents_cpp[0] +
-            "; }  // a tile past the sequence's queries does nothing");
+  if (!sc.q_count_cpp.empty()) {  // the Grid's first axis re-read with the sequence's count
+    w_.line("__device__ int live_blocks() const { return " + sc.grid_extents_cpp[0] + "; }  // the sequence's query tiles");
+    w_.line("__device__ bool live() const { return " + sc.grid[0].cpp + " < live_blocks(); }  // a tile past the sequence's queries does nothing");
+  }
   for (const auto& dcl : sc.decls) {
     w_.line("// TL " + std::to_string(dcl.tl.line) + ": " + dcl.tl.text);
     if (!dcl.is_mask) {
@@ -313,7 +314,8 @@ void Emitter::kernel() {
             "{reinterpret_cast<uint64_t*>(smem + kBar" + b.name + ")};  // " + b.name + "'s slots and their mbarriers");
     init += ring(b.name) + ".init(kConsumers); ";
   }
-  w_.line("const Scheduler<kPersistent, kConsumers, kProducerWarps> sched{reinterpret_cast<int*>(smem + kSched)};");
+  w_.line("const Scheduler<kPersistent, kConsumers, kProducerWarps" + std::string(k_.scope.q_count_cpp.empty() ? "" : ", true") +
+          "> sched{reinterpret_cast<int*>(smem + kSched)};" + (k_.scope.q_count_cpp.empty() ? "" : "  // ragged: skips dead tiles"));
   w_.open("if (threadIdx.x == 0) {");
   w_.line(init + "sched.init();");
   w_.line("ptx::fence_mbar_init();");
@@ -359,11 +361,19 @@ void Emitter::producer() {
     w_.line("constexpr int W = decltype(warps_c)::value;");
     w_.line("const int warps = W == 1 ? 1 : producer_warps;");
   }
-  w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" + std::string(paged ? ", warps" : "") + "), ++nth) {");
+  const bool ragged = !k_.scope.q_count_cpp.empty();
+  if (ragged) {  // the leader fetches past dead tiles (Scheduler::next): they reach no other warp
+    w_.open("const auto dead = [&](int t) {  // -1: t may be live; else the first later tile that may be");
+    w_.line("const Scope d(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(t, p), p);");
+    w_.line("return d.live() ? -1 : next_live_tile<" + bm + ", kReverseM, kPack>(t, d.live_blocks(), p);");
+    w_.close("};");
+  }
+  w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" +
+          std::string(paged || ragged ? (paged ? ", warps" : ", 1") : "") + (ragged ? ", dead" : "") + "), ++nth) {");
   w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(tile, p), p);");
   w_.line("bool published = false;");
-  if (!k_.scope.q_count_cpp.empty()) {
-    w_.open("if (!v.live()) {  // past the sequence's queries: handed on, skipped by the consumers too");
+  if (ragged) {
+    w_.open("if (!v.live()) {  // the block's first tile, past its sequence's queries: handed on, skipped by the consumers too");
     w_.line("sched.publish(nth, tile, leader, published);");
     w_.line("continue;");
     w_.close();
