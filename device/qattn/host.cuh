@@ -63,7 +63,7 @@ static inline int sm_count() {
 
 // A persistent kernel's next-tile counter: a pair of zeroed ints of the current device out of 512, a
 // different pair per launch (launches that run at the same time do not share one; the kernel sets
-// them back to 0): [0] the next tile, [1] (ragged launches, which skip dead tiles) the blocks done.
+// them back to 0): [0] the next tile, [1] (ragged launches, which number their live tiles only) the blocks done.
 // Allocated on the first persistent launch on a device (not during stream capture); nullptr when
 // that fails.
 static inline int* tile_counter() {

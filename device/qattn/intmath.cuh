@@ -28,11 +28,14 @@ __host__ __device__ constexpr int window_side(int side, int seqlen_q, int seqlen
   return side < 0 ? seqlen_q + seqlen_k : side;
 }
 
-// A ragged launch's dead work tile t (the Grid's first axis, m_blocks tiles a group, fastest; its
-// sequence has `live` of them): the first later tile that may be live. Reversed (the longest rows
-// first) the group's live tiles end it, else they begin it (then: the next group's first tile).
-__host__ __device__ constexpr int next_live_tile(int t, int m_blocks, int live, bool reversed) {
-  return reversed ? t - t % m_blocks + m_blocks - (live < 0 ? 0 : live > m_blocks ? m_blocks : live) : t - t % m_blocks + m_blocks;
+// A ragged launch's live work tiles numbered densely (sm90 Scheduler<..., true>): tile `local` of
+// sequence b (its `live` query tiles fastest, then `heads`, then the `splits` key parts) -> the tile
+// of the 1-D launch, whose groups (a kv head or head, a batch entry b * splits + s) have m_blocks
+// query tiles, fastest (sm90 tile_coord). Reversed (the longest rows first) the group's live tiles
+// end it (the last of them is query tile 0), else they begin it.
+__host__ __device__ constexpr int ragged_tile(int b, int local, int live, int heads, int splits, int m_blocks, bool reversed) {
+  const int j = local % live, rest = local / live;
+  return ((b * splits + rest / heads) * heads + rest % heads) * m_blocks + (reversed ? m_blocks - live + j : j);
 }
 
 constexpr float kLog2e = 1.4426950408889634f;  // TL builtin log2e

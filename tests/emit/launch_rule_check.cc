@@ -2,10 +2,12 @@
 // the host: K and V are promoted by 128 bytes exactly when a launch has one query tile per (batch,
 // head), by 256 bytes otherwise; the same launches stream K and V (kv_streamed: evict-first loads). And the C ABI's `splits` (ABI 8) as check_fwd_params takes it: a
 // kernel that splits the keys takes 0 (one part) to 65535 and needs the LSE; every other kernel
-// refuses more than one part. And the TL integer arithmetic (intmath.cuh) against exact floor / ceil.
+// refuses more than one part. And the TL integer arithmetic (intmath.cuh) against exact floor / ceil,
+// and a ragged launch's live tiles numbered densely (ragged_tile) against the launch's own order.
 // Built and run by emit_compile_test (the CUDA headers, no GPU).
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "qattn/host.cuh"
 #include "qattn/intmath.cuh"
@@ -61,22 +63,34 @@ int main() {
   }
   std::printf("launch rule: %d of %zu cases as expected\n", int(sizeof(cases) / sizeof(cases[0])) - bad,
               sizeof(cases) / sizeof(cases[0]));
-  // a ragged launch's dead tile -> the next tile that may be live (groups of 16 tiles)
-  struct Skip {
-    int t, live;
+  // a ragged launch's live tiles numbered densely -> the launch's tiles: in the launch's order, every
+  // live tile once (sequences of 0 .. m_blocks live query tiles; heads, key parts, both orders)
+  struct Dense {
+    int heads, splits, m_blocks;
     bool reversed;
-    int want;
-  } skips[] = {{37, 1, true, 47},  {37, 1, false, 48}, {37, 0, true, 48},   {37, 0, false, 48}, {32, 3, true, 45},
-               {44, 3, true, 45},  {0, 16, true, 0},   {5, 20, true, 0},    {5, -1, true, 16},  {15, 2, false, 16}};
+    std::vector<int> live;
+  } dense[] = {{1, 1, 4, false, {1, 4, 0, 2}},   {3, 1, 4, true, {1, 4, 0, 2}},   {2, 3, 5, true, {5, 1, 3}},
+               {2, 3, 5, false, {5, 1, 3}},      {8, 1, 16, true, {16, 1, 1, 9, 0}}, {1, 7, 1, true, {1, 0, 1}},
+               {4, 2, 32, true, std::vector<int>(40, 1)}};
   int skip_bad = 0;
-  for (const Skip& c : skips) {
-    const int got = qattn::next_live_tile(c.t, 16, c.live, c.reversed);
-    if (got != c.want) {
-      std::printf("FAIL next_live_tile(%d, 16, %d, %d) = %d, want %d\n", c.t, c.live, int(c.reversed), got, c.want);
+  for (const Dense& c : dense) {
+    std::vector<int> want;  // the launch's tiles whose query tile lies within its sequence's live ones
+    const int batch = int(c.live.size());
+    for (int t = 0; t < batch * c.splits * c.heads * c.m_blocks; ++t) {
+      const int i = t % c.m_blocks, m_block = c.reversed ? c.m_blocks - 1 - i : i, b = t / (c.m_blocks * c.heads * c.splits);
+      if (m_block < c.live[b]) want.push_back(t);
+    }
+    std::vector<int> got;
+    for (int b = 0; b < batch; ++b)
+      for (int local = 0; local < c.live[b] * c.heads * c.splits; ++local)
+        got.push_back(qattn::ragged_tile(b, local, c.live[b], c.heads, c.splits, c.m_blocks, c.reversed));
+    if (got != want) {
+      std::printf("FAIL ragged_tile (heads %d, splits %d, m_blocks %d, reversed %d): %zu tiles, want %zu\n", c.heads, c.splits,
+                  c.m_blocks, int(c.reversed), got.size(), want.size());
       ++skip_bad;
     }
   }
-  std::printf("dead tiles: %d of %zu cases as expected\n", int(sizeof(skips) / sizeof(skips[0])) - skip_bad, sizeof(skips) / sizeof(skips[0]));
+  std::printf("dense tiles: %d of %zu cases as expected\n", int(sizeof(dense) / sizeof(dense[0])) - skip_bad, sizeof(dense) / sizeof(dense[0]));
   bad += skip_bad;
   struct Split {
     int splits;

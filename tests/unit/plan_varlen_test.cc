@@ -130,10 +130,12 @@ TEST(VarlenTranslate, Sm90PacksTheQueryHeadsOfEachSequence) {
                         "p.o_row_stride, v.seqlen_q * p.pack, p.o_head_stride);",
                         "store_rows_at(p.lse, rLSE, rows, v.kv_head, p.total_q, v.start_q, v.seqlen_q * p.pack);",
                         "qattn::host::check_ragged(*params, true, true)",
-                        // the producer's leader fetches past dead tiles (a sequence's tiles past its queries)
+                        // the scheduler numbers the live tiles only (a sequence's tiles past its queries are not
+                        // fetched)
                         "Scheduler<kPersistent, kConsumers, kProducerWarps, true> sched",
-                        "return d.live() ? -1 : next_live_tile<128, kReverseM, kPack>(t, d.live_blocks(), p);",
-                        "tile = sched.next(leader, p, nth + 1, 1, dead), ++nth) {"})
+                        "return dense.tile<128, kReverseM, kPack, kSplit>(n, p, [&](int b) { return Scope(TileCoord{0, 0, b}, p).live_blocks(); });",
+                        "for (int tile = sched.first(live_tile), nth = 0; !sched.done(tile, nth, leader, p); "
+                        "tile = sched.next(leader, p, nth + 1, 1, live_tile), ++nth) {"})
     EXPECT_NE(cu.find(s), npos) << s;
   // the same program without `{pack}` on Q, O, LSE (and its Grid over query heads) is the unpacked kernel
   std::string plain = p->code;
@@ -201,7 +203,8 @@ TEST(VarlenTranslate, Sm90IdleWarpgroupKeepsTheRingsAndTurns) {
   auto tw = translated(w->code, "h100", d);
   ASSERT_TRUE(tw.has_value()) << d.render();
   EXPECT_EQ(tw->cuda_source.find("rows.tile_row0 + 64 * cw >="), npos);
-  EXPECT_EQ(tw->cuda_source.find("next_live_tile"), npos);  // (no dead tiles: the scheduler as it was)
+  EXPECT_EQ(tw->cuda_source.find("DenseTiles"), npos);  // (every tile live: the scheduler as it was)
+  EXPECT_EQ(tw->cuda_source.find("sched.first"), npos);
   EXPECT_NE(tw->cuda_source.find("gemm_rs<"), npos);
 }
 

@@ -6,7 +6,7 @@
 //       producer warp takes the next tile from a global counter and hands its index to the
 //       consumer warpgroups through mbarriers (sync.cuh, TileExchange), after issuing the tile's
 //       first copies, so the next tile's loads run under this tile's last GEMMs and epilogue; a
-//       ragged launch's leader fetches past its dead tiles (next_live_tile, Scheduler::next)
+//       ragged launch numbers its live tiles only (DenseTiles)
 #pragma once
 #include <cstdint>
 
@@ -42,22 +42,64 @@ __device__ __forceinline__ TileCoord tile_coord(int t, Params const& p) {
   return c;
 }
 
-// A ragged launch's dead tile t (TL {ragged}: its query tile lies past its sequence's `live` ones):
-// the first later tile that may be live (intmath.cuh). The Grid's first axis is sized by the longest
-// sequence, so a short one leaves most of its group's tiles (its kv head and batch entry) dead.
-template <int BM, bool kReverseM, bool kPack>
-__device__ __forceinline__ int next_live_tile(int t, int live, Params const& p) {
-  const int pack = kPack ? p.pack : 1;
-  return qattn::next_live_tile(t, (p.seqlen_q * pack + BM - 1) / BM, live, kReverseM);
+// The sum of v over lanes 0 .. this one (the whole warp, converged).
+__device__ __forceinline__ int warp_inclusive_sum(int v) {
+  const int lane = threadIdx.x % 32;
+  for (int o = 1; o < 32; o *= 2) {
+    const int u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
 }
+
+// A ragged launch's live work tiles, numbered densely (TL {ragged}: the Grid's first axis is sized
+// by the longest sequence, so a short sequence's group holds mostly tiles past its queries): sequence
+// b has live(b) x heads x splits of them (live(b): the Grid's first extent with the sequence's
+// count, Scope::live_blocks), in the launch's order (qattn::ragged_tile). A warp holds 32 sequences
+// at a time, lane i the running count up to sequence first + i, so a block's increasing tile
+// numbers read the sequences' lengths again only when they pass those 32. Warp-collective (the whole
+// warp, converged); one per producer warp (each decodes the same numbers).
+struct DenseTiles {
+  int first = 0;   // the first sequence in hand (lane i holds first + i)
+  int before = 0;  // the tiles of the sequences before it
+  int end = -1;    // this lane's: the tiles of the sequences up to and including its own (-1: none in hand)
+  // Live tile t -> its tile of the 1-D launch (tile_coord); p.num_tiles when t is past the last.
+  template <int BM, bool kReverseM, bool kPack, bool kSplit, class Live>
+  __device__ __forceinline__ int tile(int t, Params const& p, Live live) {
+    const int pack = kPack ? p.pack : 1, heads = p.heads_q / pack, splits = kSplit ? p.splits : 1;
+    int k = __popc(__ballot_sync(0xffffffffu, end <= t));  // the sequences in hand wholly before t
+    if (k == 32) k = advance(t, p, live, heads * splits);
+    if (k == 32) return p.num_tiles;
+    const int lo = __shfl_sync(0xffffffffu, end, (k + 31) % 32), hi = __shfl_sync(0xffffffffu, end, k);
+    const int start = k == 0 ? before : lo;  // sequence first + k's first tile; hi - start > 0 of them
+    return qattn::ragged_tile(first + k, t - start, (hi - start) / (heads * splits), heads, splits,
+                              (p.seqlen_q * pack + BM - 1) / BM, kReverseM);
+  }
+  // The next 32 sequences until t's is in hand: k as above, 32 past the last sequence.
+  template <class Live>
+  __device__ __forceinline__ int advance(int t, Params const& p, Live live, int per) {
+    for (;;) {
+      if (end >= 0) {
+        before = __shfl_sync(0xffffffffu, end, 31);
+        first += 32;
+      }
+      if (first >= p.batch) return 32;
+      const int b = first + int(threadIdx.x % 32);
+      end = before + warp_inclusive_sum(b < p.batch ? live(b) * per : 0);
+      const int k = __popc(__ballot_sync(0xffffffffu, end <= t));
+      if (k < 32) return k;
+    }
+  }
+};
 
 // Which work tiles a block runs. One block per tile: tile blockIdx.x. Persistent: tiles from the
 // global counter, handed from the producer warp to the consumers (k counts the block's tiles). A
 // producer that issues its copies from kProducerWarps > 1 warps (paged KV caches) shares each fetched
-// index with its other warps through the exchange (TileExchange::share). kSkips (ragged launches):
-// the producer's leader moves the counter past runs of dead tiles (next), so the counter is reset by
-// the last block to finish (the blocks done, counter [1]) instead of by the launch's last fetch.
-template <bool kPersistent, int kConsumers, int kProducerWarps = 1, bool kSkips = false>
+// number with its other warps through the exchange (TileExchange::share). kDense (ragged launches):
+// the counter numbers the live tiles only (DenseTiles: each producer warp turns a number into its
+// tile), and the last block to finish resets the counter pair (the blocks done, counter [1]): the
+// fetches past the last live tile do not add up to num_tiles.
+template <bool kPersistent, int kConsumers, int kProducerWarps = 1, bool kDense = false>
 struct Scheduler {
   using Exchange = TileExchange<kConsumers>;
   static constexpr int kBytes = kPersistent ? Exchange::kBytes : 0;
@@ -66,14 +108,30 @@ struct Scheduler {
     if constexpr (kPersistent) Exchange::init(slots);
   }
   // ---- producer warp
-  // True when t is past the last tile (persistent: the consumers are told so).
   // The producer warp that talks to the consumers: with several producer warps, the leader's only
   // (TileExchange::share says why the others must not wait on the exchange).
   __device__ __forceinline__ static bool exchange_warp() { return kProducerWarps == 1 || threadIdx.x < 32; }
+  // The block's first tile: tile blockIdx.x (kDense: the live tile of that number, `tile(n)`).
+  template <class Tile>
+  __device__ __forceinline__ int first(Tile tile) const {
+    if constexpr (kPersistent && kDense) return tile(int(blockIdx.x));
+    else return int(blockIdx.x);
+  }
+  // True when t is past the last tile (persistent: the consumers are told so; kDense: the last block
+  // to get here resets the counter pair, every block's fetches being done).
   __device__ __forceinline__ bool done(int t, int k, bool leader, Params const& p) const {
     if (t < p.num_tiles) return false;
     if constexpr (kPersistent) {
       if (exchange_warp()) Exchange::publish(slots, k, t, leader);
+      if constexpr (kDense) {
+        if (leader) {
+          __threadfence();
+          if (atomicAdd(p.tile_counter + 1, 1) == int(gridDim.x) - 1) {
+            atomicExch(p.tile_counter, 0);
+            atomicExch(p.tile_counter + 1, 0);
+          }
+        }
+      }
     }
     return true;
   }
@@ -87,40 +145,27 @@ struct Scheduler {
   // The block's next tile (its k-th): first come, first served. Every finished tile fetches once, so
   // a launch makes num_tiles fetches; the last one resets the counter for the next launch.
   // `warps`: the producer warps that take part (TileExchange::share), at most kProducerWarps.
-  // kSkips: `dead(t)` is -1 for a tile that may be live, else the first later tile that may be
-  // (next_live_tile): the leader moves the counter there and fetches again, so dead tiles reach
-  // neither the other producer warps nor the consumers.
-  template <class Dead = int (*)(int)>
-  __device__ __forceinline__ int next(bool leader, Params const& p, int k, int warps = 1, Dead dead = nullptr) const {
+  // kDense: the numbers count live tiles, `tile(n)` is the live tile of number n (done() resets).
+  // (Fetching the next number as a tile begins, FlashAttention-3's prefetch, was 1.5-3% slower on an
+  // H200: a block busy with a long tile holds the next one back; bench/results/2026-11-30-h200-varlen-dense-tiles.)
+  template <class Tile = int (*)(int)>
+  __device__ __forceinline__ int next(bool leader, Params const& p, int k, int warps = 1, Tile tile = nullptr) const {
     if constexpr (kPersistent) {
       int x = 0;
       if (leader) {
-        for (;;) {
-          x = atomicAdd(p.tile_counter, 1);
-          if constexpr (kSkips) {
-            // the block's last fetch: the last block to make it resets both counters (every block
-            // has fetched for the last time, and each one's skips came before its fetches)
-            if (int(gridDim.x) + x >= p.num_tiles) {
-              __threadfence();
-              if (atomicAdd(p.tile_counter + 1, 1) == int(gridDim.x) - 1) {
-                atomicExch(p.tile_counter, 0);
-                atomicExch(p.tile_counter + 1, 0);
-              }
-              break;
-            }
-            const int to = dead(int(gridDim.x) + x);
-            if (to < 0) break;
-            atomicMax(p.tile_counter, to - int(gridDim.x));
-          } else {
-            if (x == p.num_tiles - 1) atomicExch(p.tile_counter, 0);
-            break;
-          }
+        x = atomicAdd(p.tile_counter, 1);
+        if constexpr (!kDense) {
+          if (x == p.num_tiles - 1) atomicExch(p.tile_counter, 0);
         }
       }
+      const auto out = [&](int n) {
+        if constexpr (kDense) return tile(n);
+        else return n;
+      };
       if constexpr (kProducerWarps > 1) {
-        if (warps > 1) return Exchange::share(slots, k, int(gridDim.x) + x, leader, 32 * warps);
+        if (warps > 1) return out(Exchange::share(slots, k, int(gridDim.x) + x, leader, 32 * warps));
       }
-      return int(gridDim.x) + __shfl_sync(0xffffffffu, x, 0);
+      return out(int(gridDim.x) + __shfl_sync(0xffffffffu, x, 0));
     } else {
       return p.num_tiles;
     }

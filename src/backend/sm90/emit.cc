@@ -315,7 +315,7 @@ void Emitter::kernel() {
     init += ring(b.name) + ".init(kConsumers); ";
   }
   w_.line("const Scheduler<kPersistent, kConsumers, kProducerWarps" + std::string(k_.scope.q_count_cpp.empty() ? "" : ", true") +
-          "> sched{reinterpret_cast<int*>(smem + kSched)};" + (k_.scope.q_count_cpp.empty() ? "" : "  // ragged: skips dead tiles"));
+          "> sched{reinterpret_cast<int*>(smem + kSched)};" + (k_.scope.q_count_cpp.empty() ? "" : "  // ragged: numbers the live tiles only"));
   w_.open("if (threadIdx.x == 0) {");
   w_.line(init + "sched.init();");
   w_.line("ptx::fence_mbar_init();");
@@ -362,18 +362,23 @@ void Emitter::producer() {
     w_.line("const int warps = W == 1 ? 1 : producer_warps;");
   }
   const bool ragged = !k_.scope.q_count_cpp.empty();
-  if (ragged) {  // the leader fetches past dead tiles (Scheduler::next): they reach no other warp
-    w_.open("const auto dead = [&](int t) {  // -1: t may be live; else the first later tile that may be");
-    w_.line("const Scope d(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(t, p), p);");
-    w_.line("return d.live() ? -1 : next_live_tile<" + bm + ", kReverseM, kPack>(t, d.live_blocks(), p);");
+  if (ragged) {  // the counter numbers the live tiles only (Scheduler<..., true>, DenseTiles)
+    w_.line("DenseTiles dense;  // sequence b's live tiles: live_blocks() x heads x splits, in the launch's order");
+    w_.open("const auto live_tile = [&](int n) {  // live tile n -> its Grid tile (p.num_tiles: none left)");
+    w_.line("return dense.tile<" + bm + ", kReverseM, kPack, kSplit>(n, p, [&](int b) { return Scope(TileCoord{0, 0, b}, p).live_blocks(); });");
     w_.close("};");
   }
-  w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" +
-          std::string(paged || ragged ? (paged ? ", warps" : ", 1") : "") + (ragged ? ", dead" : "") + "), ++nth) {");
+  const std::string warps = paged ? ", warps" : ", 1";
+  if (ragged)
+    w_.open("for (int tile = sched.first(live_tile), nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" + warps +
+            ", live_tile), ++nth) {");
+  else
+    w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" +
+            std::string(paged ? warps : "") + "), ++nth) {");
   w_.line("const Scope v(tile_coord<" + bm + ", kReverseM, kPack, kSplit>(tile, p), p);");
   w_.line("bool published = false;");
   if (ragged) {
-    w_.open("if (!v.live()) {  // the block's first tile, past its sequence's queries: handed on, skipped by the consumers too");
+    w_.open("if (!v.live()) {  // past its sequence's queries (one block per Grid tile, no {persistent}): handed on, skipped by the consumers too");
     w_.line("sched.publish(nth, tile, leader, published);");
     w_.line("continue;");
     w_.close();
