@@ -88,11 +88,14 @@ CASES = [  # dtype, hq, hkv, d, causal, window, lens_q, lens_k
     (torch.bfloat16, 8, 1, 128, True, None, [17, 128, 700], [30, 100, 1500]),           # MQA, causal, sq != sk
     (torch.bfloat16, 4, 2, 128, False, (64, 0), [333, 12, 900], None),                 # sliding window
     (torch.bfloat16, 14, 2, 128, True, None, [1, 300, 1, 45], None),                   # a group of 7: the unpacked kernel
+    # 70 sequences, empty ones among them: the Hopper scheduler numbers the live tiles 32 sequences at a time
+    (torch.bfloat16, 8, 2, 128, True, None, [0 if i % 9 == 4 else (i * 37) % 301 + 1 for i in range(70)], None),
+    (torch.float16, 12, 12, 64, False, None, [(i * 53) % 97 + 1 for i in range(40)], [(i * 29) % 150 for i in range(40)]),
 ]
 
 
 @gpu
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{str(c[0])[6:]}_{c[1]}_{c[2]}_d{c[3]}_{'c' if c[4] else 'w' if c[5] else 'n'}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{str(c[0])[6:]}_{c[1]}_{c[2]}_d{c[3]}_{'c' if c[4] else 'w' if c[5] else 'n'}_b{len(c[6])}")
 def test_varlen_matches_fp64_per_sequence(case):
     dt, hq, hkv, d, causal, window, lq, lk = case
     lk = lk if lk is not None else lq
@@ -236,6 +239,29 @@ def test_varlen_serving_step_mixes_decoding_and_prefill_chunks(hq, hkv, page):
         if e > a:
             check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"sequence {b} ({e - a} queries, {n} keys)")
     assert torch.isfinite(o[:cql[-1]]).all()
+
+
+@gpu
+def test_varlen_serving_step_of_many_sequences_over_pages():
+    """A serving step of 75 sequences (decoding ones, three prefill chunks, an empty one) over pages of
+    16: the Hopper scheduler's live-tile numbering crosses its 32-sequence windows (a chunk's tiles
+    and the decoding sequences' single tiles, every other tile of the Grid dead), with the paged
+    kernel's several producer warps; each sequence against fp64, then the same call again (the tile
+    counter reset between launches) bit-identical."""
+    g = torch.Generator(device="cuda").manual_seed(75)
+    lq = [1] * 75
+    lq[3], lq[40], lq[70], lq[33] = 200, 97, 350, 0
+    lk = [max(lq[b], (b * 97) % 700 + 1) for b in range(75)]
+    cap, hq, hkv, d, dt = 704, 32, 8, 128, torch.bfloat16
+    k, v, kc, vc, table, cq, q, o, lse = call_over_cache(g, lq, lk, cap, hq, hkv, d, dt, 16)
+    cql = cq.tolist()
+    for b, n in enumerate(lk):
+        a, e = cql[b], cql[b + 1]
+        if e > a:
+            check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"sequence {b} ({e - a} queries, {n} keys)")
+    lens = torch.tensor(lk, dtype=torch.int32, device="cuda")
+    o2 = qattn.attention_varlen(q, kc, vc, cq, None, max(lq), cap, causal=True, cache_seqlens=lens, block_table=table)
+    assert torch.equal(o2, o)
 
 
 @gpu
