@@ -10,6 +10,9 @@
 #   call 4: bash run.sh eq "nodec nodecold nodecnf idlewg parent", then the reverse order (bench_eq1 / bench_eq)
 #   call 5: bash run.sh eq "nocode nodec inl idlewg parent", then the reverse order
 #   call 6 (the landed form): bash run.sh serve "main parent" && bash run.sh prefill "main parent"
+#   call 7 (the next number fetched during a tile's last key tile; dense = main at b0e968a, without it):
+#     bash run.sh prefill "dense parent" && NOTEST=1 bash run.sh serve "dense parent"
+#   call 8: bash run.sh eq "nocode nocodepad parent", then the reverse order (this tree = dense)
 set -u
 source tests/gpu/device_env.sh
 . tests/gpu/pytest_env.sh
@@ -19,16 +22,16 @@ ALSO=""
 for r in $2; do
   case $r in
     parent) ALSO="$ALSO --also parent=$PWD/out/parent/device:$PWD/out/parent/qattn" ;;
-    main|idlewg) ALSO="$ALSO --also $r=$PWD/out/ab/$r/device:$PWD/out/ab/$r/qattn" ;;
-    *) ALSO="$ALSO --also $r=$PWD/out/ab/$r/device" ;;
+    *) if [ -x out/ab/$r/qattn ]; then ALSO="$ALSO --also $r=$PWD/out/ab/$r/device:$PWD/out/ab/$r/qattn"
+       else ALSO="$ALSO --also $r=$PWD/out/ab/$r/device"; fi ;;
   esac
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 S=$(date +%s)
 if [ "$1" = serve ]; then
-  timeout 220 python3 -m pytest -q -x tests/python/test_varlen.py > $OUT/pytest.txt 2>&1
+  [ -n "${NOTEST:-}" ] || timeout 220 python3 -m pytest -q -x tests/python/test_varlen.py > $OUT/pytest.txt 2>&1
   rc=$?; tail -3 $OUT/pytest.txt; echo "pytest rc=$rc $(( $(date +%s) - S )) s"; [ $rc = 0 ] || grep -B5 -A30 "Error\|FAILED" $OUT/pytest.txt | head -60
-  timeout 60 python3 bench/results/2026-11-30-h200-varlen-dead-tiles/probe.py > $OUT/probe.txt 2>&1; tail -3 $OUT/probe.txt
+  [ -n "${NOTEST:-}" ] || timeout 60 python3 bench/results/2026-11-30-h200-varlen-dead-tiles/probe.py > $OUT/probe.txt 2>&1; tail -3 $OUT/probe.txt
   timeout 250 python3 bench/bench_varlen.py $OUT/results_serve.csv --rounds 5 \
     --rows serve_gqa_64x4k+512,serve_gqa_128x2k+2k,serve_gqa64_32x8k+1k,serve_mqa_32x8k+1k,serve_mqa_4x32k+256 $ALSO > $OUT/bench_serve.txt 2>&1
   echo "bench rc=$? $(( $(date +%s) - S )) s"; tail -6 $OUT/bench_serve.txt
