@@ -128,6 +128,7 @@ std::string print(const Kernel& k) {
     for (const auto& b : k.smem)
       if (b.ring && b.name != "O") end = std::max(end, b.barrier_offset + 16 * b.stages);
     line("  tile exchange  @" + std::to_string(end) + "  40 B  (the persistent grid's hand-off)");
+    if (!sc.q_count_cpp.empty()) line("  live-tile counts  @" + std::to_string(end + 40) + "  128 B  (a ragged launch's 32 sequences in hand)");
   }
   line("scope");
   std::string names;

@@ -41,6 +41,7 @@ struct SmemPlan {
 };
 constexpr int kAlignSlack = 1024;
 constexpr int kTileExchangeBytes = 40;  // device/qattn/sm90/sync.cuh TileExchange::kBytes
+constexpr int kDenseTilesBytes = 128;   // a ragged launch's 32 running tile counts (sm90/scheduler.cuh DenseTiles)
 inline int padded_cols(int d) { return (d + 63) / 64 * 64; }
 SmemPlan smem_plan(int bm, int bn, int d_qk, int d_v, int stages, int elem_bytes, bool separate_o, bool persistent);
 

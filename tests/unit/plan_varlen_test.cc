@@ -134,7 +134,10 @@ TEST(VarlenTranslate, Sm90PacksTheQueryHeadsOfEachSequence) {
                         // fetched)
                         "Scheduler<kPersistent, kConsumers, kProducerWarps, true> sched",
                         "return dense.tile<128, kReverseM, kPack, kSplit>(n, p, [&](int b) { return Scope(TileCoord{0, 0, b}, p).live_blocks(); });",
-                        "for (int tile = sched.first(live_tile), nth = 0; !sched.done(tile, nth, leader, p); "
+                        "DenseTiles dense{sched.dense_counts()};",
+                        // its 32 running counts after the tile exchange: 40 + 128 bytes past the barriers
+                        "constexpr int kSched = 196688;", "constexpr int kSmemBytes = 197880;",
+                        "for (int tile = sched.first(leader, 1, live_tile), nth = 0; !sched.done(tile, nth, leader, p); "
                         "tile = sched.next(leader, p, nth + 1, 1, live_tile), ++nth) {"})
     EXPECT_NE(cu.find(s), npos) << s;
   // the same program without `{pack}` on Q, O, LSE (and its Grid over query heads) is the unpacked kernel

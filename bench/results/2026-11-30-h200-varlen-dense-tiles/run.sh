@@ -13,6 +13,8 @@
 #   call 7 (the next number fetched during a tile's last key tile; dense = main at b0e968a, without it):
 #     bash run.sh prefill "dense parent" && NOTEST=1 bash run.sh serve "dense parent"
 #   call 8: bash run.sh eq "nocode nocodepad parent", then the reverse order (this tree = dense)
+#   call 9 (the counts in shared memory; dense = main at b0e968a, counts in registers):
+#     bash run.sh serve "dense parent" && bash run.sh prefill "dense parent"
 set -u
 source tests/gpu/device_env.sh
 . tests/gpu/pytest_env.sh

@@ -55,39 +55,48 @@ __device__ __forceinline__ int warp_inclusive_sum(int v) {
 // A ragged launch's live work tiles, numbered densely (TL {ragged}: the Grid's first axis is sized
 // by the longest sequence, so a short sequence's group holds mostly tiles past its queries): sequence
 // b has live(b) x heads x splits of them (live(b): the Grid's first extent with the sequence's
-// count, Scope::live_blocks), in the launch's order (qattn::ragged_tile). A warp holds 32 sequences
-// at a time, lane i the running count up to sequence first + i, so a block's increasing tile
-// numbers read the sequences' lengths again only when they pass those 32. Warp-collective (the whole
-// warp, converged); one per producer warp (each decodes the same numbers).
+// count, Scope::live_blocks), in the launch's order (qattn::ragged_tile). The producer's first warp
+// holds 32 sequences at a time: their running counts in shared memory (`ends`, written by the
+// warp's lanes together), so a block's increasing tile numbers read the sequences' lengths again
+// only when they pass those 32, and the warp's own state stays the same in every lane: the
+// producer's loop keeps its tile values on the uniform datapath (with the counts in each lane's
+// registers it did not, and 32 sequences of 512 ran 2.5% slower; H200,
+// bench/results/2026-11-30-h200-varlen-dense-tiles). Warp-collective: the whole warp, converged.
 struct DenseTiles {
-  int first = 0;   // the first sequence in hand (lane i holds first + i)
-  int before = 0;  // the tiles of the sequences before it
-  int end = -1;    // this lane's: the tiles of the sequences up to and including its own (-1: none in hand)
+  static constexpr int kBytes = 32 * 4;
+  int* ends;             // shared: [i] the tiles of the sequences up to and including first + i
+  int first = 0;         // the first sequence in hand
+  int before = 0;        // the tiles of the sequences before it
+  bool loaded = false;   // ends holds the 32 from `first`
   // Live tile t -> its tile of the 1-D launch (tile_coord); p.num_tiles when t is past the last.
   template <int BM, bool kReverseM, bool kPack, bool kSplit, class Live>
   __device__ __forceinline__ int tile(int t, Params const& p, Live live) {
     const int pack = kPack ? p.pack : 1, heads = p.heads_q / pack, splits = kSplit ? p.splits : 1;
-    int k = __popc(__ballot_sync(0xffffffffu, end <= t));  // the sequences in hand wholly before t
-    if (k == 32) k = advance(t, p, live, heads * splits);
-    if (k == 32) return p.num_tiles;
-    const int lo = __shfl_sync(0xffffffffu, end, (k + 31) % 32), hi = __shfl_sync(0xffffffffu, end, k);
-    const int start = k == 0 ? before : lo;  // sequence first + k's first tile; hi - start > 0 of them
-    return qattn::ragged_tile(first + k, t - start, (hi - start) / (heads * splits), heads, splits,
+    if ((!loaded || t >= ends[31]) && !advance(t, p, live, heads * splits)) return p.num_tiles;
+    int k = 0;  // the sequences in hand wholly before t (< 32: t < ends[31])
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2)
+      if (ends[k + s - 1] <= t) k += s;
+    const int start = k == 0 ? before : ends[k - 1];  // sequence first + k's first tile; ends[k] - start > 0 of them
+    return qattn::ragged_tile(first + k, t - start, (ends[k] - start) / (heads * splits), heads, splits,
                               (p.seqlen_q * pack + BM - 1) / BM, kReverseM);
   }
-  // The next 32 sequences until t's is in hand: k as above, 32 past the last sequence.
+  // The next 32 sequences until t's is in hand; false past the last sequence.
   template <class Live>
-  __device__ __forceinline__ int advance(int t, Params const& p, Live live, int per) {
+  __device__ __forceinline__ bool advance(int t, Params const& p, Live live, int per) {
     for (;;) {
-      if (end >= 0) {
-        before = __shfl_sync(0xffffffffu, end, 31);
+      if (loaded) {
+        before = ends[31];
         first += 32;
       }
-      if (first >= p.batch) return 32;
+      if (first >= p.batch) return false;
       const int b = first + int(threadIdx.x % 32);
-      end = before + warp_inclusive_sum(b < p.batch ? live(b) * per : 0);
-      const int k = __popc(__ballot_sync(0xffffffffu, end <= t));
-      if (k < 32) return k;
+      const int e = before + warp_inclusive_sum(b < p.batch ? live(b) * per : 0);
+      __syncwarp();  // every lane has read the previous counts
+      ends[threadIdx.x % 32] = e;
+      __syncwarp();
+      loaded = true;
+      if (t < ends[31]) return true;
     }
   }
 };
@@ -102,7 +111,7 @@ struct DenseTiles {
 template <bool kPersistent, int kConsumers, int kProducerWarps = 1, bool kDense = false>
 struct Scheduler {
   using Exchange = TileExchange<kConsumers>;
-  static constexpr int kBytes = kPersistent ? Exchange::kBytes : 0;
+  static constexpr int kBytes = kPersistent ? Exchange::kBytes + (kDense ? DenseTiles::kBytes : 0) : 0;
   int* slots;  // persistent: the exchange's shared memory
   __device__ __forceinline__ void init() const {
     if constexpr (kPersistent) Exchange::init(slots);
@@ -111,11 +120,24 @@ struct Scheduler {
   // The producer warp that talks to the consumers: with several producer warps, the leader's only
   // (TileExchange::share says why the others must not wait on the exchange).
   __device__ __forceinline__ static bool exchange_warp() { return kProducerWarps == 1 || threadIdx.x < 32; }
-  // The block's first tile: tile blockIdx.x (kDense: the live tile of that number, `tile(n)`).
+  // kDense: DenseTiles' shared counts, after the exchange.
+  __device__ __forceinline__ int* dense_counts() const { return slots + Exchange::kBytes / 4; }
+  // The block's first tile: tile blockIdx.x (kDense: the live tile of that number, `tile(n)`, which
+  // the first producer warp decodes and shares with the others).
   template <class Tile>
-  __device__ __forceinline__ int first(Tile tile) const {
-    if constexpr (kPersistent && kDense) return tile(int(blockIdx.x));
-    else return int(blockIdx.x);
+  __device__ __forceinline__ int first(bool leader, int warps, Tile tile) const {
+    if constexpr (kPersistent && kDense) {
+      if constexpr (kProducerWarps > 1) {
+        if (warps > 1) {
+          int t = 0;
+          if (threadIdx.x < 32) t = tile(int(blockIdx.x));
+          return Exchange::share(slots, 0, t, leader, 32 * warps);
+        }
+      }
+      return tile(int(blockIdx.x));
+    } else {
+      return int(blockIdx.x);
+    }
   }
   // True when t is past the last tile (persistent: the consumers are told so; kDense: the last block
   // to get here resets the counter pair, every block's fetches being done).
@@ -145,7 +167,8 @@ struct Scheduler {
   // The block's next tile (its k-th): first come, first served. Every finished tile fetches once, so
   // a launch makes num_tiles fetches; the last one resets the counter for the next launch.
   // `warps`: the producer warps that take part (TileExchange::share), at most kProducerWarps.
-  // kDense: the numbers count live tiles, `tile(n)` is the live tile of number n (done() resets).
+  // kDense: the numbers count live tiles, `tile(n)` is the live tile of number n, decoded by the
+  // first producer warp (done() resets).
   // (Fetching the next number as a tile begins, FlashAttention-3's prefetch, was 1.5-3% slower on an
   // H200: a block busy with a long tile holds the next one back; bench/results/2026-11-30-h200-varlen-dense-tiles.)
   template <class Tile = int (*)(int)>
@@ -158,14 +181,18 @@ struct Scheduler {
           if (x == p.num_tiles - 1) atomicExch(p.tile_counter, 0);
         }
       }
-      const auto out = [&](int n) {
-        if constexpr (kDense) return tile(n);
-        else return n;
-      };
       if constexpr (kProducerWarps > 1) {
-        if (warps > 1) return out(Exchange::share(slots, k, int(gridDim.x) + x, leader, 32 * warps));
+        if (warps > 1) {
+          int t = int(gridDim.x) + x;
+          if constexpr (kDense) {
+            if (threadIdx.x < 32) t = tile(int(gridDim.x) + __shfl_sync(0xffffffffu, x, 0));
+          }
+          return Exchange::share(slots, k, t, leader, 32 * warps);
+        }
       }
-      return out(int(gridDim.x) + __shfl_sync(0xffffffffu, x, 0));
+      const int n = int(gridDim.x) + __shfl_sync(0xffffffffu, x, 0);
+      if constexpr (kDense) return tile(n);
+      else return n;
     } else {
       return p.num_tiles;
     }

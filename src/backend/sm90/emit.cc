@@ -363,14 +363,14 @@ void Emitter::producer() {
   }
   const bool ragged = !k_.scope.q_count_cpp.empty();
   if (ragged) {  // the counter numbers the live tiles only (Scheduler<..., true>, DenseTiles)
-    w_.line("DenseTiles dense;  // sequence b's live tiles: live_blocks() x heads x splits, in the launch's order");
+    w_.line("DenseTiles dense{sched.dense_counts()};  // sequence b's live tiles: live_blocks() x heads x splits, in the launch's order");
     w_.open("const auto live_tile = [&](int n) {  // live tile n -> its Grid tile (p.num_tiles: none left)");
     w_.line("return dense.tile<" + bm + ", kReverseM, kPack, kSplit>(n, p, [&](int b) { return Scope(TileCoord{0, 0, b}, p).live_blocks(); });");
     w_.close("};");
   }
   const std::string warps = paged ? ", warps" : ", 1";
   if (ragged)
-    w_.open("for (int tile = sched.first(live_tile), nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" + warps +
+    w_.open("for (int tile = sched.first(leader" + warps + ", live_tile), nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" + warps +
             ", live_tile), ++nth) {");
   else
     w_.open("for (int tile = blockIdx.x, nth = 0; !sched.done(tile, nth, leader, p); tile = sched.next(leader, p, nth + 1" +

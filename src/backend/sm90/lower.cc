@@ -269,13 +269,15 @@ bool Lower::lower_smem() {
     s.barrier_offset = off;
     off += 16 * s.stages;
   }
-  if (k_.launch.persistent) off += pol::kTileExchangeBytes;
+  // persistent: the tile exchange; a ragged launch's live-tile counts after it (Scheduler<..., true>)
+  const int dense = k_.launch.persistent && !k_.scope.q_count_cpp.empty() ? pol::kDenseTilesBytes : 0;
+  if (k_.launch.persistent) off += pol::kTileExchangeBytes + dense;
   k_.launch.smem_bytes = pol::kAlignSlack + off;
   const auto plan = pol::smem_plan(k_.sm90.bm, k_.sm90.bn, k_.d_qk, k_.d_v, stages, eb, separate_o, k_.launch.persistent);
-  if (!k_.roles.split_columns && k_.smem.size() == 4 && plan.total != k_.launch.smem_bytes)
+  if (!k_.roles.split_columns && k_.smem.size() == 4 && plan.total + dense != k_.launch.smem_bytes)
     return error("XL0202", at, "internal: the shared-memory layout and the policy's formula disagree", "report this");
   if (k_.roles.split_columns && k_.smem.size() == 5 &&
-      pol::smem_plan_split(k_.sm90.bm, k_.sm90.bn, k_.d_qk, stages, eb, k_.launch.persistent).total != k_.launch.smem_bytes)
+      pol::smem_plan_split(k_.sm90.bm, k_.sm90.bn, k_.d_qk, stages, eb, k_.launch.persistent).total + dense != k_.launch.smem_bytes)
     return error("XL0202", at, "internal: the shared-memory layout and the policy's split-columns formula disagree", "report this");
   if (k_.launch.smem_bytes > target_.smem_per_block)
     return error("XL0202", f_.const_stmt_ ? f_.const_stmt_->loc : at,
