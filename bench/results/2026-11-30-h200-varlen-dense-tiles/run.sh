@@ -15,6 +15,9 @@
 #   call 8: bash run.sh eq "nocode nocodepad parent", then the reverse order (this tree = dense)
 #   call 9 (the counts in shared memory; dense = main at b0e968a, counts in registers):
 #     bash run.sh serve "dense parent" && bash run.sh prefill "dense parent"
+#   call 10: bash run.sh eq "nodiv dense parent", then the reverse order (this tree = call 9's)
+#   call 11 (the counts read in two rounds of int4 loads; dense = b0e968a):
+#     bash run.sh serve "dense parent" && bash run.sh prefill "dense parent"
 set -u
 source tests/gpu/device_env.sh
 . tests/gpu/pytest_env.sh
