@@ -308,3 +308,35 @@ def test_attention_backward_through_documents_with_long_runs_of_empty_tiles(gen,
         err = (g.float() - r).abs().max().item()
         bound = 2 * (lo.float() - r).abs().max().item() + 1e-4 * max(1.0, r.abs().max().item())
         assert err <= bound, f"{name}: max abs err {err:.3e} > {bound:.3e}"
+
+
+def test_backward_refuses_a_dq_its_tma_additions_cannot_address(gen):
+    """Hopper's backward adds dQ by TMA (an fp32 tensor map of the ABI's dq): a dq view whose address
+    is not 16-byte aligned is refused with QATTN_ERR_ALIGNMENT and a message naming dQ, nothing launched
+    (dq keeps its values); the aligned view of the same buffer runs. (Through qattn.attention dq is the
+    package's own zeroed fp32 buffer: this is the C ABI's case.)"""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the TMA additions are Hopper's (sm90) backward")
+    from qattn import _abi, _backward
+    from qattn._attention import _device_target
+    b, s, h, d = 1, 130, 2, 128
+    build = _backward.build_for(torch, _device_target, "bf16", d, d, {"mask": {"kind": "causal", "align": "bottom_right"}}, False,
+                                torch.device("cuda"))
+    lib = build.library
+    q, k, v, o, dout = (torch.randn(b, s, h, d, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(5))
+    lse = torch.full((b, h, s), 8.0, device="cuda")
+    dk, dv = torch.zeros_like(q), torch.zeros_like(q)
+    buf = torch.zeros(b * s * h * d + 4, device="cuda")
+    for off, want in ((1, 3), (4, 0)):  # 4 bytes past an aligned base, then 16
+        dq = buf[off:off + b * s * h * d].view(b, s, h, d)
+        buf.fill_(-7.0 if want else 0.0)
+        p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=d ** -0.5)
+        ws = _abi.bwd_workspace(torch, lib, p, "cuda")  # noqa: F841 (alive for the launch)
+        st = lib.bwd(p, torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        assert st == want, (off, st, lib.last_error())
+        if want:
+            assert "dQ" in lib.last_error() and "16 bytes" in lib.last_error()
+            assert bool((buf == -7.0).all()), "a refused launch wrote dq"
+        else:
+            assert bool(dq.abs().sum() > 0) and bool(torch.isfinite(dq).all())

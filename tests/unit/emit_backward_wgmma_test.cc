@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -42,9 +43,9 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   EXPECT_NE(cu.find("qattn::sm90::Wgmma<64, __nv_bfloat16, qattn::sm90::Major::MN, qattn::sm90::Major::MN>, true, true, 128, 128, 128, "
                     "false>(raw_pointer_cast(sdStc.data()), 0, raw_pointer_cast(sK.data()), 64 * wg, qattn::sm90::regs<float>(rdQ));"),
             std::string::npos);
-  // dQ, dK, dV added by float4 reductions (value pairs traded within lane pairs), never the pair-wise atomics
-  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<64, 128>(MmaCols<64, 128, 2>{}, rdQ, mdQ, i, tid);  // fp32 atomics"),
-            std::string::npos);
+  // dQ added by TMA (TmaAdditionsStageDQ below); dK, dV after the loop by float4 reductions (value pairs
+  // traded within lane pairs), never the pair-wise atomics
+  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_tma<64, 128, true>(MmaCols<64, 128, 2>{}, rdQ, "), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<128, 128>(Mma<128>{}, rdK, mdK, n_block, tid);"), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<128, 128>(Mma<128>{}, rdV, mdV, n_block, tid);"), std::string::npos);
   EXPECT_EQ(cu.find("qattn::add_acc_global<"), std::string::npos);
@@ -89,7 +90,7 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   // 64 threads, all on the slot's mbarrier (1 + 64 arrivals); the loop waits on it, with no
   // cp.async.wait_group and no __syncthreads at its top
   EXPECT_NE(cu.find("flash_bwd_llama3_8b_sm90(const __grid_constant__ qattn_bwd_params p, const __grid_constant__ CUtensorMap tmQ, "
-                    "const __grid_constant__ CUtensorMap tmdO) {"),
+                    "const __grid_constant__ CUtensorMap tmdO, const __grid_constant__ CUtensorMap tadQ) {"),
             std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::ptx::mbar_init(ring_full, 65);"), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::ptx::mbar_arrive_expect_tx(ring_full + ring_slot, 32768);"), std::string::npos);
@@ -102,7 +103,7 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   EXPECT_NE(cu.find("if (int r = qattn::sm90::make_tile_map(&tmdO, p.dout, true, 128, p.seqlen_q, p.heads_q, p.batch, p.do_row_stride, "
                     "p.do_head_stride, p.do_batch_stride, 64); r != 0)"),
             std::string::npos);
-  EXPECT_NE(cu.find("static_cast<cudaStream_t>(stream)>>>(p, tmQ, tmdO);"), std::string::npos);
+  EXPECT_NE(cu.find("static_cast<cudaStream_t>(stream)>>>(p, tmQ, tmdO, tadQ);"), std::string::npos);
   const size_t loop = cu.find("  for (int i = lo_i; i < hi_i; ++i) {");
   ASSERT_NE(loop, std::string::npos);
   const std::string body = cu.substr(loop, cu.find("\n  }\n", loop) - loop);
@@ -145,7 +146,8 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   support::DiagSink doff;
   auto toff = xlate(offset, "h100", doff);
   ASSERT_TRUE(toff.has_value()) << doff.render();
-  EXPECT_EQ(toff->cuda_source.find("CUtensorMap"), std::string::npos);
+  EXPECT_EQ(toff->cuda_source.find("CUtensorMap tm"), std::string::npos);  // (dQ's additions keep theirs: tadQ)
+  EXPECT_EQ(toff->cuda_source.find("tma_load_tile"), std::string::npos);
   EXPECT_NE(toff->cuda_source.find("qattn::wait<0>();  // the cp.async copies into shared memory have landed"), std::string::npos);
   EXPECT_EQ(toff->cuda_source.find("bar_sync"), std::string::npos);
   // d64: BM = 128, so dQ splits along its rows like every other product
@@ -243,6 +245,53 @@ TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
   // mma.sync fragments keep the pair-wise reductions (add_acc_global_v4 takes a wgmma fragment)
   EXPECT_NE(tm->cuda_source.find("qattn::add_acc_global<"), std::string::npos);
   EXPECT_EQ(tm->cuda_source.find("add_acc_global_v4"), std::string::npos);
+}
+
+// dQ, added by every key block in the loop, goes by TMA on Hopper's wgmma form: each warpgroup stages
+// its part (64 rows) in shared memory and its first thread adds the 32-column boxes with bulk tensor
+// reductions; the wait for the previous iteration's reductions folded into the iteration's first
+// __syncthreads. Not where the stage does not fit (d256, MLA) nor for `{ordered}` additions.
+TEST(EmitBackward, TmaAdditionsStageDQ) {
+  for (const auto& [preset, flags, call] : std::vector<std::tuple<std::string, std::map<std::string, std::string>, std::string>>{
+           {"llama3-8b", {}, "qattn::sm90::add_acc_global_tma<64, 128, true>(MmaCols<64, 128, 2>{}, rdQ, reinterpret_cast<float*>(smem + "
+                             "kSmemAdddQ), &tadQ, i, head, b, tid, 1 + kThreads / 128 + wg);  // TMA reductions (fp32 add)"},
+           {"llama3.2-1b", {}, "qattn::sm90::add_acc_global_tma<128, 64, true>(Mma<128>{}, rdQ, "},
+           {"mistral-7b", {{"heads", "32,32"}, {"window", "256,0"}}, "qattn::sm90::add_acc_global_tma<64, 128, true>("},
+           {"llama3-8b", {{"document", "true"}}, "qattn::sm90::add_acc_global_tma<64, 128, true>("}}) {
+    support::DiagSink d;
+    auto t = xlate(plan_backward(preset, "h100", flags), "h100", d);
+    ASSERT_TRUE(t.has_value()) << preset << d.render();
+    const std::string& cu = t->cuda_source;
+    EXPECT_NE(cu.find(call), std::string::npos) << preset << "\n" << cu;
+    EXPECT_EQ(cu.find("rdQ, mdQ"), std::string::npos) << preset;  // (no thread adds dQ itself)
+    // the stage after the buffers (1024-byte aligned), the fp32 map built before the launch and passed
+    const size_t stage = cu.find("constexpr int kSmemAdddQ = ");
+    ASSERT_NE(stage, std::string::npos) << preset;
+    EXPECT_EQ(std::stol(cu.substr(stage + 27)) % 1024, 0) << preset;
+    EXPECT_NE(cu.find("if (int r = qattn::sm90::make_f32_add_map(&tadQ, p.dq, "), std::string::npos) << preset;
+    EXPECT_NE(cu.find("return qattn::host::fail(QATTN_ERR_ALIGNMENT, \"cuTensorMapEncodeTiled refused dQ"), std::string::npos) << preset;
+    EXPECT_NE(cu.find(", const __grid_constant__ CUtensorMap tadQ) {"), std::string::npos) << preset;
+    EXPECT_NE(cu.find(", tadQ);"), std::string::npos) << preset;
+    // the previous iteration's reductions waited for right before the iteration's first barrier, and
+    // before the block exits
+    const size_t wait = cu.find("if (tid % 128 == 0) qattn::sm90::ptx::tma_store_wait<0>();  // the previous iteration's TMA additions");
+    ASSERT_NE(wait, std::string::npos) << preset;
+    const size_t next = cu.find('\n', wait) + 1;
+    EXPECT_NE(cu.substr(next, cu.find('\n', next) - next).find("__syncthreads();"), std::string::npos) << preset;
+    EXPECT_LT(wait, cu.find("add_acc_global_tma<"));
+    EXPECT_NE(cu.find("qattn::sm90::add_acc_global_tma_done(tid);"), std::string::npos) << preset;
+    EXPECT_NE(t->kir.find("  add dQ ("), std::string::npos) << t->kir;
+  }
+  // the stage does not fit beside d256's and MLA's buffers: float4 reductions; `{ordered}` keeps its turns
+  for (const auto& [preset, flags] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"llama3-8b", {{"head_dim", "256"}}}, {"deepseek-v3-mla-prefill", {}}, {"llama3-8b", {{"deterministic", "true"}}}}) {
+    support::DiagSink d;
+    auto t = xlate(plan_backward(preset, "h100", flags), "h100", d);
+    ASSERT_TRUE(t.has_value()) << preset << d.render();
+    EXPECT_EQ(t->cuda_source.find("add_acc_global_tma"), std::string::npos) << preset;
+    EXPECT_EQ(t->cuda_source.find("make_f32_add_map"), std::string::npos) << preset;
+    EXPECT_EQ(t->kir.find("  add dQ ("), std::string::npos) << preset;
+  }
 }
 
 // `{at_use}`: the transposed form at d64 on Hopper (128 query columns) reads LSE and D from their ring

@@ -127,8 +127,8 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
       {"sm90_bf16_d128_varlen_paged_packed_split", "llama3-8b", "h100", {{"varlen", "true"}, {"kv-cache", "paged"}, {"split-keys", "true"}}, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.5d.shared::cluster.global", "st.global.v4"}, {"mma.sync"}},
       // the backward pass (src/backend/bwd): mma.sync, ldmatrix.trans for P^T / dS^T, fp32 atomics for dQ, dK, dV
       // ... on Hopper: wgmma, the query ring by TMA on mbarriers (its fp32 rows by cp.async arriving on them), dS^T handed between
-      // the warpgroups on named barriers, float4 reductions
-      {"bwd_sm90_bf16_d128_causal_gqa", "llama3-8b", "h100", {}, {"wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "cp.async.bulk.tensor.4d.shared::cluster.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "mbarrier.try_wait.parity", "bar.arrive", "red.global.add.v4.f32"}, {"mma.sync"}, true},
+      // the warpgroups on named barriers, dQ added by TMA bulk reductions, GQA's dK / dV by float4 reductions
+      {"bwd_sm90_bf16_d128_causal_gqa", "llama3-8b", "h100", {}, {"wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "cp.async.bulk.tensor.4d.shared::cluster.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "mbarrier.try_wait.parity", "bar.arrive", "red.global.add.v4.f32", "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group", "cp.async.bulk.wait_group.read"}, {"mma.sync"}, true},
       {"bwd_sm80_bf16_d64_causal_gqa", "llama3.2-1b", "a100", {}, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16", "cp.async.cg.shared.global", "atom.global.add.f32"}, {"wgmma"}, true},
       // the combine (src/backend/combine): no MMA, fast exp2 / log2, fp32 math on row-distributed tiles
       {"combine_sm80_bf16_d128", "llama3-8b", "a100", {}, {"ex2.approx", "lg2.approx"}, {"mma.sync", "wgmma", "atom.global"}, false, true},

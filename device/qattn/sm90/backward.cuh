@@ -10,6 +10,8 @@
 //   add_acc_global_v4  TL `Copy X ... from register to global and accumulate` (fp32 atomics): each
 //                lane of a quad pair trades one value pair with its partner, so that it holds four
 //                consecutive columns, and adds them with one red.global.add.v4.f32
+//   add_acc_global_tma  the same statement by TMA: the warpgroup stages its part of the tile in shared
+//                memory and one thread adds it with bulk tensor reductions (FlashAttention-3's dQ)
 // The accumulators are register tiles of the lowering's Mma<R> (warps along M, 16 rows each) or
 // MmaCols<R, C, WGN> (warpgroups side by side along N): for both the CuTe fragment of a thread is
 // exactly the wgmma accumulator of its warpgroup, so every element-wise helper of backward.cuh works
@@ -18,6 +20,7 @@
 #include <cute/tensor.hpp>
 
 #include "qattn/backward.cuh"
+#include "qattn/sm90/ptx.cuh"
 #include "qattn/sm90/wgmma.cuh"
 
 namespace qattn::sm90 {
@@ -119,6 +122,65 @@ __device__ __forceinline__ void add_acc_global_v4(TiledMma const& mma, Tensor<AE
       }
     }
   }
+}
+
+// TL `Copy X (M, N) in coordinate [tile_row, 0] from register to global and accumulate` (X fp32) by
+// TMA: each warpgroup writes its 64-row part of the wgmma accumulator (all N columns, or its share of
+// them for a product split along N) into `stage` and its first thread adds each (64 rows, 32
+// columns) box to global memory with one bulk tensor reduction (fp32 add, atomic per element; rows
+// past the map's extent are not written), instead of every thread's red.global.add. `stage`: the
+// (M, N) tile as (M / 64) x (N / 32) boxes of 8 KB in the 128-byte swizzle (qattn::tma_stage_offset):
+// a warp's value pairs land on every bank pair, two wavefronts per store. `map`: the 4-D view (N columns, rows, heads, batch) of X, fp32,
+// boxes of (32, 64), the 128-byte swizzle. The stage is reused by the next call: unless STAGE_FREE
+// (the first thread waited for its previous reductions with tma_store_wait<0> before a block-wide
+// barrier the caller passed since), the first thread waits here until they have read it and the
+// warpgroup syncs on named barrier `bar_id` (128 threads); after writing it, it syncs there again.
+// Before the block exits, the first thread of each warpgroup waits until its reductions have read
+// the stage (add_acc_global_tma_done; the grid completes with their writes).
+template <int M, int N, bool STAGE_FREE, class TiledMma, class AEngine, class ALayout>
+__device__ __forceinline__ void add_acc_global_tma(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc, float* stage,
+                                                   const void* map, int tile_row, int head, int batch, int tid, int bar_id) {
+  static_assert(M % 64 == 0 && N % 32 == 0, "TMA reductions of (64, 32) boxes");
+  static_assert(decltype(size<0>(acc))::value == 4 && decltype(size<1>(acc))::value == 1,
+                "the wgmma accumulator layout (value pairs, two row halves, one tile along M)");
+  constexpr int kN = decltype(size(acc))::value;  // 64 rows x (2 kN / 64 x 32) columns per warpgroup
+  static_assert((2 * kN) % 32 == 0, "a warpgroup's columns: whole 32-column boxes");
+  const bool first = tid % 128 == 0;
+  if constexpr (!STAGE_FREE) {
+    if (first) ptx::tma_store_wait<0>();  // the previous call's reductions have read the stage
+    ptx::bar_sync(bar_id, 128);
+  }
+  Tensor tc = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  // value v of the wgmma layout lies at (r + 8 ((v / 2) % 2), c + 8 (v / 4)) from the thread's first
+  // (r, c) (c % 8 = 2 (lane % 4)): row r + 8 keeps r's swizzle phase, so every pair's shared address is
+  // one of four bases (its 8-column block's place in the 32-column box) plus a constant
+  // (qattn::tma_stage_offset; tests/emit/host_layout_check.cc checks this form against the fragment)
+  const int r = get<0>(tc(0)), c = get<1>(tc(0));
+  const uint32_t base = ptx::smem_u32(stage);
+  uint32_t at[4];
+  CUTE_UNROLL
+  for (int j = 0; j < 4; ++j) at[j] = base + uint32_t(tma_stage_offset<N>(r, c, 4 * j));
+  CUTE_UNROLL
+  for (int v = 0; v < kN; v += 2) {
+    const int blk = v / 4, half = (v / 2) % 2;
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at[blk % 4] + uint32_t((blk / 4) * 8192 + half * 1024)), "f"(acc(v)),
+                 "f"(acc(v + 1))
+                 : "memory");
+  }
+  ptx::fence_async_shared();  // the stores, visible to the bulk reductions (the async proxy)
+  ptx::bar_sync(bar_id, 128);
+  if (first) {
+    const int r0 = r, c0 = c;  // (the warpgroup's first row and column)
+    CUTE_UNROLL
+    for (int k = 0; k < 2 * kN / 32; ++k)
+      ptx::tma_reduce_add_4d(map, reinterpret_cast<const char*>(stage) + ((r0 / 64) * (N / 32) + c0 / 32 + k) * 8192, c0 + 32 * k,
+                             tile_row * M + r0, head, batch);
+    ptx::tma_store_commit();
+  }
+}
+// The block's reductions have read their stages before it exits (its shared memory is released).
+__device__ __forceinline__ void add_acc_global_tma_done(int tid) {
+  if (tid % 128 == 0) ptx::tma_store_wait<0>();
 }
 
 }  // namespace qattn::sm90

@@ -6,8 +6,8 @@
 //   named barrier bar.sync / bar.arrive with a thread count (ids: sync.cuh)
 //   fences        mbarrier init -> visible to the cluster; generic-proxy shared writes -> async proxy
 //   registers     setmaxnreg (warpgroup register reallocation)
-//   TMA           4-D / 5-D tile loads completing on an mbarrier, tile stores in bulk groups, their
-//                 commit and wait, tensor-map prefetch
+//   TMA           4-D / 5-D tile loads completing on an mbarrier, tile stores and fp32 add reductions in
+//                 bulk groups, their commit and wait, tensor-map prefetch
 // The warpgroup MMA instructions are in wgmma_atoms.cuh.
 #pragma once
 #include <cstdint>
@@ -138,6 +138,13 @@ __device__ __forceinline__ void tma_store_4d(const void* map, const void* src, i
 __device__ __forceinline__ void tma_store_5d(const void* map, const void* src, int c0, int c1, int c2, int c3, int c4) {
   asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
                ::"l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+               : "memory");
+}
+// The box at (c0, ..) of a map added element-wise (fp32 add, atomic per element) from shared memory at
+// src: a bulk reduction in the thread's bulk group (committed and waited for like a store).
+__device__ __forceinline__ void tma_reduce_add_4d(const void* map, const void* src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+               ::"l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }

@@ -91,21 +91,47 @@ static inline int encode_tile_map(CUtensorMap* map, const void* base, bool bf16,
                 CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
+// The 4-D view (cols, rows, heads, batch) of a strided (batch, rows, heads, cols) fp32 tensor that TMA
+// adds into (sm90 backward.cuh add_acc_global_tma): boxes of 32 columns (128 bytes, the 128-byte
+// swizzle) x 64 rows; strides in elements. Returns as encode_tile_map.
+static inline int encode_f32_add_map(CUtensorMap* map, const void* base, int cols, int rows, int heads, int batch,
+                                     int64_t row_stride, int64_t head_stride, int64_t batch_stride) {
+  EncodeTiledFn fn = encode_tiled_fn();
+  if (!fn) return -1;
+  std::memset(map, 0, sizeof(CUtensorMap));
+  const cuuint32_t elem_strides[4] = {1u, 1u, 1u, 1u};
+  const cuuint64_t dims[4] = {cuuint64_t(cols), cuuint64_t(rows > 0 ? rows : 1), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 4, cuuint64_t(head_stride) * 4, cuuint64_t(batch_stride) * 4};
+  const cuuint32_t box[4] = {32u, 64u, 1u, 1u};
+  return int(fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
 // The driver encodes only in a thread with a current context. A thread whose first CUDA call is this
 // launch (a Python thread pool: torch's device guard skips cudaSetDevice when the device number
 // already matches) has none: then the runtime's device is made current (its primary context) and
 // the map encoded again. Seen on an H200: CUresult 201 from 8 threads launching at once.
+template <class Encode>
+static inline int encode_in_context(Encode encode) {
+  int r = encode();
+  if (r == int(CUDA_ERROR_INVALID_CONTEXT)) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess) r = encode();
+  }
+  return r;
+}
 static inline int make_tile_map(CUtensorMap* map, const void* base, bool bf16, int cols, int rows, int heads,
                                  int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
                                  int box_rows, int pack = 0,
                                  CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
-  int r = encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack, l2);
-  if (r == int(CUDA_ERROR_INVALID_CONTEXT)) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess)
-      r = encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack, l2);
-  }
-  return r;
+  return encode_in_context([&] {
+    return encode_tile_map(map, base, bf16, cols, rows, heads, batch, row_stride, head_stride, batch_stride, box_rows, pack, l2);
+  });
+}
+static inline int make_f32_add_map(CUtensorMap* map, const void* base, int cols, int rows, int heads, int batch,
+                                   int64_t row_stride, int64_t head_stride, int64_t batch_stride) {
+  return encode_in_context([&] { return encode_f32_add_map(map, base, cols, rows, heads, batch, row_stride, head_stride, batch_stride); });
 }
 
 }  // namespace qattn::sm90

@@ -21,8 +21,8 @@ void Lower::preamble(Out& w) {
   if (wg_) w.line("#include \"qattn/sm90/backward.cuh\"");
   if (!tma_tiles_.empty()) {
     w.line("#include \"qattn/sm90/tma.cuh\"  // the loop's ring by TMA");
-    w.line("#include \"qattn/sm90/tensor_map.h\"");
   }
+  if (!tma_tiles_.empty() || !tma_adds_.empty()) w.line("#include \"qattn/sm90/tensor_map.h\"");
   if (!phases_.empty()) w.line("#include \"qattn/rowwise.cuh\"  // the phases' row-wise kernels");
   w.line();
   w.line("#pragma GCC visibility push(hidden)  // only the C ABI below is exported");
@@ -73,6 +73,9 @@ void Lower::preamble(Out& w) {
   if (row_scratch_bytes_ > 0)
     w.line("constexpr int kSmemRowScratch = " + std::to_string(smem_bytes_ - row_scratch_bytes_) + ";  // row reductions across warps: " +
            std::to_string(row_scratch_bytes_) + " bytes");
+  for (const auto& t : tma_adds_)
+    w.line("constexpr int kSmemAdd" + id(t.name) + " = " + std::to_string(t.off) + ";  // " + t.name + " staged for its TMA additions: " +
+           std::to_string(int64_t(t.rows) * t.cols * 4) + " bytes");
   if (tma_bar_off_ >= 0)
     w.line("constexpr int kSmemRingFull = " + std::to_string(tma_bar_off_) + ";  // the ring's two mbarriers (one per slot)");
   w.line("constexpr int kSmemBytes = " + std::to_string(smem_bytes_) + ";");
@@ -286,6 +289,15 @@ void Lower::abi(Out& w) {
            " (%s %d): strides must be multiples of 16 bytes below 2^40; the driver must support TMA\", r == -1 ? \"no "
            "cuTensorMapEncodeTiled in the driver\" : \"CUresult\", r);");
   }
+  for (const auto& t : tma_adds_) {  // the tiles added by TMA: fp32 views, boxes of (32, 64)
+    const std::string m = "ta" + id(t.name), g = t.arg->stride;
+    w.line("CUtensorMap " + m + ";");
+    w.line("if (int r = qattn::sm90::make_f32_add_map(&" + m + ", p." + t.arg->field + ", " + std::to_string(t.cols) +
+           ", p.seqlen_q, p.heads_q, p.batch, p." + g + "_row_stride, p." + g + "_head_stride, p." + g + "_batch_stride); r != 0)");
+    w.line("  return qattn::host::fail(QATTN_ERR_ALIGNMENT, \"cuTensorMapEncodeTiled refused " + t.name +
+           " (%s %d): its address and strides must be multiples of 16 bytes below 2^40; the driver must support TMA\", r == -1 ? \"no "
+           "cuTensorMapEncodeTiled in the driver\" : \"CUresult\", r);");
+  }
   phase_launches(w);
   w.line(ref(*grid_stmt_));
   std::string ext[3] = {"1", "1", "1"};
@@ -294,6 +306,7 @@ void Lower::abi(Out& w) {
                                      "if (e != cudaSuccess) return qattn::host::launch_status(e, \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");"};
   std::string launch_args = "p";
   for (const auto& t : tma_tiles_) launch_args += ", tm" + id(t.name);
+  for (const auto& t : tma_adds_) launch_args += ", ta" + id(t.name);
   launch_grid(w, ext, kernel_name_, "kThreads", "kSmemBytes", before, launch_args);
   w.close();
   abi_end(w);
@@ -317,6 +330,9 @@ std::string Lower::kir_text() const {
     for (size_t k = 0; k < tma_tiles_.size(); ++k) o << (k ? ", " : "") << tma_tiles_[k].name;
     o << ")" << (tma_ring_.size() > tma_tiles_.size() ? " and cp.async (fp32 rows)" : "") << ", one mbarrier per slot\n";
   }
+  for (const auto& t : tma_adds_)
+    o << "  add " << t.name << " (" << t.rows << ", " << t.cols << ") fp32 by TMA reductions: each warpgroup's part staged at " << t.off
+      << " (" << int64_t(t.rows) * t.cols * 4 << " B), named barriers 1 + " << warps_ / 4 << " + wg\n";
   if (!handed_.empty()) {
     o << "  scratch";
     for (const auto& n : handed_) o << " " << n;

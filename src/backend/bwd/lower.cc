@@ -22,6 +22,7 @@ std::optional<Translation> Lower::run() {
       tma_bar_off_ = (smem_bytes_ + 7) / 8 * 8;
       smem_bytes_ = tma_bar_off_ + 16;
     }
+    plan_tma_adds();  // the stages of tiles added by TMA after them
     smem_bytes_ += 1024;  // the kernel aligns its shared memory to 1024 bytes (the swizzle's period)
   }
   // The phases' kernels, then the main kernel: it decides which Mma<R> and how much row-reduction
@@ -316,6 +317,7 @@ bool Lower::tensors() {
 void Lower::kernel(Out& w) {
   std::string maps;  // the TMA ring's tensor maps (plan_tma_ring)
   for (const auto& t : tma_tiles_) maps += ", const __grid_constant__ CUtensorMap tm" + id(t.name);
+  for (const auto& t : tma_adds_) maps += ", const __grid_constant__ CUtensorMap ta" + id(t.name);  // (plan_tma_adds)
   w.open("__global__ void __launch_bounds__(kThreads, 1) " + kernel_name_ + "(const __grid_constant__ qattn_bwd_params p" + maps + ") {");
   if (wg_) {
     w.line("char* smem = qattn::sm90::smem_aligned();  // 1024-byte aligned for the wgmma operands");
@@ -350,6 +352,7 @@ void Lower::kernel(Out& w) {
   if (wg_) wait_before(w, nullptr);
   flush(w);
   aux_grad_flush(w);
+  if (!tma_adds_.empty()) w.line("qattn::sm90::add_acc_global_tma_done(tid);  // the TMA additions have read their stages before the block exits");
   w.close();
   w.line();
   w.line("}  // namespace qattn_generated");
@@ -553,6 +556,16 @@ void Lower::copy(Out& w, const Stmt& s) {
     // on warpgroup MMA an added tile goes by float4 reductions (value pairs traded within lane pairs:
     // device/qattn/sm90/backward.cuh; H200: 1.05-1.15x red.global.add.v2 per pair over d64-d256 and MLA,
     // bench/results/2026-11-30-h200-bwd-dq-adds)
+    // an added tile the plan stages for TMA (plan_tma_adds): each warpgroup's part by bulk tensor reductions
+    if (const TmaAdd* t = c.accumulate && !loop_var_.empty() ? tma_add(n) : nullptr) {
+      const bool free = tma_add_free_;  // the iteration's first barrier waited for the previous additions
+      tma_add_wait_due_ = false;
+      w.line("qattn::sm90::add_acc_global_tma<" + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ", " + (free ? "true" : "false") +
+             ">(" + mma_of(r) + ", " + r.var +
+             ", reinterpret_cast<float*>(smem + kSmemAdd" + id(n) + "), &ta" + id(n) + ", " + coord0() + ", " + t->head + ", " + t->batch +
+             ", tid, 1 + kThreads / 128 + wg);  // TMA reductions (fp32 add)");
+      return;
+    }
     const std::string fn = !c.accumulate ? "qattn::store_acc_global<" : wg_ ? "qattn::sm90::add_acc_global_v4<" : "qattn::add_acc_global<";
     w.line(fn + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma_of(r) + ", " + r.var + ", m" + n + ", " +
            coord0() + ", tid);" + (c.accumulate ? "  // fp32 atomics" : ""));

@@ -305,6 +305,32 @@ class Lower {
   std::string tma_slot_, tma_parity_;  // C++: this iteration's slot and the parity its mbarrier completes
   static constexpr int kRingRowThreads = 64;  // the threads that copy the ring's fp32 rows
 
+  // ---- tiles added to global memory by TMA (wgmma mode; schedule.cc) -----------------------------
+  // An fp32 tile the loop adds into a kernel output (`Copy dQ (BM, d) in coordinate [i, 0] from
+  // register to global and accumulate`, not `{ordered}`), the output's Allocate offset by the Grid's
+  // batch and heads_q axes, the tile the wgmma accumulator of a product split over the warpgroups
+  // (64 rows each, or a 64-row product split along N) in whole 32-column boxes: each warpgroup stages
+  // its part in shared memory and one thread adds it with bulk tensor reductions
+  // (device/qattn/sm90/backward.cuh add_acc_global_tma; a tensor map per tile built by qattn_bwd),
+  // on a named barrier of its own (id 1 + warpgroups + wg) — FlashAttention-3's dQ. Not when the
+  // stage does not fit in shared memory: then the threads' float4 reductions.
+  struct TmaAdd {
+    std::string name, batch, head;  // the tile; the C++ batch and head of its global Allocate's offset
+    const GlobalArg* arg = nullptr;
+    int rows = 0, cols = 0;
+    int64_t off = 0;  // the stage's byte offset in shared memory (1024-byte aligned: the swizzle's period)
+  };
+  std::vector<TmaAdd> tma_adds_;
+  bool tma_add_wait_due_ = false;  // in the loop body before its first __syncthreads: that barrier waits for the previous additions
+  bool tma_add_free_ = false;      // ... it did: the stages are free to write without a barrier of their own
+  void plan_tma_adds();
+  const TmaAdd* tma_add(const std::string& n) const {
+    for (const auto& t : tma_adds_)
+      if (t.name == n) return &t;
+    return nullptr;
+  }
+  bool grid_axis(const tl::Expr& e, const char* extent) const;  // e is the Grid variable over `extent`
+
   // ---- scratch handed between the warpgroups (wgmma mode, two or more warpgroups; schedule.cc) ---
   // A shared tile the loop body writes once from registers and then reads only in wgmma GEMMs (dS^T
   // for dQ = dS K, P and dS in the natural form): when no __syncthreads separates the previous

@@ -11,6 +11,11 @@ using tl::Stmt;
 void Lower::barrier(Out& w, const std::string& why) {
   if (wg_ && !(written_async_.empty() && written_sync_.empty()))
     w.line("qattn::sm90::fence_async_smem();  // the threads' shared stores, visible to wgmma (the async proxy)");
+  if (tma_add_wait_due_) {  // the stages of the TMA additions are free once this barrier is passed
+    w.line("if (tid % 128 == 0) qattn::sm90::ptx::tma_store_wait<0>();  // the previous iteration's TMA additions have read their stage");
+    tma_add_wait_due_ = false;
+    tma_add_free_ = true;
+  }
   w.line("__syncthreads();  // " + why);
   read_since_barrier_.clear();
   written_sync_.clear();  // (a barrier also publishes the block's stores so far)
@@ -194,6 +199,8 @@ void Lower::loop(Out& w, const Stmt& s) {
   if (!handoff_.empty())  // (named here: a refill block below rebinds the loop variable)
     w.line("[[maybe_unused]] const bool handoff_wait_" + v + " = " + visit_ + " != 0, handoff_pass_" + v + " = " + next_ + " < hi_" + v +
            ";  // a previous iteration's products read the scratch tiles; a next one will write them");
+  tma_add_wait_due_ = !tma_adds_.empty();  // (the iteration's first barrier waits for the previous additions)
+  tma_add_free_ = false;
   if (tma) {
     tma_wait_due_ = tma_issue_due_ = true;
     tma_slot_ = "(" + count + ") % 2";
@@ -235,6 +242,7 @@ void Lower::loop(Out& w, const Stmt& s) {
   if (!written_sync_.empty()) barrier(w, "the block's stores are visible");
   if (!ahead.empty() && !tma) w.line("qattn::commit();  // the next iteration's copies: one group");
   tma_wait_due_ = tma_issue_due_ = false;
+  tma_add_wait_due_ = tma_add_free_ = false;
   handoff_.clear();
   handoff_synced_ = handoff_arrived_ = false;
   w.close();
@@ -367,12 +375,6 @@ void Lower::plan_tma_ring() {
     // a box is 64 columns of one 128-byte swizzle atom and at most 256 rows; the tile spans the row;
     // the view's (batch, head) are the Grid's own axes over batch and heads_q (TMA bounds its
     // coordinates by the map's extents: an offset computed otherwise stays on cp.async's plain address)
-    auto grid_axis = [&](const tl::Expr& e, const char* extent) {
-      if (e.kind != tl::Expr::Kind::Name || !grid_stmt_) return false;
-      for (const auto& it : grid_stmt_->grid.items)
-        if (it.var == e.name) return it.extent.kind == tl::Expr::Kind::Name && it.extent.name == extent;
-      return false;
-    };
     if (!g || g->out || !alloc || alloc->alloc.offset.size() != 2 || b.atom != 0 || b.cols % 64 != 0 || b.cols != width ||
         b.rows > 256 || n == "K" || n == "V" || !grid_axis(alloc->alloc.offset[0], "batch") ||
         !grid_axis(alloc->alloc.offset[1], "heads_q"))
@@ -389,6 +391,69 @@ void Lower::plan_tma_ring() {
   if (tiles.empty()) return;
   tma_tiles_ = tiles;
   tma_ring_ = ring;
+}
+
+bool Lower::grid_axis(const tl::Expr& e, const char* extent) const {
+  if (e.kind != tl::Expr::Kind::Name || !grid_stmt_) return false;
+  for (const auto& it : grid_stmt_->grid.items)
+    if (it.var == e.name) return it.extent.kind == tl::Expr::Kind::Name && it.extent.name == extent;
+  return false;
+}
+
+void Lower::plan_tma_adds() {
+  tma_adds_.clear();
+  if (!wg_) return;
+  const Stmt* loop = nullptr;
+  for (const auto& st : prog_.stmts)
+    if (st.kind == Stmt::Kind::For) {
+      if (loop) return;  // (one loop: the backward's form)
+      loop = &st;
+    }
+  if (!loop) return;
+  const int wgs = warps_ / 4;
+  const int64_t limit = target_.smem_per_block > 0 ? int64_t(target_.smem_per_block) : int64_t(166912);
+  int64_t end = smem_bytes_;
+  for (const Stmt& c : loop->loop.body) {
+    if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Register || c.copy.to != tl::Space::Global || !c.copy.accumulate) continue;
+    bool ordered = false;
+    for (const auto& a : c.attrs) ordered = ordered || a.key == "ordered";
+    const std::string& n = c.copy.name;
+    const GlobalArg* g = find_arg(n);
+    auto shape = reg_shapes_.find(n);
+    if (ordered || !g || !g->out || n != "dQ" || shape == reg_shapes_.end() || c.copy.coord.size() != 2 ||
+        !(c.copy.coord[1].kind == tl::Expr::Kind::Number && c.copy.coord[1].value == 0))
+      continue;
+    const Stmt* alloc = nullptr;
+    for (const auto& st : prog_.stmts)
+      if (st.kind == Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == n) alloc = &st;
+    if (!alloc || alloc->alloc.offset.size() != 2 || !grid_axis(alloc->alloc.offset[0], "batch") || !grid_axis(alloc->alloc.offset[1], "heads_q"))
+      continue;
+    // the product that writes the tile: its warpgroups' parts are 64 rows x whole 32-column boxes
+    const auto [rows, cols] = shape->second;
+    std::optional<WgGemm> form;
+    walk(loop->loop.body, [&](const Stmt& t) {
+      if (t.kind == Stmt::Kind::Compute && t.compute.op == "GEMM" && t.compute.result != tl::ComputeStmt::Result::InPlace && t.compute.target == n) {
+        std::string why;
+        form = wg_form(t, why);
+      }
+    });
+    if (!form || form->m != rows || cols != d_qk_) continue;
+    const bool parts_ok = form->split_n ? (rows == 64 && cols % (32 * wgs) == 0) : (rows == 64 * wgs && cols % 32 == 0);
+    const int64_t off = (end + 1023) / 1024 * 1024, bytes = int64_t(rows) * cols * 4;
+    // the stage fits beside the buffers, the 1024-byte alignment and a few KB of row-reduction scratch
+    if (!parts_ok || off + bytes + 1024 + 4096 > limit) continue;
+    TmaAdd t;
+    t.name = n;
+    t.arg = g;
+    t.batch = cint(alloc->alloc.offset[0]);
+    t.head = cint(alloc->alloc.offset[1]);
+    t.rows = rows;
+    t.cols = cols;
+    t.off = off;
+    tma_adds_.push_back(t);
+    end = off + bytes;
+  }
+  smem_bytes_ = end;
 }
 
 void Lower::tma_issue(Out& w, const std::vector<const Stmt*>& copies, const std::string& slot) {
