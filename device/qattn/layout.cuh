@@ -134,16 +134,18 @@ CUTE_HOST_DEVICE auto acc_to_a_m16n8k32_regs(Tensor<Engine, Layout> const& acc) 
   return a;
 }
 
-// The stage of an fp32 (M, N) tile added by TMA (sm90/backward.cuh add_acc_global_tma): (M / 64) x
-// (N / 32) boxes of 8 KB, row-major, each 64 rows of 128 bytes in the 128-byte swizzle (16-byte chunk
-// k of row r at k ^ (r % 8)). The byte offset of value pair v (v even) of a wgmma accumulator
-// fragment whose first value lies at (r, c) (c % 8 = 2 (lane % 4), its 64-row part and 32-column
-// boxes aligned): the pair at (r + 8 ((v / 2) % 2), c + 8 (v / 4)), columns (c', c' + 1).
-template <int N>
+// The stage of an (M, N) tile of E-byte elements that TMA adds or stores (sm90/backward.cuh
+// add_acc_global_tma, store_acc_global_tma): (M / 64) x (N / (128 / E)) boxes of 8 KB, row-major, each
+// 64 rows of 128 bytes in the 128-byte swizzle (16-byte chunk k of row r at k ^ (r % 8)). The byte
+// offset of value pair v (v even) of a wgmma accumulator fragment whose first value lies at (r, c)
+// (c % 8 = 2 (lane % 4), its 64-row part and boxes aligned): the pair at (r + 8 ((v / 2) % 2),
+// c + 8 (v / 4)), columns (c', c' + 1). An 8-column block is 8 E bytes: (16 / E) of them to a box.
+template <int N, int E = 4>
 CUTE_HOST_DEVICE constexpr int tma_stage_offset(int r, int c, int v) {
-  const int blk = v / 4, half = (v / 2) % 2, row = r % 64;
-  return ((r / 64) * (N / 32) + c / 32 + blk / 4) * 8192 + (row + 8 * half) * 128 + ((((c % 32) / 4 + 2 * (blk % 4)) ^ (row % 8)) * 16) +
-         (c % 4) * 4;
+  constexpr int kBoxCols = 128 / E, kBlocks = 16 / E;  // columns, 8-column blocks a box
+  const int blk = v / 4, half = (v / 2) % 2, row = r % 64, col = c % kBoxCols + 8 * (blk % kBlocks);
+  return ((r / 64) * (N / kBoxCols) + c / kBoxCols + blk / kBlocks) * 8192 + (row + 8 * half) * 128 + (((col * E / 16) ^ (row % 8)) * 16) +
+         (col * E) % 16;
 }
 
 // Within each 16-key group of the sm89 permuted order: logical key kk (= 4q + i) holds physical

@@ -105,8 +105,9 @@ int qattn_fwd(const qattn_fwd_params* params, void* stream);
  * dQ, dK, dV. dQ is accumulated: fp32, zero at launch. dK and dV have the dtype the info's
  * "dk_dtype" names; "fp32" ones are accumulated too (GQA: the query heads of a kv head add their
  * shares) and must be zero at launch. Same layouts as qattn_fwd_params (last dim contiguous). A
- * Hopper library that adds dQ by TMA (kernel.kir: "add dQ ... by TMA reductions") needs dq's address
- * and strides to be multiples of 16 bytes: QATTN_ERR_ALIGNMENT otherwise, nothing launched. */
+ * Hopper library that adds dQ or stores dK, dV by TMA (kernel.kir: "add dQ ... by TMA reductions",
+ * "store dK ... by TMA stores") needs those pointers and their strides to be multiples of 16 bytes:
+ * QATTN_ERR_ALIGNMENT otherwise, nothing launched. */
 typedef struct qattn_bwd_params {
   int32_t abi_version;   /* must be QATTN_ABI_VERSION */
   const void* q;         /* (batch, seqlen_q, heads_q, d_qk) */

@@ -9,10 +9,11 @@
 //  4. the lane exchange of qattn::sm90::add_acc_global_v4 (sm90/backward.cuh) on the backward's wgmma
 //     accumulators: each lane of a quad pair adds four consecutive columns of one row from a multiple
 //     of 4, and every element of the tile is added once;
-//  5. the stage of qattn::sm90::add_acc_global_tma on the same accumulators: each value pair's shared
-//     address as the kernel forms it (four bases from qattn::tma_stage_offset plus constants) is the
-//     pair's place in the swizzled boxes, every element is staged once, and each warpgroup's first
-//     thread issues exactly the boxes its warpgroup wrote.
+//  5. the stage of qattn::sm90::stage_acc (add_acc_global_tma's fp32, store_acc_global_tma's 16-bit
+//     elements) on the same accumulators: each value pair's shared address as the kernel forms it
+//     (16 / E bases from qattn::tma_stage_offset plus constants) is the pair's place in the swizzled
+//     boxes, every element is staged once, and each warpgroup's first thread issues exactly the boxes
+//     its warpgroup wrote.
 // Prints one line per check and exits non-zero on any mismatch.
 #include <cstdio>
 #include <set>
@@ -130,39 +131,41 @@ int check_v4_exchange(const char* name) {
   return bad;
 }
 
-// add_acc_global_tma's stage (threads of 2 warpgroups): the kernel's address of pair v, at[blk % 4] +
-// (blk / 4) 8192 + half 1024 with at[j] = tma_stage_offset(r, c, 4 j), against the canonical place of
-// (row, col) in the swizzled boxes; each 8 KB box written by one warpgroup only, whose first thread
-// issues boxes (r0 / 64) (N / 32) + c0 / 32 + k, k < 2 kN / 32.
-template <class TiledMma, int M, int N>
+// stage_acc's stage of E-byte elements (threads of 2 warpgroups; boxes of W = 128 / E columns): the
+// kernel's address of pair v, at[blk % (16 / E)] + (blk / (16 / E)) 8192 + half 1024 with at[j] =
+// tma_stage_offset<N, E>(r, c, 4 j), against the canonical place of (row, col) in the swizzled boxes;
+// each 8 KB box written by one warpgroup only, whose first thread issues boxes (r0 / 64) (N / W) +
+// c0 / W + k, k < 2 kN / W.
+template <class TiledMma, int M, int N, int E = 4>
 int check_tma_stage(const char* name) {
+  constexpr int W = 128 / E, kBlocks = 16 / E;
   TiledMma mma;
-  std::vector<int> seen(M * N, 0), box_wg((M / 64) * (N / 32), -1), issued((M / 64) * (N / 32), -1);
+  std::vector<int> seen(M * N, 0), box_wg((M / 64) * (N / W), -1), issued((M / 64) * (N / W), -1);
   int bad = 0;
   auto canonical = [](int row, int col) {
-    return ((row / 64) * (N / 32) + col / 32) * 8192 + (row % 64) * 128 + ((((col % 32) / 4) ^ (row % 8)) * 16) + (col % 4) * 4;
+    return ((row / 64) * (N / W) + col / W) * 8192 + (row % 64) * 128 + ((((col % W) * E / 16) ^ (row % 8)) * 16) + (col * E) % 16;
   };
   for (int t = 0; t < int(size(mma)); ++t) {
     auto tc = mma.get_slice(t).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
     const int kN = int(size(tc)), r = get<0>(tc(0)), c = get<1>(tc(0));
-    if (size<0>(tc) != 4 || size<1>(tc) != 1 || (2 * kN) % 32 != 0) {
+    if (size<0>(tc) != 4 || size<1>(tc) != 1 || (2 * kN) % W != 0) {
       std::printf("tma stage %s: fragment is not the wgmma layout\n", name);
       return 1;
     }
     for (int v = 0; v < kN; v += 2) {
       const int blk = v / 4, half = (v / 2) % 2;
-      const int at = qattn::tma_stage_offset<N>(r, c, 4 * (blk % 4)) + (blk / 4) * 8192 + half * 1024;
+      const int at = qattn::tma_stage_offset<N, E>(r, c, 4 * (blk % kBlocks)) + (blk / kBlocks) * 8192 + half * 1024;
       const int row = int(get<0>(tc(v))), col = int(get<1>(tc(v)));
       if (int(get<0>(tc(v + 1))) != row || int(get<1>(tc(v + 1))) != col + 1 || col % 2 != 0) ++bad;
-      if (at != canonical(row, col) || at != qattn::tma_stage_offset<N>(r, c, v)) ++bad;
+      if (at != canonical(row, col) || at != qattn::tma_stage_offset<N, E>(r, c, v)) ++bad;
       for (int e = 0; e < 2; ++e) ++seen[row * N + col + e];
       int& owner = box_wg[at / 8192];
       if (owner == -1) owner = t / 128;
       if (owner != t / 128) ++bad;
     }
     if (t % 128 == 0)
-      for (int k = 0; k < 2 * kN / 32; ++k) {
-        const int b = (r / 64) * (N / 32) + c / 32 + k;
+      for (int k = 0; k < 2 * kN / W; ++k) {
+        const int b = (r / 64) * (N / W) + c / W + k;
         if (b >= int(issued.size()) || issued[b] != -1) {
           ++bad;
           continue;
@@ -199,5 +202,9 @@ int main() {
   bad += check_tma_stage<bwd::MmaCols<64, 128, 2>, 64, 128>("d128 dQ: MmaCols<64, 128, 2>");
   bad += check_tma_stage<bwd::MmaCols<64, 192, 2>, 64, 192>("d192 / MLA dQ: MmaCols<64, 192, 2>");
   bad += check_tma_stage<bwd::MmaCols<64, 256, 2>, 64, 256>("d256 dQ: MmaCols<64, 256, 2>");
+  bad += check_tma_stage<bwd::Mma<128>, 128, 128>("GQA fp32 dK / dV: Mma<128> (128, 128)");
+  bad += check_tma_stage<bwd::Mma<128>, 128, 128, 2>("16-bit dK / dV: Mma<128> (128, 128)");
+  bad += check_tma_stage<bwd::Mma<128>, 128, 64, 2>("d64 16-bit dK / dV: Mma<128> (128, 64)");
+  bad += check_tma_stage<bwd::MmaCols<64, 256, 2>, 64, 256, 2>("d256 16-bit dK / dV: MmaCols<64, 256, 2>");
   return bad != 0;
 }

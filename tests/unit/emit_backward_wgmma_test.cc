@@ -270,8 +270,8 @@ TEST(EmitBackward, TmaAdditionsStageDQ) {
     EXPECT_EQ(std::stol(cu.substr(stage + 27)) % 1024, 0) << preset;
     EXPECT_NE(cu.find("if (int r = qattn::sm90::make_f32_add_map(&tadQ, p.dq, "), std::string::npos) << preset;
     EXPECT_NE(cu.find("return qattn::host::fail(QATTN_ERR_ALIGNMENT, \"cuTensorMapEncodeTiled refused dQ"), std::string::npos) << preset;
-    EXPECT_NE(cu.find(", const __grid_constant__ CUtensorMap tadQ) {"), std::string::npos) << preset;
-    EXPECT_NE(cu.find(", tadQ);"), std::string::npos) << preset;
+    EXPECT_NE(cu.find(", const __grid_constant__ CUtensorMap tadQ"), std::string::npos) << preset;  // (MHA: then tadK, tadV)
+    EXPECT_NE(cu.find(">>>(p, tmQ, tmdO, tadQ"), std::string::npos) << preset;
     // the previous iteration's reductions waited for right before the iteration's first barrier, and
     // before the block exits
     const size_t wait = cu.find("if (tid % 128 == 0) qattn::sm90::ptx::tma_store_wait<0>();  // the previous iteration's TMA additions");
@@ -288,10 +288,47 @@ TEST(EmitBackward, TmaAdditionsStageDQ) {
     support::DiagSink d;
     auto t = xlate(plan_backward(preset, "h100", flags), "h100", d);
     ASSERT_TRUE(t.has_value()) << preset << d.render();
-    EXPECT_EQ(t->cuda_source.find("add_acc_global_tma"), std::string::npos) << preset;
+    EXPECT_EQ(t->cuda_source.find("add_acc_global_tma<"), std::string::npos) << preset;
     EXPECT_EQ(t->cuda_source.find("make_f32_add_map"), std::string::npos) << preset;
     EXPECT_EQ(t->kir.find("  add dQ ("), std::string::npos) << preset;
   }
+}
+
+// A 16-bit dK, dV (MHA) leaves by TMA stores: after a barrier past the loop, each warpgroup stages its
+// rows in the loop's dead buffers (from offset 0) and one thread stores (64, 64) boxes through a map of
+// dK / dV over (d, seqlen_k, heads_kv, batch). GQA's fp32 dK, dV keep their float4 reductions.
+TEST(EmitBackward, TmaStoresTheEpilogueOfMha) {
+  for (const auto& [preset, flags, call] : std::vector<std::tuple<std::string, std::map<std::string, std::string>, std::string>>{
+           {"llama2-7b", {}, "qattn::sm90::store_acc_global_tma<128, 128>(Mma<128>{}, rdK, reinterpret_cast<ElementDK*>(smem + kSmemAdddK), "
+                             "&tadK, n_block, kv_head, b, tid, 1 + kThreads / 128 + wg);  // TMA stores"},
+           {"llama3.2-1b", {{"heads", "16,16"}, {"mask", "none"}}, "qattn::sm90::store_acc_global_tma<128, 64>(Mma<128>{}, rdV, "},
+           {"gemma-7b", {}, "qattn::sm90::store_acc_global_tma<64, 256>(MmaCols<64, 256, 2>{}, rdK, "},
+           {"deepseek-v3-mla-prefill", {}, "qattn::sm90::store_acc_global_tma<128, 192>(Mma<128>{}, rdK, "},
+           {"llama2-7b", {{"dtype", "fp16"}}, "qattn::sm90::store_acc_global_tma<128, 128>(Mma<128>{}, rdV, "}}) {
+    support::DiagSink d;
+    auto t = xlate(plan_backward(preset, "h100", flags), "h100", d);
+    ASSERT_TRUE(t.has_value()) << preset << d.render();
+    const std::string& cu = t->cuda_source;
+    EXPECT_NE(cu.find(call), std::string::npos) << preset << "\n" << cu;
+    EXPECT_EQ(cu.find("qattn::store_acc_global<"), std::string::npos) << preset;
+    EXPECT_NE(cu.find("constexpr int kSmemAdddK = 0;"), std::string::npos) << preset;
+    const bool bf16 = flags.count("dtype") == 0;
+    EXPECT_NE(cu.find(std::string("if (int r = qattn::sm90::make_tile_map(&tadV, p.dv, ") + (bf16 ? "true" : "false")), std::string::npos) << preset;
+    EXPECT_NE(cu.find("p.seqlen_k, p.heads_kv, p.batch, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride, 64); r != 0)"), std::string::npos)
+        << preset;
+    const size_t sync = cu.find("__syncthreads();  // every warp is past the loop: its shared buffers take the epilogue's TMA stages");
+    ASSERT_NE(sync, std::string::npos) << preset;
+    EXPECT_LT(cu.rfind("wgmma_wait<0>", sync), sync);
+    EXPECT_LT(sync, cu.find("store_acc_global_tma<"));
+    EXPECT_LT(cu.find("store_acc_global_tma<"), cu.find("qattn::sm90::add_acc_global_tma_done(tid);"));
+    EXPECT_NE(t->kir.find("  store dK ("), std::string::npos) << t->kir;
+  }
+  support::DiagSink d;
+  auto t = xlate(plan_backward("llama3-8b", "h100"), "h100", d);  // GQA: fp32 dK, dV
+  ASSERT_TRUE(t.has_value()) << d.render();
+  EXPECT_EQ(t->cuda_source.find("store_acc_global_tma"), std::string::npos);
+  EXPECT_EQ(t->cuda_source.find("&tadK"), std::string::npos);
+  EXPECT_EQ(t->cuda_source.find("every warp is past the loop"), std::string::npos);
 }
 
 // `{at_use}`: the transposed form at d64 on Hopper (128 query columns) reads LSE and D from their ring

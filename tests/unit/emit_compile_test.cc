@@ -129,6 +129,8 @@ TEST(EmitCompile, RepresentativeKernelsBuildWithTheirInstructions) {
       // ... on Hopper: wgmma, the query ring by TMA on mbarriers (its fp32 rows by cp.async arriving on them), dS^T handed between
       // the warpgroups on named barriers, dQ added by TMA bulk reductions, GQA's dK / dV by float4 reductions
       {"bwd_sm90_bf16_d128_causal_gqa", "llama3-8b", "h100", {}, {"wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "cp.async.bulk.tensor.4d.shared::cluster.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "mbarrier.try_wait.parity", "bar.arrive", "red.global.add.v4.f32", "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group", "cp.async.bulk.wait_group.read"}, {"mma.sync"}, true},
+      // ... MHA: the 16-bit dK, dV stored by TMA from stages in the loop's dead buffers
+      {"bwd_sm90_bf16_d128_causal_mha", "llama2-7b", "h100", {}, {"cp.async.bulk.tensor.4d.global.shared::cta.bulk_group", "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"}, {"mma.sync", "red.global.add"}, true},
       {"bwd_sm80_bf16_d64_causal_gqa", "llama3.2-1b", "a100", {}, {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16", "cp.async.cg.shared.global", "atom.global.add.f32"}, {"wgmma"}, true},
       // the combine (src/backend/combine): no MMA, fast exp2 / log2, fp32 math on row-distributed tiles
       {"combine_sm80_bf16_d128", "llama3-8b", "a100", {}, {"ex2.approx", "lg2.approx"}, {"mma.sync", "wgmma", "atom.global"}, false, true},

@@ -12,6 +12,8 @@
 //                consecutive columns, and adds them with one red.global.add.v4.f32
 //   add_acc_global_tma  the same statement by TMA: the warpgroup stages its part of the tile in shared
 //                memory and one thread adds it with bulk tensor reductions (FlashAttention-3's dQ)
+//   store_acc_global_tma  TL `Copy X ... from register to global` (a 16-bit X) likewise by bulk
+//                tensor stores (FlashAttention-3's dK, dV epilogue)
 // The accumulators are register tiles of the lowering's Mma<R> (warps along M, 16 rows each) or
 // MmaCols<R, C, WGN> (warpgroups side by side along N): for both the CuTe fragment of a thread is
 // exactly the wgmma accumulator of its warpgroup, so every element-wise helper of backward.cuh works
@@ -124,61 +126,99 @@ __device__ __forceinline__ void add_acc_global_v4(TiledMma const& mma, Tensor<AE
   }
 }
 
+// This warpgroup's part of a wgmma accumulator (64 rows: all N columns, or its share of them for a
+// product split along N) written into a TMA stage as T (fp32, or a 16-bit type: value pairs packed),
+// at qattn::tma_stage_offset<N, sizeof(T)>: one base address per 8-column block of a box (4 for fp32,
+// 8 for 16-bit types) plus constants, so a warp's stores land on every bank pair. r, c: the thread's
+// first row and column (for the warpgroup's first thread, the part's).
+template <int M, int N, class T, class TiledMma, class AEngine, class ALayout>
+__device__ __forceinline__ void stage_acc(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc, void* stage, int tid, int& r, int& c) {
+  static_assert(M % 64 == 0, "TMA boxes of 64 rows");
+  static_assert(decltype(size<0>(acc))::value == 4 && decltype(size<1>(acc))::value == 1,
+                "the wgmma accumulator layout (value pairs, two row halves, one tile along M)");
+  constexpr int E = int(sizeof(T)), kBlocks = 16 / E, kN = decltype(size(acc))::value;
+  static_assert(E == 4 || E == 2, "fp32 or a 16-bit type");
+  static_assert((2 * kN) % (128 / E) == 0 && N % (128 / E) == 0, "a warpgroup's columns: whole 128-byte boxes");
+  Tensor tc = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+  // (tests/emit/host_layout_check.cc checks this form against the fragment)
+  r = get<0>(tc(0)), c = get<1>(tc(0));
+  const uint32_t base = ptx::smem_u32(stage);
+  uint32_t at[kBlocks];
+  CUTE_UNROLL
+  for (int j = 0; j < kBlocks; ++j) at[j] = base + uint32_t(tma_stage_offset<N, E>(r, c, 4 * j));
+  CUTE_UNROLL
+  for (int v = 0; v < kN; v += 2) {
+    const int blk = v / 4, half = (v / 2) % 2;
+    const uint32_t addr = at[blk % kBlocks] + uint32_t((blk / kBlocks) * 8192 + half * 1024);
+    if constexpr (E == 4) {
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(float(acc(v))), "f"(float(acc(v + 1))) : "memory");
+    } else {
+      const T lo = static_cast<T>(float(acc(v))), hi = static_cast<T>(float(acc(v + 1)));
+      const uint32_t packed = uint32_t(reinterpret_cast<const uint16_t&>(lo)) | (uint32_t(reinterpret_cast<const uint16_t&>(hi)) << 16);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(packed) : "memory");
+    }
+  }
+}
+
 // TL `Copy X (M, N) in coordinate [tile_row, 0] from register to global and accumulate` (X fp32) by
 // TMA: each warpgroup writes its 64-row part of the wgmma accumulator (all N columns, or its share of
-// them for a product split along N) into `stage` and its first thread adds each (64 rows, 32
-// columns) box to global memory with one bulk tensor reduction (fp32 add, atomic per element; rows
-// past the map's extent are not written), instead of every thread's red.global.add. `stage`: the
-// (M, N) tile as (M / 64) x (N / 32) boxes of 8 KB in the 128-byte swizzle (qattn::tma_stage_offset):
-// a warp's value pairs land on every bank pair, two wavefronts per store. `map`: the 4-D view (N columns, rows, heads, batch) of X, fp32,
-// boxes of (32, 64), the 128-byte swizzle. The stage is reused by the next call: unless STAGE_FREE
-// (the first thread waited for its previous reductions with tma_store_wait<0> before a block-wide
-// barrier the caller passed since), the first thread waits here until they have read it and the
-// warpgroup syncs on named barrier `bar_id` (128 threads); after writing it, it syncs there again.
-// Before the block exits, the first thread of each warpgroup waits until its reductions have read
-// the stage (add_acc_global_tma_done; the grid completes with their writes).
+// them for a product split along N) into `stage` (stage_acc) and its first thread adds each (64
+// rows, 32 columns) box to global memory with one bulk tensor reduction (fp32 add, atomic per
+// element; rows past the map's extent are not written), instead of every thread's red.global.add.
+// `map`: the 4-D view (N columns, rows, heads, batch) of X, fp32, boxes of (32, 64), the 128-byte
+// swizzle. The stage is reused by the next call: unless STAGE_FREE (the first thread waited for its
+// previous reductions with tma_store_wait<0> before a block-wide barrier the caller passed since),
+// the first thread waits here until they have read it and the warpgroup syncs on named barrier
+// `bar_id` (128 threads); after writing it, it syncs there again. Before the block exits, the first
+// thread of each warpgroup waits until its reductions have read the stage (add_acc_global_tma_done;
+// the grid completes with their writes).
 template <int M, int N, bool STAGE_FREE, class TiledMma, class AEngine, class ALayout>
 __device__ __forceinline__ void add_acc_global_tma(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc, float* stage,
                                                    const void* map, int tile_row, int head, int batch, int tid, int bar_id) {
-  static_assert(M % 64 == 0 && N % 32 == 0, "TMA reductions of (64, 32) boxes");
-  static_assert(decltype(size<0>(acc))::value == 4 && decltype(size<1>(acc))::value == 1,
-                "the wgmma accumulator layout (value pairs, two row halves, one tile along M)");
-  constexpr int kN = decltype(size(acc))::value;  // 64 rows x (2 kN / 64 x 32) columns per warpgroup
-  static_assert((2 * kN) % 32 == 0, "a warpgroup's columns: whole 32-column boxes");
+  constexpr int kN = decltype(size(acc))::value;  // 64 rows x 2 kN columns per warpgroup
   const bool first = tid % 128 == 0;
   if constexpr (!STAGE_FREE) {
     if (first) ptx::tma_store_wait<0>();  // the previous call's reductions have read the stage
     ptx::bar_sync(bar_id, 128);
   }
-  Tensor tc = mma.get_slice(tid).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
-  // value v of the wgmma layout lies at (r + 8 ((v / 2) % 2), c + 8 (v / 4)) from the thread's first
-  // (r, c) (c % 8 = 2 (lane % 4)): row r + 8 keeps r's swizzle phase, so every pair's shared address is
-  // one of four bases (its 8-column block's place in the 32-column box) plus a constant
-  // (qattn::tma_stage_offset; tests/emit/host_layout_check.cc checks this form against the fragment)
-  const int r = get<0>(tc(0)), c = get<1>(tc(0));
-  const uint32_t base = ptx::smem_u32(stage);
-  uint32_t at[4];
-  CUTE_UNROLL
-  for (int j = 0; j < 4; ++j) at[j] = base + uint32_t(tma_stage_offset<N>(r, c, 4 * j));
-  CUTE_UNROLL
-  for (int v = 0; v < kN; v += 2) {
-    const int blk = v / 4, half = (v / 2) % 2;
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at[blk % 4] + uint32_t((blk / 4) * 8192 + half * 1024)), "f"(acc(v)),
-                 "f"(acc(v + 1))
-                 : "memory");
-  }
+  int r, c;
+  stage_acc<M, N, float>(mma, acc, stage, tid, r, c);
   ptx::fence_async_shared();  // the stores, visible to the bulk reductions (the async proxy)
   ptx::bar_sync(bar_id, 128);
   if (first) {
-    const int r0 = r, c0 = c;  // (the warpgroup's first row and column)
     CUTE_UNROLL
     for (int k = 0; k < 2 * kN / 32; ++k)
-      ptx::tma_reduce_add_4d(map, reinterpret_cast<const char*>(stage) + ((r0 / 64) * (N / 32) + c0 / 32 + k) * 8192, c0 + 32 * k,
-                             tile_row * M + r0, head, batch);
+      ptx::tma_reduce_add_4d(map, reinterpret_cast<const char*>(stage) + ((r / 64) * (N / 32) + c / 32 + k) * 8192, c + 32 * k,
+                             tile_row * M + r, head, batch);
     ptx::tma_store_commit();
   }
 }
-// The block's reductions have read their stages before it exits (its shared memory is released).
+
+// TL `Copy X (M, N) in coordinate [tile_row, 0] from register to global` (X of type T, 16-bit) by
+// TMA: each warpgroup writes its part of the accumulator, rounded to T, into `stage` (stage_acc:
+// boxes of 64 rows x 64 columns) and its first thread stores each box with one bulk tensor store
+// (rows past the map's extent are not written). `map`: the 4-D view (N columns, rows, heads, batch)
+// of X, boxes of (64, 64), the 128-byte swizzle. The stage must be free (a block-wide barrier since
+// its last reader) and is not reused; add_acc_global_tma_done before the block exits.
+template <int M, int N, class T, class TiledMma, class AEngine, class ALayout>
+__device__ __forceinline__ void store_acc_global_tma(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc, T* stage, const void* map,
+                                                     int tile_row, int head, int batch, int tid, int bar_id) {
+  constexpr int kN = decltype(size(acc))::value;
+  int r, c;
+  stage_acc<M, N, T>(mma, acc, stage, tid, r, c);
+  ptx::fence_async_shared();  // the stores, visible to the bulk copies (the async proxy)
+  ptx::bar_sync(bar_id, 128);
+  if (tid % 128 == 0) {
+    CUTE_UNROLL
+    for (int k = 0; k < 2 * kN / 64; ++k)
+      ptx::tma_store_4d(map, reinterpret_cast<const char*>(stage) + ((r / 64) * (N / 64) + c / 64 + k) * 8192, c + 64 * k,
+                        tile_row * M + r, head, batch);
+    ptx::tma_store_commit();
+  }
+}
+
+// The block's TMA additions and stores have read their stages before it exits (its shared memory is
+// released; the grid completes with their writes).
 __device__ __forceinline__ void add_acc_global_tma_done(int tid) {
   if (tid % 128 == 0) ptx::tma_store_wait<0>();
 }

@@ -74,8 +74,9 @@ void Lower::preamble(Out& w) {
     w.line("constexpr int kSmemRowScratch = " + std::to_string(smem_bytes_ - row_scratch_bytes_) + ";  // row reductions across warps: " +
            std::to_string(row_scratch_bytes_) + " bytes");
   for (const auto& t : tma_adds_)
-    w.line("constexpr int kSmemAdd" + id(t.name) + " = " + std::to_string(t.off) + ";  // " + t.name + " staged for its TMA additions: " +
-           std::to_string(int64_t(t.rows) * t.cols * 4) + " bytes");
+    w.line("constexpr int kSmemAdd" + id(t.name) + " = " + std::to_string(t.off) + ";  // " + t.name + " staged for its TMA " +
+           (t.store ? "stores" : "additions") + ": " + std::to_string(int64_t(t.rows) * t.cols * (t.store ? 2 : 4)) + " bytes" +
+           (t.epilogue ? " (in the loop's buffers, dead after it)" : ""));
   if (tma_bar_off_ >= 0)
     w.line("constexpr int kSmemRingFull = " + std::to_string(tma_bar_off_) + ";  // the ring's two mbarriers (one per slot)");
   w.line("constexpr int kSmemBytes = " + std::to_string(smem_bytes_) + ";");
@@ -289,11 +290,18 @@ void Lower::abi(Out& w) {
            " (%s %d): strides must be multiples of 16 bytes below 2^40; the driver must support TMA\", r == -1 ? \"no "
            "cuTensorMapEncodeTiled in the driver\" : \"CUresult\", r);");
   }
-  for (const auto& t : tma_adds_) {  // the tiles added by TMA: fp32 views, boxes of (32, 64)
+  for (const auto& t : tma_adds_) {  // the tiles added (fp32 views, boxes of (32, 64)) or stored (16-bit, (64, 64)) by TMA
     const std::string m = "ta" + id(t.name), g = t.arg->stride;
+    const std::string extents = t.name == "dQ" ? "p.seqlen_q, p.heads_q, p.batch" : "p.seqlen_k, p.heads_kv, p.batch";
+    const std::string strides = "p." + g + "_row_stride, p." + g + "_head_stride, p." + g + "_batch_stride";
     w.line("CUtensorMap " + m + ";");
-    w.line("if (int r = qattn::sm90::make_f32_add_map(&" + m + ", p." + t.arg->field + ", " + std::to_string(t.cols) +
-           ", p.seqlen_q, p.heads_q, p.batch, p." + g + "_row_stride, p." + g + "_head_stride, p." + g + "_batch_stride); r != 0)");
+    if (t.store)
+      w.line("if (int r = qattn::sm90::make_tile_map(&" + m + ", p." + t.arg->field + ", " +
+             ((t.name == "dK" ? dk_dtype_ : dv_dtype_) == tl::DType::BF16 ? "true" : "false") + ", " + std::to_string(t.cols) + ", " + extents +
+             ", " + strides + ", 64); r != 0)");
+    else
+      w.line("if (int r = qattn::sm90::make_f32_add_map(&" + m + ", p." + t.arg->field + ", " + std::to_string(t.cols) + ", " + extents + ", " +
+             strides + "); r != 0)");
     w.line("  return qattn::host::fail(QATTN_ERR_ALIGNMENT, \"cuTensorMapEncodeTiled refused " + t.name +
            " (%s %d): its address and strides must be multiples of 16 bytes below 2^40; the driver must support TMA\", r == -1 ? \"no "
            "cuTensorMapEncodeTiled in the driver\" : \"CUresult\", r);");
@@ -331,8 +339,9 @@ std::string Lower::kir_text() const {
     o << ")" << (tma_ring_.size() > tma_tiles_.size() ? " and cp.async (fp32 rows)" : "") << ", one mbarrier per slot\n";
   }
   for (const auto& t : tma_adds_)
-    o << "  add " << t.name << " (" << t.rows << ", " << t.cols << ") fp32 by TMA reductions: each warpgroup's part staged at " << t.off
-      << " (" << int64_t(t.rows) * t.cols * 4 << " B), named barriers 1 + " << warps_ / 4 << " + wg\n";
+    o << "  " << (t.store ? "store " : "add ") << t.name << " (" << t.rows << ", " << t.cols << ") " << (t.store ? "16-bit by TMA stores" : "fp32 by TMA reductions")
+      << ": each warpgroup's part staged at " << t.off << " (" << int64_t(t.rows) * t.cols * (t.store ? 2 : 4) << " B"
+      << (t.epilogue ? ", after the loop in its buffers" : "") << "), named barriers 1 + " << warps_ / 4 << " + wg\n";
   if (!handed_.empty()) {
     o << "  scratch";
     for (const auto& n : handed_) o << " " << n;

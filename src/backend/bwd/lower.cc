@@ -556,14 +556,24 @@ void Lower::copy(Out& w, const Stmt& s) {
     // on warpgroup MMA an added tile goes by float4 reductions (value pairs traded within lane pairs:
     // device/qattn/sm90/backward.cuh; H200: 1.05-1.15x red.global.add.v2 per pair over d64-d256 and MLA,
     // bench/results/2026-11-30-h200-bwd-dq-adds)
-    // an added tile the plan stages for TMA (plan_tma_adds): each warpgroup's part by bulk tensor reductions
-    if (const TmaAdd* t = c.accumulate && !loop_var_.empty() ? tma_add(n) : nullptr) {
-      const bool free = tma_add_free_;  // the iteration's first barrier waited for the previous additions
+    // a tile the plan stages for TMA (plan_tma_adds): each warpgroup's part by bulk tensor reductions
+    // (fp32 additions) or stores (the epilogue's 16-bit dK, dV)
+    const TmaAdd* t = tma_add(n);
+    if (t && t->epilogue == loop_var_.empty() && t->store == !c.accumulate) {
+      const std::string dims = std::to_string(r.rows) + ", " + std::to_string(r.cols);
+      const std::string args = "(" + mma_of(r) + ", " + r.var + ", reinterpret_cast<" + (t->store ? "ElementDK" : "float") +
+                               "*>(smem + kSmemAdd" + id(n) + "), &ta" + id(n) + ", " + coord0() + ", " + t->head + ", " + t->batch +
+                               ", tid, 1 + kThreads / 128 + wg);";
+      bool free = tma_add_free_;  // the iteration's first barrier waited for the previous additions
       tma_add_wait_due_ = false;
-      w.line("qattn::sm90::add_acc_global_tma<" + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ", " + (free ? "true" : "false") +
-             ">(" + mma_of(r) + ", " + r.var +
-             ", reinterpret_cast<float*>(smem + kSmemAdd" + id(n) + "), &ta" + id(n) + ", " + coord0() + ", " + t->head + ", " + t->batch +
-             ", tid, 1 + kThreads / 128 + wg);  // TMA reductions (fp32 add)");
+      if (t->epilogue) {
+        if (!epilogue_synced_) w.line("__syncthreads();  // every warp is past the loop: its shared buffers take the epilogue's TMA stages");
+        epilogue_synced_ = free = true;
+      }
+      if (t->store)
+        w.line("qattn::sm90::store_acc_global_tma<" + dims + ">" + args + "  // TMA stores");
+      else
+        w.line("qattn::sm90::add_acc_global_tma<" + dims + ", " + (free ? "true" : "false") + ">" + args + "  // TMA reductions (fp32 add)");
       return;
     }
     const std::string fn = !c.accumulate ? "qattn::store_acc_global<" : wg_ ? "qattn::sm90::add_acc_global_v4<" : "qattn::add_acc_global<";

@@ -314,12 +314,19 @@ class Lower {
   // (device/qattn/sm90/backward.cuh add_acc_global_tma; a tensor map per tile built by qattn_bwd),
   // on a named barrier of its own (id 1 + warpgroups + wg) — FlashAttention-3's dQ. Not when the
   // stage does not fit in shared memory: then the threads' float4 reductions.
+  // After the loop, the block's 16-bit dK and dV (`Copy dK (BN, d) in coordinate [n_block, 0] from
+  // register to global`, MHA) go by bulk tensor stores (store_acc_global_tma) when the loop's shared
+  // buffers can hold their stages (they are dead after the loop: a __syncthreads precedes the first
+  // stage) — FlashAttention-3's epilogue. (GQA's fp32 dK, dV additions keep the float4 reductions.)
   struct TmaAdd {
     std::string name, batch, head;  // the tile; the C++ batch and head of its global Allocate's offset
     const GlobalArg* arg = nullptr;
     int rows = 0, cols = 0;
     int64_t off = 0;  // the stage's byte offset in shared memory (1024-byte aligned: the swizzle's period)
+    bool epilogue = false;  // after the loop, staged in the loop's buffers
+    bool store = false;     // ... a 16-bit tile stored (else fp32 added)
   };
+  bool epilogue_synced_ = false;  // the __syncthreads before the epilogue's first stage is emitted
   std::vector<TmaAdd> tma_adds_;
   bool tma_add_wait_due_ = false;  // in the loop body before its first __syncthreads: that barrier waits for the previous additions
   bool tma_add_free_ = false;      // ... it did: the stages are free to write without a barrier of their own

@@ -454,6 +454,63 @@ void Lower::plan_tma_adds() {
     end = off + bytes;
   }
   smem_bytes_ = end;
+  // the epilogue's tiles, staged in the loop's shared buffers (dead after it) when no statement after
+  // the loop reads or writes one of them
+  int64_t dead_end = 0;
+  for (const auto& [n, b] : shared_) dead_end = std::max<int64_t>(dead_end, b.offset + b.bytes * b.stages);
+  bool after = false, free = true;
+  for (const auto& st : prog_.stmts) {
+    if (&st == loop) {
+      after = true;
+      continue;
+    }
+    if (!after) continue;
+    walk({st}, [&](const Stmt& t) {
+      for (const auto& [n, b] : shared_)
+        if (reads(t, n) || writes_shared(t, n)) free = false;
+    });
+  }
+  int64_t at = 0;
+  after = false;
+  for (const auto& st : prog_.stmts) {
+    if (&st == loop) after = true;
+    if (!after || !free || st.kind != Stmt::Kind::Copy || st.copy.from != tl::Space::Register || st.copy.to != tl::Space::Global) continue;
+    bool ordered = false;
+    for (const auto& a : st.attrs) ordered = ordered || a.key == "ordered";
+    const std::string& n = st.copy.name;
+    const GlobalArg* g = find_arg(n);
+    auto shape = regs_.find(n);
+    if (ordered || !g || !g->out || (n != "dK" && n != "dV") || shape == regs_.end() || st.copy.coord.size() != 2 ||
+        !(st.copy.coord[1].kind == tl::Expr::Kind::Number && st.copy.coord[1].value == 0))
+      continue;
+    const tl::DType dt = n == "dK" ? dk_dtype_ : dv_dtype_;
+    const bool store = !st.copy.accumulate;
+    // a 16-bit tile stored (MHA); GQA's fp32 additions keep the float4 reductions: by TMA they measured
+    // 0.97-1.04x (the query heads of a group add into one kv head's tile at once;
+    // bench/results/2026-11-30-h200-bwd-epilogue)
+    if (!store || dt == tl::DType::F32) continue;
+    const Stmt* alloc = nullptr;
+    for (const auto& s2 : prog_.stmts)
+      if (s2.kind == Stmt::Kind::Allocate && s2.alloc.space == tl::Space::Global && s2.alloc.name == n) alloc = &s2;
+    if (!alloc || alloc->alloc.offset.size() != 2) continue;
+    const int rows = shape->second.rows, cols = shape->second.cols, box = store ? 64 : 32;
+    const bool split_n = split_acc_.count(n) > 0;
+    const bool parts_ok = split_n ? (rows == 64 && cols % (box * wgs) == 0) : (rows == 64 * wgs && cols % box == 0 && shape->second.wm == 0);
+    const int64_t bytes = int64_t(rows) * cols * (store ? 2 : 4);
+    if (!parts_ok || cols != (n == "dK" ? d_qk_ : d_v_) || at + bytes > dead_end) continue;
+    TmaAdd t;
+    t.name = n;
+    t.arg = g;
+    t.batch = cint(alloc->alloc.offset[0]);
+    t.head = cint(alloc->alloc.offset[1]);
+    t.rows = rows;
+    t.cols = cols;
+    t.off = at;
+    t.epilogue = true;
+    t.store = store;
+    tma_adds_.push_back(t);
+    at = (at + bytes + 1023) / 1024 * 1024;
+  }
 }
 
 void Lower::tma_issue(Out& w, const std::vector<const Stmt*>& copies, const std::string& slot) {
