@@ -331,6 +331,10 @@ class Lower {
   bool tma_add_wait_due_ = false;  // in the loop body before its first __syncthreads: that barrier waits for the previous additions
   bool tma_add_free_ = false;      // ... it did: the stages are free to write without a barrier of their own
   void plan_tma_adds();
+  void plan_tma_epilogue(const Stmt& loop);
+  std::optional<TmaAdd> tma_tile_copy(const Stmt& c) const;
+  const Stmt* only_loop() const;                          // the program's one loop (nullptr: none or several)
+  const Stmt* global_alloc(const std::string& n) const;  // n's `Allocate ... in global`
   const TmaAdd* tma_add(const std::string& n) const {
     for (const auto& t : tma_adds_)
       if (t.name == n) return &t;

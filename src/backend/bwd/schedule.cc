@@ -345,13 +345,7 @@ void Lower::emit_g2s(Out& w, const Stmt& st) {
 void Lower::plan_tma_ring() {
   tma_tiles_.clear();
   tma_ring_.clear();
-  if (!wg_) return;
-  const Stmt* loop = nullptr;
-  for (const auto& st : prog_.stmts)
-    if (st.kind == Stmt::Kind::For) {
-      if (loop) return;  // (one loop: the backward's form)
-      loop = &st;
-    }
+  const Stmt* loop = wg_ ? only_loop() : nullptr;
   if (!loop) return;
   const auto& body = loop->loop.body;
   std::vector<TmaTile> tiles;
@@ -367,9 +361,7 @@ void Lower::plan_tma_ring() {
     ring.insert(c.copy.name);
     if (b.cols == 0) continue;  // fp32 rows: cp.async on the slot's mbarrier
     const GlobalArg* g = find_arg(c.copy.name);
-    const Stmt* alloc = nullptr;
-    for (const auto& st : prog_.stmts)
-      if (st.kind == Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == c.copy.name) alloc = &st;
+    const Stmt* alloc = global_alloc(c.copy.name);
     const std::string& n = c.copy.name;
     const int width = (n == "V" || n == "O" || n == "dO" || n == "dV") ? d_v_ : d_qk_;
     // a box is 64 columns of one 128-byte swizzle atom and at most 256 rows; the tile spans the row;
@@ -400,115 +392,108 @@ bool Lower::grid_axis(const tl::Expr& e, const char* extent) const {
   return false;
 }
 
-void Lower::plan_tma_adds() {
-  tma_adds_.clear();
-  if (!wg_) return;
+const Stmt* Lower::only_loop() const {
   const Stmt* loop = nullptr;
   for (const auto& st : prog_.stmts)
     if (st.kind == Stmt::Kind::For) {
-      if (loop) return;  // (one loop: the backward's form)
+      if (loop) return nullptr;  // (one loop: the backward's form)
       loop = &st;
     }
+  return loop;
+}
+
+const Stmt* Lower::global_alloc(const std::string& n) const {
+  const Stmt* alloc = nullptr;
+  for (const auto& st : prog_.stmts)
+    if (st.kind == Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == n) alloc = &st;
+  return alloc;
+}
+
+// A `Copy X (R, C) in coordinate [i, 0] from register to global` of a kernel output, not `{ordered}`,
+// whose global Allocate is offset by [batch, head]: the tile a TMA copy of X takes (without its stage).
+std::optional<Lower::TmaAdd> Lower::tma_tile_copy(const Stmt& c) const {
+  if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Register || c.copy.to != tl::Space::Global || c.copy.coord.size() != 2 ||
+      !(c.copy.coord[1].kind == tl::Expr::Kind::Number && c.copy.coord[1].value == 0))
+    return std::nullopt;
+  for (const auto& a : c.attrs)
+    if (a.key == "ordered") return std::nullopt;
+  const std::string& n = c.copy.name;
+  const GlobalArg* g = find_arg(n);
+  const Stmt* alloc = global_alloc(n);
+  auto r = regs_.find(n);
+  auto shape = reg_shapes_.find(n);
+  if (!g || !g->out || !alloc || alloc->alloc.offset.size() != 2 || (r == regs_.end() && shape == reg_shapes_.end())) return std::nullopt;
+  TmaAdd t;
+  t.name = n;
+  t.arg = g;
+  t.batch = cint(alloc->alloc.offset[0]);
+  t.head = cint(alloc->alloc.offset[1]);
+  t.rows = r != regs_.end() ? r->second.rows : shape->second.first;
+  t.cols = r != regs_.end() ? r->second.cols : shape->second.second;
+  return t;
+}
+
+void Lower::plan_tma_adds() {
+  tma_adds_.clear();
+  const Stmt* loop = wg_ ? only_loop() : nullptr;
   if (!loop) return;
   const int wgs = warps_ / 4;
   const int64_t limit = target_.smem_per_block > 0 ? int64_t(target_.smem_per_block) : int64_t(166912);
   int64_t end = smem_bytes_;
   for (const Stmt& c : loop->loop.body) {
-    if (c.kind != Stmt::Kind::Copy || c.copy.from != tl::Space::Register || c.copy.to != tl::Space::Global || !c.copy.accumulate) continue;
-    bool ordered = false;
-    for (const auto& a : c.attrs) ordered = ordered || a.key == "ordered";
-    const std::string& n = c.copy.name;
-    const GlobalArg* g = find_arg(n);
-    auto shape = reg_shapes_.find(n);
-    if (ordered || !g || !g->out || n != "dQ" || shape == reg_shapes_.end() || c.copy.coord.size() != 2 ||
-        !(c.copy.coord[1].kind == tl::Expr::Kind::Number && c.copy.coord[1].value == 0))
-      continue;
-    const Stmt* alloc = nullptr;
-    for (const auto& st : prog_.stmts)
-      if (st.kind == Stmt::Kind::Allocate && st.alloc.space == tl::Space::Global && st.alloc.name == n) alloc = &st;
-    if (!alloc || alloc->alloc.offset.size() != 2 || !grid_axis(alloc->alloc.offset[0], "batch") || !grid_axis(alloc->alloc.offset[1], "heads_q"))
-      continue;
+    auto t = tma_tile_copy(c);
+    if (!t || !c.copy.accumulate || t->name != "dQ") continue;
+    const Stmt* alloc = global_alloc(t->name);
+    if (!grid_axis(alloc->alloc.offset[0], "batch") || !grid_axis(alloc->alloc.offset[1], "heads_q")) continue;
     // the product that writes the tile: its warpgroups' parts are 64 rows x whole 32-column boxes
-    const auto [rows, cols] = shape->second;
     std::optional<WgGemm> form;
-    walk(loop->loop.body, [&](const Stmt& t) {
-      if (t.kind == Stmt::Kind::Compute && t.compute.op == "GEMM" && t.compute.result != tl::ComputeStmt::Result::InPlace && t.compute.target == n) {
+    walk(loop->loop.body, [&](const Stmt& s) {
+      if (s.kind == Stmt::Kind::Compute && s.compute.op == "GEMM" && s.compute.result != tl::ComputeStmt::Result::InPlace &&
+          s.compute.target == t->name) {
         std::string why;
-        form = wg_form(t, why);
+        form = wg_form(s, why);
       }
     });
-    if (!form || form->m != rows || cols != d_qk_) continue;
-    const bool parts_ok = form->split_n ? (rows == 64 && cols % (32 * wgs) == 0) : (rows == 64 * wgs && cols % 32 == 0);
-    const int64_t off = (end + 1023) / 1024 * 1024, bytes = int64_t(rows) * cols * 4;
+    if (!form || form->m != t->rows || t->cols != d_qk_) continue;
+    const bool parts_ok = form->split_n ? (t->rows == 64 && t->cols % (32 * wgs) == 0) : (t->rows == 64 * wgs && t->cols % 32 == 0);
+    const int64_t off = (end + 1023) / 1024 * 1024, bytes = int64_t(t->rows) * t->cols * 4;
     // the stage fits beside the buffers, the 1024-byte alignment and a few KB of row-reduction scratch
     if (!parts_ok || off + bytes + 1024 + 4096 > limit) continue;
-    TmaAdd t;
-    t.name = n;
-    t.arg = g;
-    t.batch = cint(alloc->alloc.offset[0]);
-    t.head = cint(alloc->alloc.offset[1]);
-    t.rows = rows;
-    t.cols = cols;
-    t.off = off;
-    tma_adds_.push_back(t);
+    t->off = off;
+    tma_adds_.push_back(*t);
     end = off + bytes;
   }
   smem_bytes_ = end;
-  // the epilogue's tiles, staged in the loop's shared buffers (dead after it) when no statement after
-  // the loop reads or writes one of them
+  plan_tma_epilogue(*loop);
+}
+
+// The epilogue's 16-bit dK, dV, staged in the loop's shared buffers (dead after it) when no statement
+// after the loop reads or writes one of them. GQA's fp32 additions keep the float4 reductions: by TMA
+// they measured 0.97-1.04x (the query heads of a group add into one kv head's tile at once;
+// bench/results/2026-11-30-h200-bwd-epilogue).
+void Lower::plan_tma_epilogue(const Stmt& loop) {
   int64_t dead_end = 0;
   for (const auto& [n, b] : shared_) dead_end = std::max<int64_t>(dead_end, b.offset + b.bytes * b.stages);
-  bool after = false, free = true;
-  for (const auto& st : prog_.stmts) {
-    if (&st == loop) {
-      after = true;
-      continue;
-    }
-    if (!after) continue;
-    walk({st}, [&](const Stmt& t) {
-      for (const auto& [n, b] : shared_)
-        if (reads(t, n) || writes_shared(t, n)) free = false;
-    });
-  }
+  std::vector<const Stmt*> after;
+  for (const auto& st : prog_.stmts)
+    if (!after.empty() || &st == &loop) after.push_back(&st);
+  for (const Stmt* st : after)
+    for (const auto& [n, b] : shared_)
+      if (st != &loop && (reads(*st, n) || writes_shared(*st, n))) return;
+  const int wgs = warps_ / 4;
   int64_t at = 0;
-  after = false;
-  for (const auto& st : prog_.stmts) {
-    if (&st == loop) after = true;
-    if (!after || !free || st.kind != Stmt::Kind::Copy || st.copy.from != tl::Space::Register || st.copy.to != tl::Space::Global) continue;
-    bool ordered = false;
-    for (const auto& a : st.attrs) ordered = ordered || a.key == "ordered";
-    const std::string& n = st.copy.name;
-    const GlobalArg* g = find_arg(n);
-    auto shape = regs_.find(n);
-    if (ordered || !g || !g->out || (n != "dK" && n != "dV") || shape == regs_.end() || st.copy.coord.size() != 2 ||
-        !(st.copy.coord[1].kind == tl::Expr::Kind::Number && st.copy.coord[1].value == 0))
-      continue;
-    const tl::DType dt = n == "dK" ? dk_dtype_ : dv_dtype_;
-    const bool store = !st.copy.accumulate;
-    // a 16-bit tile stored (MHA); GQA's fp32 additions keep the float4 reductions: by TMA they measured
-    // 0.97-1.04x (the query heads of a group add into one kv head's tile at once;
-    // bench/results/2026-11-30-h200-bwd-epilogue)
-    if (!store || dt == tl::DType::F32) continue;
-    const Stmt* alloc = nullptr;
-    for (const auto& s2 : prog_.stmts)
-      if (s2.kind == Stmt::Kind::Allocate && s2.alloc.space == tl::Space::Global && s2.alloc.name == n) alloc = &s2;
-    if (!alloc || alloc->alloc.offset.size() != 2) continue;
-    const int rows = shape->second.rows, cols = shape->second.cols, box = store ? 64 : 32;
-    const bool split_n = split_acc_.count(n) > 0;
-    const bool parts_ok = split_n ? (rows == 64 && cols % (box * wgs) == 0) : (rows == 64 * wgs && cols % box == 0 && shape->second.wm == 0);
-    const int64_t bytes = int64_t(rows) * cols * (store ? 2 : 4);
-    if (!parts_ok || cols != (n == "dK" ? d_qk_ : d_v_) || at + bytes > dead_end) continue;
-    TmaAdd t;
-    t.name = n;
-    t.arg = g;
-    t.batch = cint(alloc->alloc.offset[0]);
-    t.head = cint(alloc->alloc.offset[1]);
-    t.rows = rows;
-    t.cols = cols;
-    t.off = at;
-    t.epilogue = true;
-    t.store = store;
-    tma_adds_.push_back(t);
+  for (const Stmt* st : after) {
+    auto t = tma_tile_copy(*st);
+    if (!t || st->copy.accumulate || (t->name != "dK" && t->name != "dV")) continue;
+    if ((t->name == "dK" ? dk_dtype_ : dv_dtype_) == tl::DType::F32) continue;  // (fp32 tiles are added, not stored)
+    const auto& r = regs_.at(t->name);
+    const bool parts_ok = split_acc_.count(t->name) ? (t->rows == 64 && t->cols % (64 * wgs) == 0)
+                                                    : (t->rows == 64 * wgs && t->cols % 64 == 0 && r.wm == 0);
+    const int64_t bytes = int64_t(t->rows) * t->cols * 2;
+    if (!parts_ok || t->cols != (t->name == "dK" ? d_qk_ : d_v_) || at + bytes > dead_end) continue;
+    t->off = at;
+    t->epilogue = t->store = true;
+    tma_adds_.push_back(*t);
     at = (at + bytes + 1023) / 1024 * 1024;
   }
 }
