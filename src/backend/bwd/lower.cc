@@ -352,7 +352,7 @@ void Lower::kernel(Out& w) {
   if (wg_) wait_before(w, nullptr);
   flush(w);
   aux_grad_flush(w);
-  if (!tma_adds_.empty()) w.line("qattn::sm90::add_acc_global_tma_done(tid);  // the TMA additions have read their stages before the block exits");
+  if (!tma_adds_.empty()) w.line("qattn::sm90::add_acc_global_tma_done(tid);  // the TMA copies have read their stages before the block exits");
   w.close();
   w.line();
   w.line("}  // namespace qattn_generated");
@@ -553,9 +553,6 @@ void Lower::copy(Out& w, const Stmt& s) {
         ordered_add(w, s, r);
         return;
       }
-    // on warpgroup MMA an added tile goes by float4 reductions (value pairs traded within lane pairs:
-    // device/qattn/sm90/backward.cuh; H200: 1.05-1.15x red.global.add.v2 per pair over d64-d256 and MLA,
-    // bench/results/2026-11-30-h200-bwd-dq-adds)
     // a tile the plan stages for TMA (plan_tma_adds): each warpgroup's part by bulk tensor reductions
     // (fp32 additions) or stores (the epilogue's 16-bit dK, dV)
     const TmaAdd* t = tma_add(n);
@@ -576,6 +573,9 @@ void Lower::copy(Out& w, const Stmt& s) {
         w.line("qattn::sm90::add_acc_global_tma<" + dims + ", " + (free ? "true" : "false") + ">" + args + "  // TMA reductions (fp32 add)");
       return;
     }
+    // otherwise, on warpgroup MMA an added tile goes by float4 reductions (value pairs traded within lane
+    // pairs: device/qattn/sm90/backward.cuh; H200: 1.05-1.15x red.global.add.v2 per pair over d64-d256
+    // and MLA, bench/results/2026-11-30-h200-bwd-dq-adds)
     const std::string fn = !c.accumulate ? "qattn::store_acc_global<" : wg_ ? "qattn::sm90::add_acc_global_v4<" : "qattn::add_acc_global<";
     w.line(fn + std::to_string(r.rows) + ", " + std::to_string(r.cols) + ">(" + mma_of(r) + ", " + r.var + ", m" + n + ", " +
            coord0() + ", tid);" + (c.accumulate ? "  // fp32 atomics" : ""));
