@@ -561,11 +561,11 @@ void Lower::copy(Out& w, const Stmt& s) {
       const std::string args = "(" + mma_of(r) + ", " + r.var + ", reinterpret_cast<" + (t->store ? "ElementDK" : "float") +
                                "*>(smem + kSmemAdd" + id(n) + "), &ta" + id(n) + ", " + coord0() + ", " + t->head + ", " + t->batch +
                                ", tid, 1 + kThreads / 128 + wg);";
-      bool free = tma_add_free_;  // the iteration's first barrier waited for the previous additions
+      const bool free = tma_add_free_;  // the iteration's first barrier waited for the previous additions
       tma_add_wait_due_ = false;
-      if (t->epilogue) {
-        if (!epilogue_synced_) w.line("__syncthreads();  // every warp is past the loop: its shared buffers take the epilogue's TMA stages");
-        epilogue_synced_ = free = true;
+      if (t->epilogue && !epilogue_synced_) {
+        w.line("__syncthreads();  // every warp is past the loop: its shared buffers take the epilogue's TMA stages");
+        epilogue_synced_ = true;
       }
       if (t->store)
         w.line("qattn::sm90::store_acc_global_tma<" + dims + ">" + args + "  // TMA stores");
