@@ -4,6 +4,7 @@ against torch SDPA's cuDNN and FlashAttention-2 backends and FlexAttention, in o
 
     python3 bench/bench_backward.py OUT.csv [--seqlens 2048,8192] [--configs NAME,...] [--no-variants]
                                     [--variants softcap,window,document] [--also NAME=DEVICE_DIR[:QATTN_BIN] ...]
+                                    [--timing synced,queued]
     python3 bench/bench_backward.py --warm I      # builds job I's kernels first (one process per job)
     python3 bench/bench_backward.py --jobs        # how many --warm jobs there are
 
@@ -17,8 +18,11 @@ window, documents; forward + backward) compare with FlexAttention compiled with 
 Implementations that refuse a shape (FA2 at d_v != d_qk, ...) are skipped with their reason. The
 variants also time the forward alone (pass `fwd`, no grad). --also (bench_runtimes.py): the variants
 with the kernels of another runtime too (e.g. the parent commit's device/ and qattn compiler), as impl
-qattn@NAME, in the same process. Columns: impl, pass, config, variant, hq, hkv, d_qk, d_v, dtype,
-causal, seqlen, batch, ms, tflops.
+qattn@NAME, in the same process. Timing (--timing, both by default, a row each): `synced` times each
+call alone on an idle GPU (CUDA events around it, synchronised after it; the median of 10), so the
+host time before and between its kernels shows as idle GPU; `queued` issues 10 calls back to back, as
+a training step issues its work, and divides their span by 10 (the median of 3 rounds). Columns:
+impl, pass, config, variant, hq, hkv, d_qk, d_v, dtype, causal, seqlen, batch, ms, tflops, timing.
 """
 import argparse
 import os
@@ -40,10 +44,13 @@ CONFIGS = [("llama2-7b-mha", 32, 32, 128, 128), ("qwen2.5-72b-gqa", 64, 8, 128, 
            ("mha-d64", 32, 32, 64, 64), ("mha-d256", 16, 16, 256, 256), ("mla-prefill", 16, 16, 192, 128)]
 # variant name, qattn keyword arguments (built from the shape), the same as FlexAttention functions
 VARIANTS = ["softcap", "window", "document"]
-COLS = ["impl", "pass", "config", "variant", "hq", "hkv", "d_qk", "d_v", "dtype", "causal", "seqlen", "batch", "ms", "tflops"]
+COLS = ["impl", "pass", "config", "variant", "hq", "hkv", "d_qk", "d_v", "dtype", "causal", "seqlen", "batch", "ms", "tflops",
+        "timing"]
 
 
 def timeit(fn, reps=10):
+    """Synced: the median of reps calls, each timed alone on an idle GPU (its host time before and
+    between its kernels shows as GPU idle)."""
     fn()
     torch.cuda.synchronize()
     ts = []
@@ -55,6 +62,26 @@ def timeit(fn, reps=10):
         b.synchronize()
         ts.append(a.elapsed_time(b))
     return statistics.median(ts)
+
+
+def timeit_queued(fn, reps=10, rounds=3):
+    """Queued: reps calls issued back to back (no synchronisation between them, as a training step
+    issues its work) timed end to end, divided by reps; the median of rounds."""
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / reps)
+    return statistics.median(ts)
+
+
+TIMERS = {"synced": timeit, "queued": timeit_queued}
 
 
 def inputs(b, s, hq, hk, dqk, dv, seed):
@@ -126,16 +153,16 @@ def flops(b, hq, s, dqk, dv, keep):
     return fwd, bwd
 
 
-def time_impl(fwd_fn, q, k, v, dout):
+def time_impl(fwd_fn, q, k, v, dout, timer=timeit):
     """(bwd ms, fwd+bwd ms) of an autograd forward fwd_fn(q, k, v) -> o."""
     qs, ks, vs = (x.detach().clone().requires_grad_() for x in (q, k, v))
     o = fwd_fn(qs, ks, vs)
-    t_bwd = timeit(lambda: torch.autograd.grad(o, (qs, ks, vs), dout, retain_graph=True))
+    t_bwd = timer(lambda: torch.autograd.grad(o, (qs, ks, vs), dout, retain_graph=True))
 
     def both():
         o2 = fwd_fn(qs, ks, vs)
         torch.autograd.grad(o2, (qs, ks, vs), dout)
-    return t_bwd, timeit(both)
+    return t_bwd, timer(both)
 
 
 def sdpa_fn(backend, causal, hq, hk):
@@ -156,6 +183,8 @@ def main():
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR[:QATTN_BIN]")
+    ap.add_argument("--timing", default="synced,queued",
+                    help="synced (each call alone on an idle GPU), queued (calls back to back), or both")
     ap.add_argument("--warm", type=int)
     ap.add_argument("--jobs", action="store_true")
     args = ap.parse_args()
@@ -166,6 +195,9 @@ def main():
         sys.exit(f"unknown config {unknown[0]!r}: one of {', '.join(c[0] for c in CONFIGS)}")
     configs = [c for c in CONFIGS if c[0] in names]
     variants = [v for v in args.variants.split(",") if v]
+    timings = [t for t in args.timing.split(",") if t]
+    if not timings or any(t not in TIMERS for t in timings):
+        sys.exit(f"--timing: one or more of {', '.join(TIMERS)}, got {args.timing!r}")
     if any(v not in VARIANTS for v in variants):
         sys.exit(f"--variants: one or more of {', '.join(VARIANTS)}, got {args.variants!r}")
     add_runtimes(args.also, sys.exit)
@@ -183,11 +215,11 @@ def main():
           flush=True)
     rows = []
 
-    def record(impl, pas, cfg, variant, causal, s, b, ms, fl):
+    def record(impl, pas, cfg, variant, causal, s, b, ms, fl, timing):
         name, hq, hk, dqk, dv = cfg
         rows.append({"impl": impl, "pass": pas, "config": name, "variant": variant, "hq": hq, "hkv": hk, "d_qk": dqk,
                      "d_v": dv, "dtype": "bf16", "causal": causal, "seqlen": s, "batch": b, "ms": f"{ms:.4f}",
-                     "tflops": f"{fl / ms / 1e9:.1f}"})
+                     "tflops": f"{fl / ms / 1e9:.1f}", "timing": timing})
         write_csv(args.out, rows, COLS)  # after every row: a timeout keeps what was measured
 
     for cfg in configs:
@@ -201,17 +233,18 @@ def main():
                 impls = [("qattn", lambda q_, k_, v_: qattn.attention(q_, k_, v_, causal=causal))]
                 impls += [(lb, sdpa_fn(be, causal, hq, hk)) for lb, be in
                           (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION))]
-                line = []
-                for impl, fn in impls:
-                    try:
-                        tb, tfb = time_impl(fn, q, k, v, dout)
-                    except (RuntimeError, qattn.QattnError) as e:
-                        line.append(f"{impl} skipped ({str(e).splitlines()[0][:80]})")
-                        continue
-                    record(impl, "bwd", cfg, "", causal, s, b, tb, f_bwd)
-                    record(impl, "fwd+bwd", cfg, "", causal, s, b, tfb, f_fwd + f_bwd)
-                    line.append(f"{impl} bwd {f_bwd / tb / 1e9:.1f} fwd+bwd {(f_fwd + f_bwd) / tfb / 1e9:.1f}")
-                print(f"{name} s{s} b{b} causal={causal}: " + "; ".join(line), flush=True)
+                for timing in timings:
+                    line = []
+                    for impl, fn in impls:
+                        try:
+                            tb, tfb = time_impl(fn, q, k, v, dout, TIMERS[timing])
+                        except (RuntimeError, qattn.QattnError) as e:
+                            line.append(f"{impl} skipped ({str(e).splitlines()[0][:80]})")
+                            continue
+                        record(impl, "bwd", cfg, "", causal, s, b, tb, f_bwd, timing)
+                        record(impl, "fwd+bwd", cfg, "", causal, s, b, tfb, f_fwd + f_bwd, timing)
+                        line.append(f"{impl} bwd {f_bwd / tb / 1e9:.1f} fwd+bwd {(f_fwd + f_bwd) / tfb / 1e9:.1f}")
+                    print(f"{name} s{s} b{b} causal={causal} ({timing}): " + "; ".join(line), flush=True)
                 del q, k, v, dout
     if not args.no_variants:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -239,23 +272,24 @@ def main():
                 ref = f_fn(q, k, v).float()
                 errs = {impl: (fn(q, k, v).float() - ref).abs().max().item() for impl, fn in impls[:-1]}
             check_runtimes()
-            times = {}
-            for impl, fn in impls:
-                with torch.no_grad():
-                    tf = timeit(lambda fn=fn: fn(q, k, v))
-                tb, tfb = time_impl(fn, q, k, v, dout)
-                times[impl] = (tf, tb, tfb)
-                record(impl, "fwd", cfg, var, causal, s, b, tf, f_fwd)
-                record(impl, "bwd", cfg, var, causal, s, b, tb, f_bwd)
-                record(impl, "fwd+bwd", cfg, var, causal, s, b, tfb, f_fwd + f_bwd)
-            line = ", ".join(f"{impl} {t[0]:.3f} / {t[1]:.3f} / {t[2]:.3f}" for impl, t in times.items())
-            print(f"{name} s{s} b{b} {var}: fwd / bwd / fwd+bwd ms: {line}; fwd+bwd qattn "
-                  f"{times['flex'][2] / times['qattn'][2]:.2f}x flex; max|o - o_flex| " +
-                  ", ".join(f"{impl} {e:.2e}" for impl, e in errs.items()), flush=True)
-            for rt in RUNTIMES:
-                t, p = times["qattn"], times[f"qattn@{rt}"]
-                print(f"  speed vs {rt} (its time / this tree's): fwd {p[0] / t[0]:.3f}, bwd {p[1] / t[1]:.3f}, "
-                      f"fwd+bwd {p[2] / t[2]:.3f}", flush=True)
+            for timing in timings:
+                timer, times = TIMERS[timing], {}
+                for impl, fn in impls:
+                    with torch.no_grad():
+                        tf = timer(lambda fn=fn: fn(q, k, v))
+                    tb, tfb = time_impl(fn, q, k, v, dout, timer)
+                    times[impl] = (tf, tb, tfb)
+                    record(impl, "fwd", cfg, var, causal, s, b, tf, f_fwd, timing)
+                    record(impl, "bwd", cfg, var, causal, s, b, tb, f_bwd, timing)
+                    record(impl, "fwd+bwd", cfg, var, causal, s, b, tfb, f_fwd + f_bwd, timing)
+                line = ", ".join(f"{impl} {t[0]:.3f} / {t[1]:.3f} / {t[2]:.3f}" for impl, t in times.items())
+                print(f"{name} s{s} b{b} {var} ({timing}): fwd / bwd / fwd+bwd ms: {line}; fwd+bwd qattn "
+                      f"{times['flex'][2] / times['qattn'][2]:.2f}x flex; max|o - o_flex| " +
+                      ", ".join(f"{impl} {e:.2e}" for impl, e in errs.items()), flush=True)
+                for rt in RUNTIMES:
+                    t, p = times["qattn"], times[f"qattn@{rt}"]
+                    print(f"  speed vs {rt} (its time / this tree's): fwd {p[0] / t[0]:.3f}, bwd {p[1] / t[1]:.3f}, "
+                          f"fwd+bwd {p[2] / t[2]:.3f}", flush=True)
             del q, k, v, dout
     return 0
 

@@ -3,9 +3,12 @@
 qattn / FA2 ratios of every (seqlen, causal) row, min-max and geometric mean, for the backward and for
 forward + backward; then the geometric mean over the head dims (d64, d128, d256, MLA), each the
 geometric mean of its rows (FA2 without MLA, which it has no kernel for).
-Usage: summarize.py results.csv [parent_results.csv]  (with a parent: this run's qattn over the parent's)"""
+Usage: summarize.py results.csv [parent_results.csv]  (with a parent: this run's qattn over the parent's)
+QATTN_TIMING=queued: the rows of that timing (bench_backward.py's `timing` column; a row without one
+is synced, the only timing before it had the column)."""
 import csv
 import math
+import os
 import sys
 from collections import defaultdict
 
@@ -17,8 +20,9 @@ GROUP = {"llama2-7b-mha": "d128", "qwen2.5-72b-gqa": "d128", "mqa": "d128", "mha
 
 def load(path):
     t = {}
+    timing = os.environ.get("QATTN_TIMING", "synced")
     for r in csv.DictReader(open(path)):
-        if r["variant"]:
+        if r["variant"] or (r.get("timing") or "synced") != timing:
             continue
         t[(r["impl"], r["pass"], r["config"], r["causal"], int(r["seqlen"]))] = float(r["tflops"])
     return t
