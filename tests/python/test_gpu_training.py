@@ -340,3 +340,43 @@ def test_backward_refuses_a_dq_its_tma_additions_cannot_address(gen):
             assert bool((buf == -7.0).all()), "a refused launch wrote dq"
         else:
             assert bool(dq.abs().sum() > 0) and bool(torch.isfinite(dq).all())
+
+
+def test_backward_refuses_a_dk_or_dv_its_tma_stores_cannot_address(gen):
+    """Hopper's MHA backward stores its bf16 dK and dV by TMA (tensor maps of the ABI's dk / dv): a view
+    whose address is element-aligned but not 16-byte aligned passes the argument checks and is refused
+    when its map is made, with QATTN_ERR_ALIGNMENT and a message naming it, before any launch (dq, dk,
+    dv keep their values); the 16-byte aligned view of the same buffer runs and writes finite gradients."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the TMA stores are Hopper's (sm90) backward")
+    from qattn import _abi, _backward
+    from qattn._attention import _device_target
+    b, s, h, d = 1, 130, 2, 128
+    build = _backward.build_for(torch, _device_target, "bf16", d, d, {"mask": {"kind": "causal", "align": "bottom_right"}}, False,
+                                torch.device("cuda"))
+    lib = build.library
+    assert lib.info["dk_dtype"] == "bf16", lib.info  # (MHA: stored once per key tile)
+    q, k, v, o, dout = (torch.randn(b, s, h, d, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(5))
+    lse = torch.full((b, h, s), 8.0, device="cuda")
+    n = b * s * h * d
+    for name in ("dK", "dV"):
+        for off, want in ((1, 3), (8, 0)):  # 2 bytes past an aligned base, then 16
+            dq = torch.full((b, s, h, d), -7.0, device="cuda")
+            buf = torch.full((n + 8,), -7.0, device="cuda", dtype=torch.bfloat16)
+            view = buf[off:off + n].view(b, s, h, d)
+            other = torch.full((b, s, h, d), -7.0, device="cuda", dtype=torch.bfloat16)
+            dk, dv = (view, other) if name == "dK" else (other, view)
+            if not want:
+                dq.zero_()
+            p = _abi.fill_bwd_params(q, k, v, o, dout, lse, dq, dk, dv, scale=d ** -0.5)
+            ws = _abi.bwd_workspace(torch, lib, p, "cuda")  # noqa: F841 (alive for the launch)
+            st = lib.bwd(p, torch.cuda.current_stream().cuda_stream)
+            torch.cuda.synchronize()
+            assert st == want, (name, off, st, lib.last_error())
+            if want:
+                assert f"refused {name}" in lib.last_error() and "16 bytes" in lib.last_error(), lib.last_error()
+                assert bool((buf == -7.0).all()) and bool((other == -7.0).all()) and bool((dq == -7.0).all()), \
+                    "a refused launch wrote a gradient"
+            else:
+                for t in (dq, dk, dv):
+                    assert bool(torch.isfinite(t).all()) and bool(t.float().abs().sum() > 0), name
