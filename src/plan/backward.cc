@@ -217,6 +217,20 @@ std::string query_hi(const Problem& p) {
   return "cdiv(seqlen_q, BM)";
 }
 
+// The main Grid's order (its first axis varies fastest, docs/translation.md): the query heads first
+// for a causal MHA backward in Hopper's wgmma forms, so that the blocks of key tile 0, which walk the
+// most query tiles, all run before any of tile 1 and the last wave holds the shortest blocks (H200
+// bf16 kernel to kernel, b8-b2 at s2k-s8k: d128 1.015-1.042x, d64 1.021-1.030x, d256 1.015-1.021x,
+// MLA 1.050-1.067x; s16k b1 0.993-1.017x; bench/results/2026-12-01-h200-bwd-order). Not without a
+// mask (the blocks' work is flat: 0.968-0.991x, the heads' shared query tiles leave L2), not for GQA /
+// MQA (their fp32 dK / dV additions: h64/8 0.91-0.97x), not for the mask variants (a document's or a
+// prefix's work is not monotone in the key tile: not measured) nor `{ordered}` additions.
+bool heads_first_grid(const Problem& p, bool hopper_form) {
+  using K = tl::MaskSpec::Kind;
+  return hopper_form && p.heads_q == p.heads_kv && (p.mask == K::Causal || p.mask == K::CausalTopLeft) &&
+         !p.variants.any_mask() && !p.deterministic;
+}
+
 // One statement list for both stages: the sketch (no tiles) and the code.
 std::string backward_text(const Problem& p, const Target& t, const TileConfig* tiles, bool tr, bool phase_d, bool wgn) {
   BwdWriter w(tiles != nullptr);
@@ -287,7 +301,13 @@ std::string backward_text(const Problem& p, const Target& t, const TileConfig* t
   }
   if (w.code()) {
     w.comment(" one block per key tile and query head; the loop walks the query tiles that see the key tile");
-    w.line("Grid n_block = 0: cdiv(seqlen_k, BN), head = 0: heads_q, b = 0: batch");
+    if (heads_first_grid(p, tr || wgn)) {
+      w.comment(" the heads first: every head's key tile 0 (its block walks the most query tiles) runs before any tile 1,");
+      w.comment(" so the last wave holds the shortest blocks");
+      w.line("Grid head = 0: heads_q, n_block = 0: cdiv(seqlen_k, BN), b = 0: batch");
+    } else {
+      w.line("Grid n_block = 0: cdiv(seqlen_k, BN), head = 0: heads_q, b = 0: batch");
+    }
     w.line("Let kv_head = head / (heads_q / heads_kv)");
     w.blank();
     w.line("Allocate Q in global (seqlen_q, " + dqk + ") " + st + " with offset [b, head]");
@@ -573,7 +593,12 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
                 " BN=" + std::to_string(tiles.bn) + " warps=" + std::to_string(tiles.warps) + " (" + tiles.reason + ")\n" +
                 "- shared memory: " + std::to_string(b.smem_bytes) + " bytes per block\n" +
                 "- dK, dV: " + (p.heads_q != p.heads_kv ? "fp32, accumulated by the query heads of a kv head (GQA)" : "stored once per key tile (MHA)") +
-                "; dQ: fp32, accumulated by every key block\n";
+                "; dQ: fp32, accumulated by every key block\n" +
+                (heads_first_grid(p, tr || wgn)
+                     ? "- blocks: the query heads first (`Grid head, n_block, b`): every head's key tile 0, the longest block of a "
+                       "causal backward, runs before any tile 1 and the last wave holds the shortest (H200 bf16: 1.015-1.067x at "
+                       "s2k-s8k; bench/results/2026-12-01-h200-bwd-order)\n"
+                     : "- blocks: the key tiles first (`Grid n_block, head, b`)\n");
   return plan;
 }
 
