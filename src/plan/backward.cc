@@ -220,8 +220,9 @@ std::string query_hi(const Problem& p) {
 // The main Grid's order (its first axis varies fastest, docs/translation.md): the query heads first
 // for a causal MHA backward in Hopper's wgmma forms, so that the blocks of key tile 0, which walk the
 // most query tiles, all run before any of tile 1 and the last wave holds the shortest blocks (H200
-// bf16 kernel to kernel, b8-b2 at s2k-s8k: d128 1.015-1.042x, d64 1.021-1.030x, d256 1.015-1.021x,
-// MLA 1.050-1.067x; s16k b1 0.993-1.017x; bench/results/2026-12-01-h200-bwd-order). Not without a
+// bf16 kernel to kernel over the parent's programs, b16-b2 at s1k-s8k: d128 1.005-1.035x, softcap
+// 1.009-1.040x, d64 1.021-1.029x, d256 1.007-1.030x, MLA 1.036-1.060x; b1 s16k 0.98-1.03x;
+// bench/results/2026-12-01-h200-bwd-order). Not without a
 // mask (the blocks' work is flat: 0.968-0.991x, the heads' shared query tiles leave L2), not for GQA /
 // MQA (their fp32 dK / dV additions: h64/8 0.91-0.97x), not for the mask variants (a document's or a
 // prefix's work is not monotone in the key tile: not measured) nor `{ordered}` additions.
@@ -596,8 +597,8 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
                 "; dQ: fp32, accumulated by every key block\n" +
                 (heads_first_grid(p, tr || wgn)
                      ? "- blocks: the query heads first (`Grid head, n_block, b`): every head's key tile 0, the longest block of a "
-                       "causal backward, runs before any tile 1 and the last wave holds the shortest (H200 bf16: 1.015-1.067x at "
-                       "s2k-s8k; bench/results/2026-12-01-h200-bwd-order)\n"
+                       "causal backward, runs before any tile 1 and the last wave holds the shortest (H200 bf16: 1.005-1.060x at "
+                       "b16-b2, s1k-s8k; bench/results/2026-12-01-h200-bwd-order)\n"
                      : "- blocks: the key tiles first (`Grid n_block, head, b`)\n");
   return plan;
 }
