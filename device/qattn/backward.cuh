@@ -106,6 +106,24 @@ __device__ __forceinline__ void store_acc_smem(TiledMma const& mma, Tensor<AEngi
   for (int i = 0; i < size(acc); ++i) tXsX(i) = static_cast<T>(acc(i));
 }
 
+// store_acc_smem of a 16-bit tile with each value pair of the accumulator (two neighbouring columns
+// of a row) in one 32-bit store: sX's layout keeps a row's even and odd column side by side (the
+// swizzled smem_layout moves 16-byte chunks).
+template <class TiledMma, class AEngine, class ALayout, class SEngine, class SLayout>
+__device__ __forceinline__ void store_acc_smem_pairs(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc,
+                                                     Tensor<SEngine, SLayout>& sX, int tid) {
+  using T = typename SEngine::value_type;
+  static_assert(sizeof(T) == 2, "16-bit pairs");
+  Tensor tXsX = mma.get_slice(tid).partition_C(sX);  // (MMA, MMA_M, MMA_N)
+  static_assert(decltype(size<0>(tXsX))::value % 2 == 0, "value pairs");
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const T lo = static_cast<T>(acc(i)), hi = static_cast<T>(acc(i + 1));
+    *reinterpret_cast<uint32_t*>(&tXsX(i)) =
+        uint32_t(reinterpret_cast<const uint16_t&>(lo)) | (uint32_t(reinterpret_cast<const uint16_t&>(hi)) << 16);
+  }
+}
+
 // The thread's part of the (M, N) tile tile_row of the global view mX (rows, N) as an accumulator
 // of `mma` lays it out: the elements, their (row, column) in the tile, and the rows left in the view.
 template <int M, int N, class TiledMma, class GEngine, class GLayout>

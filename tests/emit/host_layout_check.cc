@@ -14,6 +14,9 @@
 //     (16 / E bases from qattn::tma_stage_offset plus constants) is the pair's place in the swizzled
 //     boxes, every element is staged once, and each warpgroup's first thread issues exactly the boxes
 //     its warpgroup wrote.
+//  6. store_acc_smem_pairs (backward.cuh): each value pair (v, v + 1) of an accumulator fragment is two
+//     neighbouring columns of one row, and in the swizzled 16-bit smem_layout (both atoms) the two
+//     elements are side by side from an even element: one aligned 32-bit store.
 // Prints one line per check and exits non-zero on any mismatch.
 #include <cstdio>
 #include <set>
@@ -181,6 +184,27 @@ int check_tma_stage(const char* name) {
   return bad;
 }
 
+template <class TiledMma, int M, int N, int ATOM>
+int check_smem_pairs(const char* name) {
+  TiledMma mma;
+  const auto sl = qattn::smem_layout<bfloat16_t, M, N, ATOM>();
+  std::vector<int> seen(M * N, 0);
+  int bad = 0;
+  for (int t = 0; t < int(size(mma)); ++t) {
+    auto tc = mma.get_slice(t).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+    if (int(size<0>(tc)) % 2 != 0) return 1000;
+    for (int v = 0; v < int(size(tc)); v += 2) {
+      const int r = int(get<0>(tc(v))), c = int(get<1>(tc(v)));
+      const int at = int(sl(r, c)), at1 = int(sl(int(get<0>(tc(v + 1))), int(get<1>(tc(v + 1)))));
+      if (int(get<0>(tc(v + 1))) != r || int(get<1>(tc(v + 1))) != c + 1 || at % 2 != 0 || at1 != at + 1) ++bad;
+      ++seen[at], ++seen[at1];
+    }
+  }
+  for (int x : seen) bad += x != 1;
+  std::printf("smem pairs %s: %d mismatches\n", name, bad);
+  return bad;
+}
+
 int main() {
   int bad = 0;
   bad += check_reshape<SM80_16x8x16_F32BF16BF16F32_TN, 16>("sm80 m16n8k16", [](auto l) { return qattn::acc_to_a_m16n8k16(l); }, false);
@@ -206,5 +230,10 @@ int main() {
   bad += check_tma_stage<bwd::Mma<128>, 128, 128, 2>("16-bit dK / dV: Mma<128> (128, 128)");
   bad += check_tma_stage<bwd::Mma<128>, 128, 64, 2>("d64 16-bit dK / dV: Mma<128> (128, 64)");
   bad += check_tma_stage<bwd::MmaCols<64, 256, 2>, 64, 256, 2>("d256 16-bit dK / dV: MmaCols<64, 256, 2>");
+  bad += check_smem_pairs<bwd::Mma<128>, 128, 64, 64>("d128 dS^T: Mma<128> (128, 64)");
+  bad += check_smem_pairs<bwd::Mma<128>, 128, 128, 64>("d64 dS^T: Mma<128> (128, 128)");
+  bad += check_smem_pairs<bwd::Mma<128>, 128, 64, 32>("64-byte swizzle: Mma<128> (128, 64)");
+  bad += check_smem_pairs<bwd::MmaCols<64, 64, 2>, 64, 64, 64>("d256 P: MmaCols<64, 64, 2>");
+  bad += check_smem_pairs<bwd::Mma<64, 4>, 64, 64, 64>("sm80 dS: Mma<64, 4> (64, 64)");
   return bad != 0;
 }

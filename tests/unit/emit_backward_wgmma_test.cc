@@ -45,7 +45,7 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
             std::string::npos);
   // dQ added by TMA (TmaAdditionsStageDQ below); dK, dV after the loop by float4 reductions (value pairs
   // traded within lane pairs), never the pair-wise atomics
-  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_tma<64, 128, true>(MmaCols<64, 128, 2>{}, rdQ, "), std::string::npos);
+  EXPECT_NE(cu.find("qattn::sm90::add_acc_global_tma<64, 128, true, true>(MmaCols<64, 128, 2>{}, rdQ, "), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<128, 128>(Mma<128>{}, rdK, mdK, n_block, tid);"), std::string::npos);
   EXPECT_NE(cu.find("qattn::sm90::add_acc_global_v4<128, 128>(Mma<128>{}, rdV, mdV, n_block, tid);"), std::string::npos);
   EXPECT_EQ(cu.find("qattn::add_acc_global<"), std::string::npos);
@@ -124,7 +124,7 @@ TEST(EmitBackward, TheTransposedFormRunsEveryGemmOnWgmmaOnHopper) {
   EXPECT_NE(body.find("[[maybe_unused]] const bool handoff_wait_i = i - lo_i != 0, handoff_pass_i = i + 1 < hi_i;"), std::string::npos)
       << body;
   const size_t sync = body.find("if (handoff_wait_i) qattn::sm90::ptx::bar_sync(1 + wg, kThreads);");
-  const size_t store = body.find("qattn::store_acc_smem(Mma<128>{}, rdStc, sdStc, tid);");
+  const size_t store = body.find("qattn::store_acc_smem_pairs(Mma<128>{}, rdStc, sdStc, tid);");
   const size_t dq_done = body.find("qattn::sm90::wgmma_wait<1>();  // dV, dQ ready");
   const size_t arrive = body.find("if (g != wg) qattn::sm90::ptx::bar_arrive(1 + g, kThreads);");
   ASSERT_NE(sync, std::string::npos);
@@ -211,7 +211,7 @@ TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
   // P and dS, both scratch handed between the warpgroups: one named-barrier wait before P's store covers
   // both (the arrival comes after the last product that reads either, dQ = dS K); 4 boxes a 256-column tile
   EXPECT_EQ(count_of(cu, "qattn::sm90::ptx::bar_sync(1 + wg, kThreads);"), 1u) << cu;
-  const size_t p_store = cu.find("qattn::store_acc_smem(MmaCols<64, 64, 2>{}, rPc, sPc, tid);");
+  const size_t p_store = cu.find("qattn::store_acc_smem_pairs(MmaCols<64, 64, 2>{}, rPc, sPc, tid);");
   const size_t p_arrive = cu.find("qattn::sm90::ptx::bar_arrive(1 + g, kThreads);");
   ASSERT_NE(p_store, std::string::npos) << cu;
   ASSERT_NE(p_arrive, std::string::npos) << cu;
@@ -250,14 +250,15 @@ TEST(EmitBackward, D256OnHopperRunsTheNaturalFormOnWgmma) {
 // dQ, added by every key block in the loop, goes by TMA on Hopper's wgmma form: each warpgroup stages
 // its part (64 rows) in shared memory and its first thread adds the 32-column boxes with bulk tensor
 // reductions; the wait for the previous iteration's reductions folded into the iteration's first
-// __syncthreads. Not where the stage does not fit (d256, MLA) nor for `{ordered}` additions.
+// __syncthreads, so the warpgroup's other warps only arrive at the stage's barrier (ARRIVE, the
+// fourth template argument). Not where the stage does not fit (d256, MLA) nor for `{ordered}` additions.
 TEST(EmitBackward, TmaAdditionsStageDQ) {
   for (const auto& [preset, flags, call] : std::vector<std::tuple<std::string, std::map<std::string, std::string>, std::string>>{
-           {"llama3-8b", {}, "qattn::sm90::add_acc_global_tma<64, 128, true>(MmaCols<64, 128, 2>{}, rdQ, reinterpret_cast<float*>(smem + "
+           {"llama3-8b", {}, "qattn::sm90::add_acc_global_tma<64, 128, true, true>(MmaCols<64, 128, 2>{}, rdQ, reinterpret_cast<float*>(smem + "
                              "kSmemAdddQ), &tadQ, i, head, b, tid, 1 + kThreads / 128 + wg);  // TMA reductions (fp32 add)"},
-           {"llama3.2-1b", {}, "qattn::sm90::add_acc_global_tma<128, 64, true>(Mma<128>{}, rdQ, "},
-           {"mistral-7b", {{"heads", "32,32"}, {"window", "256,0"}}, "qattn::sm90::add_acc_global_tma<64, 128, true>("},
-           {"llama3-8b", {{"document", "true"}}, "qattn::sm90::add_acc_global_tma<64, 128, true>("}}) {
+           {"llama3.2-1b", {}, "qattn::sm90::add_acc_global_tma<128, 64, true, true>(Mma<128>{}, rdQ, "},
+           {"mistral-7b", {{"heads", "32,32"}, {"window", "256,0"}}, "qattn::sm90::add_acc_global_tma<64, 128, true, true>("},
+           {"llama3-8b", {{"document", "true"}}, "qattn::sm90::add_acc_global_tma<64, 128, true, true>("}}) {
     support::DiagSink d;
     auto t = xlate(plan_backward(preset, "h100", flags), "h100", d);
     ASSERT_TRUE(t.has_value()) << preset << d.render();
@@ -281,6 +282,9 @@ TEST(EmitBackward, TmaAdditionsStageDQ) {
     EXPECT_LT(wait, cu.find("add_acc_global_tma<"));
     EXPECT_NE(cu.find("qattn::sm90::add_acc_global_tma_done(tid);"), std::string::npos) << preset;
     EXPECT_NE(t->kir.find("  add dQ ("), std::string::npos) << t->kir;
+    // dS^T into shared memory by 32-bit stores of value pairs (store_acc_smem_pairs), never one element at a time
+    EXPECT_NE(cu.find("qattn::store_acc_smem_pairs("), std::string::npos) << preset;
+    EXPECT_EQ(cu.find("qattn::store_acc_smem("), std::string::npos) << preset;
   }
   // the stage does not fit beside d256's and MLA's buffers: float4 reductions; `{ordered}` keeps its turns
   for (const auto& [preset, flags] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{

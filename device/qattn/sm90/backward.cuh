@@ -169,13 +169,16 @@ __device__ __forceinline__ void stage_acc(TiledMma const& mma, Tensor<AEngine, A
 // swizzle. The stage is reused by the next call: unless STAGE_FREE (the first thread waited for its
 // previous reductions with tma_store_wait<0> before a block-wide barrier the caller passed since),
 // the first thread waits here until they have read it and the warpgroup syncs on named barrier
-// `bar_id` (128 threads); after writing it, it syncs there again. Before the block exits, the first
-// thread of each warpgroup waits until its reductions have read the stage (add_acc_global_tma_done;
-// the grid completes with their writes).
-template <int M, int N, bool STAGE_FREE, class TiledMma, class AEngine, class ALayout>
+// `bar_id` (128 threads); after writing it, it syncs there again (ARRIVE, with STAGE_FREE: only the
+// first warp waits there, for the others' stores, and issues; the other three arrive and go on: the
+// caller's block-wide barrier before the next call keeps them from running a call ahead). Before the
+// block exits, the first thread of each warpgroup waits until its reductions have read the stage
+// (add_acc_global_tma_done; the grid completes with their writes).
+template <int M, int N, bool STAGE_FREE, bool ARRIVE = false, class TiledMma, class AEngine, class ALayout>
 __device__ __forceinline__ void add_acc_global_tma(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc, float* stage,
                                                    const void* map, int tile_row, int head, int batch, int tid, int bar_id) {
   constexpr int kN = decltype(size(acc))::value;  // 64 rows x 2 kN columns per warpgroup
+  static_assert(STAGE_FREE || !ARRIVE, "ARRIVE: a block-wide barrier between two calls (the warps that only arrive may not run ahead)");
   const bool first = tid % 128 == 0;
   if constexpr (!STAGE_FREE) {
     if (first) ptx::tma_store_wait<0>();  // the previous call's reductions have read the stage
@@ -184,7 +187,10 @@ __device__ __forceinline__ void add_acc_global_tma(TiledMma const& mma, Tensor<A
   int r, c;
   stage_acc<M, N, float>(mma, acc, stage, tid, r, c);
   ptx::fence_async_shared();  // the stores, visible to the bulk reductions (the async proxy)
-  ptx::bar_sync(bar_id, 128);
+  if (ARRIVE && tid % 128 >= 32)
+    ptx::bar_arrive(bar_id, 128);  // ARRIVE: only the first warp waits for the others' stores
+  else
+    ptx::bar_sync(bar_id, 128);
   if (first) {
     CUTE_UNROLL
     for (int k = 0; k < 2 * kN / 32; ++k)

@@ -537,7 +537,12 @@ void Lower::copy(Out& w, const Stmt& s) {
       return;
     }
     before_write(w, c.name, false);
-    w.line("qattn::store_acc_smem(" + mma_of(r) + ", " + r.var + ", " + b.var + ", tid);");
+    // wgmma mode: a 16-bit tile by 32-bit stores of the accumulator's value pairs, not element by element
+    // (H200, with the arrive form of the dQ stage below: d64-d128 1.01-1.06x, d256 / MLA 0.99-1.01x;
+    // bench/results/2026-12-01-h200-bwd-loop). The mma.sync form keeps its stores: no A100 here to time it.
+    const bool pairs = wg_ && (b.dtype == tl::DType::F16 || b.dtype == tl::DType::BF16);
+    w.line(std::string(pairs ? "qattn::store_acc_smem_pairs(" : "qattn::store_acc_smem(") + mma_of(r) + ", " + r.var + ", " + b.var +
+           ", tid);");
     return;
   }
   if (c.from == tl::Space::Register && c.to == tl::Space::Global) {
@@ -562,6 +567,10 @@ void Lower::copy(Out& w, const Stmt& s) {
                                "*>(smem + kSmemAdd" + id(n) + "), &ta" + id(n) + ", " + coord0() + ", " + t->head + ", " + t->batch +
                                ", tid, 1 + kThreads / 128 + wg);";
       const bool free = tma_add_free_;  // the iteration's first barrier waited for the previous additions
+      // the loop's only addition, after that barrier: the warpgroup's other warps arrive at its stage's
+      // barrier and go on, the first one waits and issues (the next call is past a block-wide barrier)
+      const bool arrive = free && !t->epilogue &&
+                          std::count_if(tma_adds_.begin(), tma_adds_.end(), [](const TmaAdd& a) { return !a.epilogue; }) == 1;
       tma_add_wait_due_ = false;
       if (t->epilogue && !epilogue_synced_) {
         w.line("__syncthreads();  // every warp is past the loop: its shared buffers take the epilogue's TMA stages");
@@ -570,7 +579,8 @@ void Lower::copy(Out& w, const Stmt& s) {
       if (t->store)
         w.line("qattn::sm90::store_acc_global_tma<" + dims + ">" + args + "  // TMA stores");
       else
-        w.line("qattn::sm90::add_acc_global_tma<" + dims + ", " + (free ? "true" : "false") + ">" + args + "  // TMA reductions (fp32 add)");
+        w.line("qattn::sm90::add_acc_global_tma<" + dims + ", " + (free ? "true" : "false") + (arrive ? ", true" : "") + ">" + args +
+               "  // TMA reductions (fp32 add)");
       return;
     }
     // otherwise, on warpgroup MMA an added tile goes by float4 reductions (value pairs traded within lane
