@@ -8,7 +8,8 @@
 //   copy_rows_g2s  TL `Copy LSE (BM) in coordinate [i] from global to shared`: fp32 rows, zero past
 //                the end of the view
 //   store_acc_smem TL `Copy P from register to shared`: an accumulator tile into a shared tile (a
-//                transposed A operand is read from there by ldmatrix.trans)
+//                transposed A operand is read from there by ldmatrix.trans); store_acc_smem_pairs
+//                the same for a 16-bit tile, a 32-bit store per value pair (the wgmma form's)
 //   store_acc_global / add_acc_global  TL `Copy dK (BN, d) in coordinate [n, 0] from register to
 //                global [and accumulate]`: the accumulator rounded to the global dtype and stored, or
 //                added with fp32 atomics; rows past the end of the view skipped
