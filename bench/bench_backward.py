@@ -50,18 +50,8 @@ COLS = ["impl", "pass", "config", "variant", "hq", "hkv", "d_qk", "d_v", "dtype"
 
 def timeit(fn, reps=10):
     """Synced: the median of reps calls, each timed alone on an idle GPU (its host time before and
-    between its kernels shows as GPU idle)."""
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    between its kernels shows as GPU idle): timeit_queued with one call a round."""
+    return timeit_queued(fn, reps=1, rounds=reps)
 
 
 def timeit_queued(fn, reps=10, rounds=3):
