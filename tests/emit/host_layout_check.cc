@@ -19,6 +19,7 @@
 //     elements are side by side from an even element: one aligned 32-bit store.
 // Prints one line per check and exits non-zero on any mismatch.
 #include <cstdio>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -139,11 +140,12 @@ int check_v4_exchange(const char* name) {
 // tma_stage_offset<N, E>(r, c, 4 j), against the canonical place of (row, col) in the swizzled boxes;
 // each 8 KB box written by one warpgroup only, whose first thread issues boxes (r0 / 64) (N / W) +
 // c0 / W + k, k < 2 kN / W.
-template <class TiledMma, int M, int N, int E = 4>
+template <class TiledMma, int M, int N, int E = 4, bool XOR2 = false>
 int check_tma_stage(const char* name) {
   constexpr int W = 128 / E, kBlocks = 16 / E;
   TiledMma mma;
   std::vector<int> seen(M * N, 0), box_wg((M / 64) * (N / W), -1), issued((M / 64) * (N / W), -1);
+  std::map<std::pair<int, int>, std::set<int>> chunks;  // (half warp, store) -> the 16-byte bank groups its lanes hit
   int bad = 0;
   auto canonical = [](int row, int col) {
     return ((row / 64) * (N / W) + col / W) * 8192 + (row % 64) * 128 + ((((col % W) * E / 16) ^ (row % 8)) * 16) + (col * E) % 16;
@@ -155,12 +157,14 @@ int check_tma_stage(const char* name) {
       std::printf("tma stage %s: fragment is not the wgmma layout\n", name);
       return 1;
     }
+    const bool odd = XOR2 && (r & 1);  // (stage_acc's XOR2: an odd row's thread stores pair v ^ 8 at block blk ^ 2's base)
     for (int v = 0; v < kN; v += 2) {
-      const int blk = v / 4, half = (v / 2) % 2;
-      const int at = qattn::tma_stage_offset<N, E>(r, c, 4 * (blk % kBlocks)) + (blk / kBlocks) * 8192 + half * 1024;
-      const int row = int(get<0>(tc(v))), col = int(get<1>(tc(v)));
-      if (int(get<0>(tc(v + 1))) != row || int(get<1>(tc(v + 1))) != col + 1 || col % 2 != 0) ++bad;
-      if (at != canonical(row, col) || at != qattn::tma_stage_offset<N, E>(r, c, v)) ++bad;
+      const int blk = v / 4, half = (v / 2) % 2, u = odd ? v ^ 8 : v;
+      const int at = qattn::tma_stage_offset<N, E>(r, c, 4 * ((blk % kBlocks) ^ (odd ? 2 : 0))) + (blk / kBlocks) * 8192 + half * 1024;
+      const int row = int(get<0>(tc(u))), col = int(get<1>(tc(u)));
+      if (int(get<0>(tc(u + 1))) != row || int(get<1>(tc(u + 1))) != col + 1 || col % 2 != 0) ++bad;
+      if (at != canonical(row, col) || at != qattn::tma_stage_offset<N, E>(r, c, u)) ++bad;
+      chunks[{t / 16, v}].insert((at % 128) / 16);
       for (int e = 0; e < 2; ++e) ++seen[row * N + col + e];
       int& owner = box_wg[at / 8192];
       if (owner == -1) owner = t / 128;
@@ -180,7 +184,12 @@ int check_tma_stage(const char* name) {
     if (n != 1) ++bad;
   for (size_t b = 0; b < issued.size(); ++b)
     if (issued[b] != box_wg[b]) ++bad;
-  std::printf("tma stage %s: %d mismatches\n", name, bad);
+  // a half warp's 16 lanes store 8 bytes (fp32) or a warp's 32 lanes 4 bytes (16-bit): 128 bytes, one
+  // wavefront when they cover the 8 bank groups once; XOR2 must make every fp32 store conflict-free
+  int conflicted = 0;
+  for (const auto& [key, groups] : chunks) conflicted += int(groups.size()) < (E == 4 ? 8 : 4);
+  if (XOR2 && conflicted) bad += conflicted;
+  std::printf("tma stage %s: %d mismatches, %d of %d half-warp stores with bank conflicts\n", name, bad, conflicted, int(chunks.size()));
   return bad;
 }
 
@@ -227,6 +236,8 @@ int main() {
   bad += check_tma_stage<bwd::MmaCols<64, 192, 2>, 64, 192>("d192 / MLA dQ: MmaCols<64, 192, 2>");
   bad += check_tma_stage<bwd::MmaCols<64, 256, 2>, 64, 256>("d256 dQ: MmaCols<64, 256, 2>");
   bad += check_tma_stage<bwd::Mma<128>, 128, 128>("GQA fp32 dK / dV: Mma<128> (128, 128)");
+  bad += check_tma_stage<bwd::MmaCols<64, 128, 2>, 64, 128, 4, true>("d128 dQ, XOR2: MmaCols<64, 128, 2>");
+  bad += check_tma_stage<bwd::Mma<128>, 128, 64, 4, true>("d64 dQ, XOR2: Mma<128> (128, 64)");
   bad += check_tma_stage<bwd::Mma<128>, 128, 128, 2>("16-bit dK / dV: Mma<128> (128, 128)");
   bad += check_tma_stage<bwd::Mma<128>, 128, 64, 2>("d64 16-bit dK / dV: Mma<128> (128, 64)");
   bad += check_tma_stage<bwd::MmaCols<64, 256, 2>, 64, 256, 2>("d256 16-bit dK / dV: MmaCols<64, 256, 2>");

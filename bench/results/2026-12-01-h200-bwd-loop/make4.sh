@@ -2,7 +2,7 @@
 # The translation units of run7.sh (out/loop4), on the CPU machine, after make2.sh: this tree's unit of
 # each config (_n) and the same with the dQ stage's stores in the XOR2 order (_x: stage_acc's XOR2, an
 # odd row's thread storing block blk ^ 2; no bank conflicts, checked by host_layout_check).
-#     git apply bench/results/2026-12-01-h200-bwd-loop/xor2.patch && bash bench/results/2026-12-01-h200-bwd-loop/make4.sh
+#     (on 79a2218, before the lowering emitted the d64 form itself) git apply bench/results/2026-12-01-h200-bwd-loop/xor2.patch && bash bench/results/2026-12-01-h200-bwd-loop/make4.sh
 set -euo pipefail
 mkdir -p out/loop4
 for n in c128 n128 gqa128 ngqa128 c64 gqa64; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN (this session's device time ran out): one device call (carried out/carry, out/loop4 from
+# Run in the next session (section 7 of the README; it had been prepared when the device time ran out): one device call (carried out/carry, out/loop4 from
 # make4.sh; this tree's device/ with xor2.patch applied: stage_acc's XOR2):
 # the dQ stage without bank conflicts against this tree's units, kernel to kernel, and its numerics.
 set -uo pipefail

@@ -131,7 +131,7 @@ __device__ __forceinline__ void add_acc_global_v4(TiledMma const& mma, Tensor<AE
 // at qattn::tma_stage_offset<N, sizeof(T)>: one base address per 8-column block of a box (4 for fp32,
 // 8 for 16-bit types) plus constants, so a warp's stores land on every bank pair. r, c: the thread's
 // first row and column (for the warpgroup's first thread, the part's).
-template <int M, int N, class T, class TiledMma, class AEngine, class ALayout>
+template <int M, int N, class T, bool XOR2 = false, class TiledMma, class AEngine, class ALayout>
 __device__ __forceinline__ void stage_acc(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc, void* stage, int tid, int& r, int& c) {
   static_assert(M % 64 == 0, "TMA boxes of 64 rows");
   static_assert(decltype(size<0>(acc))::value == 4 && decltype(size<1>(acc))::value == 1,
@@ -146,12 +146,24 @@ __device__ __forceinline__ void stage_acc(TiledMma const& mma, Tensor<AEngine, A
   uint32_t at[kBlocks];
   CUTE_UNROLL
   for (int j = 0; j < kBlocks; ++j) at[j] = base + uint32_t(tma_stage_offset<N, E>(r, c, 4 * j));
+  // XOR2 (fp32): a thread of an odd row stores block blk ^ 2 where the even rows store blk, so that a
+  // half warp's four rows land on the 8 chunks of the swizzle once each (else rows 2k and 2k + 1 share 4)
+  const bool odd = XOR2 && (r & 1);
+  if constexpr (XOR2) {
+    static_assert(E == 4 && kN % 16 == 0, "XOR2: fp32, blocks in fours");
+    CUTE_UNROLL
+    for (int j = 0; j < kBlocks / 2; ++j) {
+      const uint32_t lo = at[j], hi = at[j + 2];
+      at[j] = odd ? hi : lo, at[j + 2] = odd ? lo : hi;
+    }
+  }
   CUTE_UNROLL
   for (int v = 0; v < kN; v += 2) {
     const int blk = v / 4, half = (v / 2) % 2;
     const uint32_t addr = at[blk % kBlocks] + uint32_t((blk / kBlocks) * 8192 + half * 1024);
     if constexpr (E == 4) {
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(float(acc(v))), "f"(float(acc(v + 1))) : "memory");
+      const float x0 = odd ? float(acc(v ^ 8)) : float(acc(v)), x1 = odd ? float(acc((v ^ 8) + 1)) : float(acc(v + 1));
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x0), "f"(x1) : "memory");
     } else {
       const T lo = static_cast<T>(float(acc(v))), hi = static_cast<T>(float(acc(v + 1)));
       const uint32_t packed = uint32_t(reinterpret_cast<const uint16_t&>(lo)) | (uint32_t(reinterpret_cast<const uint16_t&>(hi)) << 16);
@@ -174,7 +186,7 @@ __device__ __forceinline__ void stage_acc(TiledMma const& mma, Tensor<AEngine, A
 // caller's block-wide barrier before the next call keeps them from running a call ahead). Before the
 // block exits, the first thread of each warpgroup waits until its reductions have read the stage
 // (add_acc_global_tma_done; the grid completes with their writes).
-template <int M, int N, bool STAGE_FREE, bool ARRIVE = false, class TiledMma, class AEngine, class ALayout>
+template <int M, int N, bool STAGE_FREE, bool ARRIVE = false, bool XOR2 = false, class TiledMma, class AEngine, class ALayout>
 __device__ __forceinline__ void add_acc_global_tma(TiledMma const& mma, Tensor<AEngine, ALayout> const& acc, float* stage,
                                                    const void* map, int tile_row, int head, int batch, int tid, int bar_id) {
   constexpr int kN = decltype(size(acc))::value;  // 64 rows x 2 kN columns per warpgroup
@@ -185,7 +197,7 @@ __device__ __forceinline__ void add_acc_global_tma(TiledMma const& mma, Tensor<A
     ptx::bar_sync(bar_id, 128);
   }
   int r, c;
-  stage_acc<M, N, float>(mma, acc, stage, tid, r, c);
+  stage_acc<M, N, float, XOR2>(mma, acc, stage, tid, r, c);
   ptx::fence_async_shared();  // the stores, visible to the bulk reductions (the async proxy)
   if (ARRIVE && tid % 128 >= 32)
     ptx::bar_arrive(bar_id, 128);  // ARRIVE: only the first warp waits for the others' stores

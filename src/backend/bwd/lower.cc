@@ -571,6 +571,10 @@ void Lower::copy(Out& w, const Stmt& s) {
       // barrier and go on, the first one waits and issues (the next call is past a block-wide barrier)
       const bool arrive = free && !t->epilogue &&
                           std::count_if(tma_adds_.begin(), tma_adds_.end(), [](const TmaAdd& a) { return !a.epilogue; }) == 1;
+      // d <= 64: the stage's fp32 stores in the XOR2 order (no bank conflicts; device/qattn/sm90/backward.cuh
+      // stage_acc). H200: d64 1.03-1.05x; d128 0.97-0.99x (its consumers hold 250+ registers), so not there
+      // (bench/results/2026-12-01-h200-bwd-loop, section 7)
+      const bool xor2 = arrive && r.cols <= 64;
       tma_add_wait_due_ = false;
       if (t->epilogue && !epilogue_synced_) {
         w.line("__syncthreads();  // every warp is past the loop: its shared buffers take the epilogue's TMA stages");
@@ -579,7 +583,7 @@ void Lower::copy(Out& w, const Stmt& s) {
       if (t->store)
         w.line("qattn::sm90::store_acc_global_tma<" + dims + ">" + args + "  // TMA stores");
       else
-        w.line("qattn::sm90::add_acc_global_tma<" + dims + ", " + (free ? "true" : "false") + (arrive ? ", true" : "") + ">" + args +
+        w.line("qattn::sm90::add_acc_global_tma<" + dims + ", " + (free ? "true" : "false") + (arrive ? ", true" : "") + (xor2 ? ", true" : "") + ">" + args +
                "  // TMA reductions (fp32 add)");
       return;
     }
