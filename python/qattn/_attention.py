@@ -265,7 +265,7 @@ def attention(q, k, v, causal=False, window=None, scale=None, softcap=None, retu
     q (batch, seqlen_q, heads_q, d_qk), k (batch, seqlen_k, heads_kv, d_qk), v (batch, seqlen_k,
     heads_kv, d_v) with layout='bshd' (FlashAttention's order, the default), or (batch, heads,
     seqlen, dim) with layout='bhsd' (torch SDPA's order). fp16 or bf16 CUDA tensors; heads_q a
-    multiple of heads_kv (MHA, GQA, MQA); d_v may be smaller than d_qk (MLA prefill, 192/128).
+    multiple of heads_kv (MHA, GQA, MQA); d_v may be smaller than d_qk (MLA prefill, 192/128) or larger.
     causal: False, True (= 'bottom_right', FlashAttention's alignment) or 'top_left' (SDPA's
     is_causal); the two agree when seqlen_q == seqlen_k. window: (left, right) sliding window,
     bottom-right aligned; -1 is unbounded. scale: default 1/sqrt(d_qk). softcap: c -> scores become c * tanh(s / c) (None: none).

@@ -43,11 +43,13 @@ constexpr int kAlignSlack = 1024;
 constexpr int kTileExchangeBytes = 40;  // device/qattn/sm90/sync.cuh TileExchange::kBytes
 constexpr int kDenseTilesBytes = 128;   // a ragged launch's 32 running tile counts (sm90/scheduler.cuh DenseTiles)
 inline int padded_cols(int d) { return (d + 63) / 64 * 64; }
+// O staged in Q's rows needs O no wider than Q: with d_v above d_qk (rounded up to 64) O has its own tile.
+inline bool o_wider_than_q(int d_qk, int d_v) { return padded_cols(d_v) > padded_cols(d_qk); }
 SmemPlan smem_plan(int bm, int bn, int d_qk, int d_v, int stages, int elem_bytes, bool separate_o, bool persistent);
 
 // Why a tile shape cannot run on the sm90 kernel ("" when it can): BM a multiple of 64 up to 192
 // (64-row consumer warpgroups, at most 3), BN a multiple of 16 up to 256 (the N of the S = Q K^T
-// wgmma), head dims up to 256 with d_v a multiple of 8 and not above d_qk rounded up to 64.
+// wgmma), head dims up to 256 with d_v a multiple of 8 (above d_qk too: O then stages in its own tile).
 std::string tile_problem(int bm, int bn, int d_qk, int d_v, int split_columns = 1);
 
 // Split columns (TL `Role consumer warpgroups N ... split columns`, DeepSeek's absorbed MLA: d_qk 576,

@@ -90,10 +90,11 @@ TileConfig backward_rule(const Problem& p, const Target& t) {
 // goes through shared memory (for dQ = dS K) — FlashAttention-3's orientation. On sm90 every GEMM of
 // it is a wgmma (src/backend/bwd/wgmma.cc): 64 key rows per warpgroup, BN = 128 on two warpgroups;
 // BM = 64 at d128 (dQ split along d, 64 columns per warpgroup) and 128 at d64 (dQ split along its
-// rows); D = rowsum(dO * O) by a Phase (a row-wise kernel launched first) read like LSE. Other head dims
-// (MLA 192/128, d256) keep the natural form on mma.sync, with D in the loop.
+// rows); D = rowsum(dO * O) by a Phase (a row-wise kernel launched first) read like LSE. d_qk and d_v
+// may differ (64 / 128 either way: BM = 64 where either is 128). Other head dims (MLA 192/128, d256)
+// take the natural form (on wgmma where backward_natural_wgmma says so, else on mma.sync).
 bool backward_transposed(const Problem& p, const Target& t) {
-  return t.sm == 90 && p.d_qk == p.d_v && (p.d_qk == 64 || p.d_qk == 128);
+  return t.sm == 90 && (p.d_qk == 64 || p.d_qk == 128) && (p.d_v == 64 || p.d_v == 128);
 }
 
 // The natural form on wgmma (sm90, d256): S = Q K^T and dP = dO V^T split over the two warpgroups
@@ -125,8 +126,9 @@ TileConfig backward_tiles_wgn(const Problem& p) {
 
 TileConfig backward_tiles_t(const Problem& p) {
   TileConfig c;
-  c.warps = 8, c.bn = 128, c.bm = p.d_qk == 64 ? 128 : 64, c.stages = 2;
-  c.reason = "backward d" + std::to_string(p.d_qk) + " on sm90, transposed form (S^T = K Q^T, FlashAttention-3's orientation): " +
+  c.warps = 8, c.bn = 128, c.bm = std::max(p.d_qk, p.d_v) == 64 ? 128 : 64, c.stages = 2;
+  const std::string dims = p.d_qk == p.d_v ? "d" + std::to_string(p.d_qk) : std::to_string(p.d_qk) + "/" + std::to_string(p.d_v);
+  c.reason = "backward " + dims + " on sm90, transposed form (S^T = K Q^T, FlashAttention-3's orientation): " +
              "BN=128 keys on two warpgroups (64 rows of every product each), BM=" + std::to_string(c.bm) +
              " queries; every GEMM a wgmma (P^T and dS^T from registers), dS^T staged in shared memory for dQ; D = rowsum(dO * O) by "
              "a Phase before the main kernel (H200 bf16: 1.20-1.26x D in the loop at d128, 0.98-1.06x at d64; "

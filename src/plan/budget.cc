@@ -34,10 +34,12 @@ Budget estimate(const Problem& p, const Target& t, const TileConfig& c) {
   const int64_t o_stage = t.sm >= 90 ? int64_t(c.bm) * p.d_v * 2 : 0;  // 16-bit output staging
   b.smem_bytes = std::max(q, o_stage) + int64_t(c.stages) * kv;
   // sm90: the kernel's own layout (hw/sm90_policy.h): tiles padded to 64 columns, the ring
-  // mbarriers, the tile exchange, alignment; O staged in Q's tile (its smallest footprint).
+  // mbarriers, the tile exchange, alignment; O staged in Q's tile (its smallest footprint), or in its
+  // own where it is wider than Q (d_v > d_qk).
   if (t.sm >= 90 && c.bm > 0 && c.bn > 0 && c.stages > 0)
     b.smem_bytes = c.split_columns > 1 ? hw::sm90::smem_plan_split(c.bm, c.bn, p.d_qk, c.stages, eb, c.persistent).total
-                                       : hw::sm90::smem_plan(c.bm, c.bn, p.d_qk, p.d_v, c.stages, eb, false, c.persistent).total;
+                                       : hw::sm90::smem_plan(c.bm, c.bn, p.d_qk, p.d_v, c.stages, eb,
+                                                             hw::sm90::o_wider_than_q(p.d_qk, p.d_v), c.persistent).total;
 
   // Alignment first: a misaligned configuration is not a configuration.
   const int kgran = (p.dtype == tl::DType::F8E4M3 || p.dtype == tl::DType::F8E5M2) ? 32 : 16;

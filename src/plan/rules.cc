@@ -44,10 +44,13 @@ std::optional<TileConfig> rule_for(const Problem& p, const Target& t) {
   const bool fp8 = p.dtype == tl::DType::F8E4M3 || p.dtype == tl::DType::F8E5M2;
   const bool causal = p.mask != tl::MaskSpec::Kind::None;
   for (const auto& r : rules_table()) {
-    if (t.sm < r.sm_lo || t.sm > r.sm_hi || r.fp8 != fp8 || p.d_qk > r.d_max) continue;
+    // the wider head dim picks the row: d_qk sizes Q and K, d_v V and O's accumulator
+    if (t.sm < r.sm_lo || t.sm > r.sm_hi || r.fp8 != fp8 || std::max(p.d_qk, p.d_v) > r.d_max) continue;
     if (r.causal == 0 && causal) continue;
     if (r.causal == 1 && !causal) continue;
-    return r.tiles;
+    TileConfig tiles = r.tiles;
+    if (p.d_v > p.d_qk) tiles.reason += " (the row of d_v = " + std::to_string(p.d_v) + ", the wider head dim)";
+    return tiles;
   }
   return std::nullopt;
 }

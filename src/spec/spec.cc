@@ -85,7 +85,7 @@ double effective_softmax_scale(const AttentionSpec& s) {
 int group_size(const AttentionSpec& s) { return s.heads_kv > 0 ? s.heads_q / s.heads_kv : 0; }
 
 std::string variant_name(const AttentionSpec& s) {
-  if (s.head_dim_qk != s.head_dim_v) return "MLA";
+  if (s.head_dim_qk > s.head_dim_v) return "MLA";
   if (s.heads_kv == s.heads_q) return "MHA";
   if (s.heads_kv == 1) return "MQA";
   return "GQA";
@@ -356,13 +356,7 @@ bool validate(const AttentionSpec& s, DiagSink& diags, const SourceMap* where) {
   // Head dims.
   check_head_dim("head_dim_qk", s.head_dim_qk, diags, where, s.v_from_k);
   check_head_dim("head_dim_v", s.head_dim_v, diags, where);
-  if (s.head_dim_v > s.head_dim_qk) {
-    diags.error("SPEC0204", at("/head_dim_v"),
-                "head_dim_v = " + std::to_string(s.head_dim_v) + " is larger than head_dim_qk = " +
-                    std::to_string(s.head_dim_qk) + "; supported: head_dim_qk == head_dim_v, or "
-                    "head_dim_qk > head_dim_v (MLA prefill, e.g. 192/128)",
-                "swap the two if they were reversed, or pad head_dim_qk with zeros");
-  }
+  // (head_dim_v > head_dim_qk is accepted: SPEC0204 is retired; with v_from_k it is SPEC0236)
 
   // Mask. (A window aligned top-left, SPEC0206, cannot be written in a Mask: the JSON reader reports it.)
   if (s.mask.kind == MaskKind::Bounds || s.mask.kind == MaskKind::Named) {

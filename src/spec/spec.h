@@ -128,7 +128,8 @@ struct AttentionSpec {
 
 double effective_softmax_scale(const AttentionSpec& s);  // softmax_scale or 1/sqrt(head_dim_qk)
 int group_size(const AttentionSpec& s);                  // heads_q / heads_kv (0 if heads_kv <= 0)
-// "MHA", "GQA", "MQA", plus "MLA" when head_dim_qk != head_dim_v (e.g. "MLA" for 128/128/192/128).
+// "MHA", "GQA", "MQA", or "MLA" when head_dim_qk > head_dim_v (e.g. "MLA" for 128/128/192/128); a wider V
+// (head_dim_v > head_dim_qk) names its heads.
 std::string variant_name(const AttentionSpec& s);
 // One line: "llama3-8b: GQA 32/8 heads, d 128, bf16, causal, bshd".
 std::string summary(const AttentionSpec& s);

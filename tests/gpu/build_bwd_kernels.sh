@@ -46,6 +46,12 @@ CONFIGS=(
   "bwd_d128_causal_det|--preset llama3-8b --deterministic true"
   "bwd_d64_none_mha_det|--preset llama3.2-1b --mask none --heads 16,16 --deterministic true"
   "bwd_d128_doc_det|--preset llama3-8b --document true --deterministic true"
+  # V wider than Q and K (the transposed form at 64 / 128, the natural one on mma.sync above), and the
+  # reverse 128 / 64 (the transposed form since d_qk != d_v is lowered there)
+  "bwd_widev_64_128_causal|--preset llama3-8b --head-dim 64,128"
+  "bwd_widev_64_128_none_mha|--preset llama2-7b --head-dim 64,128 --mask none"
+  "bwd_widev_128_256_causal|--preset llama3-8b --head-dim 128,256"
+  "bwd_narrowv_128_64_causal|--preset llama3-8b --head-dim 128,64"
   "neg_bwd_doc_clause|--preset llama3.2-1b --document true|s/seg_q\\[b, q_hi\\] < seg_k/seg_q[b, q_hi] <= seg_k/"
   "neg_bwd_no_dk_scale|--preset llama3.2-1b|/^Compute Multiply dK, softmax_scale$/d"
   "neg_bwd_late_first_tile|--preset llama3.2-1b|s/^for i = max(0, \\(.*\\)): /for i = max(0, \\1 + 1): /"

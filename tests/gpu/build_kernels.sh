@@ -57,6 +57,14 @@ CONFIGS=(
   "sm80_d128_window|a100|--preset mistral-7b --window 256,0"
   "sm80_mla_causal_lse|a100|--preset deepseek-v3-mla-prefill --lse true"
   "sm80_d128_bm64_causal|a100|--preset llama2-7b --tiles 64,64,4,1"
+  # V wider than Q and K (head_dim_v > head_dim_qk): the wider head dim picks the tiles; on Hopper O
+  # stages in a tile of its own
+  "sm80_widev_64_128_causal|a100|--preset llama3-8b --head-dim 64,128"
+  "sm80_widev_128_256_none|a100|--preset llama2-7b --head-dim 128,256 --mask none"
+  "sm90_widev_64_128_causal|h100|--preset llama3-8b --head-dim 64,128"
+  "sm90_widev_64_128_none_lse|h100|--preset llama2-7b --head-dim 64,128 --mask none --lse true"
+  "sm90_widev_128_256_none|h100|--preset llama2-7b --head-dim 128,256 --mask none"
+  "sm90_widev_64_256_causal|h100|--preset llama3-8b --head-dim 64,256"
   "sm75_d64_none|t4|--preset bert-large --dtype fp16"
   "sm75_d128_causal|t4|--preset llama2-7b --dtype fp16"
   "sm89_fp8_d128_causal|l40s|--preset llama2-7b --dtype fp8_e4m3"

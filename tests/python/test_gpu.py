@@ -168,6 +168,14 @@ def test_mla_192_128_causal(shape, layout, gen):
     run_case(shape, layout, torch.bfloat16, 192, 128, gen, causal=True)
 
 
+@pytest.mark.parametrize("dqk,dv,causal", [(64, 128, True), (64, 128, False), (128, 256, False), (64, 256, True)])
+@pytest.mark.parametrize("shape", [SHAPES[1], SHAPES[2], SHAPES[5]])
+def test_v_wider_than_qk(shape, dqk, dv, causal, gen):
+    """head_dim_v > head_dim_qk (issue 20: "d_v > d_qk where a model needs it"): the wider head dim picks
+    the tiles, and on Hopper O stages in a tile of its own (it no longer fits Q's rows)."""
+    run_case(shape, "bshd", torch.bfloat16, dqk, dv, gen, causal=causal, return_lse=dv == 128)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_fp16_d64_causal_return_lse(shape, layout, gen):

@@ -90,6 +90,10 @@ def _grad_reference(q, k, v, dout, causal, window, layout):
     ((1, 97, 330, 4, 2, 256), False, (70, 0), "bshd"),    # GQA d256, window: dK / dV accumulated in fp32
     ((2, 150, 211, 4, 4, 192, 128), True, None, "bshd"),  # MLA 192/128 (Hopper: 64-byte-swizzled tiles)
     ((1, 333, 129, 4, 2, 192), False, None, "bshd"),      # GQA d192
+    ((2, 150, 211, 4, 2, 64, 128), True, None, "bshd"),   # V wider than Q, K (Hopper: the transposed form)
+    ((1, 257, 130, 2, 2, 64, 128), False, None, "bhsd"),
+    ((1, 141, 203, 2, 1, 128, 256), True, None, "bshd"),  # (the natural form on mma.sync)
+    ((2, 130, 77, 4, 2, 128, 64), "top_left", None, "bshd"),  # narrower V at d128 (Hopper: the transposed form)
 ])
 def test_attention_backward_matches_autograd(gen, shape, causal, window, layout):
     b, sq, sk, hq, hk, d = shape[:6]

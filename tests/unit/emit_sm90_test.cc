@@ -445,6 +445,22 @@ TEST(EmitSm90, PersistentGridFromTheTl) {
 }
 
 // ---- refusals ----------------------------------------------------------------------------------
+// V wider than Q and K (head_dim_v > head_dim_qk): O no longer fits Q's rows, so it stages in a tile of
+// its own even where the grid is not persistent, and the shared memory counts it.
+TEST(EmitSm90, AWiderVStagesOInItsOwnTile) {
+  for (const auto& [flags, persistent] : std::vector<std::pair<std::map<std::string, std::string>, bool>>{
+           {{{"head-dim", "128,256"}, {"mask", "none"}}, false}, {{{"head-dim", "64,128"}}, true}}) {
+    const std::string code = plan_code("llama2-7b", flags);
+    const Translation t = lower_ok(code, flags.at("head-dim"));
+    EXPECT_EQ(contains(t.cuda_source, "constexpr bool kPersistent = true;"), persistent) << flags.at("head-dim");
+    EXPECT_FALSE(o_in_q(t.cuda_source)) << flags.at("head-dim");
+    EXPECT_TRUE(contains(t.kir, "O staging: its own tile (O is wider than Q)")) << t.kir;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(t.cuda_source, m, std::regex(R"(constexpr int kSmemBytes = (\d+);)")));
+    EXPECT_LE(std::stol(m[1].str()), 227 * 1024);
+  }
+}
+
 TEST(EmitSm90, IllegalStageAssignmentsAreRefused) {
   const std::string code = plan_code("llama3-8b");
   // P is read by later stage-0 statements (Exp2 P, RowSum P, Convert), S written by the GEMM before it;

@@ -443,6 +443,8 @@ TEST(planBackward, PresetsPlanCheckAndInterpret) {
       {"mistral-7b", "h100", {{"window", "256,0"}}, true},                   // window
       {"llama2-7b", "a100", {{"mask", "causal_top_left"}, {"dtype", "fp16"}}, false},
       {"deepseek-v3-mla-prefill", "h100", {}, false},                         // d_qk 192, d_v 128
+      {"llama3-8b", "h100", {{"head-dim", "64,128"}}, true},                 // V wider than Q, K (transposed form)
+      {"llama3-8b", "a100", {{"head-dim", "128,256"}}, true},
       {"gemma2-9b", "h100", {}, true},                                       // softcap: Compute Derivative
       {"llama3-8b", "a100", {{"alibi", "true"}, {"mask", "none"}, {"document", "true"}}, true},  // a Score and a Mask
   };
@@ -469,6 +471,28 @@ TEST(planBackward, PresetsPlanCheckAndInterpret) {
     if (s.variants.any_score()) {
       EXPECT_NE(plan->code.find("Compute Derivative dS, S0 at [i, n_block] with "), std::string::npos);
     }
+    auto v = verify(*plan, d);
+    EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
+  }
+}
+
+// head_dim_v > head_dim_qk: the wider head dim picks the rules row (the row says so), and the TL code
+// checks and interprets on every architecture the rules cover.
+TEST(planWideV, TheWiderHeadDimPicksTheRowAndTheCodeInterprets) {
+  struct Case { const char* gpu; const char* dims; int bn; };
+  for (const Case& c : {Case{"h100", "64,128", 128}, Case{"h100", "128,256", 80}, Case{"a100", "64,128", 64}, Case{"a100", "64,256", 64},
+                        Case{"t4", "64,128", 64}}) {
+    SCOPED_TRACE(std::string(c.gpu) + " " + c.dims);
+    support::DiagSink d;
+    spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+    std::map<std::string, std::string> flags = {{"gpu", c.gpu}, {"head-dim", c.dims}};
+    if (std::string(c.gpu) == "t4") flags["dtype"] = "fp16";
+    ASSERT_TRUE(spec::apply_flags(s, flags, d)) << d.render();
+    ASSERT_TRUE(spec::validate(s, d)) << d.render();
+    auto plan = make_plan(s, *hw::find_gpu(c.gpu), d);
+    ASSERT_TRUE(plan.has_value()) << d.render();
+    EXPECT_EQ(plan->tiles.bn, c.bn) << plan->tiles.reason;
+    EXPECT_NE(plan->tiles.reason.find("the wider head dim"), std::string::npos) << plan->tiles.reason;
     auto v = verify(*plan, d);
     EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
   }

@@ -147,15 +147,19 @@ TEST(specValidate, HeadDims) {
   EXPECT_NE(find(w, "SPEC0211"), nullptr);
   s.head_dim_qk = s.head_dim_v = 544;
   EXPECT_FALSE(validate(s, d));
-  // MLA: d_qk > d_v is fine, d_v > d_qk is not.
+  // MLA: d_qk > d_v is fine, and so is d_v > d_qk (SPEC0204 retired); not with V read from K's columns.
   s = base();
   s.head_dim_qk = 192;
   s.head_dim_v = 128;
   DiagSink ok;
   EXPECT_TRUE(validate(s, ok)) << ok.render();
+  EXPECT_EQ(variant_name(s), "MLA");
   std::swap(s.head_dim_qk, s.head_dim_v);
-  Diagnostic y = expect_error(s, "SPEC0204");
-  EXPECT_TRUE(contains(y.message, "MLA"));
+  DiagSink wide;
+  EXPECT_TRUE(validate(s, wide)) << wide.render();
+  EXPECT_NE(variant_name(s), "MLA");
+  s.v_from_k = true;
+  expect_error(s, "SPEC0236");
 }
 
 TEST(specValidate, Window) {

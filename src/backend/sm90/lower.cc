@@ -223,10 +223,11 @@ bool Lower::lower_smem() {
                  "K has " + std::to_string(buf("K")->stages) + " stages and V " + std::to_string(buf("V")->stages),
                  "the kernel keeps K and V in rings of one depth: give both the same `{stages: N}`");
   // O staging: its own tile when a persistent grid can afford it (the next tile's Q load then does
-  // not wait for this tile's epilogue), else Q's rows.
+  // not wait for this tile's epilogue) or when O is wider than Q (d_v > d_qk), else Q's rows.
   const int stages = buf("K")->stages;
   const auto with_o = pol::smem_plan(k_.sm90.bm, k_.sm90.bn, k_.d_qk, k_.d_v, stages, eb, true, k_.launch.persistent);
-  const bool separate_o = k_.launch.persistent && with_o.total <= target_.smem_per_block && !k_.roles.split_columns;
+  const bool o_wider = pol::o_wider_than_q(k_.d_qk, k_.d_v) && !k_.roles.split_columns;
+  const bool separate_o = o_wider || (k_.launch.persistent && with_o.total <= target_.smem_per_block && !k_.roles.split_columns);
   kir::SharedBuf o;
   o.name = "O";
   o.cpp = "sO";
@@ -235,7 +236,7 @@ bool Lower::lower_smem() {
   o.cols_padded = pol::padded_cols(k_.d_v);
   o.dtype = k_.out;
   o.alias_of = separate_o ? "" : "Q";
-  o.tl.text = separate_o ? "O staging: its own tile" : "O staging: in Q's rows";
+  o.tl.text = o_wider ? "O staging: its own tile (O is wider than Q)" : separate_o ? "O staging: its own tile" : "O staging: in Q's rows";
   // An O store marked {async} completes in the background: with O in its own tile the wait for it
   // moves to just before the next tile's store (and the block's end).
   bool async_store = false;
