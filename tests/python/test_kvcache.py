@@ -100,6 +100,26 @@ def test_kvcache_matches_reference(case, page):
 
 
 @gpu
+@pytest.mark.parametrize("page", [0, 16])
+@pytest.mark.parametrize("sq,d_v", [(1, 128), (1, 256), (5, 128)])
+def test_kvcache_with_v_wider_than_qk(page, sq, d_v):
+    """head_dim_v > head_dim_qk over a cache (d_qk 64): decoding (its key split and combine) and a causal
+    chunk, contiguous and paged; a split count of one gives the same rows."""
+    from qattn._kvcache_check import make_cache as make
+    g = torch.Generator().manual_seed(sq * 7 + d_v + page)
+    b, cap, hq, hkv, d, dt = 4, 2100, 8, 2, 64, torch.bfloat16
+    lens = [cap, 0, 1 + int(torch.randint(cap - 1, (1,), generator=g)), 17]
+    k, v, kc, vc, table = make(b, cap, hkv, d, d_v, dt, page, lens, g)
+    q = torch.randn(b, sq, hq, d, generator=g).to("cuda", dt)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    o, lse = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True, return_lse=True)
+    assert o.shape == (b, sq, hq, d_v)
+    check(o, lse, q, k, v, lens, True, dt)
+    o1 = qattn.attention_with_kvcache(q, kc, vc, seqlens, table, causal=True, num_splits=1)
+    assert (o1.float() - o.float()).abs().max().item() < 2e-2
+
+
+@gpu
 @pytest.mark.parametrize("page", [0, 16, 256])
 @pytest.mark.parametrize("splits", [2, 3, 7, 16])
 def test_split_in_tl_any_count_matches_reference_and_the_fold(page, splits, monkeypatch):

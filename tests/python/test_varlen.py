@@ -18,14 +18,15 @@ GPU = gpu_skip_reason() is None
 gpu = pytest.mark.skipif(not GPU, reason=gpu_skip_reason() or "")
 
 
-def packed(g, lens_q, lens_k, hq, hkv, d, dt, spare=3):
-    """q (total_q + spare, hq, d), k / v (total_k + spare, hkv, d) with NaN in the spare rows, and cu_seqlens."""
+def packed(g, lens_q, lens_k, hq, hkv, d, dt, spare=3, d_v=None):
+    """q (total_q + spare, hq, d), k / v (total_k + spare, hkv, d; v d_v wide if given) with NaN in the spare
+    rows, and cu_seqlens."""
     cq = torch.tensor([0] + lens_q, dtype=torch.int64).cumsum(0).to(torch.int32)
     ck = torch.tensor([0] + lens_k, dtype=torch.int64).cumsum(0).to(torch.int32)
     tq, tk = int(cq[-1]), int(ck[-1])
     q = torch.randn(tq + spare, hq, d, generator=g).to(dt)
     k = torch.randn(tk + spare, hkv, d, generator=g).to(dt)
-    v = torch.randn(tk + spare, hkv, d, generator=g).to(dt)
+    v = torch.randn(tk + spare, hkv, d_v or d, generator=g).to(dt)
     k[tk:] = float("nan")
     v[tk:] = float("nan")
     return q.cuda(), k.cuda(), v.cuda(), cq.cuda(), ck.cuda()
@@ -92,6 +93,19 @@ CASES = [  # dtype, hq, hkv, d, causal, window, lens_q, lens_k
     (torch.bfloat16, 8, 2, 128, True, None, [0 if i % 9 == 4 else (i * 37) % 301 + 1 for i in range(70)], None),
     (torch.float16, 12, 12, 64, False, None, [(i * 53) % 97 + 1 for i in range(40)], [(i * 29) % 150 for i in range(40)]),
 ]
+
+
+@gpu
+@pytest.mark.parametrize("d,d_v,causal", [(64, 128, True), (128, 256, False)])
+def test_varlen_with_v_wider_than_qk(d, d_v, causal):
+    """head_dim_v > head_dim_qk on a ragged batch (issue 20: d_v > d_qk where a model needs it)."""
+    lq = [300, 0, 1, 129, 77]
+    g = torch.Generator().manual_seed(d_v)
+    q, k, v, cq, ck = packed(g, lq, lq, 8, 2, d, torch.bfloat16, d_v=d_v)
+    o, lse = qattn.attention_varlen(q, k, v, cq, ck, max(lq), max(lq), causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    assert o.shape == (q.shape[0], 8, d_v)
+    check(o, lse, q, k, v, cq, ck, causal, None, torch.bfloat16)
 
 
 @gpu
