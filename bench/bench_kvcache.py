@@ -54,6 +54,8 @@ from bench_util import DECODE_ROWS, graphed, replay_rounds, write_csv  # noqa: E
 
 # name: (batch, hq, hkv, seqlen_k): every decoding row of bench_util, and a short cache (the 1k end)
 ROWS = {**DECODE_ROWS, "gqa_32_8_b64_1k": (64, 32, 8, 1024)}
+# not in the default table: more MHA decoding rows (--rows)
+EXTRA_ROWS = {"mha_32_32_b32_8k": (32, 32, 32, 8192), "mha_16_16_b4_16k": (4, 16, 16, 16384)}
 PAGES = (0, 16, 64, 256)
 COPY_BYTES = 256 << 20  # the second copy of copy_gbs
 
@@ -76,7 +78,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20)
-    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--rows", default=",".join(ROWS), help="default: the decoding rows; also " + ", ".join(EXTRA_ROWS))
     ap.add_argument("--also", action="append", default=[], metavar="NAME=DEVICE_DIR[:QATTN_BIN]")
     ap.add_argument("--fold", action="store_true",
                     help="also the key split folded into the batch (QATTN_SPLIT_MODE=fold), as impl ...@fold")
@@ -96,6 +98,7 @@ def main():
     if any(p < 0 or (p and (p % 8 or (128 % p and p % 128))) for p in pages):
         ap.error(f"--pages: page sizes are multiples of 8 that divide 128 or are multiples of it (the Hopper kernel's "
                  f"key tile; 0: contiguous), got {a.pages!r}")
+    ROWS.update(EXTRA_ROWS)
     unknown = [r for r in a.rows.split(",") if r not in ROWS]
     if unknown:
         ap.error(f"--rows: unknown {', '.join(unknown)}; the rows are {', '.join(ROWS)}")
