@@ -77,12 +77,17 @@ def varlen_kind(heads_q, heads_kv):
 def short_queries(target, heads_q, heads_kv, seqlen_q, fields, v_from_k=False):
     """Whether a call should use the packed kernel: an sm90 target, GQA/MQA with a group that divides
     64 (the packed tile's rows), at most SHORT_QUERIES queries, no score/mask variants. "decode" (true
-    too) when its packed rows, seqlen_q x group, are at most DECODE_ROWS: the one-tile decoding kernel.
+    too) when its packed rows, seqlen_q x group, are at most DECODE_ROWS: the one-tile decoding kernel;
+    "decode1" for MHA (nothing to pack) with at most DECODE_ROWS queries: the one-tile kernel without
+    packing (spec heads 1 / 1; H200 MHA over pages of 16 1.06-1.23x the 128-row tile,
+    bench/results/2026-12-01-h200-decode-mha).
     v_from_k (absorbed MLA, qattn._kvcache): also a group that is a multiple of 64 (DeepSeek's 128
     query heads over one latent kv head: each 64-row tile holds 64 heads of one query; the kernel
     accepts a group that divides 64 or is a multiple of its 64 rows); never "decode"."""
-    if target not in ("h100", "h200") or heads_kv <= 0 or heads_q <= heads_kv or heads_q % heads_kv:
+    if target not in ("h100", "h200") or heads_kv <= 0 or heads_q < heads_kv or heads_q % heads_kv:
         return False
+    if heads_q == heads_kv:  # MHA: no heads to pack; decoding's rows still fit one 64-row tile
+        return "decode1" if not v_from_k and 0 < seqlen_q <= DECODE_ROWS and "variants" not in fields else False
     group = heads_q // heads_kv
     fits = 64 % group == 0 or (v_from_k and group % 64 == 0)
     if not (fits and 0 < seqlen_q <= SHORT_QUERIES and "variants" not in fields):
@@ -102,7 +107,8 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_ca
     """The canonical spec of the kernel for one compile-time tuple (see the module comment);
     fields: the variant fields ({"mask": ...}, qattn._variants). short: the kernel for short query
     sequences (short_queries): the spec states seqlen_q = SHORT_QUERIES (V_FROM_K_PACK_QUERIES with
-    v_from_k), so the planner packs heads; short="decode": seqlen_q = 1, so it also takes one 64-row tile.
+    v_from_k), so the planner packs heads; short="decode": seqlen_q = 1, so it also takes one 64-row tile;
+    "decode1" (MHA): seqlen_q = 1 and heads 1 / 1, one 64-row tile and nothing packed.
     kv_cache: "lengths" or "paged" for a kernel that reads a KV cache (qattn._kvcache); varlen: a
     kernel over packed ragged batches (qattn._varlen): True for GQA packing on Hopper (the spec's group
     of 2: the planner packs the query heads of a kv head into each sequence's tiles), "g1" for the
@@ -112,7 +118,7 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_ca
     the first d_v columns of K (the spec's v_from_k: DeepSeek's absorbed MLA, one latent cache of
     d_qk = 576 columns, d_v = 512; Hopper only; not with varlen, split or variants)."""
     name = f"py_{dtype}_d{d_qk}" + (f"v{d_v}" if d_v != d_qk else "") + "_" + variant_tag(fields) + \
-        ("_lse" if return_lse else "") + ("_dec" if short == "decode" else "_short" if short else "") + \
+        ("_lse" if return_lse else "") + ("_dec1" if short == "decode1" else "_dec" if short == "decode" else "_short" if short else "") + \
         (f"_kv{kv_cache}" if kv_cache else "") + \
         ("_varlen" if varlen else "") + ("_g1" if varlen == "g1" else "") + ("_split" if split else "") + \
         ("_vk" if v_from_k else "")
@@ -120,8 +126,10 @@ def kernel_spec(dtype, d_qk, d_v, fields, return_lse, target, short=False, kv_ca
     spec = {"name": name, "heads_q": 2, "heads_kv": 1, "head_dim_qk": int(d_qk), "head_dim_v": int(d_v),
             "dtype": dtype, "layout": "bshd", "return_lse": bool(return_lse), "gpu": target}
     if short:
-        sq = V_FROM_K_PACK_QUERIES if v_from_k else 1 if short == "decode" else SHORT_QUERIES
+        sq = V_FROM_K_PACK_QUERIES if v_from_k else 1 if short in ("decode", "decode1") else SHORT_QUERIES
         spec["problem"] = {"batch": 1, "seqlen_q": sq, "seqlen_k": 4096}
+        if short == "decode1":  # MHA: heads 1 / 1, so that the planner packs nothing
+            spec["heads_q"] = 1
     spec.update(fields)
     if kv_cache:
         spec["kv_cache"] = kv_cache

@@ -86,22 +86,29 @@ std::string pack_gqa_decision(const Problem& p, const Target& t, const TileConfi
          " and reads each K/V tile once per group";
 }
 
-// Decoding (GQA packing with at most 64 packed rows, seqlen_q x group): every row fits one 64-row
-// warpgroup tile, so BM = 64 with one consumer warpgroup instead of 128 rows of which at most half are
-// queries: half the MMA and softmax work per key tile, which decoding's memory-bound loop has under
-// its loads. H200, the split kernel alone (bench/results/2026-11-30-h200-merge, run5): MQA 32/1 b32
-// 8k 1.03x, MQA 16/1 b8 16k 1.07x, GQA 32/8 b1 64k / b4 16k 1.02x / 1.01x BM 128. Measured at d128;
-// a head dim above 128 keeps BM 128. True when it changed `tiles`.
+// Decoding (GQA packing with at most 64 packed rows, seqlen_q x group, or MHA with at most 64 queries):
+// every row fits one 64-row warpgroup tile, so BM = 64 with one consumer warpgroup instead of 128 rows
+// of which at most half are queries: half the MMA and softmax work per key tile, which decoding's
+// memory-bound loop has under its loads. H200, the split kernel alone (bench/results/2026-11-30-h200-merge,
+// run5): MQA 32/1 b32 8k 1.03x, MQA 16/1 b8 16k 1.07x, GQA 32/8 b1 64k / b4 16k 1.02x / 1.01x BM 128;
+// MHA through the package (bench/results/2026-12-01-h200-decode-mha): pages of 16 1.06-1.23x, pages of
+// 64 1.02-1.20x, the contiguous cache unchanged. Measured at d128; a head dim above 128 keeps BM 128.
+// True when it changed `tiles`.
 bool decode_tile(const Problem& p, const Target& t, TileConfig& tiles) {
   const int64_t group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
-  if (t.sm < 90 || !tiles.pack_gqa || p.v_from_k || tiles.bm != 128 || tiles.split_columns > 1 || p.seqlen_q <= 0 ||
+  if (t.sm < 90 || !(tiles.pack_gqa || group == 1) || p.v_from_k || tiles.bm != 128 || tiles.split_columns > 1 || p.seqlen_q <= 0 ||
       p.seqlen_q * group > 64 || p.d_qk > 128 || p.d_v > 128)
     return false;
   tiles.bm = 64;
   tiles.warps = 8;
-  tiles.reason += "; decoding: the " + std::to_string(p.seqlen_q * group) +
-                  " packed rows fit one 64-row tile: BM=64, one consumer warpgroup (H200: 1.01-1.07x BM 128 on the split "
-                  "kernel; bench/results/2026-11-30-h200-merge)";
+  if (group > 1)
+    tiles.reason += "; decoding: the " + std::to_string(p.seqlen_q * group) +
+                    " packed rows fit one 64-row tile: BM=64, one consumer warpgroup (H200: 1.01-1.07x BM 128 on the split "
+                    "kernel; bench/results/2026-11-30-h200-merge)";
+  else
+    tiles.reason += "; decoding: the " + std::to_string(p.seqlen_q) +
+                    " query rows of a head fit one 64-row tile: BM=64, one consumer warpgroup (H200 MHA: pages of 16 "
+                    "1.06-1.23x BM 128, now within 2% of the contiguous cache; bench/results/2026-12-01-h200-decode-mha)";
   return true;
 }
 

@@ -336,7 +336,10 @@ def test_short_gqa_queries_on_hopper_take_the_packed_kernel():
     assert _build.short_queries("h100", 32, 8, 16, none)
     assert _build.short_queries("h200", 16, 1, 64, none)
     assert not _build.short_queries("h100", 32, 8, 65, none)      # full tiles: nothing to pack
-    assert not _build.short_queries("h100", 32, 32, 1, none)      # MHA
+    assert _build.short_queries("h100", 32, 32, 1, none) == "decode1"  # MHA decoding: one 64-row tile, nothing packed
+    assert not _build.short_queries("h100", 32, 32, 65, none)     # MHA beyond a tile
+    assert not _build.short_queries("sm80", 32, 32, 1, none)
+    assert not _build.short_queries("h100", 32, 32, 1, {"mask": {"kind": "none"}, "variants": {"softcap": 30.0}})
     assert not _build.short_queries("sm80", 32, 8, 16, none)      # packing is lowered on sm90a only
     assert not _build.short_queries("h100", 48, 1, 16, none)      # a group of 48 does not divide 64 rows
     assert not _build.short_queries("h100", 32, 8, 16, {"mask": {"kind": "none"}, "variants": {"softcap": 30.0}})
@@ -351,6 +354,9 @@ def test_short_gqa_queries_on_hopper_take_the_packed_kernel():
     assert _build.short_queries("h100", 128, 1, 1, none, v_from_k=True) is True  # absorbed MLA: its own tiles
     d = qattn.kernel_spec("bf16", 128, 128, none, True, "h100", short="decode", split=True)
     assert d["name"] == "py_bf16_d128_none_lse_dec_split" and d["problem"]["seqlen_q"] == 1
+    m = qattn.kernel_spec("bf16", 128, 128, none, False, "h100", short="decode1", kv_cache="paged")
+    assert m["name"] == "py_bf16_d128_none_dec1_kvpaged" and m["problem"]["seqlen_q"] == 1
+    assert (m["heads_q"], m["heads_kv"]) == (1, 1)  # MHA: the planner packs nothing, takes one 64-row tile
 
 
 @needs_cli
