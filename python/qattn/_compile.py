@@ -174,7 +174,7 @@ def precompile(specs, out, *, gpu=None, short=False, backward=False, determinist
     kernel serves every attention() call with its compile-time fields (dtype, head dims, mask kind,
     variants, return_lse; any batch, heads, lengths, layout, window size, softcap). gpu: the GPU to
     build for (default: the spec's, else the local one). short=True also packs what decoding uses:
-    the Hopper kernels for short GQA/MQA queries (qattn._build.short_queries), the kernels the key
+    the Hopper kernels for short GQA/MQA queries and MHA decoding (qattn._build.short_queries), the kernels the key
     split launches (split_keys; without them a packed deployment decodes unsplit: on Hopper the
     kernels that split in their TL, elsewhere the LSE twins of the fold) and the combine library that
     merges its parts (qattn._combine; without it the merge runs as torch ops).
@@ -201,15 +201,15 @@ def precompile(specs, out, *, gpu=None, short=False, backward=False, determinist
             splits = A.split_allowed(fields, {}, aux, 1, hopper)
             # the packed short kernels (Hopper), the LSE twins the fold launches (elsewhere), and the
             # split kernels (Hopper: the call's fields and, for one causal query, the unmasked ones;
-            # packed for GQA / MQA and not, as _attention._build_for picks them)
+            # packed for GQA / MQA, one-tile for MHA ("decode1") and not, as _attention._build_for picks them)
             wanted = [(False, True)] if splits and not lse and not hopper else []
             if hopper and "variants" not in fields:
-                wanted += [(True, lse), ("decode", lse)]
+                wanted += [(True, lse), ("decode", lse), ("decode1", lse)]
             for sh, with_lse in wanted:
                 extra.append((_build.kernel_spec(dt, dqk, dv, fields, with_lse, k.target, short=sh), k, {}))
             if hopper and splits:
                 for f in (fields, A.split_fields(fields, 1)):
-                    for sh in ("decode", True, False) if "variants" not in f else (False,):
+                    for sh in ("decode", "decode1", True, False) if "variants" not in f else (False,):
                         extra.append((_build.kernel_spec(dt, dqk, dv, f, True, k.target, short=sh, split=True), k, {}))
             if splits and (dt, dv) not in combines:  # the split's merge (qattn._combine), once per dtype and d_v
                 combines.add((dt, dv))

@@ -24,7 +24,7 @@ def main(argv=None):
     b.add_argument("--common", action="store_true", help="also qattn.COMMON_KERNELS")
     b.add_argument("--gpu", default=None, help="the GPU to build for (a `qattn gpus` name); default: the local one")
     b.add_argument("--short", action="store_true",
-                   help="also what decoding uses: the Hopper kernels for short GQA/MQA queries, the key split's LSE twins")
+                   help="also what decoding uses: the Hopper kernels for short GQA/MQA queries and MHA decoding, the key split's LSE twins")
     b.add_argument("--backward", action="store_true",
                    help="also what training uses: the forward's LSE twin and the backward libraries (MHA, GQA)")
     b.add_argument("--deterministic", action="store_true",

@@ -597,7 +597,7 @@ def test_kernel_names_are_safe_spec_names():
 
 def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
     """precompile(short=True) adds, per spec: on Hopper the packed short-query kernel and the one-tile
-    decoding kernel (no variants) and the kernels that split the keys in their TL (the spec's fields and, for one causal query, the
+    decoding kernels, packed and for MHA (no variants) and the kernels that split the keys in their TL (the spec's fields and, for one causal query, the
     unmasked ones; packed and not; variants too); elsewhere the LSE twins the fold launches (no
     variants; no mask or bottom-right causal); one combine library per dtype and d_v."""
     from qattn import _compile, _pack
@@ -617,12 +617,14 @@ def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
              {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"softcap": 30.0}},
              {"heads_q": 4, "head_dim": 128, "dtype": "bf16", "mask": "none"},
              {"heads_q": 2, "head_dim": 128, "dtype": "bf16", "mask": "none", "variants": {"alibi": True}}]
-    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 4 + 11 + 1
+    assert qattn.precompile(specs, str(tmp_path), gpu="h100", short=True) == 4 + 15 + 1
     got = sorted((s["name"], s["return_lse"], s.get("split_keys", False)) for s in built)
-    assert got == [("py_bf16_d128_causal_dec", False, False), ("py_bf16_d128_causal_lse_dec_split", True, True),
+    assert got == [("py_bf16_d128_causal_dec", False, False), ("py_bf16_d128_causal_dec1", False, False),
+                   ("py_bf16_d128_causal_lse_dec1_split", True, True), ("py_bf16_d128_causal_lse_dec_split", True, True),
                    ("py_bf16_d128_causal_lse_short_split", True, True), ("py_bf16_d128_causal_lse_split", True, True),
                    ("py_bf16_d128_causal_short", False, False),
-                   ("py_bf16_d128_none_dec", False, False), ("py_bf16_d128_none_lse_dec_split", True, True),
+                   ("py_bf16_d128_none_dec", False, False), ("py_bf16_d128_none_dec1", False, False),
+                   ("py_bf16_d128_none_lse_dec1_split", True, True), ("py_bf16_d128_none_lse_dec_split", True, True),
                    ("py_bf16_d128_none_lse_short_split", True, True), ("py_bf16_d128_none_lse_split", True, True),
                    ("py_bf16_d128_none_short", False, False),
                    ("py_bf16_d128_none_softcap_lse_split", True, True)], got
