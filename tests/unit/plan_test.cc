@@ -497,6 +497,15 @@ TEST(planWideV, TheWiderHeadDimPicksTheRowAndTheCodeInterprets) {
     auto v = verify(*plan, d);
     EXPECT_TRUE(v.passed()) << v.sizes() << "\n" << d.render();
   }
+  // a V too wide for any tile: a diagnostic with the reason, no plan
+  for (const char* gpu : {"h100", "a100"}) {
+    support::DiagSink d;
+    spec::AttentionSpec s = *spec::find_preset("llama3-8b");
+    ASSERT_TRUE(spec::apply_flags(s, {{"gpu", gpu}, {"head-dim", "64,512"}}, d)) << d.render();
+    EXPECT_FALSE(make_plan(s, *hw::find_gpu(gpu), d).has_value()) << gpu;
+    EXPECT_NE(d.render().find("PLAN0101"), std::string::npos) << d.render();
+    EXPECT_NE(d.render().find(std::string(gpu) == "h100" ? "d_v a multiple of 8 up to 256" : "registers"), std::string::npos) << d.render();
+  }
 }
 
 TEST(planBackward, WhatIsNotPlannedIsRefusedWithItsCode) {
