@@ -62,3 +62,16 @@ def c_layout(tmp_path, struct, names):
     exe = tmp_path / struct
     subprocess.run([cc, "-I", os.path.join(REPO, "include"), str(src), "-o", str(exe)], check=True, timeout=60)
     return [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
+
+
+def fake_compile_many(monkeypatch):
+    """precompile's compile step replaced by a stand-in that compiles nothing: each spec becomes a kernel
+    whose spec is the canonical one and whose build is ("compiled", name) (the precompile tests then
+    stub _build.build and _pack.write_pack to see what would be packed)."""
+    from qattn import _build, _compile
+
+    class K:
+        def __init__(self, spec, target):
+            self.spec = _build.canonical_spec(spec)
+            self.target, self.target_reason, self._b = target, "test", ("compiled", self.spec["name"])
+    monkeypatch.setattr(_compile, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None: [K(s, gpu) for s in specs])

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import REPO, have_executable, have_nvcc, needs_cli
+from conftest import REPO, fake_compile_many, have_executable, have_nvcc, needs_cli
 
 import qattn
 from qattn import _abi, _build, _cli, _variants
@@ -603,15 +603,10 @@ def test_precompile_backward_packs_what_training_uses(monkeypatch, tmp_path):
     deterministic=True the deterministic ones; custom score_mod text gets none. A backward library
     in a pack has its own key (the spec's JSON + "#backward") and build(..., backward=True) loads it
     from the pack with no compiler."""
-    from qattn import _backward, _compile, _pack
+    from qattn import _backward, _pack
 
-    class K:
-        def __init__(self, spec, target):
-            self.spec = _build.canonical_spec(spec)
-            self.target, self.target_reason, self._b = target, "test", ("compiled", self.spec["name"])
+    fake_compile_many(monkeypatch)
     built = []
-    monkeypatch.setattr(_compile, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
-                        [K(s, gpu) for s in specs])
     monkeypatch.setattr(_build, "build", lambda spec, target, reason, **kw: built.append((spec, kw.get("backward", False)))
                         or spec["name"])
     monkeypatch.setattr(_pack, "write_pack", lambda out, builds: len(builds))

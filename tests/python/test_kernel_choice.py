@@ -1,5 +1,7 @@
 """Which kernel a call takes, without a GPU (they run in CI): Hopper's short-query and one-tile decoding
 kernels (`_build.short_queries`, `kernel_spec`), and what `precompile(short=True)` packs for decoding."""
+from conftest import fake_compile_many
+
 import qattn
 from qattn import _build
 
@@ -37,15 +39,10 @@ def test_precompile_short_packs_what_decoding_uses(monkeypatch, tmp_path):
     decoding kernels, packed and for MHA (no variants) and the kernels that split the keys in their TL (the spec's fields and, for one causal query, the
     unmasked ones; packed and not; variants too); elsewhere the LSE twins the fold launches (no
     variants; no mask or bottom-right causal); one combine library per dtype and d_v."""
-    from qattn import _compile, _pack
+    from qattn import _pack
 
-    class K:
-        def __init__(self, spec, target):
-            self.spec = _build.canonical_spec(spec)
-            self.target, self.target_reason, self._b = target, "test", ("compiled", self.spec["name"])
+    fake_compile_many(monkeypatch)
     built = []
-    monkeypatch.setattr(_compile, "compile_many", lambda specs, gpu=None, jobs=None, verbose=None:
-                        [K(s, gpu) for s in specs])
     combined = []
     monkeypatch.setattr(_build, "build", lambda spec, target, reason, **kw: (combined if kw.get("combine") else built)
                         .append(spec) or spec["name"])
