@@ -29,9 +29,11 @@ line "speed vs NAME (its time / this runtime's)" under a row gives NAME's time o
 1, this tree is faster (the same direction as vs_cudnn).
 
 --varlen: the same decoding through qattn.attention_varlen over the cache (one query per sequence:
-cu_seqlens_q = 0, 1, ..., batch), which runs as attention_with_kvcache (impl qattn-varlen), and with
-max_seqlen_q 2 (not uniform: the ragged kernel, impl qattn-varlen-ragged, what every such call ran
-before 2026-11-30), in the same rounds.
+cu_seqlens_q = 0, 1, ..., batch): the ragged kernel on the decoding tile (impl qattn-varlen), and with
+max_seqlen_q 2 (impl qattn-varlen-ragged: a speculative-decoding buffer of two rows a sequence, one
+used), in the same rounds; the line under a row gives each one's time over the batched call's
+(attention_with_kvcache, kv page N). (From 2026-11-30 to 2026-12-01 a max_seqlen_q 1 call ran as
+attention_with_kvcache itself, and max_seqlen_q 2 took the 128-row ragged kernel.)
 
 --fold: the same calls with the key split folded into the batch (QATTN_SPLIT_MODE=fold: the parts as
 batch entries, the queries copied per part; the split before Hopper) as impl qattn@fold /
@@ -86,8 +88,7 @@ def main():
                     help="the cache's page sizes (0: the contiguous cache, always timed), comma-separated (default %(default)s)")
     ap.add_argument("--varlen", action="store_true",
                     help="also the same decoding through qattn.attention_varlen over the cache (impl qattn-varlen: one query "
-                         "per sequence, which runs as attention_with_kvcache) and the ragged kernel it took before "
-                         "(impl qattn-varlen-ragged: max_seqlen_q 2, not uniform), every page size")
+                         "per sequence; impl qattn-varlen-ragged: max_seqlen_q 2, one of two rows used), every page size")
     ap.add_argument("--ordered-pages", action="store_true",
                     help="each sequence's pages in order in the pool (what the addresses cost, against the shuffled pool)")
     a = ap.parse_args()
@@ -173,9 +174,10 @@ def main():
               + " | ".join(f"kv page {p} {med[f'kv{p}']:7.1f} us ({kv_bytes / med[f'kv{p}'] / 1e3:5.0f} GB/s, "
                            f"{med['cudnn'] / med[f'kv{p}']:.2f}x cudnn)" for p in pages), flush=True)
         if a.varlen:
-            print(f"{'':18s} attention_varlen (one query per sequence): " + " | ".join(
-                f"page {p} {med[f'vl{p}']:7.1f} us ({kv_bytes / med[f'vl{p}'] / 1e3:5.0f} GB/s), ragged kernel "
-                f"{med[f'vr{p}']:7.1f} us ({med[f'vr{p}'] / med[f'vl{p}']:.2f}x)" for p in pages), flush=True)
+            print(f"{'':18s} attention_varlen (one query per sequence; time / the batched call's): " + " | ".join(
+                f"page {p} {med[f'vl{p}']:7.1f} us ({kv_bytes / med[f'vl{p}'] / 1e3:5.0f} GB/s, "
+                f"{med[f'vl{p}'] / med[f'kv{p}']:.3f}x), max_seqlen_q 2 {med[f'vr{p}']:7.1f} us "
+                f"({med[f'vr{p}'] / med[f'kv{p}']:.3f}x)" for p in pages), flush=True)
         for rt in RUNTIMES:
             # a speed ratio: the other runtime's time over this one's (above 1: this runtime is faster)
             print(f"{'':18s} speed vs {rt} (its time / this runtime's): qattn {med[f'qattn@{rt}'] / med['qattn']:.3f}x | " +

@@ -174,29 +174,6 @@ def _differentiable(torch, q, k, v, cu_q, cu_k, max_q, max_k, causal, window, sc
     return (o, lse) if return_lse else o
 
 
-def uniform_queries(bsz, total_q, max_seqlen_q):
-    """True when every sequence of a ragged batch holds exactly max_seqlen_q queries, known on the host:
-    total_q = batch x max_seqlen_q, and no sequence is longer than max_seqlen_q (attention_varlen's
-    contract), so each one is exactly that long and cu_seqlens_q[b] = b x max_seqlen_q. Only for short
-    query sequences (decoding, speculative decoding: at most _build.SHORT_QUERIES each)."""
-    return bsz > 0 and 0 < max_seqlen_q <= _build.SHORT_QUERIES and total_q == bsz * max_seqlen_q
-
-
-def _uniform_with_cache(torch, q, k_cache, v_cache, bsz, sq, cache_seqlens, block_table, causal, window, scale, softcap,
-                        return_lse):
-    """Ragged queries over a KV cache whose sequences all hold sq queries (uniform_queries): the batched
-    KV-cache call on q viewed as (batch, sq, heads, d) (qattn.attention_with_kvcache: GQA packing, the
-    key split and its merge, which the ragged kernel has neither of). Same attention: each sequence's
-    queries are the last sq positions of its cache_seqlens[b] keys in both. o (total_q, heads_q, d_v) is
-    a view of the batched output; lse (heads_q, total_q) a copy of its (batch, heads_q, sq)."""
-    r = _kvcache.attention_with_kvcache(q.reshape(bsz, sq, *q.shape[1:]), k_cache, v_cache, cache_seqlens, block_table,
-                                        causal=causal, window=window, scale=scale, softcap=softcap, return_lse=return_lse)
-    if not return_lse:
-        return r.view(bsz * sq, *r.shape[2:])
-    o, lse = r
-    return o.view(bsz * sq, *o.shape[2:]), lse.permute(1, 0, 2).reshape(lse.shape[1], bsz * sq)
-
-
 def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_seqlens, block_table, causal, window, scale,
                 softcap, return_lse):
     """attention_varlen over a KV cache: one launch of the kernel whose TL has ragged queries
@@ -217,16 +194,16 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
     tq = int(q.shape[0])
-    if uniform_queries(bsz, tq, max_seqlen_q):
-        return _uniform_with_cache(torch, q, k_cache, v_cache, bsz, max_seqlen_q, cache_seqlens, block_table, causal,
-                                   window, scale, softcap, return_lse)
     o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
     if empty:
         return (o, lse) if return_lse else o
     kv = "paged" if block_table is not None else "lengths"
     kind = _build.varlen_kind(hq, hkv)
-    splits = ragged_splits(torch, q.device, bsz, tq, hq, hkv, capacity, fields, args, kind)
-    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse or splits > 1, q.device, kv_cache=kv, varlen=kind,
+    decode = decoding_tile(_attention._device_target(torch, q.device)[0], hq, hkv, max_seqlen_q, fields)
+    splits = ragged_splits(torch, q.device, bsz, tq, hq, hkv, capacity, fields, args, kind, max_seqlen_q=max_seqlen_q,
+                           bm=64 if decode else 128)
+    b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse or splits > 1, q.device,
+                              shape=(hq, hkv, max_seqlen_q) if decode else None, kv_cache=kv, varlen=kind,
                               split=splits > 1)
     roles = dict(b.library.info.get("kv_cache", {}))
     roles.update(b.library.info.get("varlen", {}))
@@ -254,16 +231,31 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     return (o, lse) if return_lse else o
 
 
-def ragged_splits(torch, device, bsz, total_q, hq, hkv, capacity, fields, args, kind):
+def ragged_splits(torch, device, bsz, total_q, hq, hkv, capacity, fields, args, kind, max_seqlen_q=None, bm=128):
     """The parts the keys of ragged queries over a KV cache split into (1: none): on Hopper (the
     kernel splits in its TL, every part applying the call's mask to its own key tiles) when the
     blocks the launch can keep busy leave SMs idle: each sequence's partial tile plus the packed
-    rows' full ones, per kv head (packed, `kind` True) or query head, against the SM count
+    rows' full ones, per kv head (packed, `kind` True) or query head, at most each sequence's
+    max_seqlen_q rows in tiles of bm (64: the decoding tile), against the SM count
     (_attention.parts_to_fill: at least MIN_KEYS_PER_SPLIT of the capacity's keys a part). A serving
-    step of a few long sequences decoding beside a prefill chunk splits; many sequences fill the GPU."""
+    step of a few long sequences decoding beside a prefill chunk splits; many sequences fill the GPU.
+    Decoding batches (one query a sequence, or a few) split as attention_with_kvcache does."""
     if os.environ.get("QATTN_SPLIT_KV", "1") in ("0", "false", "no") or not _attention.tl_split(torch, device) or \
             not _attention.split_allowed(fields, args, None, 2, True):
         return 1
     rows, heads = (hq // hkv, hkv) if kind is True else (1, hq)
-    blocks = heads * (bsz + -(-total_q * rows // 128))
-    return max(1, _attention.parts_to_fill(torch, device, blocks, capacity))
+    tiles = bsz + -(-total_q * rows // bm)
+    if max_seqlen_q is not None:
+        tiles = min(tiles, bsz * -(-max_seqlen_q * rows // bm))
+    return max(1, _attention.parts_to_fill(torch, device, heads * tiles, capacity))
+
+
+def decoding_tile(target, hq, hkv, max_seqlen_q, fields):
+    """The one-tile decoding kernel's kind for ragged queries over a KV cache ("decode" / "decode1",
+    _build.short_queries; else False): where each sequence's packed rows, at most max_seqlen_q x group,
+    fit one 64-row tile (decoding, speculative decoding), the ragged kernel takes the decoding tile
+    (BM 64, one consumer warpgroup; the spec states those queries) that attention_with_kvcache takes.
+    The kernel still reads cu_seqlens_q, so sequences of fewer queries, and a q with spare rows (a
+    serving engine's fixed-size buffer), stay exact."""
+    short = _build.short_queries(target, hq, hkv, max_seqlen_q, fields)
+    return short if short in ("decode", "decode1") else False

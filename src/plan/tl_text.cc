@@ -167,10 +167,12 @@ std::string text(const Problem& p, const Target& t, const TileConfig* tiles) {
   auto sched = [&](const std::string& attrs) { return schedule ? " {" + attrs + "}" : std::string(); };
   // K and V `{stream}` (an L2 evict-first hint on launches with one query tile per head, which read
   // each head's keys once): the GQA-packed kernels whose stated queries fit one tile per kv head
-  // (decoding, with or without a KV cache: MQA 1.02-1.04x, GQA unchanged). Not MHA (its KV-cache
-  // decoding measured 1-2% slower with the hint), ragged batches or prefill kernels, which load as
-  // before (the hint's branch, untaken, moved their code by up to 2%: bench/results/2026-11-30-h200-decode-evict).
-  const bool kv_stream = schedule && pack && !p.varlen && p.seqlen_q > 0 &&
+  // (decoding, with or without a KV cache: MQA 1.02-1.04x, GQA unchanged), ragged ones included
+  // (attention_varlen's decoding kernels state their queries too). Not MHA (its KV-cache decoding
+  // measured 1-2% slower with the hint), nor the ragged or prefill kernels that state no queries,
+  // which load as before (the hint's branch, untaken, moved their code by up to 2%:
+  // bench/results/2026-11-30-h200-decode-evict).
+  const bool kv_stream = schedule && pack && p.seqlen_q > 0 &&
                          p.seqlen_q * (p.heads_q / std::max(1, p.heads_kv)) <= tiles->bm;
   const std::string kv_copy = kv_stream ? "async, stream" : "async";
   const bool same_d = p.d_qk == p.d_v;

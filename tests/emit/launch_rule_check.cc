@@ -35,29 +35,29 @@ int main() {
   struct Case {
     long long seqlen_q;
     int pack, bm;
-    bool ragged;
     CUtensorMapL2promotion want;
     const char* what;
   } cases[] = {
-      {1, 1, 128, false, s, "one token, MHA"},
-      {1, 4, 128, false, s, "one token, GQA packed 4"},
-      {32, 4, 128, false, s, "32 queries x 4 heads: 128 rows, one tile"},
-      {33, 4, 128, false, p, "33 queries x 4 heads: two tiles"},
-      {64, 2, 128, false, s, "the Python short kernel's planned shape"},
-      {128, 1, 128, false, s, "one full tile"},
-      {129, 1, 128, false, p, "two tiles"},
-      {4096, 1, 128, false, p, "prefill"},
-      {1, 1, 128, true, p, "ragged queries"},
-      {64, 1, 64, false, s, "BM 64, one tile"},
-      {1, 0, 128, false, s, "pack 0 (not packed) counts as 1"},
+      {1, 1, 128, s, "one token, MHA"},
+      {1, 4, 128, s, "one token, GQA packed 4"},
+      {32, 4, 128, s, "32 queries x 4 heads: 128 rows, one tile"},
+      {33, 4, 128, p, "33 queries x 4 heads: two tiles"},
+      {64, 2, 128, s, "the Python short kernel's planned shape"},
+      {128, 1, 128, s, "one full tile"},
+      {129, 1, 128, p, "two tiles"},
+      {4096, 1, 128, p, "prefill"},
+      {1, 1, 128, s, "ragged queries, one each: seqlen_q is the longest sequence's"},
+      {300, 1, 128, p, "ragged queries up to 300"},
+      {64, 1, 64, s, "BM 64, one tile"},
+      {1, 0, 128, s, "pack 0 (not packed) counts as 1"},
   };
   int bad = 0;
   for (const Case& c : cases) {
-    const auto got = kv_l2_promotion(c.seqlen_q, c.pack, c.bm, c.ragged);
-    const bool streamed = qattn::sm90::kv_streamed(c.seqlen_q, c.pack, c.bm, c.ragged);  // the evict-first loads, the same launches
+    const auto got = kv_l2_promotion(c.seqlen_q, c.pack, c.bm);
+    const bool streamed = qattn::sm90::kv_streamed(c.seqlen_q, c.pack, c.bm);  // the evict-first loads, the same launches
     if (got != c.want || streamed != (c.want == s)) {
-      std::printf("FAIL %s: seqlen_q %lld pack %d BM %d ragged %d: promotion %d, want %d; streamed %d\n", c.what, c.seqlen_q, c.pack,
-                  c.bm, int(c.ragged), int(got), int(c.want), int(streamed));
+      std::printf("FAIL %s: seqlen_q %lld pack %d BM %d: promotion %d, want %d; streamed %d\n", c.what, c.seqlen_q, c.pack,
+                  c.bm, int(got), int(c.want), int(streamed));
       ++bad;
     }
   }

@@ -367,6 +367,12 @@ def test_ragged_queries_over_a_cache_split_where_sms_idle(monkeypatch):
     # 64 decoding sequences of GQA 32/8 fill the GPU; a short capacity has no part of 512 keys
     assert _varlen.ragged_splits(None, None, 64, 64, 32, 8, 4096, causal, {}, True) == 1
     assert _varlen.ragged_splits(None, None, 2, 2, 16, 1, 700, causal, {}, True) == 1
+    # decoding on the 64-row tile: MQA 16/1, 8 sequences of one query -> 8 blocks, as
+    # attention_with_kvcache counts them (16 parts; 10 blocks and 13 parts without max_seqlen_q)
+    assert _varlen.ragged_splits(None, None, 8, 8, 16, 1, 16384, causal, {}, True, max_seqlen_q=1, bm=64) == 16
+    assert _varlen.ragged_splits(None, None, 8, 8, 16, 1, 16384, causal, {}, True, bm=64) == 13
+    # MHA 8/8 decoding, 4 sequences: 32 blocks -> 4 parts
+    assert _varlen.ragged_splits(None, None, 4, 4, 8, 8, 16384, causal, {}, "g1", max_seqlen_q=1, bm=64) == 4
     monkeypatch.setenv("QATTN_SPLIT_KV", "0")
     assert _varlen.ragged_splits(None, None, 5, 45, 16, 1, 16384, causal, {}, True) == 1
     monkeypatch.delenv("QATTN_SPLIT_KV")
@@ -712,12 +718,18 @@ def test_can_compile_needs_the_executable_and_nvcc(monkeypatch, tmp_path):
     assert _build.can_compile() is False
 
 
-def test_uniform_queries_is_decided_on_the_host():
-    """Ragged queries over a KV cache take the batched KV-cache kernel (GQA packing, the key split) when
-    every sequence holds max_seqlen_q <= 64 queries: total_q = batch x max_seqlen_q; not otherwise."""
-    from qattn._varlen import uniform_queries
-    assert uniform_queries(32, 32, 1)           # decoding: one token each
-    assert uniform_queries(4, 12, 3)            # speculative decoding: 3 each
-    assert not uniform_queries(4, 11, 3)        # one sequence shorter
-    assert not uniform_queries(2, 256, 128)     # long chunks keep the ragged kernel
-    assert not uniform_queries(0, 0, 1) and not uniform_queries(3, 0, 0)
+def test_short_ragged_queries_over_a_cache_take_the_decoding_tile():
+    """Ragged queries over a KV cache whose sequences hold few enough queries that each one's packed rows
+    fit one 64-row tile take the decoding tile's kernel (decided from max_seqlen_q alone: the kernel
+    still reads the counts, so a shorter sequence or a q with spare rows stays exact); longer chunks,
+    variants and targets before Hopper keep the 128-row ragged kernel."""
+    from qattn._varlen import decoding_tile
+    causal = {"mask": {"kind": "causal", "align": "bottom_right"}}
+    assert decoding_tile("h100", 32, 8, 1, causal) == "decode"      # GQA decoding: 4 packed rows
+    assert decoding_tile("h200", 16, 1, 4, causal) == "decode"      # MQA speculative decoding: 64 rows
+    assert decoding_tile("h100", 8, 8, 3, causal) == "decode1"      # MHA: 3 rows of a head
+    assert decoding_tile("h100", 16, 1, 5, causal) is False         # 80 packed rows: two tiles
+    assert decoding_tile("h100", 32, 8, 512, causal) is False       # a prefill chunk
+    assert decoding_tile("a100", 32, 8, 1, causal) is False
+    assert decoding_tile("h100", 14, 2, 1, causal) is False         # a group of 7 is not packed
+    assert decoding_tile("h100", 32, 8, 1, {**causal, "variants": [{"score": "softcap"}]}) is False

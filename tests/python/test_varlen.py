@@ -236,6 +236,27 @@ def test_varlen_queries_over_a_kv_cache(page):
 
 
 @gpu
+@pytest.mark.parametrize("lq,page", [([2, 1, 2, 2], 16), ([1, 0, 1], 0), ([3, 3, 1, 3, 2], 64)])
+def test_varlen_over_a_cache_with_a_static_query_buffer(lq, page):
+    """A serving engine's fixed-size query buffer (CUDA graphs): q holds batch x max_seqlen_q rows, its
+    spare rows exactly the ones the shorter sequences leave, so the row count alone looks like equal
+    sequences; the counts on the device say otherwise. Every sequence against fp64 (its queries the
+    last of its keys), GQA 32/8 and MQA 16/1."""
+    for hq, hkv in ((32, 8), (16, 1)):
+        g = torch.Generator(device="cuda").manual_seed(len(lq) + page + hkv)
+        lk, cap, d, dt = [3000, 500, 20, 8000, 64][:len(lq)], 8192, 128, torch.bfloat16
+        spare = len(lq) * max(lq) - sum(lq)
+        k, v, kc, vc, table, cq, q, o, lse = call_over_cache(g, lq, lk, cap, hq, hkv, d, dt, page, spare=spare)
+        assert int(q.shape[0]) == len(lq) * max(lq)
+        cql = cq.tolist()
+        for b, n in enumerate(lk):
+            a, e = cql[b], cql[b + 1]
+            if e > a:
+                check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"{hq}/{hkv}: sequence {b} ({e - a} of "
+                                  f"{max(lq)} queries, {n} keys)")
+
+
+@gpu
 @pytest.mark.parametrize("hq,hkv,page", [(32, 8, 16), (16, 1, 64), (64, 8, 0)])
 def test_varlen_serving_step_mixes_decoding_and_prefill_chunks(hq, hkv, page):
     """A continuous-batching step (flash_attn_varlen_func with a block table): decoding sequences of
@@ -289,7 +310,7 @@ def test_varlen_over_a_cache_splits_the_keys_of_few_long_sequences(hq, hkv, page
     g = torch.Generator(device="cuda").manual_seed(7 + hq + page)
     lq, lk, cap, d, dt = [1, 1, 3, 0, 40], [9000, 70, 16000, 20, 4000], 16384, 128, torch.bfloat16
     seen, real = [], _varlen.ragged_splits
-    monkeypatch.setattr(_varlen, "ragged_splits", lambda *a: seen.append(real(*a)) or seen[-1])
+    monkeypatch.setattr(_varlen, "ragged_splits", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     k, v, kc, vc, table, cq, q, o, lse = call_over_cache(g, lq, lk, cap, hq, hkv, d, dt, page)
     assert seen and seen[-1] > 1, seen
     cql = cq.tolist()
@@ -334,38 +355,43 @@ def test_varlen_check_merges_the_parts_of_a_split_kernel():
 
 @gpu
 @pytest.mark.parametrize("sq,page", [(1, 0), (1, 16), (3, 64)])
-def test_uniform_varlen_over_a_cache_takes_the_batched_kernel(sq, page, monkeypatch):
+def test_short_varlen_over_a_cache_takes_the_decoding_tile(sq, page, monkeypatch):
     """Decoding (and speculative decoding) through attention_varlen / flash_attn_varlen_func over a KV
-    cache: sq queries in every sequence, so the call runs as attention_with_kvcache (GQA packing, the
-    key split), on long caches (up to 20k keys, 4 sequences, GQA 32/8 and MQA 16/1): o and lse against
-    fp64 per sequence, and equal within tolerance to the ragged kernel's result (the same call with
-    max_seqlen_q one larger, which is not uniform)."""
-    from qattn import _kvcache
-    from qattn._kvcache_check import make_cache
-    calls = []
-    real = _kvcache.attention_with_kvcache
-    monkeypatch.setattr(_kvcache, "attention_with_kvcache", lambda *a, **k: calls.append(1) or real(*a, **k))
-    for hq, hkv in ((32, 8), (16, 1)):
+    cache: sq queries in every sequence, so each sequence's packed rows fit one 64-row tile and the
+    ragged kernel is the decoding tile's (BM 64, one consumer warpgroup; spec `_dec` / `_dec1`), on
+    long caches (up to 20k keys, 4 sequences, GQA 32/8, MQA 16/1, MHA 8/8): o and lse against fp64 per
+    sequence, and equal within tolerance to attention_with_kvcache on q viewed as (batch, sq, heads, d)."""
+    from qattn import _attention, _kvcache_check
+    names = []
+    real = _attention._build_for
+
+    def build_for(*a, **kw):
+        b = real(*a, **kw)
+        names.append(b.spec["name"])
+        return b
+    monkeypatch.setattr(_attention, "_build_for", build_for)
+    for hq, hkv in ((32, 8), (16, 1), (8, 8)):
         g = torch.Generator(device="cuda").manual_seed(hq + sq + page)
         lk, cap, d, dt = [20000, 1, 777, 9000], 20480, 128, torch.bfloat16
-        k, v, kc, vc, table = make_cache(len(lk), cap, hkv, d, d, dt, page, lk, g)
+        k, v, kc, vc, table = _kvcache_check.make_cache(len(lk), cap, hkv, d, d, dt, page, lk, g)
         cq = torch.arange(len(lk) + 1, dtype=torch.int32, device="cuda") * sq
         q = torch.randn(len(lk) * sq, hq, d, device="cuda", generator=g).to(dt)
         lens = torch.tensor(lk, dtype=torch.int32, device="cuda")
-        n0 = len(calls)
+        n0 = len(names)
         o, lse = qattn.attention_varlen(q, kc, vc, cq, None, sq, cap, causal=True, return_lse=True, cache_seqlens=lens,
                                         block_table=table)
-        assert len(calls) == n0 + 1, "the uniform call did not take the batched KV-cache kernel"
-        o_r, lse_r = qattn.attention_varlen(q, kc, vc, cq, None, sq + 1, cap, causal=True, return_lse=True,
-                                            cache_seqlens=lens, block_table=table)
-        assert len(calls) == n0 + 1
+        assert len(names) == n0 + 1 and "_varlen" in names[-1] and ("_dec_" in names[-1] or "_dec1_" in names[-1]), \
+            names[n0:]
+        o_b, lse_b = qattn.attention_with_kvcache(q.view(len(lk), sq, hq, d), kc, vc, lens, table, causal=True,
+                                                  return_lse=True)
         torch.cuda.synchronize()
         for b, n in enumerate(lk):
             a, e = b * sq, (b + 1) * sq
-            check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"sequence {b} ({n} keys)")
-        assert (o.float() - o_r.float()).abs().max().item() < 2e-2
-        fin = torch.isfinite(lse_r)
-        assert torch.allclose(lse[fin], lse_r[fin], atol=1e-3, rtol=1e-4)
+            check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"{hq}/{hkv} sequence {b} ({n} keys)")
+        assert (o.float() - o_b.view(o.shape).float()).abs().max().item() < 2e-2
+        lse_b = lse_b.permute(1, 0, 2).reshape(hq, -1)
+        fin = torch.isfinite(lse_b)
+        assert torch.equal(fin, torch.isfinite(lse)) and torch.allclose(lse[fin], lse_b[fin], atol=1e-3, rtol=1e-4)
     if page:
         ck = torch.tensor([0] + lk, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
         o2 = flash_attn_varlen_func(q, kc, vc, cq, ck, sq, cap, causal=True, block_table=table)

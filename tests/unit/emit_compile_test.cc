@@ -176,7 +176,7 @@ TEST(EmitCompile, LaunchL2PromotionRuleOnTheHost) {
   ASSERT_EQ(rc, 0) << log;
   log = run({exe}, &rc);
   EXPECT_EQ(rc, 0) << log;
-  EXPECT_NE(log.find("launch rule: 11 of 11 cases as expected"), std::string::npos) << log;
+  EXPECT_NE(log.find("launch rule: 12 of 12 cases as expected"), std::string::npos) << log;
   EXPECT_NE(log.find("ABI 8 splits: 9 of 9 cases as expected"), std::string::npos) << log;
   EXPECT_NE(log.find("dense tiles: 7 of 7 cases as expected"), std::string::npos) << log;
   EXPECT_NE(log.find("intmath: 12609 of 12609 cases as expected"), std::string::npos) << log;

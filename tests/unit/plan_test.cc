@@ -283,7 +283,8 @@ TEST(planPack, PacksShortQueriesOfGqaOnHopper) {
 
 // K and V `{async, stream}` (an L2 evict-first hint on launches that read each head's keys once):
 // the GQA-packed sm90 kernels whose stated queries fit one tile per kv head (decoding, with a KV
-// cache or not); never MHA, a prefill or ragged kernel (their code stays as it was), nor off Hopper.
+// cache or not, ragged queries included); never MHA, a prefill kernel or a ragged one that states no
+// queries (their code stays as it was), nor off Hopper.
 // The translation passes the launch's flag (Params::kv_stream) on exactly those loads.
 TEST(planStream, KeysOfDecodingKernelsAreStreamed) {
   struct Want {
@@ -295,7 +296,9 @@ TEST(planStream, KeysOfDecodingKernelsAreStreamed) {
                         Want{{{"seqlen", "1/8192"}, {"gpu", "a100"}}, false}, Want{{{"seqlen", "1/8192"}, {"heads", "32/32"}}, false},
                         Want{{{"kv-cache", "paged"}, {"seqlen", "1/4096"}}, true}, Want{{{"kv-cache", "paged"}}, false},
                         Want{{{"kv-cache", "lengths"}, {"split-keys", "true"}, {"lse", "true"}, {"seqlen", "1/8192"}}, true},
-                        Want{{{"varlen", "true"}, {"kv-cache", "paged"}}, false}}) {
+                        Want{{{"varlen", "true"}, {"kv-cache", "paged"}}, false},
+                        Want{{{"varlen", "true"}, {"kv-cache", "paged"}, {"seqlen", "1/4096"}}, true},
+                        Want{{{"varlen", "true"}, {"seqlen", "1/4096"}, {"heads", "32/32"}}, false}}) {
     std::map<std::string, std::string> flags = w.flags;
     flags.emplace("gpu", "h100");
     std::string what;

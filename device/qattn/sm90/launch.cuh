@@ -57,8 +57,8 @@ static inline int make_params(Params* kp, const qattn_fwd_params& p, const Kerne
   const long long kbs = k.ragged_k ? kv_rows * p.k_row_stride : p.k_batch_stride, vbs = k.ragged_k ? kv_rows * p.v_row_stride : p.v_batch_stride;
   const int kv_box = k.paged && p.page_size < k.bn ? p.page_size : k.bn;
   // One query tile per (batch, head): one block streams each head's keys alone (tensor_map.h)
-  const CUtensorMapL2promotion kv_l2 = kv_l2_promotion(p.seqlen_q, k.pack ? kp->pack : 1, k.bm, k.ragged_q);
-  kp->kv_stream = kv_streamed(p.seqlen_q, k.pack ? kp->pack : 1, k.bm, k.ragged_q) ? 1 : 0;
+  const CUtensorMapL2promotion kv_l2 = kv_l2_promotion(p.seqlen_q, k.pack ? kp->pack : 1, k.bm);
+  kp->kv_stream = kv_streamed(p.seqlen_q, k.pack ? kp->pack : 1, k.bm) ? 1 : 0;
   const CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   const Map maps[4] = {
       {&kp->tma_q, "q", p.q, k.d_qk, q_rows, p.heads_q, k.bm, pk, q_batch, p.q_row_stride, p.q_head_stride, qbs, l2},

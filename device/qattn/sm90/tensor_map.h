@@ -27,16 +27,18 @@
 namespace qattn::sm90 {
 
 // The L2 promotion of a launch's K and V maps (above): QATTN_SM90_L2_STREAM when the launch has one
-// query tile per (batch, head) — seqlen_q queries (x the GQA pack of a packed kernel) fit BM rows,
-// and the queries are not packed ragged sequences — else 256 bytes. (tests/emit/launch_rule_check.cc)
+// query tile per (batch, head) — seqlen_q queries (x the GQA pack of a packed kernel) fit BM rows;
+// for packed ragged sequences seqlen_q is the longest one's count, so each sequence has one tile
+// (decoding through attention_varlen: 1.08-1.13x with both, H200, bench/results/2026-12-01-h200-varlen-static)
+// — else 256 bytes. (tests/emit/launch_rule_check.cc)
 // The same launches load the TL's `{stream}` copies (K, V) under an L2 evict-first policy
 // (Params::kv_stream; no block re-reads them: MQA decoding 1.02-1.04x, the rest unchanged,
 // bench/results/2026-11-30-h200-decode-evict).
-static inline bool kv_streamed(long long seqlen_q, int pack, int bm, bool ragged_q) {
-  return !ragged_q && seqlen_q * (pack > 0 ? pack : 1) <= bm;
+static inline bool kv_streamed(long long seqlen_q, int pack, int bm) {
+  return seqlen_q * (pack > 0 ? pack : 1) <= bm;
 }
-static inline CUtensorMapL2promotion kv_l2_promotion(long long seqlen_q, int pack, int bm, bool ragged_q) {
-  return kv_streamed(seqlen_q, pack, bm, ragged_q) ? QATTN_SM90_L2_STREAM : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+static inline CUtensorMapL2promotion kv_l2_promotion(long long seqlen_q, int pack, int bm) {
+  return kv_streamed(seqlen_q, pack, bm) ? QATTN_SM90_L2_STREAM : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
 }
 
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
