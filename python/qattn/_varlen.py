@@ -197,9 +197,13 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
     if empty:
         return (o, lse) if return_lse else o
+    target = _attention._device_target(torch, q.device)[0]
+    if target not in ("h100", "h200") and bsz > 0 and 0 < max_seqlen_q <= _build.SHORT_QUERIES and tq == bsz * max_seqlen_q:
+        return _in_slots(torch, q, k_cache, v_cache, cu_seqlens_q, bsz, max_seqlen_q, cache_seqlens, block_table, causal,
+                         window, scale, softcap, return_lse)
     kv = "paged" if block_table is not None else "lengths"
     kind = _build.varlen_kind(hq, hkv)
-    decode = decoding_tile(_attention._device_target(torch, q.device)[0], hq, hkv, max_seqlen_q, fields)
+    decode = decoding_tile(target, hq, hkv, max_seqlen_q, fields)
     splits = ragged_splits(torch, q.device, bsz, tq, hq, hkv, capacity, fields, args, kind, max_seqlen_q=max_seqlen_q,
                            bm=64 if decode else 128)
     b = _attention._build_for(torch, dt, dqk, dv, fields, return_lse or splits > 1, q.device,
@@ -229,6 +233,34 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
         _, lse_out = _combine.combine(torch, o_k[None], lse_k[None], return_lse, q.device, out=o[None])
         lse = lse_out[0] if return_lse else None
     return (o, lse) if return_lse else o
+
+
+def _in_slots(torch, q, k_cache, v_cache, cu_seqlens_q, bsz, sq, cache_seqlens, block_table, causal, window, scale,
+              softcap, return_lse):
+    """Short ragged queries over a KV cache before Hopper, where the ragged kernel packs no query heads
+    and splits no keys: the batched call (qattn.attention_with_kvcache: GQA packing, the key split) on
+    the sequences' queries gathered into slots of sq rows, right-aligned: row r of slot b is packed
+    row cu_seqlens_q[b + 1] - sq + r, so the batched kernel's position for it, cache_seqlens[b] - sq +
+    r, is right for each of the sequence's queries (its last rows; the rows before them, another
+    sequence's or clamped to q, are computed and dropped). Packed row j then takes its slot's row.
+    Exact for any lengths up to sq and for q's spare rows (a serving engine's fixed-size buffer),
+    without reading the counts on the host; the gathers are device ops (CUDA-graph capturable).
+    Taken where q has batch x sq rows (what equal lengths give: no slot row wasted then)."""
+    tq, hq = int(q.shape[0]), int(q.shape[1])
+    cu = cu_seqlens_q.to(torch.int64)
+    rows = torch.arange(sq, device=q.device)
+    src = (cu[1:, None] - sq + rows[None, :]).clamp_(0, tq - 1).view(-1)  # (batch x sq) packed rows
+    r = _kvcache.attention_with_kvcache(q.index_select(0, src).view(bsz, sq, *q.shape[1:]), k_cache, v_cache,
+                                        cache_seqlens, block_table, causal=causal, window=window, scale=scale,
+                                        softcap=softcap, return_lse=return_lse)
+    o_s, lse_s = r if return_lse else (r, None)
+    j = torch.arange(tq, device=q.device)
+    seq = torch.searchsorted(cu[1:].contiguous(), j, right=True).clamp_(max=bsz - 1)  # packed row j's sequence
+    slot = seq * sq + (j - cu[1:][seq] + sq).clamp_(0, sq - 1)
+    o = o_s.reshape(bsz * sq, *o_s.shape[2:]).index_select(0, slot)
+    if not return_lse:
+        return o
+    return o, lse_s.permute(1, 0, 2).reshape(hq, bsz * sq).index_select(1, slot)
 
 
 def ragged_splits(torch, device, bsz, total_q, hq, hkv, capacity, fields, args, kind, max_seqlen_q=None, bm=128):

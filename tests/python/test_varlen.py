@@ -241,7 +241,7 @@ def test_varlen_over_a_cache_with_a_static_query_buffer(lq, page):
     """A serving engine's fixed-size query buffer (CUDA graphs): q holds batch x max_seqlen_q rows, its
     spare rows exactly the ones the shorter sequences leave, so the row count alone looks like equal
     sequences; the counts on the device say otherwise. Every sequence against fp64 (its queries the
-    last of its keys), GQA 32/8 and MQA 16/1."""
+    last of its keys), GQA 32/8 and MQA 16/1 (on Hopper: the ragged kernel on the decoding tile)."""
     for hq, hkv in ((32, 8), (16, 1)):
         g = torch.Generator(device="cuda").manual_seed(len(lq) + page + hkv)
         lk, cap, d, dt = [3000, 500, 20, 8000, 64][:len(lq)], 8192, 128, torch.bfloat16
@@ -254,6 +254,77 @@ def test_varlen_over_a_cache_with_a_static_query_buffer(lq, page):
             if e > a:
                 check_causal_rows(o, lse, a, e, q, k[b, :n], v[b, :n], dt, f"{hq}/{hkv}: sequence {b} ({e - a} of "
                                   f"{max(lq)} queries, {n} keys)")
+
+
+def slot_reference(q, k_cache, v_cache, lens, block_table=None, *, causal=False, window=None, scale=None, softcap=None,
+                   return_lse=False):
+    """attention_with_kvcache's meaning in fp64 on the CPU (contiguous cache): batch entry b's sq queries
+    the last of its lens[b] keys (bottom-right causal); a row that sees no key gets O 0, LSE -inf."""
+    b, sq, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    o = torch.zeros(b, sq, hq, v_cache.shape[3], dtype=torch.float64)
+    lse = torch.full((b, hq, sq), float("-inf"), dtype=torch.float64)
+    for i in range(b):
+        n = int(lens[i])
+        kk = k_cache[i, :n].double().repeat_interleave(hq // hkv, 1)
+        vv = v_cache[i, :n].double().repeat_interleave(hq // hkv, 1)
+        s_ = torch.einsum("qhd,khd->hqk", q[i].double(), kk) * d ** -0.5
+        pos = torch.arange(sq)[:, None] + n - sq
+        s_ = s_.masked_fill(torch.arange(n)[None, :] > pos, float("-inf"))
+        l_ = torch.logsumexp(s_, -1)
+        seen = torch.isfinite(l_)
+        o[i] = torch.einsum("hqk,khd->qhd", torch.softmax(s_, -1).nan_to_num(0.0), vv) * seen.T[..., None]
+        lse[i] = l_
+    return (o, lse) if return_lse else o
+
+
+@pytest.mark.parametrize("lq,sq", [([1, 0, 1, 1], 1), ([2, 1, 2, 2], 2), ([3, 3, 1, 3, 2], 3), ([3, 3, 3], 3)])
+def test_slots_path_before_hopper_keeps_every_sequence_exact(lq, sq, monkeypatch):
+    """_varlen._in_slots (short ragged queries over a KV cache before Hopper: the batched call on the
+    sequences' queries gathered into right-aligned slots of sq rows, then each packed row taken back
+    from its slot), with the batched call replaced by its fp64 meaning on the CPU: every sequence's
+    rows and LSE equal that call on the sequence alone, for equal lengths and for a fixed-size buffer
+    whose spare rows make up the shorter sequences (lengths 0 included)."""
+    from qattn import _kvcache, _varlen
+    monkeypatch.setattr(_kvcache, "attention_with_kvcache", slot_reference)
+    g = torch.Generator().manual_seed(sum(lq) + sq)
+    bsz, hq, hkv, d, cap = len(lq), 4, 2, 16, 40
+    lk = [30, 5, 1, 40, 12][:bsz]
+    q = torch.randn(bsz * sq, hq, d, generator=g, dtype=torch.float64)
+    kc = torch.randn(bsz, cap, hkv, d, generator=g, dtype=torch.float64)
+    vc = torch.randn(bsz, cap, hkv, d, generator=g, dtype=torch.float64)
+    cq = torch.tensor([0] + lq).cumsum(0).to(torch.int32)
+    lens = torch.tensor(lk, dtype=torch.int32)
+    o, lse = _varlen._in_slots(torch, q, kc, vc, cq, bsz, sq, lens, None, True, None, None, None, True)
+    assert o.shape == (bsz * sq, hq, d) and lse.shape == (hq, bsz * sq)
+    for b in range(bsz):
+        a, e = int(cq[b]), int(cq[b + 1])
+        if e == a:
+            continue
+        want_o, want_l = slot_reference(q[a:e][None], kc[b:b + 1], vc[b:b + 1], lens[b:b + 1], causal=True, return_lse=True)
+        assert torch.allclose(o[a:e], want_o[0], atol=1e-12), b
+        assert torch.equal(torch.isinf(lse[:, a:e]), torch.isinf(want_l[0])), b
+        fin = torch.isfinite(want_l[0])
+        assert torch.allclose(lse[:, a:e][fin], want_l[0][fin], atol=1e-12), b
+
+
+def test_slots_path_clamps_hostile_counts(monkeypatch):
+    """The slots path's gathers with counts past q, decreasing and negative: every index clamped into
+    q and the slots (no error, nothing read outside them), the outputs q's shape."""
+    from qattn import _kvcache, _varlen
+    seen = []
+
+    def batched(q, *a, **k):
+        seen.append(q.shape)
+        return slot_reference(q, *a, **k)
+    monkeypatch.setattr(_kvcache, "attention_with_kvcache", batched)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(4, 2, 8, generator=g, dtype=torch.float64)
+    kc, vc = (torch.randn(4, 9, 1, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    for cq in ([0, 10 ** 9, -5, 2, 3], [0, 3, 2, 1, 0], [-7, -7, 4, 4, 2 ** 31 - 1]):
+        o, lse = _varlen._in_slots(torch, q, kc, vc, torch.tensor(cq, dtype=torch.int32), 4, 1,
+                                   torch.full((4,), 9, dtype=torch.int32), None, True, None, None, None, True)
+        assert o.shape == (4, 2, 8) and lse.shape == (2, 4) and seen[-1] == (4, 1, 2, 8)
 
 
 @gpu
