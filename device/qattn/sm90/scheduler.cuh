@@ -69,9 +69,20 @@ struct DenseTiles {
   int before = 0;        // the tiles of the sequences before it
   bool loaded = false;   // ends holds the 32 from `first`
   // Live tile t -> its tile of the 1-D launch (tile_coord); p.num_tiles when t is past the last.
+  // A launch whose longest sequence fits one 64-row query tile (decoding: p.seqlen_q is the longest
+  // count) has one Grid tile per sequence, head and part, live unless the sequence is empty: its
+  // numbers are the Grid's own (an empty sequence's tile is handed on and skipped, as a block's first
+  // tile may be), so nothing is read or decoded before a block's first copies: decoding through
+  // attention_varlen 0.5-1.5% closer to attention_with_kvcache's time on every row (MQA 1.02-1.04x,
+  // was 1.03-1.05x; H200, bench/results/2026-12-01-h200-varlen-static). Compiled into the 64-row tiles (the decoding
+  // tile's) only: the 128-row kernels' producer loops keep their code (code added there moved
+  // equal-length prefill by 2.5-7%, bench/results/2026-11-30-h200-varlen-dense-tiles).
   template <int BM, bool kReverseM, bool kPack, bool kSplit, class Live>
   __device__ __forceinline__ int tile(int t, Params const& p, Live live) {
     const int pack = kPack ? p.pack : 1, heads = p.heads_q / pack, splits = kSplit ? p.splits : 1;
+    if constexpr (BM == 64) {
+      if (static_cast<long long>(p.seqlen_q) * pack <= BM) return t < p.num_tiles ? t : p.num_tiles;
+    }
     if ((!loaded || t >= ends[31]) && !advance(t, p, live, heads * splits)) return p.num_tiles;
     int k = 0;  // the sequences in hand wholly before t (< 32: t < ends[31])
 #pragma unroll

@@ -29,7 +29,7 @@ namespace qattn::sm90 {
 // The L2 promotion of a launch's K and V maps (above): QATTN_SM90_L2_STREAM when the launch has one
 // query tile per (batch, head) — seqlen_q queries (x the GQA pack of a packed kernel) fit BM rows;
 // for packed ragged sequences seqlen_q is the longest one's count, so each sequence has one tile
-// (decoding through attention_varlen: 1.08-1.13x with both, H200, bench/results/2026-12-01-h200-varlen-static)
+// (decoding through attention_varlen: 1.07-1.12x with both, H200, bench/results/2026-12-01-h200-varlen-static)
 // — else 256 bytes. (tests/emit/launch_rule_check.cc)
 // The same launches load the TL's `{stream}` copies (K, V) under an L2 evict-first policy
 // (Params::kv_stream; no block re-reads them: MQA decoding 1.02-1.04x, the rest unchanged,
