@@ -194,13 +194,13 @@ def _with_cache(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, cache_se
     dt = _attention._dtype_name(torch, q.dtype)
     fields, args = split_launch_args(variant_fields(causal, window, softcap))
     tq = int(q.shape[0])
-    o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
-    if empty:
-        return (o, lse) if return_lse else o
     target = _attention._device_target(torch, q.device)[0]
     if target not in ("h100", "h200") and bsz > 0 and 0 < max_seqlen_q <= _build.SHORT_QUERIES and tq == bsz * max_seqlen_q:
         return _in_slots(torch, q, k_cache, v_cache, cu_seqlens_q, bsz, max_seqlen_q, cache_seqlens, block_table, causal,
                          window, scale, softcap, return_lse)
+    o, lse, empty = _outputs(torch, q, hq, dv, bsz, max_seqlen_q, return_lse)
+    if empty:
+        return (o, lse) if return_lse else o
     kv = "paged" if block_table is not None else "lengths"
     kind = _build.varlen_kind(hq, hkv)
     decode = decoding_tile(target, hq, hkv, max_seqlen_q, fields)
