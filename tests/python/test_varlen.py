@@ -259,22 +259,14 @@ def test_varlen_over_a_cache_with_a_static_query_buffer(lq, page):
 def slot_reference(q, k_cache, v_cache, lens, block_table=None, *, causal=False, window=None, scale=None, softcap=None,
                    return_lse=False):
     """attention_with_kvcache's meaning in fp64 on the CPU (contiguous cache): batch entry b's sq queries
-    the last of its lens[b] keys (bottom-right causal); a row that sees no key gets O 0, LSE -inf."""
-    b, sq, hq, d = q.shape
-    hkv = k_cache.shape[2]
+    the last of its lens[b] keys (bottom-right causal, `reference`); a row that sees no key gets O 0,
+    LSE -inf."""
+    b, sq, hq, _ = q.shape
     o = torch.zeros(b, sq, hq, v_cache.shape[3], dtype=torch.float64)
     lse = torch.full((b, hq, sq), float("-inf"), dtype=torch.float64)
     for i in range(b):
         n = int(lens[i])
-        kk = k_cache[i, :n].double().repeat_interleave(hq // hkv, 1)
-        vv = v_cache[i, :n].double().repeat_interleave(hq // hkv, 1)
-        s_ = torch.einsum("qhd,khd->hqk", q[i].double(), kk) * d ** -0.5
-        pos = torch.arange(sq)[:, None] + n - sq
-        s_ = s_.masked_fill(torch.arange(n)[None, :] > pos, float("-inf"))
-        l_ = torch.logsumexp(s_, -1)
-        seen = torch.isfinite(l_)
-        o[i] = torch.einsum("hqk,khd->qhd", torch.softmax(s_, -1).nan_to_num(0.0), vv) * seen.T[..., None]
-        lse[i] = l_
+        o[i], lse[i], _ = reference(q[i], k_cache[i, :n], v_cache[i, :n], True, None, torch.float64)
     return (o, lse) if return_lse else o
 
 
