@@ -226,12 +226,17 @@ std::string query_hi(const Problem& p) {
 // 1.009-1.040x, d64 1.021-1.029x, d256 1.007-1.030x, MLA 1.036-1.060x; b1 s16k 0.98-1.03x;
 // bench/results/2026-12-01-h200-bwd-order). Not without a
 // mask (the blocks' work is flat: 0.968-0.991x, the heads' shared query tiles leave L2), not for GQA /
-// MQA (their fp32 dK / dV additions: h64/8 0.91-0.97x), not for the mask variants (a document's or a
-// prefix's work is not monotone in the key tile: not measured) nor `{ordered}` additions.
+// MQA (their fp32 dK / dV additions: h64/8 0.91-0.97x), not for prefix-LM or mask_mod (not measured) nor
+// `{ordered}` additions. With causal documents too: a document's key tiles are not ordered by their
+// work, but with the key tiles first the last wave held the last (head, batch) rows' uneven blocks, 52 us of SM tail
+// at b4 s4k where the heads first leave 5 (d128 MHA: 1.014-1.032x over the key tiles first at s4k-s8k, 0.997x at s2k;
+// bench/results/2026-12-01-h200-bwd-doc-loads).
 bool heads_first_grid(const Problem& p, bool hopper_form) {
   using K = tl::MaskSpec::Kind;
-  return hopper_form && p.heads_q == p.heads_kv && (p.mask == K::Causal || p.mask == K::CausalTopLeft) &&
-         !p.variants.any_mask() && !p.deterministic;
+  const spec::Variants& v = p.variants;
+  const bool masks_ok = !v.any_mask() || (v.document && !v.prefix_lm && v.mask_mod.empty());
+  return hopper_form && p.heads_q == p.heads_kv && (p.mask == K::Causal || p.mask == K::CausalTopLeft) && masks_ok &&
+         !p.deterministic;
 }
 
 // One statement list for both stages: the sketch (no tiles) and the code.
@@ -600,7 +605,12 @@ std::optional<Plan> make_backward_plan(const spec::AttentionSpec& s, const hw::G
                 (heads_first_grid(p, tr || wgn)
                      ? "- blocks: the query heads first (`Grid head, n_block, b`): every head's key tile 0, the longest block of a "
                        "causal backward, runs before any tile 1 and the last wave holds the shortest (H200 bf16: 1.005-1.060x at "
-                       "b16-b2, s1k-s8k; bench/results/2026-12-01-h200-bwd-order)\n"
+                       "b16-b2, s1k-s8k; bench/results/2026-12-01-h200-bwd-order)" +
+                       std::string(p.variants.document ? "; with documents, the key tiles first left the last (head, batch) rows' uneven blocks "
+                                                         "to the last wave (52 us of SM tail at b4 s4k, 5 us with the heads first; "
+                                                         "bench/results/2026-12-01-h200-bwd-doc-loads)"
+                                                       : "") +
+                       "\n"
                      : "- blocks: the key tiles first (`Grid n_block, head, b`)\n");
   return plan;
 }

@@ -339,14 +339,15 @@ TEST(EmitBackward, TmaStoresTheEpilogueOfMha) {
 // The main Grid's order: a causal MHA backward in Hopper's wgmma forms puts the query heads first
 // (`Grid head, n_block, b`: every head's key tile 0, the longest block, before any tile 1), which
 // the lowering launches as blockIdx.x = head, blockIdx.y = n_block; every other backward keeps the
-// key tiles first (no mask, GQA / MQA, the mask variants, `{ordered}`, the mma.sync forms, sm80).
+// key tiles first (no mask, GQA / MQA, prefix-LM, mask_mod, `{ordered}`, the mma.sync forms, sm80).
+// Causal documents on MHA go heads first too (the key tiles first left an uneven last wave).
 TEST(EmitBackward, CausalMhaOnHopperRunsTheHeadsFirst) {
   const std::string heads_first = "\nGrid head = 0: heads_q, n_block = 0: cdiv(seqlen_k, BN), b = 0: batch\n";
   const std::string keys_first = "\nGrid n_block = 0: cdiv(seqlen_k, BN), head = 0: heads_q, b = 0: batch\n";
   using Flags = std::map<std::string, std::string>;
   for (const auto& [preset, flags] : std::vector<std::pair<std::string, Flags>>{
            {"llama2-7b", {}}, {"llama2-7b", {{"mask", "causal_top_left"}}}, {"llama2-7b", {{"softcap", "30"}}},
-           {"llama3.2-1b", {{"heads", "32,32"}}}, {"gemma-7b", {}}, {"deepseek-v3-mla-prefill", {}}}) {
+           {"llama3.2-1b", {{"heads", "32,32"}}}, {"gemma-7b", {}}, {"deepseek-v3-mla-prefill", {}}, {"llama2-7b", {{"document", "true"}}}}) {
     const std::string code = plan_backward(preset, "h100", flags);
     EXPECT_NE(code.find(heads_first), std::string::npos) << preset << "\n" << code;
     EXPECT_EQ(code.find(keys_first), std::string::npos) << preset;
@@ -360,7 +361,8 @@ TEST(EmitBackward, CausalMhaOnHopperRunsTheHeadsFirst) {
   }
   for (const auto& [preset, gpu, flags] : std::vector<std::tuple<std::string, std::string, Flags>>{
            {"llama2-7b", "h100", {{"mask", "none"}}}, {"llama3-8b", "h100", {}}, {"starcoder-15b", "h100", {}},
-           {"llama2-7b", "h100", {{"document", "true"}}}, {"llama2-7b", "h100", {{"prefix_lm", "64"}, {"mask", "none"}}},
+           {"llama3-8b", "h100", {{"document", "true"}}}, {"llama2-7b", "h100", {{"document", "true"}, {"mask", "none"}}},
+           {"llama2-7b", "h100", {{"prefix_lm", "64"}, {"mask", "none"}}}, {"llama2-7b", "h100", {{"document", "true"}, {"prefix_lm", "64"}}},
            {"llama2-7b", "h100", {{"deterministic", "true"}}}, {"phi3-mini", "h100", {}}, {"llama2-7b", "a100", {}}}) {
     const std::string code = plan_backward(preset, gpu, flags);
     EXPECT_NE(code.find(keys_first), std::string::npos) << preset << " on " << gpu << "\n" << code;

@@ -93,10 +93,12 @@ void Lower::mask(Out& w, const Stmt& s) {
     const RegBuf* rp = rg(c.operands[0].expr.name, s);
     if (!rp) return;
     const std::string M = std::to_string(rp->rows), N = std::to_string(rp->cols);
+    auto hoisted = full_flags_.find(&s);  // read at the top of the iteration (hoist_full_flags)
     if (t) {  // the (queries, keys) tile is (N, M)
       w.open("{");
       w.line("const int q0 = (" + cint(c.at[0]) + ") * " + N + ", k0 = (" + cint(c.at[1]) + ") * " + M + ";");
-      w.line("const bool full = full_" + m.name + "(q0, q0 + " + N + " - 1, k0, k0 + " + M + " - 1);");
+      w.line("const bool full = " + (hoisted != full_flags_.end() ? hoisted->second + ";"
+                                                                  : "full_" + m.name + "(q0, q0 + " + N + " - 1, k0, k0 + " + M + " - 1);"));
       w.line("qattn::apply_keep<" + M + ", " + N + ", true>(" + mma_of(*rp) + ", " + rp->var + ", q0, k0, p.seqlen_k, full, mask_" + m.name +
              ", tid);  // the tile holds keys along its rows");
       w.close();
@@ -104,7 +106,8 @@ void Lower::mask(Out& w, const Stmt& s) {
     }
     w.open("{");
     w.line("const int row0 = (" + cint(c.at[0]) + ") * " + M + ", col0 = (" + cint(c.at[1]) + ") * " + N + ";");
-    w.line("const bool full = full_" + m.name + "(row0, row0 + " + M + " - 1, col0, col0 + " + N + " - 1);");
+    w.line("const bool full = " + (hoisted != full_flags_.end() ? hoisted->second + ";"
+                                                                : "full_" + m.name + "(row0, row0 + " + M + " - 1, col0, col0 + " + N + " - 1);"));
     w.line("qattn::apply_keep<" + M + ", " + N + ">(" + mma_of(*rp) + ", " + rp->var + ", row0, col0, p.seqlen_k, full, mask_" + m.name +
            ", tid);");
     w.close();

@@ -283,6 +283,10 @@ class Lower {
   std::vector<const Stmt*> ring_pending_; // ring copies of iteration loop_var_ + 1 not yet issued
   std::string next_;                      // C++ index of the iteration after loop_var_'s (`i + 1`, `nx_i` with {skip})
   std::string fill_slot_;                 // C++ counter of the ring slot emit_g2s fills
+  bool next_resolved_ = true;             // {skip}: nx_ assigned in this iteration (resolve_next)
+  void resolve_next(Out& w);              // {skip}: nx_ from the clause read at the top, before its first use
+  std::map<const Stmt*, std::string> full_flags_;  // a loop Mask's `full when` flag, read at the top
+  void hoist_full_flags(Out& w, const std::vector<Stmt>& body);
 
   // ---- the loop's ring by TMA (wgmma mode; schedule.cc) -------------------------------------------
   // When every Copy the loop prefetches fills a 2-slot ring, and each 2-D one is a whole-width 16-bit
@@ -362,6 +366,7 @@ class Lower {
   void tma_issue(Out& w, const std::vector<const Stmt*>& copies, const std::string& slot);
   std::string skip_;                      // the loop's `{skip: NAME}` (for the kernel IR)
   std::string skip_m_, skip_n_;           // ... its tile pair's rows and columns
+  bool skip_reads_ = false;               // ... its `empty when` clause reads auxiliary inputs (preloaded)
   tl::Expr skip_at_[2];                   // ... and the Mask's `at [r, c]`
   const Stmt* loop_stmt_ = nullptr;       // the loop while its body is lowered
   std::vector<std::string> ws_counts_;    // `{ordered}`: each Copy's counters (C++ over p), in workspace order

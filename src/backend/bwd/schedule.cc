@@ -180,13 +180,27 @@ void Lower::loop(Out& w, const Stmt& s) {
   if (skip) {
     w.open("for (int " + v + " = " + first + ", it_" + v + " = 0, nx_" + v + "; " + v + " < hi_" + v + "; " + v + " = nx_" + v +
            ", ++it_" + v + ") {");
-    w.line("nx_" + v + " = next_" + v + "(" + v + ");  // the next visited tile (prefetched during this one)");
   } else {
     w.open("for (int " + v + " = lo_" + v + "; " + v + " < hi_" + v + "; ++" + v + ") {");
   }
   written_async_ = in_flight;
   read_since_barrier_ = body_reads;  // the previous iteration's reads
   loop_var_ = v;
+  // Clauses that read auxiliary inputs (document ids): the Masks' `full when` flags and the next tile's
+  // `empty when` clause are read at the top of the iteration, and the next visited tile is resolved
+  // where it is first needed (resolve_next), so that their loads are in flight under the ring wait and
+  // the products instead of ahead of them (H200 bf16, documents: 1.04-1.06x, both together; either
+  // alone 1.00-1.02x; bench/results/2026-12-01-h200-bwd-doc-loads). Clauses of arithmetic only
+  // (prefix-LM) keep the next tile's walk at the top (the preload measured 0.985-0.988x there).
+  const bool preload = skip && skip_reads_;
+  next_resolved_ = !preload;
+  if (preload) {
+    hoist_full_flags(w, body_stmts);
+    w.line("const bool vis_next_" + v + " = visible_" + v + "(" + v + " + 1);  // the next tile's clause, read now (aux_at clamps " + v +
+           " + 1)");
+  } else if (skip) {
+    w.line(next_ + " = next_" + v + "(" + v + ");  // the next visited tile (prefetched during this one)");
+  }
   const std::string count = skip ? "it_" + v : v;
   for (const Stmt* c : ring) {
     const SharedBuf& b = shared_.at(c->copy.name);
@@ -196,7 +210,9 @@ void Lower::loop(Out& w, const Stmt& s) {
   ring_pending_ = ring;
   visit_ = skip ? "it_" + v : v + " - lo_" + v;
   handoff_plan(s);
-  if (!handoff_.empty())  // (named here: a refill block below rebinds the loop variable)
+  if (!handoff_.empty() && preload)  // (named here: a refill block below rebinds the loop variable)
+    w.line("[[maybe_unused]] const bool handoff_wait_" + v + " = " + visit_ + " != 0;  // a previous iteration's products read the scratch tiles");
+  else if (!handoff_.empty())
     w.line("[[maybe_unused]] const bool handoff_wait_" + v + " = " + visit_ + " != 0, handoff_pass_" + v + " = " + next_ + " < hi_" + v +
            ";  // a previous iteration's products read the scratch tiles; a next one will write them");
   tma_add_wait_due_ = !tma_adds_.empty();  // (the iteration's first barrier waits for the previous additions)
@@ -220,6 +236,7 @@ void Lower::loop(Out& w, const Stmt& s) {
         barrier(w, "every warp is done reading them");
         break;
       }
+    resolve_next(w);
     w.open("if (" + next_ + " < hi_" + v + ") {");
     w.line("const int " + v + "_next = " + next_ + ";");
     w.open("{");
@@ -234,6 +251,8 @@ void Lower::loop(Out& w, const Stmt& s) {
     barrier(w, "every warp is past the reads of the previous iteration's ring slots");
     issue_ring(w);
   }
+  resolve_next(w);  // (the loop's increment reads it)
+  full_flags_.clear();
   loop_var_.clear();
   loop_stmt_ = nullptr;
   for (auto& [name, r] : regs_) r.at_use_loaded = false;  // after the loop no slot is this iteration's
@@ -248,6 +267,52 @@ void Lower::loop(Out& w, const Stmt& s) {
   w.close();
   written_async_.clear();  // after the loop: the last iteration issued none (nothing in flight to read)
   read_since_barrier_ = body_reads;
+}
+
+// True when the expression reads an element of an auxiliary tensor (a load in the kernel).
+static bool reads_aux(const tl::Expr& e) {
+  if (e.kind == tl::Expr::Kind::Index) return true;
+  for (const auto& a : e.args)
+    if (reads_aux(a)) return true;
+  return false;
+}
+
+void Lower::resolve_next(Out& w) {
+  if (next_resolved_ || loop_var_.empty()) return;
+  const std::string& v = loop_var_;
+  w.line(next_ + " = " + v + " + 1 >= hi_" + v + " ? hi_" + v + " : vis_next_" + v + " ? " + v + " + 1 : next_" + v + "(" + v +
+         " + 1);  // the next visited tile");
+  next_resolved_ = true;
+}
+
+void Lower::hoist_full_flags(Out& w, const std::vector<Stmt>& body) {
+  // A named Mask's `full when` clause reads its auxiliary inputs at the tile's corners: read at the top
+  // of the iteration, its loads are in flight under the ring wait and the first products instead of
+  // between S's wgmma wait and the softmax (mask() takes the flag).
+  for (const auto& st : body) {
+    const auto& c = st.compute;
+    if (st.kind != Stmt::Kind::Compute || c.op != "Mask" || c.mask.kind != tl::MaskSpec::Kind::Named || c.at.size() != 2 ||
+        c.operands.empty())
+      continue;
+    auto decl = info_.variants.find(c.mask.name);
+    if (decl == info_.variants.end() || !decl->second.full_when || !reads_aux(*decl->second.full_when)) continue;
+    // the tile's shape from the product that makes it (`Compute GEMM A, B^T and get S`: A's rows by B's
+    // rows, both in shared memory); a Mask of another tile keeps its flag where it is
+    int rows = 0, cols = 0;
+    for (const auto& g : body)
+      if (g.kind == Stmt::Kind::Compute && g.compute.op == "GEMM" && g.compute.target == c.operands[0].expr.name &&
+          g.compute.operands.size() == 2 && !g.compute.operands[0].transposed && g.compute.operands[1].transposed &&
+          shared_.count(g.compute.operands[0].expr.name) && shared_.count(g.compute.operands[1].expr.name))
+        rows = shared_.at(g.compute.operands[0].expr.name).rows, cols = shared_.at(g.compute.operands[1].expr.name).rows;
+    if (rows == 0 || cols == 0) continue;
+    const bool t = c.operands[0].transposed;
+    const std::string M = std::to_string(t ? cols : rows), N = std::to_string(t ? rows : cols);  // queries, keys
+    const std::string var = "full_" + c.mask.name + "_" + std::to_string(st.loc.line);
+    w.line("const bool " + var + " = [&] { const int q0 = (" + cint(c.at[0]) + ") * " + M + ", k0 = (" + cint(c.at[1]) + ") * " + N +
+           "; return full_" + c.mask.name + "(q0, q0 + " + M + " - 1, k0, k0 + " + N + " - 1); }();  // TL " +
+           std::to_string(st.loc.line) + "'s full clause, read now");
+    full_flags_[&st] = var;
+  }
 }
 
 bool Lower::skip_lambdas(Out& w, const Stmt& loop) {
@@ -291,6 +356,7 @@ bool Lower::skip_lambdas(Out& w, const Stmt& loop) {
   w.line("const int first_" + lv + " = (lo_" + lv + " < hi_" + lv + " && !visible_" + lv + "(lo_" + lv + ")) ? next_" + lv + "(lo_" +
          lv + ") : lo_" + lv + ";");
   skip_ = name;
+  skip_reads_ = reads_aux(*v->second.empty_when);
   skip_m_ = M, skip_n_ = N;
   skip_at_[0] = mask->compute.at[0], skip_at_[1] = mask->compute.at[1];
   return true;
@@ -310,6 +376,7 @@ void Lower::issue_ring(Out& w) {
   for (const Stmt* c : ring_pending_) names += (names.empty() ? "" : ", ") + c->copy.name;
   w.line("// " + names + " of iteration " + v + " + 1 into the other slot of their rings (every warp is past iteration " + v +
          " - 1, which read it)");
+  resolve_next(w);
   w.open("if (" + next_ + " < hi_" + v + ") {");
   w.line("const int " + v + "_next = " + next_ + ";");
   w.open("{");
@@ -571,7 +638,9 @@ void Lower::handoff_arrive(Out& w) {
   for (const auto& g : wg_pending_)
     for (const auto& n : handoff_)
       if (g.smem.count(n)) return;
-  w.line("if (handoff_pass_" + loop_var_ + ")  // done reading the scratch tiles: the other warpgroups may write them");
+  resolve_next(w);
+  const std::string pass = skip_reads_ && !skip_.empty() ? next_ + " < hi_" + loop_var_ : "handoff_pass_" + loop_var_;
+  w.line("if (" + pass + ")  // done reading the scratch tiles: the other warpgroups may write them");
   w.line("  for (int g = 0; g < kThreads / 128; ++g)");
   w.line("    if (g != wg) qattn::sm90::ptx::bar_arrive(1 + g, kThreads);");
   handoff_arrived_ = true;
